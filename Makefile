@@ -1,0 +1,38 @@
+# Thin targets over CMake presets; each runs scripts/setup first (it installs only what is missing).
+#   make demo   the main job: build, then train the seed's network and real ones, O0 against O2
+#   make test   build and run every test (ctest prints its summary)
+#   make bench  build in release mode and run the benchmarks
+JOBS ?= $(shell nproc)
+PRESET ?= release
+CMAKE_FLAGS ?=
+ifeq ($(CI),true)
+CMAKE_FLAGS += -DDEMI_WERROR=ON
+endif
+
+.PHONY: all setup build test demo bench asan clean
+
+all: build
+
+setup:
+	@scripts/setup
+
+build: setup
+	@cmake --preset $(PRESET) $(CMAKE_FLAGS) > /dev/null
+	@cmake --build --preset $(PRESET) -j $(JOBS)
+
+test: build
+	@ctest --preset $(PRESET) -j $(JOBS)
+
+demo: build
+	@build/$(PRESET)/tools/demi/demi demo
+
+bench:
+	@scripts/setup --bench
+	@$(MAKE) --no-print-directory build PRESET=release
+	@bench/run
+
+asan:
+	@$(MAKE) --no-print-directory test PRESET=asan
+
+clean:
+	rm -rf build

@@ -1,0 +1,86 @@
+#include "demi/amp/train_step.h"
+
+#include <cmath>
+
+#include "demi/autograd/autograd.h"
+#include "demi/ops/dispatch.h"
+#include "demi/ops/ops.h"
+
+namespace demi::amp {
+
+TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell> loss_fn,
+                     std::shared_ptr<optim::Optimizer> optimizer, std::shared_ptr<LossScaleManager> manager)
+    : net_(std::move(net)), loss_fn_(std::move(loss_fn)), optimizer_(std::move(optimizer)), manager_(std::move(manager)) {
+  DEMI_CHECK(net_ && loss_fn_ && optimizer_, "TrainStep: network, loss and optimizer are required");
+  // Name each optimizer parameter by its path in the network, for overflow reports.
+  auto named = net_->parameters_and_names();
+  for (const Tensor& p : optimizer_->parameters()) {
+    std::string name = p.name();
+    for (const auto& [path, q] : named)
+      if (q.is_same(p) || q.same_storage(p)) name = path;
+    param_names_.push_back(name);
+  }
+}
+
+StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
+  StepResult r;
+  r.loss_scale = manager_ ? manager_->get_loss_scale() : 1.0;
+  net_->set_train(true);
+  std::vector<Tensor> params = optimizer_->parameters();
+  {
+    ops::CastCacheScope cast_cache;  // each parameter is cast to the low dtype once in this step
+    Tensor logits = net_->call(data);
+    Tensor loss = (*loss_fn_)(logits, label);
+    DEMI_CHECK(loss.numel() == 1, "TrainStep: the loss must be a scalar (reduction \"mean\" or \"sum\"), got ",
+               loss.describe());
+    r.loss = static_cast<float>(loss.item());
+    {
+      autograd::NoGradGuard no_grad;
+      last_logits_ = logits.dtype() == DType::kF32 ? logits : logits.to(DType::kF32);
+    }
+    optimizer_->zero_grad();
+    Tensor scaled = r.loss_scale != 1.0 ? ops::mul_scalar(loss, r.loss_scale) : loss;
+    autograd::backward(scaled);
+  }
+  std::vector<Tensor> grads;
+  grads.reserve(params.size());
+  for (const Tensor& p : params) grads.push_back(p.grad());
+  int64_t bad = unscale_and_check(grads, static_cast<float>(1.0 / r.loss_scale));
+  r.overflow = bad >= 0;
+  if (r.overflow) r.first_nonfinite = param_names_[static_cast<size_t>(bad)];
+  bool drop = r.overflow && (manager_ == nullptr || manager_->get_drop_overflow_update());
+  if (!drop) {
+    autograd::NoGradGuard no_grad;
+    optimizer_->step();
+  }
+  r.skipped = drop;
+  if (manager_) {
+    manager_->update_loss_scale(r.overflow);
+    int64_t limit = manager_->max_consecutive_overflows();
+    DEMI_CHECK(limit <= 0 || manager_->state().consecutive_overflows < limit, "training diverged: ",
+               manager_->state().consecutive_overflows, " steps in a row had non-finite gradients (loss scale now ",
+               manager_->get_loss_scale(), "); the first non-finite gradient in the last step was '",
+               r.first_nonfinite, "'. Lower the learning rate or the initial loss scale, or check the input data.");
+  }
+  return r;
+}
+
+std::shared_ptr<LossScaleManager> default_loss_scale_manager(Level level, DType low_dtype) {
+  if (level == Level::kO2 && low_dtype == DType::kF16) return std::make_shared<DynamicLossScaleManager>();
+  return nullptr;
+}
+
+std::shared_ptr<TrainStep> build_train_network(std::shared_ptr<nn::Cell> net,
+                                               std::shared_ptr<optim::Optimizer> optimizer,
+                                               std::shared_ptr<nn::LossCell> loss_fn, Level level,
+                                               const TrainOptions& options) {
+  DEMI_CHECK(net != nullptr, "build_train_network: no network");
+  bool keep_bn = options.keep_batchnorm_fp32.value_or(level != Level::kO3);
+  auto_mixed_precision(*net, level, options.low_dtype, keep_bn);
+  std::shared_ptr<LossScaleManager> manager = options.loss_scale_manager;
+  if (!manager && !options.no_loss_scale) manager = default_loss_scale_manager(level, options.low_dtype);
+  if (options.no_loss_scale) manager = nullptr;
+  return std::make_shared<TrainStep>(std::move(net), std::move(loss_fn), std::move(optimizer), std::move(manager));
+}
+
+}  // namespace demi::amp

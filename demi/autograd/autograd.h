@@ -1,0 +1,91 @@
+// The define-by-run autograd engine.
+//
+// Every op call that has an input requiring grad is recorded (through demi/ops' GradRecorder) as a Node
+// holding the op's backward rule and the tensors it saved. backward(loss) walks the recorded graph once,
+// in reverse creation order, sums the gradients reaching each tensor, accumulates the leaves' gradients
+// into their .grad (FP32 for FP32 parameters, whatever dtype the op ran in), and frees each node's saved
+// tensors as soon as its backward rule has run.
+//
+//   Tensor w = demi::uniform({10, 5}, -1, 1, gen).set_requires_grad(true);
+//   Tensor loss = ops::sum(ops::dense(x, w));
+//   autograd::backward(loss);        // w.grad() now holds d loss / d w
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "demi/core/tensor.h"
+#include "demi/ops/dispatch.h"
+
+namespace demi::autograd {
+
+class Node;
+
+struct Edge {
+  std::shared_ptr<Node> node;  // null: this input needs no gradient
+  int input_nr = 0;            // which of node's outputs the gradient belongs to
+};
+
+class Node {
+ public:
+  virtual ~Node() = default;
+  // Gradients of this node's outputs -> gradients of its inputs (one per next edge).
+  virtual ops::TensorList apply(const ops::TensorList& grad_outputs) = 0;
+  // Drops the tensors the backward rule saved (called right after apply).
+  virtual void release() {}
+  virtual ops::Op op() const { return ops::Op::kCast; }
+  virtual bool is_accumulator() const { return false; }
+
+  std::vector<Edge> next_edges;
+  int num_outputs = 1;
+  uint64_t sequence_nr = 0;  // creation order: later nodes run first
+};
+
+// The node of a recorded op: runs its backward rule once.
+class OpNode : public Node {
+ public:
+  OpNode(ops::Op op, ops::BackwardFn fn) : op_(op), fn_(std::move(fn)) {}
+  ops::TensorList apply(const ops::TensorList& grad_outputs) override;
+  void release() override { fn_ = nullptr; }
+  ops::Op op() const override { return op_; }
+
+ private:
+  ops::Op op_;
+  ops::BackwardFn fn_;
+};
+
+// Accumulates the gradient of a leaf tensor into its .grad (in the leaf's dtype).
+class AccumulateGrad : public Node {
+ public:
+  explicit AccumulateGrad(std::weak_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) { num_outputs = 1; }
+  ops::TensorList apply(const ops::TensorList& grad_outputs) override;
+  bool is_accumulator() const override { return true; }
+
+ private:
+  std::weak_ptr<TensorImpl> leaf_;
+};
+
+// Runs backward from `root` (a scalar unless `grad` is given, which must match root's shape).
+// Gradients accumulate into leaves' .grad; the graph is freed as it runs (call forward again to
+// backward again).
+void backward(const Tensor& root, const Tensor& grad = Tensor());
+
+// Grad mode: when off, no op is recorded (inference, optimizer updates).
+bool grad_enabled();
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool saved_;
+};
+
+// Installs the engine as demi/ops' GradRecorder; idempotent. Called by backward() and by the layers'
+// constructors, so recording is on in any program that can call backward.
+void install();
+
+}  // namespace demi::autograd

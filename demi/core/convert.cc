@@ -1,0 +1,169 @@
+// Bulk dtype conversion: the scalar reference kernels, the per-level kernel tables (the SIMD variants
+// live in convert_avx2.cc, convert_avx512.cc and convert_avx512bf16.cc, each compiled for its ISA only),
+// and the generic any-to-any convert().
+#include "demi/core/convert.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <type_traits>
+
+#include "demi/core/error.h"
+#include "demi/core/parallel.h"
+
+namespace demi {
+namespace internal {
+
+void f32_to_f16_scalar(const float* src, Half* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = Half(src[i]);
+}
+void f16_to_f32_scalar(const Half* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+void f32_to_bf16_scalar(const float* src, BFloat16* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = BFloat16(src[i]);
+}
+void bf16_to_f32_scalar(const BFloat16* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+// Defined in the per-ISA files; only reached through the table of a level the CPU supports.
+void f32_to_f16_avx2(const float* src, Half* dst, int64_t n);
+void f16_to_f32_avx2(const Half* src, float* dst, int64_t n);
+void f32_to_bf16_avx2(const float* src, BFloat16* dst, int64_t n);
+void bf16_to_f32_avx2(const BFloat16* src, float* dst, int64_t n);
+void f32_to_f16_avx512(const float* src, Half* dst, int64_t n);
+void f16_to_f32_avx512(const Half* src, float* dst, int64_t n);
+void f32_to_bf16_avx512(const float* src, BFloat16* dst, int64_t n);
+void bf16_to_f32_avx512(const BFloat16* src, float* dst, int64_t n);
+void f32_to_bf16_avx512bf16(const float* src, BFloat16* dst, int64_t n);
+
+const ConvertKernels& convert_kernels(CpuLevel level) {
+  static const ConvertKernels kTables[] = {
+      {f32_to_f16_scalar, f16_to_f32_scalar, f32_to_bf16_scalar, bf16_to_f32_scalar},
+      {f32_to_f16_avx2, f16_to_f32_avx2, f32_to_bf16_avx2, bf16_to_f32_avx2},
+      {f32_to_f16_avx512, f16_to_f32_avx512, f32_to_bf16_avx512, bf16_to_f32_avx512},
+      // AVX512-BF16 adds only an f32 -> bf16 instruction; the rest is AVX-512's.
+      {f32_to_f16_avx512, f16_to_f32_avx512, f32_to_bf16_avx512bf16, bf16_to_f32_avx512},
+  };
+  static_assert(std::size(kTables) == static_cast<size_t>(CpuLevel::kAvx512Bf16) + 1,
+                "one kernel table per CpuLevel");
+  DEMI_CHECK(static_cast<int>(level) >= 0 && static_cast<int>(level) <= static_cast<int>(max_cpu_level()),
+             "CPU level ", cpu_level_name(level), " is not supported on this machine (best: ",
+             cpu_level_name(max_cpu_level()), ")");
+  return kTables[static_cast<int>(level)];
+}
+
+}  // namespace internal
+
+namespace {
+
+constexpr int64_t kConvertGrain = 1 << 16;
+
+template <typename T>
+constexpr bool kIsHalfType = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+// v rounded to a float with the sticky bit in the last place (round to odd): inexact results get an odd
+// mantissa, so a second rounding to f16/bf16 (which keep far fewer bits) is the single correct rounding
+// of v. Rounding through a plain float would round twice and can miss a tie by a hair. long double holds
+// every f64, i32 and i64 value exactly (x86-64: 64-bit mantissa).
+float round_to_odd_float(long double v) {
+  float f = static_cast<float>(v);
+  if (static_cast<long double>(f) == v || std::isnan(f)) return f;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  if ((std::bit_cast<uint32_t>(f) & 1u) == 0) f = std::nextafter(f, v > f ? kInf : -kInf);
+  return f;
+}
+
+// Float -> integer truncates toward zero and saturates at the integer's range; NaN gives 0. A plain cast
+// of NaN or of an out-of-range value is undefined behaviour in C++.
+template <typename Dst>
+Dst float_to_int(double v) {
+  constexpr double kLo = static_cast<double>(std::numeric_limits<Dst>::min());   // exact: 0 or -2^k
+  constexpr double kHi = 2.0 * static_cast<double>(std::numeric_limits<Dst>::max() / 2 + 1);  // max + 1
+  if (std::isnan(v)) return 0;
+  if (v <= kLo) return std::numeric_limits<Dst>::min();
+  if (v >= kHi) return std::numeric_limits<Dst>::max();
+  return static_cast<Dst>(v);
+}
+
+template <typename Src, typename Dst>
+void convert_loop(const Src* src, Dst* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<Dst, bool>) {
+      dst[i] = static_cast<double>(src[i]) != 0.0;
+    } else if constexpr (kIsHalfType<Dst>) {
+      if constexpr (std::is_same_v<Src, float> || kIsHalfType<Src>) {
+        dst[i] = Dst(static_cast<float>(src[i]));  // exact to float, then one rounding
+      } else {
+        dst[i] = Dst(round_to_odd_float(static_cast<long double>(src[i])));
+      }
+    } else if constexpr (std::is_integral_v<Dst> && !std::is_integral_v<Src>) {
+      dst[i] = float_to_int<Dst>(static_cast<double>(src[i]));
+    } else if constexpr (kIsHalfType<Src>) {
+      dst[i] = static_cast<Dst>(static_cast<float>(src[i]));
+    } else {
+      dst[i] = static_cast<Dst>(src[i]);
+    }
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// Splits a bulk conversion across threads at multiples of 64 elements, so that every chunk starts on a
+// 64-byte boundary of both arrays when the arrays do (demi's allocator aligns tensors to 64 bytes).
+template <typename Src, typename Dst>
+void run_chunked(void (*kernel)(const Src*, Dst*, int64_t), const Src* src, Dst* dst, int64_t n) {
+  constexpr int64_t kBlock = 64;
+  parallel_for(0, (n + kBlock - 1) / kBlock, kConvertGrain / kBlock, [&](int64_t b, int64_t e) {
+    int64_t begin = b * kBlock;
+    int64_t end = e * kBlock < n ? e * kBlock : n;
+    kernel(src + begin, dst + begin, end - begin);
+  });
+}
+
+}  // namespace
+
+void convert_f32_to_f16(const float* src, Half* dst, int64_t n) {
+  run_chunked(internal::convert_kernels(cpu_level()).f32_to_f16, src, dst, n);
+}
+void convert_f16_to_f32(const Half* src, float* dst, int64_t n) {
+  run_chunked(internal::convert_kernels(cpu_level()).f16_to_f32, src, dst, n);
+}
+void convert_f32_to_bf16(const float* src, BFloat16* dst, int64_t n) {
+  run_chunked(internal::convert_kernels(cpu_level()).f32_to_bf16, src, dst, n);
+}
+void convert_bf16_to_f32(const BFloat16* src, float* dst, int64_t n) {
+  run_chunked(internal::convert_kernels(cpu_level()).bf16_to_f32, src, dst, n);
+}
+
+void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n) {
+  if (n <= 0) return;
+  if (src_dtype == dst_dtype) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * dtype_size(src_dtype));
+    return;
+  }
+  if (src_dtype == DType::kF32 && dst_dtype == DType::kF16)
+    return convert_f32_to_f16(static_cast<const float*>(src), static_cast<Half*>(dst), n);
+  if (src_dtype == DType::kF16 && dst_dtype == DType::kF32)
+    return convert_f16_to_f32(static_cast<const Half*>(src), static_cast<float*>(dst), n);
+  if (src_dtype == DType::kF32 && dst_dtype == DType::kBF16)
+    return convert_f32_to_bf16(static_cast<const float*>(src), static_cast<BFloat16*>(dst), n);
+  if (src_dtype == DType::kBF16 && dst_dtype == DType::kF32)
+    return convert_bf16_to_f32(static_cast<const BFloat16*>(src), static_cast<float*>(dst), n);
+  visit_dtype(src_dtype, [&](auto s) {
+    visit_dtype(dst_dtype, [&](auto d) {
+      using S = decltype(s);
+      using D = decltype(d);
+      const S* sp = static_cast<const S*>(src);
+      D* dp = static_cast<D*>(dst);
+      parallel_for(0, n, kConvertGrain, [&](int64_t b, int64_t e) { convert_loop(sp + b, dp + b, e - b); });
+    });
+  });
+}
+
+}  // namespace demi

@@ -1,0 +1,113 @@
+#include "demi/core/cpu.h"
+
+#include <cpuid.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "demi/core/error.h"
+
+namespace demi {
+namespace {
+
+uint64_t read_xcr0() {
+  uint32_t eax = 0, edx = 0;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (static_cast<uint64_t>(edx) << 32) | eax;
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  bool osxsave = (c >> 27) & 1;
+  bool avx = (c >> 28) & 1;
+  f.fma = (c >> 12) & 1;
+  f.f16c = (c >> 29) & 1;
+  uint64_t xcr0 = osxsave ? read_xcr0() : 0;
+  bool os_avx = (xcr0 & 0x6) == 0x6;            // XMM and YMM state
+  f.os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0;  // opmask, ZMM_Hi256, Hi16_ZMM
+  if (__get_cpuid_max(0, nullptr) < 7) return f;
+  __cpuid_count(7, 0, a, b, c, d);
+  f.avx2 = os_avx && avx && ((b >> 5) & 1);
+  f.avx512f = f.os_avx512 && ((b >> 16) & 1);
+  f.avx512dq = f.os_avx512 && ((b >> 17) & 1);
+  f.avx512bw = f.os_avx512 && ((b >> 30) & 1);
+  f.avx512vl = f.os_avx512 && ((b >> 31) & 1);
+  f.avx512_fp16 = f.os_avx512 && ((d >> 23) & 1);
+  f.amx_bf16 = (d >> 22) & 1;
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  __cpuid_count(7, 1, a1, b1, c1, d1);
+  f.avx512_bf16 = f.os_avx512 && ((a1 >> 5) & 1);
+  f.fma = f.fma && os_avx;
+  f.f16c = f.f16c && os_avx;
+  return f;
+}
+
+CpuLevel detect_level(const CpuFeatures& f) {
+  bool avx2 = f.avx2 && f.fma && f.f16c;
+  bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+  if (avx512 && f.avx512_bf16) return CpuLevel::kAvx512Bf16;
+  if (avx512) return CpuLevel::kAvx512;
+  if (avx2) return CpuLevel::kAvx2;
+  return CpuLevel::kScalar;
+}
+
+CpuLevel initial_level() {
+  CpuLevel best = detect_level(cpu_features());
+  const char* env = std::getenv("DEMI_CPU_LEVEL");
+  if (env == nullptr || *env == '\0') return best;
+  CpuLevel wanted = parse_cpu_level(env);
+  return static_cast<int>(wanted) < static_cast<int>(best) ? wanted : best;
+}
+
+std::atomic<int>& level_slot() {
+  static std::atomic<int> level{static_cast<int>(initial_level())};
+  return level;
+}
+
+constexpr std::string_view kLevelNames[] = {"scalar", "avx2", "avx512", "avx512_bf16"};
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect();
+  return features;
+}
+
+CpuLevel max_cpu_level() {
+  static const CpuLevel level = detect_level(cpu_features());
+  return level;
+}
+
+CpuLevel cpu_level() { return static_cast<CpuLevel>(level_slot().load(std::memory_order_relaxed)); }
+
+void set_cpu_level(CpuLevel level) {
+  DEMI_CHECK(static_cast<int>(level) <= static_cast<int>(max_cpu_level()), "set_cpu_level: ",
+             cpu_level_name(level), " is not supported on this CPU; the best it runs is ",
+             cpu_level_name(max_cpu_level()));
+  level_slot().store(static_cast<int>(level), std::memory_order_relaxed);
+}
+
+std::vector<CpuLevel> supported_cpu_levels() {
+  std::vector<CpuLevel> levels;
+  for (int l = 0; l <= static_cast<int>(max_cpu_level()); ++l) levels.push_back(static_cast<CpuLevel>(l));
+  return levels;
+}
+
+std::string_view cpu_level_name(CpuLevel level) {
+  auto i = static_cast<size_t>(level);
+  DEMI_ASSERT(i < std::size(kLevelNames));
+  return kLevelNames[i];
+}
+
+CpuLevel parse_cpu_level(std::string_view name) {
+  for (size_t i = 0; i < std::size(kLevelNames); ++i)
+    if (kLevelNames[i] == name) return static_cast<CpuLevel>(i);
+  DEMI_CHECK(false, "unknown CPU level '", name, "'; expected scalar, avx2, avx512 or avx512_bf16");
+  return CpuLevel::kScalar;
+}
+
+}  // namespace demi

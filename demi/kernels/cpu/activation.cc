@@ -1,0 +1,72 @@
+// Dispatch of the activation kernels (activation.h) and their portable variant: activation_impl.h with
+// one-lane vectors and the <cmath> functions.
+#include "demi/kernels/cpu/activation.h"
+
+#include "demi/core/cpu.h"
+#include "demi/core/error.h"
+#include "demi/core/parallel.h"
+#include "demi/kernels/cpu/internal/activation_impl.h"
+#include "demi/kernels/cpu/internal/vec_scalar.h"
+
+namespace demi::kernels {
+namespace cpu_internal {
+
+const ActivationKernels& activation_kernels_portable() {
+  static const ActivationKernels kernels = make_activation_kernels<VecScalar>();
+  return kernels;
+}
+
+}  // namespace cpu_internal
+
+namespace {
+
+// Elements per chunk below which one thread does the whole tensor (the transcendental ones cost about
+// as much per element as the memory traffic, so they pay for threads a little earlier than ReLU).
+constexpr int64_t kGrain = 1 << 14;
+
+const cpu_internal::ActivationKernels& kernels_for_level() {
+  if (static_cast<int>(cpu_level()) >= static_cast<int>(CpuLevel::kAvx512))
+    return cpu_internal::activation_kernels_avx512();
+  return cpu_internal::activation_kernels_portable();
+}
+
+// The table column of a storage dtype, or -1 for f64 (the reference) / a demi::Error for the rest.
+int slot_of(const char* op, Activation a, DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 0;
+    case DType::kBF16: return 1;
+    case DType::kF16: return 2;
+    case DType::kF64: return -1;
+    default: break;
+  }
+  DEMI_CHECK(false, op, " (", activation_name(a), "): expected float32, bfloat16, float16 or float64 data, got ",
+             dtype_name(dtype));
+  return -1;
+}
+
+}  // namespace
+
+void activation_forward(Activation a, DType dtype, const void* x, void* y, int64_t n) {
+  int slot = slot_of("activation_forward", a, dtype);
+  DEMI_CHECK(n >= 0, "activation_forward (", activation_name(a), "): negative element count ", n);
+  if (slot < 0) return ref::activation_forward(a, dtype, x, y, n);
+  auto fn = kernels_for_level().forward[static_cast<int>(a)][slot];
+  size_t es = dtype_size(dtype);
+  const char* xb = static_cast<const char*>(x);
+  char* yb = static_cast<char*>(y);
+  parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) { fn(xb + b * es, yb + b * es, e - b); });
+}
+
+void activation_backward(Activation a, DType dtype, const void* saved, const void* dy, void* dx, int64_t n) {
+  int slot = slot_of("activation_backward", a, dtype);
+  DEMI_CHECK(n >= 0, "activation_backward (", activation_name(a), "): negative element count ", n);
+  if (slot < 0) return ref::activation_backward(a, dtype, saved, dy, dx, n);
+  auto fn = kernels_for_level().backward[static_cast<int>(a)][slot];
+  size_t es = dtype_size(dtype);
+  const char* sb = static_cast<const char*>(saved);
+  const char* dyb = static_cast<const char*>(dy);
+  char* dxb = static_cast<char*>(dx);
+  parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) { fn(sb + b * es, dyb + b * es, dxb + b * es, e - b); });
+}
+
+}  // namespace demi::kernels

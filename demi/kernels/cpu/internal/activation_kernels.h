@@ -1,0 +1,28 @@
+// The per-ISA tables of activation kernels behind demi/kernels/cpu/activation.h. Each variant fills one
+// table (activation_avx512.cc, activation.cc for the portable one); the dispatcher picks a table from
+// demi::cpu_level() once per call and splits the work over demi's thread pool.
+#pragma once
+
+#include <cstdint>
+
+#include "demi/kernels/reference/activation.h"
+
+namespace demi::kernels::cpu_internal {
+
+// Storage dtypes the fast kernels take, in table order.
+enum class FloatSlot : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
+inline constexpr int kNumFloatSlots = 3;
+
+struct ActivationKernels {
+  // x (n) -> y (n); y may alias x
+  using Forward = void (*)(const void* x, void* y, int64_t n);
+  // saved (n), dy (n) -> dx (n); dx may alias dy
+  using Backward = void (*)(const void* saved, const void* dy, void* dx, int64_t n);
+  Forward forward[kNumActivations][kNumFloatSlots];
+  Backward backward[kNumActivations][kNumFloatSlots];
+};
+
+const ActivationKernels& activation_kernels_portable();
+const ActivationKernels& activation_kernels_avx512();
+
+}  // namespace demi::kernels::cpu_internal

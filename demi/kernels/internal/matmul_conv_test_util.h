@@ -1,0 +1,117 @@
+// Test helpers for the matrix-product and convolution kernels: random (never all-zero) operands in any
+// floating dtype together with the exactly widened values, and an element-wise comparison that reports
+// the worst offenders. Header-only, used by *_test.cc files only.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "demi/core/convert.h"
+#include "demi/core/dtype.h"
+#include "demi/kernels/tolerance.h"
+
+namespace demi::kernels::testing {
+
+// n values in dtype `t`, uniform in [-1, 1) before rounding; f32 holds them widened (exactly, for f32,
+// bf16 and f16), f64 too. Bytes are 64-byte aligned through the vector's over-allocation.
+struct Operand {
+  DType dtype = DType::kF32;
+  int64_t n = 0;
+  std::vector<double> bytes;  // storage (doubles keep every dtype aligned)
+  std::vector<float> f32;
+  void* data() { return bytes.data(); }
+  const void* data() const { return bytes.data(); }
+};
+
+inline Operand random_operand(DType t, int64_t n, uint64_t seed) {
+  Operand o;
+  o.dtype = t;
+  o.n = n;
+  o.bytes.assign(static_cast<size_t>((n * static_cast<int64_t>(dtype_size(t)) + 7) / 8 + 1), 0.0);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = dist(rng);
+  convert(v.data(), DType::kF64, o.data(), t, n);
+  o.f32.resize(static_cast<size_t>(n));
+  convert(o.data(), t, o.f32.data(), DType::kF32, n);
+  return o;
+}
+
+// n values k / 256 with k uniform in [-255, 255]: exact in f32, bf16 and f16 alike, so one f32
+// reference serves every dtype, and products of two are exact in f32.
+inline Operand dyadic_operand(DType t, int64_t n, uint64_t seed) {
+  Operand o;
+  o.dtype = t;
+  o.n = n;
+  o.bytes.assign(static_cast<size_t>((n * static_cast<int64_t>(dtype_size(t)) + 7) / 8 + 1), 0.0);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> dist(-255, 255);
+  o.f32.resize(static_cast<size_t>(n));
+  for (float& x : o.f32) x = static_cast<float>(dist(rng)) / 256.0f;
+  convert(o.f32.data(), DType::kF32, o.data(), t, n);
+  return o;
+}
+
+// The same values in another dtype (rounded).
+inline Operand cast_operand(const Operand& src, DType t) {
+  Operand o;
+  o.dtype = t;
+  o.n = src.n;
+  o.bytes.assign(static_cast<size_t>((src.n * static_cast<int64_t>(dtype_size(t)) + 7) / 8 + 1), 0.0);
+  convert(src.data(), src.dtype, o.data(), t, src.n);
+  o.f32.resize(static_cast<size_t>(src.n));
+  convert(o.data(), t, o.f32.data(), DType::kF32, src.n);
+  return o;
+}
+
+inline std::vector<double> widen(const void* p, DType t, int64_t n) {
+  std::vector<double> out(static_cast<size_t>(n));
+  convert(p, t, out.data(), DType::kF64, n);
+  return out;
+}
+
+// Every |got[i] - want[i]| <= tol; on failure names the count and the worst few elements.
+inline ::testing::AssertionResult all_close(const void* got, DType got_dtype, const std::vector<double>& want,
+                                            const Tolerance& tol) {
+  const int64_t n = static_cast<int64_t>(want.size());
+  std::vector<double> g = widen(got, got_dtype, n);
+  int64_t bad = 0;
+  std::vector<std::pair<double, int64_t>> worst;
+  double max_abs = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double err = std::abs(g[i] - want[i]);
+    if (!(err == err)) err = INFINITY;
+    max_abs = std::max(max_abs, err);
+    if (!tol.close(g[i], want[i])) {
+      ++bad;
+      worst.emplace_back(err, i);
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  std::sort(worst.rbegin(), worst.rend());
+  std::ostringstream os;
+  os << bad << " of " << n << " elements differ (rtol " << tol.rtol << ", atol " << tol.atol << ", max |err| "
+     << max_abs << "):";
+  for (size_t j = 0; j < std::min<size_t>(5, worst.size()); ++j) {
+    int64_t i = worst[j].second;
+    os << " [" << i << "] got " << g[i] << " want " << want[i] << ";";
+  }
+  return ::testing::AssertionFailure() << os.str();
+}
+
+// Element-wise dot product, in f64.
+inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+}  // namespace demi::kernels::testing

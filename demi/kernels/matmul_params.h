@@ -1,0 +1,46 @@
+// The description of one (batched) matrix product, shared by the oneDNN kernel (onednn/matmul.h) and its
+// reference twin (reference/matmul.h), so both read the same contract:
+//
+//   for every b < batch:  c[b] = act(op(a[b]) · op(b[b]) + bias + (accumulate ? c[b] : 0))
+//
+//   a: (batch, M, K), or (batch, K, M) stored when trans_a    op(a) is (M, K)
+//   b: (batch, K, N), or (batch, N, K) stored when trans_b    op(b) is (K, N)
+//   c: (batch, M, N)                    bias: (N) or none     act: ReLU or identity
+//
+// All row-major and contiguous. The product accumulates in f32 (f64 when every operand is f64) and is
+// rounded once into c_dtype. Operand dtypes are f32, bf16 or f16 and may differ from each other and
+// from c_dtype (bf16 x bf16 -> f32 and f16 x f16 -> f32 write AMP's weight gradients straight into FP32);
+// f64 is allowed only when every dtype is f64. ReLU is applied last, after the accumulation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "demi/core/dtype.h"
+
+namespace demi::kernels {
+
+struct MatmulParams {
+  int64_t batch = 1;
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  bool trans_a = false;
+  bool trans_b = false;
+  DType a_dtype = DType::kF32;
+  DType b_dtype = DType::kF32;
+  DType c_dtype = DType::kF32;
+  bool accumulate = false;     // beta = 1: add the product to what c holds (gradient accumulation)
+  const void* bias = nullptr;  // (N) added to every row, or nullptr
+  DType bias_dtype = DType::kF32;
+  bool relu = false;  // fused ReLU, applied last
+};
+
+// "matmul a(2, 7, 3) bf16 x b^T(2, 5, 3) bf16 -> c(2, 7, 5) f32, bias(5) f32, relu, accumulate":
+// the shapes as stored, for error messages.
+std::string describe(const MatmulParams& p);
+
+// Throws demi::Error (naming `op`, the shapes and the dtypes) unless p is a valid product.
+void check_matmul_params(const MatmulParams& p, const char* op);
+
+}  // namespace demi::kernels

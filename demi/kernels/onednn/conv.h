@@ -1,0 +1,38 @@
+// 2-D convolution through oneDNN: forward (bias and ReLU fused), backward-data and backward-weights (bias
+// gradient fused), with stride, explicit asymmetric padding, dilation and groups. Geometry, dtypes and
+// semantics are Conv2dParams' (../conv_params.h, which also resolves MindSpore's pad_mode); the oracles
+// are in ../reference/conv.h.
+//
+// Tensors are plain NCHW at the interface. Inside, oneDNN's blocked layouts are 2-4x faster than its
+// gemm-based NCHW path on most shapes even counting the reorders in and out (measured, see conv.cc), so
+// ConvLayout::kAuto reorders within the call except where NCHW measured faster. bf16 x bf16 runs oneDNN's
+// bf16 kernels (AMX or AVX512-BF16, f32 accumulation) and writes f32 or bf16; f32 and mixed inputs run in
+// f32; f16 is converted to f32 in tracked workspace (oneDNN 2.6 has no f16 kernels here) and back; f64 runs
+// the reference. Primitives and their reorders are created once per geometry, dtypes and flags, and cached.
+#pragma once
+
+#include <string>
+
+#include "demi/kernels/conv_params.h"
+
+namespace demi::kernels::onednn {
+
+// x (N, C, H, W) x_dtype, w (OC, C/groups, KH, KW) w_dtype, bias (OC) bias_dtype or nullptr
+//   -> y (N, OC, OH, OW) y_dtype = act(conv(x, w) + bias)           (p.accumulate is ignored)
+void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y);
+
+// dy (N, OC, OH, OW) y_dtype, w (OC, C/groups, KH, KW) w_dtype -> dx (N, C, H, W) x_dtype
+// (dx += ... with p.accumulate)
+void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, void* dx);
+
+// x (N, C, H, W) x_dtype, dy (N, OC, OH, OW) y_dtype -> dw (OC, C/groups, KH, KW) w_dtype and, unless db is
+// nullptr, db (OC) bias_dtype = sums of dy over N, OH, OW (both += with p.accumulate). f32 dw from bf16 x
+// and dy is AMP's master gradient, written without an extra pass when nothing is accumulated.
+void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db);
+
+// For benchmarks and diagnostics: oneDNN's implementation for a call ("brgconv:avx512_core_amx_bf16",
+// "gemm:jit", ...), or "reference" for f64. Creates (and caches) the primitive if needed.
+enum class ConvDirection { kForward, kBackwardData, kBackwardWeights };
+std::string conv2d_implementation(const Conv2dParams& p, ConvDirection dir, bool with_bias);
+
+}  // namespace demi::kernels::onednn

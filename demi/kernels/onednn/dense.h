@@ -1,0 +1,44 @@
+// The Dense (fully connected) layer's kernels, in MindSpore's and PyTorch's weight layout (out, in):
+// forward, input gradient and weight gradient are matrix products (matmul.h); the bias gradient is a
+// column sum, a memory-bound loop of our own that accumulates in f32.
+//
+//   x (M, K), w (N, K), b (N) -> y (M, N) = act(x w^T + b)
+//   dx (M, K) = dy (M, N) w (N, K)
+//   dw (N, K) = dy^T (N, M) x (M, K)          db (N) = sum over M of dy
+//
+// dtypes per tensor as in Conv2dParams: x/dx in x_dtype, w/dw in w_dtype (f32 dw from bf16 or f16 x and
+// dy writes AMP's master gradient directly), y/dy in y_dtype, b/db in bias_dtype; each f32|bf16|f16
+// (or all f64). Oracles: ref::matmul and ref::bias_grad (../reference/matmul.h).
+#pragma once
+
+#include <cstdint>
+
+#include "demi/core/dtype.h"
+
+namespace demi::kernels::onednn {
+
+struct DenseParams {
+  int64_t m = 0;  // rows (the batch, or every leading dimension flattened)
+  int64_t k = 0;  // in features
+  int64_t n = 0;  // out features
+  DType x_dtype = DType::kF32;
+  DType w_dtype = DType::kF32;
+  DType y_dtype = DType::kF32;
+  DType bias_dtype = DType::kF32;
+  bool relu = false;        // forward: fused ReLU after the bias
+  bool accumulate = false;  // backward: dx += ..., dw += ..., db += ... instead of overwriting
+};
+
+// x (M, K) x_dtype, w (N, K) w_dtype, bias (N) bias_dtype or nullptr -> y (M, N) y_dtype
+void dense_forward(const DenseParams& p, const void* x, const void* w, const void* bias, void* y);
+// dy (M, N) y_dtype, w (N, K) w_dtype -> dx (M, K) x_dtype
+void dense_backward_data(const DenseParams& p, const void* dy, const void* w, void* dx);
+// x (M, K) x_dtype, dy (M, N) y_dtype -> dw (N, K) w_dtype, and db (N) bias_dtype unless db is nullptr
+void dense_backward_weights(const DenseParams& p, const void* x, const void* dy, void* dw, void* db);
+
+// dy (rows, cols) dy_dtype -> db (cols) db_dtype = column sums of dy, accumulated in f32 (f64 for f64);
+// db += the sums with `accumulate`. Parallel over column blocks, each thread streaming every row.
+void bias_grad(const void* dy, DType dy_dtype, int64_t rows, int64_t cols, void* db, DType db_dtype,
+               bool accumulate);
+
+}  // namespace demi::kernels::onednn

@@ -1,0 +1,145 @@
+#include "demi/kernels/onednn/internal/onednn_util.h"
+
+#include "demi/core/convert.h"
+#include "demi/core/error.h"
+
+namespace demi::kernels::onednn::internal {
+
+// Never destroyed: cached primitives refer to the engine and may outlive any static destruction order.
+dnnl::engine& cpu_engine() {
+  static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream(cpu_engine());
+  return stream;
+}
+
+dnnl::memory::data_type to_dnnl(DType t) {
+  switch (t) {
+    case DType::kF32: return dnnl::memory::data_type::f32;
+    case DType::kBF16: return dnnl::memory::data_type::bf16;
+    default: break;
+  }
+  DEMI_ASSERT(false, "no oneDNN primitive runs in ", dtype_name(t), " here");
+  return dnnl::memory::data_type::undef;
+}
+
+DType compute_dtype(DType a, DType b) {
+  return a == DType::kBF16 && b == DType::kBF16 ? DType::kBF16 : DType::kF32;
+}
+
+DType primitive_out_dtype(DType compute, DType want) {
+  return want == DType::kBF16 && compute == DType::kBF16 ? DType::kBF16 : DType::kF32;
+}
+
+dnnl::primitive_attr user_scratchpad_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+dnnl::memory::desc with_dtype(const dnnl::memory::desc& md, dnnl::memory::data_type t) {
+  dnnl::memory::desc out = md;
+  out.data.data_type = static_cast<dnnl_data_type_t>(t);
+  return out;
+}
+
+namespace {
+
+dnnl::memory::data_type plain_dtype(DType user) {
+  return user == DType::kF16 ? dnnl::memory::data_type::f32 : to_dnnl(user);
+}
+
+dnnl::reorder make_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to, bool accumulate,
+                           size_t& scratch_bytes) {
+  dnnl::primitive_attr attr = user_scratchpad_attr();
+  if (accumulate) {
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
+  dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), to, attr);
+  scratch_bytes = pd.scratchpad_desc().get_size();
+  return dnnl::reorder(pd);
+}
+
+}  // namespace
+
+InputPlan plan_input(const dnnl::memory::desc& plain_md, DType user, const dnnl::memory::desc& prim_md) {
+  InputPlan plan;
+  plan.user_md = with_dtype(plain_md, plain_dtype(user));
+  plan.prim_md = prim_md;
+  plan.from_f16 = user == DType::kF16;
+  if (plan.user_md != prim_md) plan.reorder = make_reorder(plan.user_md, prim_md, false, plan.scratch_bytes);
+  return plan;
+}
+
+OutputPlan plan_output(const dnnl::memory::desc& plain_md, DType user, const dnnl::memory::desc& prim_md,
+                       bool accumulate) {
+  OutputPlan plan;
+  plan.plain_md = with_dtype(plain_md, plain_dtype(user));
+  plan.prim_md = prim_md;
+  plan.to_f16 = user == DType::kF16;
+  plan.accumulate = accumulate;
+  if (plan.plain_md != prim_md || accumulate)
+    plan.reorder = make_reorder(prim_md, plan.plain_md, accumulate, plan.scratch_bytes);
+  return plan;
+}
+
+void* CallContext::scratch_buffer(size_t bytes) {
+  buffers_.emplace_back(bytes);
+  return buffers_.back().get();
+}
+
+const float* to_f32(CallContext& ctx, const void* src, DType t, int64_t n) {
+  if (t == DType::kF32) return static_cast<const float*>(src);
+  auto* dst = static_cast<float*>(ctx.scratch_buffer(static_cast<size_t>(n) * sizeof(float)));
+  convert(src, t, dst, DType::kF32, n);
+  return dst;
+}
+
+void CallContext::execute(const dnnl::primitive& prim, std::unordered_map<int, dnnl::memory> args) {
+  if (scratch_.bytes() > 0) {
+    dnnl::memory::desc md({static_cast<dnnl::memory::dim>(scratch_.bytes())}, dnnl::memory::data_type::u8,
+                          dnnl::memory::format_tag::a);
+    args.emplace(DNNL_ARG_SCRATCHPAD, make_memory(md, scratch_.get()));
+  }
+  prim.execute(thread_stream(), args);
+}
+
+const void* CallContext::input(const InputPlan& plan, const void* user, int64_t numel) {
+  const void* cur = user;
+  if (plan.from_f16) cur = to_f32(*this, user, DType::kF16, numel);
+  if (plan.reorder) {
+    void* dst = scratch_buffer(plan.prim_md.get_size());
+    execute(*plan.reorder,
+            {{DNNL_ARG_FROM, make_memory(plan.user_md, cur)}, {DNNL_ARG_TO, make_memory(plan.prim_md, dst)}});
+    cur = dst;
+  }
+  return cur;
+}
+
+void* CallContext::output(const OutputPlan& plan, void* user, int64_t /*numel*/) {
+  return plan.direct() ? user : scratch_buffer(plan.prim_md.get_size());
+}
+
+void CallContext::finish_output(const OutputPlan& plan, void* prim_dst, void* user, int64_t numel) {
+  if (plan.direct()) return;
+  if (!plan.to_f16) {
+    execute(*plan.reorder, {{DNNL_ARG_FROM, make_memory(plan.prim_md, prim_dst)},
+                            {DNNL_ARG_TO, make_memory(plan.plain_md, user)}});
+    return;
+  }
+  float* f32 = static_cast<float*>(prim_dst);
+  if (plan.reorder) {
+    f32 = static_cast<float*>(scratch_buffer(static_cast<size_t>(numel) * sizeof(float)));
+    if (plan.accumulate) convert(user, DType::kF16, f32, DType::kF32, numel);
+    execute(*plan.reorder, {{DNNL_ARG_FROM, make_memory(plan.prim_md, prim_dst)},
+                            {DNNL_ARG_TO, make_memory(plan.plain_md, f32)}});
+  }
+  convert(f32, DType::kF32, user, DType::kF16, numel);
+}
+
+}  // namespace demi::kernels::onednn::internal

@@ -1,0 +1,148 @@
+#include "demi/kernels/onednn/matmul.h"
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "demi/core/convert.h"
+#include "demi/core/error.h"
+#include "demi/kernels/onednn/internal/onednn_util.h"
+#include "demi/kernels/onednn/primitive_cache.h"
+#include "demi/kernels/reference/matmul.h"
+
+namespace demi::kernels::onednn {
+namespace {
+
+using dnnl::memory;
+using internal::CallContext;
+
+struct MatmulEntry {
+  dnnl::matmul prim;
+  memory::desc a_md, b_md, c_md, bias_md;
+  size_t scratch_bytes = 0;
+  std::string impl;
+};
+
+// Batch 1 runs as a 2-D product (oneDNN's most tuned path); otherwise 3-D with a leading batch dim.
+memory::desc plain_md(const MatmulParams& p, int64_t rows, int64_t cols, bool transposed, DType t) {
+  memory::dims dims, strides;
+  if (p.batch == 1) {
+    dims = {rows, cols};
+    strides = transposed ? memory::dims{1, rows} : memory::dims{cols, 1};
+  } else {
+    dims = {p.batch, rows, cols};
+    strides = transposed ? memory::dims{rows * cols, 1, rows} : memory::dims{rows * cols, cols, 1};
+  }
+  return memory::desc(dims, internal::to_dnnl(t), strides);
+}
+
+MatmulEntry make_entry(const MatmulParams& p) {
+  MatmulEntry e;
+  e.a_md = plain_md(p, p.m, p.k, p.trans_a, p.a_dtype);
+  e.b_md = plain_md(p, p.k, p.n, p.trans_b, p.b_dtype);
+  e.c_md = plain_md(p, p.m, p.n, false, p.c_dtype);
+  if (p.bias) {
+    memory::dims dims = p.batch == 1 ? memory::dims{1, p.n} : memory::dims{1, 1, p.n};
+    e.bias_md = memory::desc(dims, internal::to_dnnl(p.bias_dtype),
+                             p.batch == 1 ? memory::format_tag::ab : memory::format_tag::abc);
+  }
+  dnnl::primitive_attr attr = internal::user_scratchpad_attr();
+  dnnl::post_ops ops;
+  if (p.accumulate) ops.append_sum(1.0f);
+  if (p.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  attr.set_post_ops(ops);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a_md, e.b_md, e.bias_md, e.c_md), attr,
+                                  internal::cpu_engine());
+  e.scratch_bytes = pd.scratchpad_desc().get_size();
+  e.impl = pd.impl_info_str();
+  e.prim = dnnl::matmul(pd);
+  return e;
+}
+
+// q's dtypes are what the primitive sees: a and b equal (f32 or bf16), bias f32 or bf16 (from bf16 only),
+// c f32 or bf16 (from bf16 only).
+std::shared_ptr<const MatmulEntry> entry_for(const MatmulParams& q) {
+  static auto& cache = *new internal::PrimitiveCache<16, MatmulEntry>;  // never destroyed, as the engine
+  internal::PrimitiveKey<16> key{{q.batch, q.m, q.n, q.k, q.trans_a, q.trans_b,
+                                  static_cast<int64_t>(q.a_dtype), static_cast<int64_t>(q.b_dtype),
+                                  static_cast<int64_t>(q.c_dtype), q.accumulate, q.bias != nullptr,
+                                  q.bias ? static_cast<int64_t>(q.bias_dtype) : -1, q.relu}};
+  return cache.get(key, [&] { return make_entry(q); });
+}
+
+// The product as the primitive runs it: operand, bias and output dtypes after conversion (pointers unset).
+MatmulParams primitive_params(const MatmulParams& p) {
+  MatmulParams q = p;
+  auto f16_to_f32 = [](DType t) { return t == DType::kF16 ? DType::kF32 : t; };
+  const DType compute = internal::compute_dtype(f16_to_f32(p.a_dtype), f16_to_f32(p.b_dtype));
+  q.a_dtype = q.b_dtype = compute;
+  if (!(p.bias_dtype == DType::kF32 || (p.bias_dtype == DType::kBF16 && compute == DType::kBF16)))
+    q.bias_dtype = DType::kF32;
+  q.c_dtype = internal::primitive_out_dtype(compute, p.c_dtype);
+  return q;
+}
+
+// Runs one product whose operands are f32 or bf16 (equal, or both converted to f32 by the caller) and
+// whose output is any of f32|bf16|f16: oneDNN writes f32 or (from bf16) bf16 straight into c, with a sum
+// post-op to accumulate; any other output goes through an f32 workspace (pre-filled from c to accumulate).
+void matmul_f32_bf16(const MatmulParams& p, const void* a, const void* b, void* c) {
+  const int64_t a_numel = p.batch * p.m * p.k, b_numel = p.batch * p.k * p.n, c_numel = p.batch * p.m * p.n;
+  const MatmulParams q = primitive_params(p);
+  auto entry = entry_for(q);
+  CallContext ctx(entry->scratch_bytes);
+  // Mixed operands (f32 with bf16) meet in f32.
+  if (p.a_dtype != q.a_dtype) a = internal::to_f32(ctx, a, p.a_dtype, a_numel);
+  if (p.b_dtype != q.b_dtype) b = internal::to_f32(ctx, b, p.b_dtype, b_numel);
+  const void* bias =
+      p.bias && p.bias_dtype != q.bias_dtype ? internal::to_f32(ctx, p.bias, p.bias_dtype, p.n) : p.bias;
+  void* out = c;
+  if (q.c_dtype != p.c_dtype) {
+    out = ctx.scratch_buffer(static_cast<size_t>(c_numel) * sizeof(float));
+    if (p.accumulate) convert(c, p.c_dtype, out, DType::kF32, c_numel);
+  }
+
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, internal::make_memory(entry->a_md, a)},
+                                       {DNNL_ARG_WEIGHTS, internal::make_memory(entry->b_md, b)},
+                                       {DNNL_ARG_DST, internal::make_memory(entry->c_md, out)}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, internal::make_memory(entry->bias_md, bias));
+  ctx.execute(entry->prim, std::move(args));
+  if (out != c) convert(out, DType::kF32, c, p.c_dtype, c_numel);
+}
+
+// The f16 path: oneDNN 2.6 has no f16 kernels here, so f16 operands are converted to f32 in tracked
+// workspace (F16C-fast, parallel) and the f32 product runs; an f16 output is converted back by
+// matmul_f32_bf16. A kernel that converts while packing panels would replace exactly this function.
+void matmul_f16(const MatmulParams& p, const void* a, const void* b, void* c) {
+  CallContext ctx(0);
+  MatmulParams q = p;
+  if (q.a_dtype == DType::kF16) {
+    a = internal::to_f32(ctx, a, DType::kF16, p.batch * p.m * p.k);
+    q.a_dtype = DType::kF32;
+  }
+  if (q.b_dtype == DType::kF16) {
+    b = internal::to_f32(ctx, b, DType::kF16, p.batch * p.k * p.n);
+    q.b_dtype = DType::kF32;
+  }
+  matmul_f32_bf16(q, a, b, c);
+}
+
+}  // namespace
+
+void matmul(const MatmulParams& p, const void* a, const void* b, void* c) {
+  check_matmul_params(p, "matmul");
+  try {
+    if (p.c_dtype == DType::kF64) return ref::matmul(p, a, b, c);
+    if (p.a_dtype == DType::kF16 || p.b_dtype == DType::kF16) return matmul_f16(p, a, b, c);
+    matmul_f32_bf16(p, a, b, c);
+  } catch (const dnnl::error& e) {
+    DEMI_ASSERT(false, "oneDNN failed in matmul ", describe(p), ": ", e.what());
+  }
+}
+
+std::string matmul_implementation(const MatmulParams& p) {
+  check_matmul_params(p, "matmul");
+  if (p.c_dtype == DType::kF64) return "reference";
+  return entry_for(primitive_params(p))->impl;
+}
+
+}  // namespace demi::kernels::onednn

@@ -1,0 +1,28 @@
+// Matrix products through oneDNN's matmul primitive: the general (batched, transposed, mixed-dtype,
+// accumulating, bias + ReLU fused) product that Dense (dense.h), batched attention products and the ops
+// layer build on. The semantics, shapes and dtypes are MatmulParams' (../matmul_params.h); the oracle is
+// ref::matmul (../reference/matmul.h).
+//
+// How each dtype runs here: bf16 x bf16 in oneDNN's bf16 kernels (AMX or AVX512-BF16, f32 accumulation),
+// writing f32 or bf16 directly; f32 and mixed operands in f32; f16 operands are converted to f32 in
+// tracked workspace (oneDNN 2.6 has no f16 kernels on these CPUs), computed in f32 and, for an f16 output,
+// converted back — one seam (matmul_f16 in matmul.cc) that a convert-while-packing kernel can replace;
+// f64 runs the reference kernel (gradient checks). Primitives are created once per shape, dtypes and flags
+// and cached (primitive_cache.h).
+#pragma once
+
+#include <string>
+
+#include "demi/kernels/matmul_params.h"
+
+namespace demi::kernels::onednn {
+
+// a (batch, M, K) | a^T (batch, K, M), b (batch, K, N) | b^T (batch, N, K), bias (N) -> c (batch, M, N);
+// f32|bf16|f16 (or all f64) in any combination, c = act(op(a) op(b) + bias [+ c]).
+void matmul(const MatmulParams& p, const void* a, const void* b, void* c);
+
+// For benchmarks and diagnostics: oneDNN's implementation for a product ("brg:avx512_core_amx_bf16", ...),
+// or "reference" for f64. Creates (and caches) the primitive if needed.
+std::string matmul_implementation(const MatmulParams& p);
+
+}  // namespace demi::kernels::onednn

@@ -1,0 +1,150 @@
+#include "demi/nn/cell.h"
+
+#include "demi/autograd/autograd.h"
+#include "demi/ops/dispatch.h"
+
+namespace demi::nn {
+namespace {
+
+// Errors raised inside a cell get the innermost cell's path prepended once; outer cells leave it.
+class CellError : public Error {
+ public:
+  explicit CellError(const std::string& what) : Error(what) {}
+};
+
+}  // namespace
+
+Cell::Cell(std::string type_name) : type_name_(std::move(type_name)) { autograd::install(); }
+
+Tensor Cell::operator()(const Tensor& x) {
+  std::optional<ops::PrecisionScope> policy;
+  if (policy_) policy.emplace(policy_.get());
+  ops::DTypePinScope pin(pinned_);
+  try {
+    Tensor y = construct(x);
+    if (policy_ && y.defined() && is_low_precision(y.dtype())) y = ops::cast(y, DType::kF32);
+    return y;
+  } catch (const CellError&) {
+    throw;
+  } catch (const InternalError&) {
+    throw;
+  } catch (const Error& e) {
+    throw CellError(str_cat("in ", describe(), ": ", e.what()));
+  }
+}
+
+std::string Cell::path() const {
+  if (parent_ == nullptr) return "";
+  std::string p = parent_->path();
+  return p.empty() ? name_ : p + "." + name_;
+}
+
+std::string Cell::describe() const {
+  if (parent_ == nullptr) return type_name_;
+  const Cell* root = this;
+  while (root->parent_ != nullptr) root = root->parent_;
+  return str_cat(root->type_name_, " layer '", path(), "' (", type_name_, ")");
+}
+
+Tensor Cell::register_parameter(const std::string& name, Tensor value, bool requires_grad) {
+  DEMI_CHECK(value.defined(), type_name_, ": parameter '", name, "' is undefined");
+  Tensor p = value;
+  if (value.category() != MemCategory::kParameter) {
+    p = empty(value.shape(), value.dtype(), MemCategory::kParameter);
+    p.copy_(value);
+  }
+  p.set_requires_grad(requires_grad);
+  p.set_name(name);
+  params_.emplace_back(name, p);
+  return p;
+}
+
+Tensor Cell::register_buffer(const std::string& name, Tensor value) {
+  Tensor b = value;
+  if (value.category() != MemCategory::kParameter) {
+    b = empty(value.shape(), value.dtype(), MemCategory::kParameter);
+    b.copy_(value);
+  }
+  b.set_name(name);
+  buffers_.emplace_back(name, b);
+  return b;
+}
+
+void Cell::add_cell(const std::string& name, std::shared_ptr<Cell> cell) {
+  DEMI_CHECK(cell != nullptr, type_name_, ": sub-cell '", name, "' is null");
+  DEMI_CHECK(cell->parent_ == nullptr, type_name_, ": cell '", name, "' (", cell->type_name_,
+             ") already belongs to another cell");
+  cell->parent_ = this;
+  cell->name_ = name;
+  cells_.emplace_back(name, std::move(cell));
+}
+
+void Cell::collect_parameters(const std::string& prefix,
+                              std::vector<std::pair<std::string, Tensor>>& out) const {
+  for (const auto& [n, p] : params_) out.emplace_back(prefix + n, p);
+  for (const auto& [n, c] : cells_) c->collect_parameters(prefix + n + ".", out);
+}
+
+void Cell::collect_buffers(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const {
+  for (const auto& [n, b] : buffers_) out.emplace_back(prefix + n, b);
+  for (const auto& [n, c] : cells_) c->collect_buffers(prefix + n + ".", out);
+}
+
+void Cell::collect_cells(const std::string& prefix, std::vector<std::pair<std::string, Cell*>>& out) {
+  out.emplace_back(prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1), this);
+  for (const auto& [n, c] : cells_) c->collect_cells(prefix + n + ".", out);
+}
+
+std::vector<std::pair<std::string, Tensor>> Cell::parameters_and_names() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect_parameters("", out);
+  return out;
+}
+
+std::vector<Tensor> Cell::trainable_params() const {
+  std::vector<Tensor> out;
+  for (auto& [n, p] : parameters_and_names())
+    if (p.requires_grad()) out.push_back(p);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Cell::buffers_and_names() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect_buffers("", out);
+  return out;
+}
+
+std::vector<std::pair<std::string, Cell*>> Cell::cells_and_names() {
+  std::vector<std::pair<std::string, Cell*>> out;
+  collect_cells("", out);
+  return out;
+}
+
+void Cell::set_train(bool mode) {
+  training_ = mode;
+  for (auto& [n, c] : cells_) c->set_train(mode);
+}
+
+Cell& Cell::to_float(std::optional<DType> dtype) {
+  if (dtype) DEMI_CHECK(is_floating(*dtype), type_name_, ".to_float: expected a floating dtype, got ", *dtype);
+  pinned_ = dtype;
+  return *this;
+}
+
+int64_t Cell::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& [name, p] : parameters_and_names()) n += p.numel();
+  return n;
+}
+
+Tensor LossCell::operator()(const Tensor& logits, const Tensor& labels) {
+  try {
+    return construct(logits, labels);
+  } catch (const InternalError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(str_cat("in loss ", type_name_, ": ", e.what()));
+  }
+}
+
+}  // namespace demi::nn

@@ -1,0 +1,112 @@
+// Cell: the building block of networks, in MindSpore's vocabulary. A cell owns named parameters
+// (trainable FP32 master weights), buffers (running statistics) and sub-cells; construct() says what it
+// computes. Calling a cell runs construct() with the cell's path attached to any error raised inside it
+// ("in net 'fc' (Dense): ...") and with its pinned dtype (to_float) in force.
+//
+//   class SimpleCNN : public nn::Cell {
+//    public:
+//     SimpleCNN() : Cell("SimpleCNN") {
+//       conv1 = register_cell("conv1", std::make_shared<nn::Conv2d>(3, 32, 3, nn::Conv2dOptions{...}));
+//       ...
+//     }
+//     Tensor construct(const Tensor& x) override { return fc->call(flatten->call(...)); }
+//   };
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "demi/core/tensor.h"
+#include "demi/ops/dispatch.h"
+
+namespace demi::nn {
+
+class Cell {
+ public:
+  explicit Cell(std::string type_name);
+  virtual ~Cell() = default;
+  Cell(const Cell&) = delete;
+  Cell& operator=(const Cell&) = delete;
+
+  // Runs construct(x) with this cell's path in errors and its pinned dtype in force.
+  Tensor operator()(const Tensor& x);
+  Tensor call(const Tensor& x) { return (*this)(x); }
+  virtual Tensor construct(const Tensor& x) = 0;
+
+  // Named parameters of this cell and all sub-cells, with dotted paths ("features.0.weight").
+  std::vector<std::pair<std::string, Tensor>> parameters_and_names() const;
+  // The parameters that require grad (what an optimizer updates).
+  std::vector<Tensor> trainable_params() const;
+  // Buffers (e.g. BatchNorm's moving mean and variance), with dotted paths.
+  std::vector<std::pair<std::string, Tensor>> buffers_and_names() const;
+  // Every cell below this one (this one first, with path ""), with dotted paths.
+  std::vector<std::pair<std::string, Cell*>> cells_and_names();
+
+  void set_train(bool mode = true);
+  bool training() const { return training_; }
+
+  // Pins this cell (and its sub-cells) to compute in `dtype`, whatever the AMP level (MindSpore's
+  // to_float). std::nullopt removes the pin.
+  Cell& to_float(std::optional<DType> dtype);
+  std::optional<DType> pinned_dtype() const { return pinned_; }
+
+  // The mixed-precision policy in force while this cell runs (demi/amp attaches one for a level); a
+  // cell with a policy casts its floating output back to FP32, as MindSpore's O2 network output is.
+  void set_precision_policy(std::shared_ptr<const ops::PrecisionPolicy> policy) { policy_ = std::move(policy); }
+  const ops::PrecisionPolicy* precision_policy() const { return policy_.get(); }
+
+  const std::string& type_name() const { return type_name_; }
+  // Dotted path from the root cell ("" for the root).
+  std::string path() const;
+  // "'fc' (Dense)" or "SimpleCNN" for the root: how errors name this cell.
+  std::string describe() const;
+  Cell* parent() const { return parent_; }
+
+  int64_t num_parameters() const;  // total elements of all parameters
+
+ protected:
+  // Registers a parameter: tagged MemCategory::kParameter, requires grad, named with its path.
+  Tensor register_parameter(const std::string& name, Tensor value, bool requires_grad = true);
+  Tensor register_buffer(const std::string& name, Tensor value);
+  template <typename C>
+  std::shared_ptr<C> register_cell(const std::string& name, std::shared_ptr<C> cell) {
+    add_cell(name, cell);
+    return cell;
+  }
+  void add_cell(const std::string& name, std::shared_ptr<Cell> cell);
+
+ private:
+  void collect_parameters(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
+  void collect_buffers(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
+  void collect_cells(const std::string& prefix, std::vector<std::pair<std::string, Cell*>>& out);
+
+  std::string type_name_;
+  std::string name_;  // name within the parent
+  Cell* parent_ = nullptr;
+  bool training_ = true;
+  std::optional<DType> pinned_;
+  std::shared_ptr<const ops::PrecisionPolicy> policy_;
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Cell>>> cells_;
+};
+
+using CellPtr = std::shared_ptr<Cell>;
+
+// A loss: construct(logits, labels) -> an FP32 scalar (or per-sample losses with reduction "none").
+class LossCell {
+ public:
+  explicit LossCell(std::string type_name) : type_name_(std::move(type_name)) {}
+  virtual ~LossCell() = default;
+  Tensor operator()(const Tensor& logits, const Tensor& labels);
+  virtual Tensor construct(const Tensor& logits, const Tensor& labels) = 0;
+  const std::string& type_name() const { return type_name_; }
+
+ private:
+  std::string type_name_;
+};
+
+}  // namespace demi::nn

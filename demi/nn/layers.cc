@@ -1,0 +1,186 @@
+#include "demi/nn/layers.h"
+
+#include <cmath>
+
+namespace demi::nn {
+namespace {
+
+Initializer default_bias_init(int64_t fan) {
+  return Initializer::Uniform(1.0 / std::sqrt(static_cast<double>(fan)));
+}
+
+ops::Pool2dOptions pool_options(const char* layer, int64_t kernel, int64_t stride, const std::string& pad_mode) {
+  DEMI_CHECK(kernel >= 1 && stride >= 1, layer, ": kernel_size and stride must be >= 1, got kernel_size=",
+             kernel, " stride=", stride);
+  ops::Pool2dOptions o;
+  o.kernel = {kernel, kernel};
+  o.stride = {stride, stride};
+  o.pad_mode = ops::parse_pad_mode(pad_mode);
+  DEMI_CHECK(o.pad_mode != ops::PadMode::kPad, layer, ": pad_mode must be \"valid\" or \"same\", got \"",
+             pad_mode, "\"");
+  return o;
+}
+
+}  // namespace
+
+// ---- Dense ----
+Dense::Dense(int64_t in, int64_t out, const DenseOptions& options)
+    : Cell("Dense"), in_channels(in), out_channels(out), relu_(false) {
+  DEMI_CHECK(in >= 1 && out >= 1, "Dense: in_channels and out_channels must be >= 1, got ", in, " and ", out);
+  DEMI_CHECK(options.activation.empty() || options.activation == "relu",
+             "Dense: activation must be \"\" or \"relu\", got \"", options.activation, "\"");
+  relu_ = options.activation == "relu";
+  Generator& gen = default_generator();
+  weight = register_parameter(
+      "weight", initialize({out, in}, options.weight_init.value_or(Initializer::HeUniform(std::sqrt(5.0))), gen));
+  if (options.has_bias)
+    bias = register_parameter("bias", initialize({out}, options.bias_init.value_or(default_bias_init(in)), gen));
+}
+
+Tensor Dense::construct(const Tensor& x) {
+  DEMI_CHECK(x.rank() >= 1 && x.dim(-1) == in_channels, "expected input of shape (*, ", in_channels,
+             ") (in_channels=", in_channels, "), got ", x.describe(),
+             x.rank() >= 2 ? str_cat("; the previous layer produces ", x.numel() / x.dim(0),
+                                     " features per sample — set in_channels to that, or fix the layer "
+                                     "before (e.g. a Conv2d's pad_mode, whose MindSpore default is \"same\")")
+                           : std::string());
+  if (x.rank() == 2) return ops::dense(x, weight, bias, relu_);
+  // (*, in) -> flatten the leading dimensions, then restore them.
+  Shape out_shape = x.shape();
+  out_shape[-1] = out_channels;
+  Tensor y = ops::dense(ops::reshape(x, {-1, in_channels}), weight, bias, relu_);
+  return ops::reshape(y, out_shape);
+}
+
+// ---- Conv2d ----
+Conv2dOptions Conv2dOptions::Make(int64_t stride, const std::string& pad_mode, int64_t padding, bool has_bias) {
+  Conv2dOptions o;
+  o.stride = {stride, stride};
+  o.pad_mode = pad_mode;
+  o.padding = {padding, padding, padding, padding};
+  o.has_bias = has_bias;
+  return o;
+}
+
+Conv2d::Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> kernel, const Conv2dOptions& options)
+    : Cell("Conv2d"), in_channels(in), out_channels(out), kernel_size(kernel) {
+  DEMI_CHECK(in >= 1 && out >= 1, "Conv2d: in_channels and out_channels must be >= 1, got ", in, " and ", out);
+  DEMI_CHECK(kernel[0] >= 1 && kernel[1] >= 1, "Conv2d: kernel_size must be >= 1, got (", kernel[0], ", ",
+             kernel[1], ")");
+  DEMI_CHECK(options.group >= 1 && in % options.group == 0 && out % options.group == 0,
+             "Conv2d: in_channels (", in, ") and out_channels (", out, ") must be divisible by group (",
+             options.group, ")");
+  op_options.stride = options.stride;
+  op_options.pad_mode = ops::parse_pad_mode(options.pad_mode);
+  op_options.padding = options.padding;
+  op_options.dilation = options.dilation;
+  op_options.groups = options.group;
+  bool any_padding = options.padding[0] || options.padding[1] || options.padding[2] || options.padding[3];
+  DEMI_CHECK(op_options.pad_mode == ops::PadMode::kPad || !any_padding,
+             "Conv2d: padding is only allowed with pad_mode=\"pad\" (as in MindSpore), got pad_mode=\"",
+             options.pad_mode, "\" with padding (", options.padding[0], ", ", options.padding[1], ", ",
+             options.padding[2], ", ", options.padding[3], ")");
+  Shape wshape{out, in / options.group, kernel[0], kernel[1]};
+  Generator& gen = default_generator();
+  weight = register_parameter(
+      "weight", initialize(wshape, options.weight_init.value_or(Initializer::HeUniform(std::sqrt(5.0))), gen));
+  if (options.has_bias)
+    bias = register_parameter("bias",
+                              initialize({out}, options.bias_init.value_or(default_bias_init(fan_in(wshape))), gen));
+}
+
+Shape Conv2d::output_shape(const Shape& input) const {
+  DEMI_CHECK(input.rank() == 4 && input[1] == in_channels, "Conv2d: expected an input (N, ", in_channels,
+             ", H, W), got ", input);
+  kernels::Conv2dPadding p = kernels::resolve_conv2d_padding(
+      op_options.pad_mode, input[2], input[3], kernel_size[0], kernel_size[1], op_options.stride[0],
+      op_options.stride[1], op_options.dilation[0], op_options.dilation[1], op_options.padding[0],
+      op_options.padding[1], op_options.padding[2], op_options.padding[3]);
+  return {input[0], out_channels, p.out_h, p.out_w};
+}
+
+Tensor Conv2d::construct(const Tensor& x) {
+  DEMI_CHECK(x.rank() == 4, "expected a 4-D input (N, C, H, W) with C=", in_channels, ", got ", x.describe());
+  DEMI_CHECK(x.dim(1) == in_channels, "expected ", in_channels, " input channels (N, ", in_channels,
+             ", H, W), got ", x.describe());
+  return ops::conv2d(x, weight, bias, op_options);
+}
+
+// ---- pooling ----
+MaxPool2d::MaxPool2d(int64_t kernel, int64_t stride, const std::string& pad_mode)
+    : Cell("MaxPool2d"), options(pool_options("MaxPool2d", kernel, stride, pad_mode)) {}
+
+Tensor MaxPool2d::construct(const Tensor& x) {
+  DEMI_CHECK(x.rank() == 4, "expected a 4-D input (N, C, H, W), got ", x.describe());
+  return ops::max_pool2d(x, options);
+}
+
+AvgPool2d::AvgPool2d(int64_t kernel, int64_t stride, const std::string& pad_mode)
+    : Cell("AvgPool2d"), options(pool_options("AvgPool2d", kernel, stride, pad_mode)) {}
+
+Tensor AvgPool2d::construct(const Tensor& x) {
+  DEMI_CHECK(x.rank() == 4, "expected a 4-D input (N, C, H, W), got ", x.describe());
+  return ops::avg_pool2d(x, options);
+}
+
+// ---- BatchNorm ----
+BatchNorm::BatchNorm(const char* type_name, int rank, int64_t features, const BatchNormOptions& options)
+    : Cell(type_name), num_features(features), rank_(rank), options_(options) {
+  DEMI_CHECK(features >= 1, type_name, ": num_features must be >= 1, got ", features);
+  DEMI_CHECK(options.momentum >= 0 && options.momentum <= 1, type_name, ": momentum must be in [0, 1], got ",
+             options.momentum);
+  gamma = register_parameter("gamma", ones({features}), options.affine);
+  beta = register_parameter("beta", zeros({features}), options.affine);
+  moving_mean = register_buffer("moving_mean", zeros({features}));
+  moving_variance = register_buffer("moving_variance", ones({features}));
+}
+
+Tensor BatchNorm::construct(const Tensor& x) {
+  DEMI_CHECK(x.rank() == rank_ && x.dim(1) == num_features, "expected input (N, ", num_features,
+             rank_ == 4 ? ", H, W)" : ")", ", got ", x.describe());
+  ops::BatchNormOptions o;
+  o.training = training();
+  o.momentum = options_.momentum;
+  o.eps = options_.eps;
+  return ops::batch_norm(x, gamma, beta, moving_mean, moving_variance, o);
+}
+
+// ---- Dropout ----
+Dropout::Dropout(double keep_prob) : Cell("Dropout"), keep_prob_(keep_prob), gen_(default_generator().next_u64()) {
+  DEMI_CHECK(keep_prob > 0 && keep_prob <= 1, "Dropout: keep_prob must be in (0, 1], got ", keep_prob);
+}
+
+Tensor Dropout::construct(const Tensor& x) { return ops::dropout(x, keep_prob_, gen_, training()); }
+
+// ---- SequentialCell ----
+SequentialCell::SequentialCell(std::vector<CellPtr> cells) : Cell("SequentialCell") {
+  for (auto& c : cells) append(std::move(c));
+}
+
+SequentialCell& SequentialCell::append(CellPtr cell) {
+  add_cell(std::to_string(cells_.size()), cell);
+  cells_.push_back(std::move(cell));
+  return *this;
+}
+
+Tensor SequentialCell::construct(const Tensor& x) {
+  Tensor y = x;
+  for (auto& c : cells_) y = (*c)(y);
+  return y;
+}
+
+// ---- losses ----
+SoftmaxCrossEntropyWithLogits::SoftmaxCrossEntropyWithLogits(bool sparse, const std::string& reduction)
+    : LossCell("SoftmaxCrossEntropyWithLogits"), sparse_(sparse), reduction_(ops::parse_reduction(reduction)) {}
+
+Tensor SoftmaxCrossEntropyWithLogits::construct(const Tensor& logits, const Tensor& labels) {
+  return ops::softmax_cross_entropy(logits, labels, sparse_, reduction_);
+}
+
+MSELoss::MSELoss(const std::string& reduction) : LossCell("MSELoss"), reduction_(ops::parse_reduction(reduction)) {}
+
+Tensor MSELoss::construct(const Tensor& logits, const Tensor& labels) {
+  return ops::mse_loss(logits, labels, reduction_);
+}
+
+}  // namespace demi::nn

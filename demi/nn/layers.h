@@ -1,0 +1,204 @@
+// The layers, with MindSpore's names and defaults (documented per layer: the seed's code must mean in
+// demi what it means in MindSpore). Weight initializers follow MindSpore >= 2.1, which matches PyTorch:
+// HeUniform(sqrt(5)) weights and U(±1/sqrt(fan_in)) biases (MindSpore 2.0 drew Normal(0.01) weights).
+#pragma once
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "demi/core/rng.h"
+#include "demi/nn/cell.h"
+#include "demi/nn/init.h"
+#include "demi/ops/ops.h"
+
+namespace demi::nn {
+
+struct DenseOptions {
+  bool has_bias = true;                         // MindSpore: has_bias=True
+  std::optional<Initializer> weight_init;       // default HeUniform(sqrt(5))
+  std::optional<Initializer> bias_init;         // default U(±1/sqrt(in_channels))
+  std::string activation;                       // "" (none) or "relu" (fused into the product)
+};
+
+// x (*, in_channels) -> (*, out_channels); weight (out_channels, in_channels), bias (out_channels).
+class Dense : public Cell {
+ public:
+  Dense(int64_t in, int64_t out, const DenseOptions& options = {});
+  Tensor construct(const Tensor& x) override;
+  Tensor weight, bias;
+  int64_t in_channels, out_channels;
+
+ private:
+  bool relu_;
+};
+
+struct Conv2dOptions {
+  std::array<int64_t, 2> stride{1, 1};             // MindSpore: stride=1
+  std::string pad_mode = "same";                   // MindSpore: pad_mode="same" (NOT PyTorch's no padding)
+  std::array<int64_t, 4> padding{0, 0, 0, 0};      // top, bottom, left, right; only with pad_mode "pad"
+  std::array<int64_t, 2> dilation{1, 1};
+  int64_t group = 1;
+  bool has_bias = false;                           // MindSpore: has_bias=False (PyTorch: bias=True)
+  std::optional<Initializer> weight_init;          // default HeUniform(sqrt(5))
+  std::optional<Initializer> bias_init;            // default U(±1/sqrt(fan_in))
+
+  // Conveniences matching MindSpore's scalar arguments.
+  static Conv2dOptions Make(int64_t stride, const std::string& pad_mode, int64_t padding = 0,
+                            bool has_bias = false);
+};
+
+// x (N, in_channels, H, W) -> (N, out_channels, OH, OW); weight (out, in/group, kh, kw).
+class Conv2d : public Cell {
+ public:
+  Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> kernel, const Conv2dOptions& options = {});
+  Conv2d(int64_t in, int64_t out, int64_t kernel, const Conv2dOptions& options = {})
+      : Conv2d(in, out, std::array<int64_t, 2>{kernel, kernel}, options) {}
+  Tensor construct(const Tensor& x) override;
+  // The output shape for an input shape, or a demi::Error naming both (used for early diagnosis).
+  Shape output_shape(const Shape& input) const;
+  Tensor weight, bias;
+  int64_t in_channels, out_channels;
+  std::array<int64_t, 2> kernel_size;
+  ops::Conv2dOptions op_options;
+};
+
+// MindSpore: MaxPool2d(kernel_size=1, stride=1, pad_mode="valid").
+class MaxPool2d : public Cell {
+ public:
+  explicit MaxPool2d(int64_t kernel_size = 1, int64_t stride = 1, const std::string& pad_mode = "valid");
+  Tensor construct(const Tensor& x) override;
+  ops::Pool2dOptions options;
+};
+
+class AvgPool2d : public Cell {
+ public:
+  explicit AvgPool2d(int64_t kernel_size = 1, int64_t stride = 1, const std::string& pad_mode = "valid");
+  Tensor construct(const Tensor& x) override;
+  ops::Pool2dOptions options;
+};
+
+class ReLU : public Cell {
+ public:
+  ReLU() : Cell("ReLU") {}
+  Tensor construct(const Tensor& x) override { return ops::relu(x); }
+};
+class Sigmoid : public Cell {
+ public:
+  Sigmoid() : Cell("Sigmoid") {}
+  Tensor construct(const Tensor& x) override { return ops::sigmoid(x); }
+};
+class Tanh : public Cell {
+ public:
+  Tanh() : Cell("Tanh") {}
+  Tensor construct(const Tensor& x) override { return ops::tanh(x); }
+};
+// MindSpore: GELU(approximate=True) — the tanh approximation by default.
+class GELU : public Cell {
+ public:
+  explicit GELU(bool approximate = true) : Cell("GELU"), approximate_(approximate) {}
+  Tensor construct(const Tensor& x) override { return ops::gelu(x, approximate_); }
+
+ private:
+  bool approximate_;
+};
+class SiLU : public Cell {
+ public:
+  SiLU() : Cell("SiLU") {}
+  Tensor construct(const Tensor& x) override { return ops::silu(x); }
+};
+
+// (N, d1, d2, ...) -> (N, d1*d2*...). MindSpore's Flatten keeps the first dimension.
+class Flatten : public Cell {
+ public:
+  explicit Flatten(int start_dim = 1) : Cell("Flatten"), start_dim_(start_dim) {}
+  Tensor construct(const Tensor& x) override { return ops::flatten(x, start_dim_); }
+
+ private:
+  int start_dim_;
+};
+
+// MindSpore: BatchNorm2d(num_features, eps=1e-5, momentum=0.9, affine=True); gamma ones, beta zeros,
+// moving mean zeros, moving variance ones. running = momentum * running + (1 - momentum) * batch.
+struct BatchNormOptions {
+  double eps = 1e-5;
+  double momentum = 0.9;
+  bool affine = true;
+};
+class BatchNorm : public Cell {
+ public:
+  BatchNorm(const char* type_name, int rank, int64_t features, const BatchNormOptions& options);
+  Tensor construct(const Tensor& x) override;
+  Tensor gamma, beta, moving_mean, moving_variance;
+  int64_t num_features;
+
+ private:
+  int rank_;
+  BatchNormOptions options_;
+};
+// x (N, C)
+class BatchNorm1d : public BatchNorm {
+ public:
+  explicit BatchNorm1d(int64_t features, const BatchNormOptions& options = {})
+      : BatchNorm("BatchNorm1d", 2, features, options) {}
+};
+// x (N, C, H, W)
+class BatchNorm2d : public BatchNorm {
+ public:
+  explicit BatchNorm2d(int64_t features, const BatchNormOptions& options = {})
+      : BatchNorm("BatchNorm2d", 4, features, options) {}
+};
+
+// MindSpore 2.x: Dropout(keep_prob=0.5); identity in eval mode. The mask comes from the cell's own
+// counter-based generator (seeded from the default generator when built), so runs are reproducible.
+class Dropout : public Cell {
+ public:
+  explicit Dropout(double keep_prob = 0.5);
+  Tensor construct(const Tensor& x) override;
+  Generator& generator() { return gen_; }
+
+ private:
+  double keep_prob_;
+  Generator gen_;
+};
+
+// Runs its cells in order; their names are "0", "1", ... ("features.0.weight").
+class SequentialCell : public Cell {
+ public:
+  SequentialCell() : Cell("SequentialCell") {}
+  explicit SequentialCell(std::vector<CellPtr> cells);
+  SequentialCell& append(CellPtr cell);
+  Tensor construct(const Tensor& x) override;
+  size_t size() const { return cells_.size(); }
+  Cell& operator[](size_t i) { return *cells_.at(i); }
+
+ private:
+  std::vector<CellPtr> cells_;
+};
+
+// ---- losses ----
+
+// MindSpore: SoftmaxCrossEntropyWithLogits(sparse=False, reduction="none").
+class SoftmaxCrossEntropyWithLogits : public LossCell {
+ public:
+  explicit SoftmaxCrossEntropyWithLogits(bool sparse = false, const std::string& reduction = "none");
+  Tensor construct(const Tensor& logits, const Tensor& labels) override;
+
+ private:
+  bool sparse_;
+  ops::Reduction reduction_;
+};
+
+// MindSpore: MSELoss(reduction="mean").
+class MSELoss : public LossCell {
+ public:
+  explicit MSELoss(const std::string& reduction = "mean");
+  Tensor construct(const Tensor& logits, const Tensor& labels) override;
+
+ private:
+  ops::Reduction reduction_;
+};
+
+}  // namespace demi::nn

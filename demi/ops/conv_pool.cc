@@ -1,0 +1,122 @@
+// Conv2d (bias and ReLU optionally fused) through oneDNN, and max/avg pooling, including the fused
+// ReLU -> MaxPool2d that models A and B use. MindSpore's pad_mode is resolved here into explicit padding.
+#include "demi/kernels/cpu/activation.h"
+#include "demi/kernels/cpu/pool.h"
+#include "demi/kernels/onednn/conv.h"
+#include "demi/ops/internal/helpers.h"
+#include "demi/ops/ops.h"
+
+namespace demi::ops {
+namespace {
+
+using internal::grad_as;
+
+DType master_dtype(DType t) { return is_low_precision(t) ? DType::kF32 : t; }
+
+kernels::Pool2dParams pool_params(Op op, const Tensor& x, const Pool2dOptions& o) {
+  internal::check_rank(op, x, 4, "x", "(N, C, H, W)");
+  return kernels::make_pool2d_params(x.dim(0), x.dim(1), x.dim(2), x.dim(3), o.kernel[0], o.kernel[1], o.stride[0],
+                                     o.stride[1], o.pad_mode, o.padding[0], o.padding[2], true, op_name(op));
+}
+
+Tensor max_pool_impl(Op op, const Tensor& x_in, const Pool2dOptions& o, bool fuse_relu) {
+  internal::check_floating(op, x_in, "x");
+  kernels::Pool2dParams p = pool_params(op, x_in, o);
+  Dispatch d(op, {&x_in});
+  Tensor x = d.input(0);
+  Tensor y = empty({p.n, p.c, p.oh, p.ow}, x.dtype());
+  Tensor argmax;
+  if (d.needs_grad()) argmax = empty({p.n, p.c, p.oh, p.ow}, DType::kU8);
+  uint8_t* am = argmax.defined() ? argmax.data<uint8_t>() : nullptr;
+  if (fuse_relu)
+    kernels::relu_max_pool2d_forward(p, x.dtype(), x.raw_data(), y.raw_data(), am);
+  else
+    kernels::max_pool2d_forward(p, x.dtype(), x.raw_data(), y.raw_data(), am);
+  DType dt = x.dtype();
+  return d.finish(y, [p, argmax, dt](const TensorList& g) {
+    Tensor gy = grad_as(g[0], dt);
+    Tensor dx = empty({p.n, p.c, p.h, p.w}, dt);
+    kernels::max_pool2d_backward(p, dt, gy.raw_data(), argmax.data<uint8_t>(), dx.raw_data());
+    return TensorList{dx};
+  });
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Conv2dOptions& o) {
+  internal::check_floating(Op::kConv2d, x_in, "x");
+  internal::check_floating(Op::kConv2d, w_in, "weight");
+  internal::check_rank(Op::kConv2d, x_in, 4, "x", "(N, C, H, W)");
+  internal::check_rank(Op::kConv2d, w_in, 4, "weight", "(OC, C/groups, KH, KW)");
+  DEMI_CHECK(o.groups >= 1 && x_in.dim(1) % o.groups == 0 && w_in.dim(0) % o.groups == 0 &&
+                 w_in.dim(1) * o.groups == x_in.dim(1),
+             "Conv2d: input ", x_in.describe(), " has ", x_in.dim(1), " channels but weight ", w_in.describe(),
+             " with groups=", o.groups, " expects ", w_in.dim(1) * o.groups);
+  if (b_in.defined())
+    DEMI_CHECK(b_in.rank() == 1 && b_in.dim(0) == w_in.dim(0), "Conv2d: expected bias (", w_in.dim(0), "), got ",
+               b_in.describe());
+  kernels::Conv2dPadding pad = kernels::resolve_conv2d_padding(
+      o.pad_mode, x_in.dim(2), x_in.dim(3), w_in.dim(2), w_in.dim(3), o.stride[0], o.stride[1], o.dilation[0],
+      o.dilation[1], o.padding[0], o.padding[1], o.padding[2], o.padding[3]);
+  Dispatch d(Op::kConv2d, {&x_in, &w_in, &b_in});
+  Tensor x = d.input(0), w = d.input(1), b = d.input(2);
+  kernels::Conv2dParams p;
+  p.n = x.dim(0), p.c = x.dim(1), p.h = x.dim(2), p.w = x.dim(3);
+  p.oc = w.dim(0), p.kh = w.dim(2), p.kw = w.dim(3);
+  p.stride_h = o.stride[0], p.stride_w = o.stride[1];
+  p.pad_top = pad.top, p.pad_bottom = pad.bottom, p.pad_left = pad.left, p.pad_right = pad.right;
+  p.dilation_h = o.dilation[0], p.dilation_w = o.dilation[1];
+  p.groups = o.groups;
+  p.x_dtype = x.dtype();
+  p.w_dtype = w.dtype();
+  p.y_dtype = d.compute_dtype();
+  p.bias_dtype = b.defined() ? b.dtype() : p.y_dtype;
+  p.relu = o.relu;
+  Tensor y = empty({p.n, p.oc, p.out_h(), p.out_w()}, p.y_dtype);
+  kernels::onednn::conv2d_forward(p, x.raw_data(), w.raw_data(), b.defined() ? b.raw_data() : nullptr, y.raw_data());
+  bool has_bias = b.defined();
+  return d.finish(y, [x, w, y, p, has_bias](const TensorList& g) {
+    Tensor gy = grad_as(g[0], p.y_dtype);
+    if (p.relu) {
+      Tensor masked = empty(gy.shape(), gy.dtype());
+      kernels::activation_backward(kernels::Activation::kReLU, gy.dtype(), y.raw_data(), gy.raw_data(),
+                                   masked.raw_data(), gy.numel());
+      gy = masked;
+    }
+    kernels::Conv2dParams q = p;
+    q.relu = false;
+    Tensor dx = empty(x.shape(), x.dtype());
+    kernels::onednn::conv2d_backward_data(q, gy.raw_data(), w.raw_data(), dx.raw_data());
+    q.w_dtype = master_dtype(p.w_dtype);
+    q.bias_dtype = master_dtype(p.bias_dtype);
+    Tensor dw = empty(w.shape(), q.w_dtype);
+    Tensor db = has_bias ? empty({p.oc}, q.bias_dtype) : Tensor();
+    kernels::onednn::conv2d_backward_weights(q, x.raw_data(), gy.raw_data(), dw.raw_data(),
+                                             has_bias ? db.raw_data() : nullptr);
+    return TensorList{dx, dw, db};
+  });
+}
+
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o) { return max_pool_impl(Op::kMaxPool2d, x, o, false); }
+
+Tensor relu_max_pool2d(const Tensor& x, const Pool2dOptions& o) {
+  return max_pool_impl(Op::kReluMaxPool2d, x, o, true);
+}
+
+Tensor avg_pool2d(const Tensor& x_in, const Pool2dOptions& o) {
+  internal::check_floating(Op::kAvgPool2d, x_in, "x");
+  kernels::Pool2dParams p = pool_params(Op::kAvgPool2d, x_in, o);
+  Dispatch d(Op::kAvgPool2d, {&x_in});
+  Tensor x = d.input(0);
+  Tensor y = empty({p.n, p.c, p.oh, p.ow}, x.dtype());
+  kernels::avg_pool2d_forward(p, x.dtype(), x.raw_data(), y.raw_data());
+  DType dt = x.dtype();
+  return d.finish(y, [p, dt](const TensorList& g) {
+    Tensor gy = grad_as(g[0], dt);
+    Tensor dx = empty({p.n, p.c, p.h, p.w}, dt);
+    kernels::avg_pool2d_backward(p, dt, gy.raw_data(), dx.raw_data());
+    return TensorList{dx};
+  });
+}
+
+}  // namespace demi::ops

@@ -1,0 +1,186 @@
+// The one dispatch point every op call goes through.
+//
+// An op function (ops/*.h) opens a Dispatch, asks it for its inputs (cast to the compute dtype the
+// precision policy chooses), runs its kernels, and finishes with its outputs and a backward rule:
+//
+//   Tensor relu(const Tensor& x) {
+//     Dispatch d(Op::kRelu, {&x});
+//     Tensor xin = d.input(0);                       // cast per AMP (parameters through the cast cache)
+//     Tensor y = ...kernel...;
+//     return d.finish(y, [y](const TensorList& g) { return TensorList{relu_backward(g[0], y)}; });
+//   }
+//
+// Three parties look at every call through interfaces defined here, so that ops depends on none of them:
+//   - a GradRecorder (demi/autograd; later demi/graph) records the call with its backward rule;
+//   - a PrecisionPolicy (demi/amp) decides the dtype each op computes in;
+//   - the op trace and profiler (below) record which dtype each op ran in, its time and its bytes.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "demi/core/tensor.h"
+#include "demi/ops/op.h"
+
+namespace demi::ops {
+
+using TensorList = std::vector<Tensor>;
+// Given the gradients of an op's outputs (undefined where an output got none), returns the gradients of
+// its inputs (undefined for an input that needs none). A gradient may be wider than its tensor's dtype
+// (an f32 weight gradient computed from bf16 operands); consumers convert.
+using BackwardFn = std::function<TensorList(const TensorList& grad_outputs)>;
+
+class GradRecorder {
+ public:
+  virtual ~GradRecorder() = default;
+  // Whether a call with these inputs must be recorded (grad mode on and an input requires grad).
+  virtual bool needs_grad(std::span<const Tensor* const> inputs) const = 0;
+  // Records the call: outputs become non-leaf tensors whose backward runs `backward`.
+  virtual void record(Op op, std::span<const Tensor* const> inputs, std::span<Tensor> outputs,
+                      BackwardFn backward) = 0;
+};
+// Installed once by demi/autograd; nullptr records nothing.
+void set_grad_recorder(GradRecorder* recorder);
+GradRecorder* grad_recorder();
+
+class PrecisionPolicy {
+ public:
+  virtual ~PrecisionPolicy() = default;
+  // The dtype `op` computes in, given `natural`: the dtype it would use without AMP (its floating
+  // inputs' promoted dtype).
+  virtual DType compute_dtype(Op op, DType natural) const = 0;
+  // Whether the op's floating outputs are cast back to FP32 (MindSpore's O1).
+  virtual bool outputs_to_fp32(Op op) const = 0;
+};
+
+// Makes `policy` the one in force in this thread for a scope (nullptr: no AMP); scopes nest.
+class PrecisionScope {
+ public:
+  explicit PrecisionScope(const PrecisionPolicy* policy);
+  ~PrecisionScope();
+  PrecisionScope(const PrecisionScope&) = delete;
+  PrecisionScope& operator=(const PrecisionScope&) = delete;
+
+ private:
+  const PrecisionPolicy* saved_;
+};
+const PrecisionPolicy* current_precision_policy();
+
+// Pins every floating op in the scope to `dtype`, overriding the policy (a cell's to_float); FP32-class
+// ops (the losses) stay FP32. Scopes nest; the innermost wins.
+class DTypePinScope {
+ public:
+  explicit DTypePinScope(std::optional<DType> dtype);
+  ~DTypePinScope();
+  DTypePinScope(const DTypePinScope&) = delete;
+  DTypePinScope& operator=(const DTypePinScope&) = delete;
+
+ private:
+  std::optional<DType> saved_;
+};
+
+// The compute dtype of `op` now, given its natural dtype (pin, then policy, then natural).
+DType resolve_compute_dtype(Op op, DType natural);
+
+// Casts of parameters (leaf tensors that require grad) made inside the scope are kept and reused: each
+// parameter is cast to the low dtype once per scope (per train step), not once per use. The cached
+// tensors are tagged MemCategory::kCastCache and released when the scope ends.
+class CastCacheScope {
+ public:
+  CastCacheScope();
+  ~CastCacheScope();
+  CastCacheScope(const CastCacheScope&) = delete;
+  CastCacheScope& operator=(const CastCacheScope&) = delete;
+};
+bool cast_cache_active();
+int64_t cast_cache_hits();    // uses served from the cache in this thread (for tests)
+int64_t cast_cache_misses();  // casts made and stored
+
+// ---- Op trace and profiler ----------------------------------------------------------------------
+
+struct OpRecord {
+  Op op;
+  bool backward = false;
+  DType compute_dtype = DType::kF32;
+  std::vector<DType> input_dtypes;   // as given by the caller, before casting
+  std::vector<DType> output_dtypes;  // as returned
+  Shape output_shape;
+};
+
+// Records every op call in this thread while alive (tests and users debugging precision).
+class OpTrace {
+ public:
+  OpTrace();
+  ~OpTrace();
+  OpTrace(const OpTrace&) = delete;
+  OpTrace& operator=(const OpTrace&) = delete;
+  const std::vector<OpRecord>& records() const { return records_; }
+  // The records of one op, forward only.
+  std::vector<OpRecord> of(Op op) const;
+  std::string to_string() const;  // one line per call: "Conv2d  bfloat16 <- [float32, float32]"
+
+ private:
+  friend class Dispatch;
+  friend void trace_backward(Op, const TensorList&, const TensorList&);
+  std::vector<OpRecord> records_;
+  OpTrace* saved_;
+};
+
+struct OpProfileRow {
+  Op op;
+  bool backward;
+  int64_t calls = 0;
+  double seconds = 0;
+  int64_t bytes = 0;  // bytes of the outputs produced
+};
+// Times every op call (forward and backward) in every thread while enabled.
+void set_profiling(bool enabled);
+bool profiling();
+void reset_profile();
+std::vector<OpProfileRow> profile_rows();  // sorted by time, largest first
+std::string profile_report();
+
+// Called by the autograd engine around each backward rule, so backward shows in traces and profiles.
+void trace_backward(Op op, const TensorList& grad_outputs, const TensorList& grad_inputs);
+void add_profile_sample(Op op, bool backward, double seconds, int64_t bytes);
+
+// ---- Dispatch ------------------------------------------------------------------------------------
+
+class Dispatch {
+ public:
+  // inputs: every tensor input of the call (nullptr or undefined for an absent optional input).
+  Dispatch(Op op, std::initializer_list<const Tensor*> inputs);
+  ~Dispatch();
+  Dispatch(const Dispatch&) = delete;
+  Dispatch& operator=(const Dispatch&) = delete;
+
+  Op op() const { return op_; }
+  DType compute_dtype() const { return compute_; }
+  // Input i cast to the compute dtype (non-floating inputs unchanged; parameters through the cast cache).
+  Tensor input(size_t i) const;
+  // Input i cast to `dtype` (for ops that keep some inputs, e.g. BatchNorm's gamma, in FP32).
+  Tensor input_as(size_t i, DType dtype) const;
+  bool needs_grad() const { return needs_grad_; }
+  // Records the call and returns the outputs (cast to FP32 when the policy says so).
+  Tensor finish(Tensor output, BackwardFn backward = nullptr);
+  TensorList finish(TensorList outputs, BackwardFn backward = nullptr);
+
+ private:
+  Op op_;
+  std::vector<const Tensor*> inputs_;
+  DType compute_;
+  bool needs_grad_ = false;
+  std::chrono::steady_clock::time_point start_;
+  bool timed_ = false;
+};
+
+// Casts `x` to `dtype` as a recorded, differentiable op (its gradient is cast back to x's dtype).
+Tensor cast(const Tensor& x, DType dtype);
+
+}  // namespace demi::ops

@@ -1,0 +1,52 @@
+#include "demi/ops/internal/helpers.h"
+
+#include "demi/kernels/cpu/elementwise.h"
+
+namespace demi::ops::internal {
+
+void check_floating(Op op, const Tensor& x, const char* arg) {
+  DEMI_CHECK(x.defined(), op_name(op), ": input ", arg, " is undefined");
+  DEMI_CHECK(is_floating(x.dtype()), op_name(op), ": input ", arg, " must be floating, got ", x.describe());
+}
+
+void check_rank(Op op, const Tensor& x, int rank, const char* arg, const char* layout) {
+  DEMI_CHECK(x.defined(), op_name(op), ": input ", arg, " is undefined");
+  DEMI_CHECK(x.rank() == rank, op_name(op), ": expected ", arg, " of rank ", rank, " ", layout, ", got ",
+             x.describe());
+}
+
+Tensor grad_as(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
+
+Tensor binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b) {
+  DEMI_ASSERT(a.dtype() == b.dtype(), "binary kernel on ", a.describe(), " and ", b.describe());
+  Shape out = kernels::broadcast_shape(a.shape().dims(), b.shape().dims(), kernels::binary_op_name(op));
+  Tensor y = empty(out, a.dtype());
+  kernels::binary(op, a.dtype(), a.raw_data(), a.shape().dims(), b.raw_data(), b.shape().dims(), y.raw_data());
+  return y;
+}
+
+Tensor unary(kernels::UnaryOp op, const Tensor& x) {
+  Tensor y = empty(x.shape(), x.dtype());
+  kernels::unary(op, x.dtype(), x.raw_data(), y.raw_data(), x.numel());
+  return y;
+}
+
+Tensor affine(const Tensor& x, double alpha, double beta) {
+  Tensor y = empty(x.shape(), x.dtype());
+  kernels::affine(x.dtype(), x.raw_data(), alpha, beta, y.raw_data(), x.numel());
+  return y;
+}
+
+Tensor sum_to(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  Tensor y = empty(shape, g.dtype());
+  kernels::sum_to_shape(g.dtype(), g.raw_data(), g.shape().dims(), y.raw_data(), shape.dims());
+  return y;
+}
+
+Tensor expand_to(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  return binary(kernels::BinaryOp::kAdd, zeros(shape, g.dtype()), g);
+}
+
+}  // namespace demi::ops::internal

@@ -1,0 +1,30 @@
+// Helpers shared by the op families: argument checks that name the op, shapes and dtypes, and the
+// tensor-level calls backward rules use (they run kernels directly, not through the dispatch point, so a
+// backward never shows up as a forward op in traces and never re-enters autograd).
+#pragma once
+
+#include <span>
+
+#include "demi/core/tensor.h"
+#include "demi/kernels/reference/elementwise.h"
+#include "demi/ops/op.h"
+
+namespace demi::ops::internal {
+
+// A demi::Error unless x is defined and floating: "Conv2d: input x must be floating, got int32(2, 3)".
+void check_floating(Op op, const Tensor& x, const char* arg);
+void check_rank(Op op, const Tensor& x, int rank, const char* arg, const char* layout);
+
+// g converted to dtype (gradients reaching a node may be wider than its output).
+Tensor grad_as(const Tensor& g, DType dtype);
+
+// Kernel-level elementwise on tensors of one dtype (broadcasting for binary).
+Tensor binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b);
+Tensor unary(kernels::UnaryOp op, const Tensor& x);
+Tensor affine(const Tensor& x, double alpha, double beta);  // alpha * x + beta
+// Sums g (of a broadcast result's shape) down to `shape` (what broadcasting expanded).
+Tensor sum_to(const Tensor& g, const Shape& shape);
+// Broadcasts g (a shape that broadcasts to `shape`) up to `shape` (a copy).
+Tensor expand_to(const Tensor& g, const Shape& shape);
+
+}  // namespace demi::ops::internal

@@ -1,0 +1,122 @@
+// Matrix products: matmul, batch_matmul and Dense (x·wᵀ + b, ReLU optionally fused), through oneDNN.
+//
+// Under AMP the operands arrive in the low dtype; the weight and bias gradients are written in FP32
+// straight from the low-precision product (oneDNN bf16 x bf16 -> f32), so the master gradient is not
+// rounded to the low dtype on its way.
+#include "demi/kernels/cpu/activation.h"
+#include "demi/kernels/onednn/dense.h"
+#include "demi/kernels/onednn/matmul.h"
+#include "demi/ops/internal/helpers.h"
+#include "demi/ops/ops.h"
+
+namespace demi::ops {
+namespace {
+
+using internal::grad_as;
+
+// The dtype a parameter gradient is written in: FP32 for low-precision operands (the master gradient).
+DType master_dtype(DType t) { return is_low_precision(t) ? DType::kF32 : t; }
+
+Tensor product(const Tensor& a, const Tensor& b, bool ta, bool tb, int64_t batch, Shape out_shape, DType out_dtype,
+               bool accumulate_into, Tensor* into) {
+  kernels::MatmulParams p;
+  p.batch = batch;
+  int64_t ar = a.dim(-2), ac = a.dim(-1), br = b.dim(-2), bc = b.dim(-1);
+  p.m = ta ? ac : ar;
+  p.k = ta ? ar : ac;
+  p.n = tb ? br : bc;
+  p.trans_a = ta;
+  p.trans_b = tb;
+  p.a_dtype = a.dtype();
+  p.b_dtype = b.dtype();
+  p.c_dtype = out_dtype;
+  p.accumulate = accumulate_into;
+  Tensor c = into ? *into : empty(out_shape, out_dtype);
+  kernels::onednn::matmul(p, a.raw_data(), b.raw_data(), c.raw_data());
+  return c;
+}
+
+Tensor matmul_impl(Op op, const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, int rank) {
+  internal::check_floating(op, a_in, "a");
+  internal::check_floating(op, b_in, "b");
+  DEMI_CHECK(a_in.rank() == rank && b_in.rank() == rank, op_name(op), ": expected ", rank == 2 ? "2-D" : "3-D",
+             " operands, got a ", a_in.describe(), " and b ", b_in.describe());
+  int64_t batch = rank == 3 ? a_in.dim(0) : 1;
+  DEMI_CHECK(rank == 2 || b_in.dim(0) == batch, op_name(op), ": batch sizes differ: a ", a_in.describe(), ", b ",
+             b_in.describe());
+  int64_t m = ta ? a_in.dim(-1) : a_in.dim(-2), ka = ta ? a_in.dim(-2) : a_in.dim(-1);
+  int64_t kb = tb ? b_in.dim(-1) : b_in.dim(-2), n = tb ? b_in.dim(-2) : b_in.dim(-1);
+  DEMI_CHECK(ka == kb, op_name(op), ": inner dimensions differ: a ", a_in.describe(), (ta ? " (transposed)" : ""),
+             " has K=", ka, ", b ", b_in.describe(), (tb ? " (transposed)" : ""), " has K=", kb);
+  Dispatch d(op, {&a_in, &b_in});
+  Tensor a = d.input(0), b = d.input(1);
+  Shape out = rank == 3 ? Shape{batch, m, n} : Shape{m, n};
+  Tensor y = product(a, b, ta, tb, batch, out, d.compute_dtype(), false, nullptr);
+  DType dt = y.dtype();
+  return d.finish(y, [a, b, ta, tb, batch, dt](const TensorList& g) {
+    Tensor gy = grad_as(g[0], dt);
+    // y = op(a) op(b):  d op(a) = gy op(b)^T,  d op(b) = op(a)^T gy
+    Tensor ga = ta ? product(b, gy, tb, true, batch, a.shape(), a.dtype(), false, nullptr)
+                   : product(gy, b, false, !tb, batch, a.shape(), a.dtype(), false, nullptr);
+    Tensor gb = tb ? product(gy, a, true, ta, batch, b.shape(), master_dtype(b.dtype()), false, nullptr)
+                   : product(a, gy, !ta, false, batch, b.shape(), master_dtype(b.dtype()), false, nullptr);
+    return TensorList{ga, gb};
+  });
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  return matmul_impl(Op::kMatmul, a, b, trans_a, trans_b, 2);
+}
+
+Tensor batch_matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  return matmul_impl(Op::kBatchMatmul, a, b, trans_a, trans_b, 3);
+}
+
+Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool relu) {
+  internal::check_floating(Op::kDense, x_in, "x");
+  internal::check_floating(Op::kDense, w_in, "weight");
+  DEMI_CHECK(x_in.rank() == 2 && w_in.rank() == 2 && x_in.dim(1) == w_in.dim(1), "Dense: expected x (M, K) and ",
+             "weight (N, K) with the same K, got x ", x_in.describe(), " and weight ", w_in.describe());
+  if (b_in.defined())
+    DEMI_CHECK(b_in.rank() == 1 && b_in.dim(0) == w_in.dim(0), "Dense: expected bias (", w_in.dim(0), "), got ",
+               b_in.describe());
+  Dispatch d(Op::kDense, {&x_in, &w_in, &b_in});
+  Tensor x = d.input(0), w = d.input(1), b = d.input(2);
+  kernels::onednn::DenseParams p;
+  p.m = x.dim(0);
+  p.k = x.dim(1);
+  p.n = w.dim(0);
+  p.x_dtype = x.dtype();
+  p.w_dtype = w.dtype();
+  p.y_dtype = d.compute_dtype();
+  p.bias_dtype = b.defined() ? b.dtype() : p.y_dtype;
+  p.relu = relu;
+  Tensor y = empty({p.m, p.n}, p.y_dtype);
+  kernels::onednn::dense_forward(p, x.raw_data(), w.raw_data(), b.defined() ? b.raw_data() : nullptr, y.raw_data());
+  bool has_bias = b.defined();
+  DType b_dtype = has_bias ? b.dtype() : p.y_dtype;
+  return d.finish(y, [x, w, y, p, has_bias, b_dtype, relu](const TensorList& g) {
+    Tensor gy = grad_as(g[0], p.y_dtype);
+    if (relu) {
+      Tensor masked = empty(gy.shape(), gy.dtype());
+      kernels::activation_backward(kernels::Activation::kReLU, gy.dtype(), y.raw_data(), gy.raw_data(),
+                                   masked.raw_data(), gy.numel());
+      gy = masked;
+    }
+    kernels::onednn::DenseParams q = p;
+    q.relu = false;
+    Tensor dx = empty(x.shape(), x.dtype());
+    kernels::onednn::dense_backward_data(q, gy.raw_data(), w.raw_data(), dx.raw_data());
+    q.w_dtype = master_dtype(w.dtype());
+    q.bias_dtype = master_dtype(b_dtype);
+    Tensor dw = empty(w.shape(), q.w_dtype);
+    Tensor db = has_bias ? empty({p.n}, q.bias_dtype) : Tensor();
+    kernels::onednn::dense_backward_weights(q, x.raw_data(), gy.raw_data(), dw.raw_data(),
+                                            has_bias ? db.raw_data() : nullptr);
+    return TensorList{dx, dw, db};
+  });
+}
+
+}  // namespace demi::ops

@@ -1,0 +1,109 @@
+// The op table: every op demi runs, with its name, its AMP class and whether it has a backward rule.
+//
+// Written as data and checked by static_assert: adding an Op enumerator without its table row fails to
+// compile, and tests/op_sweep_test.cc holds one test case per op (also checked against kNumOps), so a new
+// op cannot land without its name, its backward rule and its test.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace demi::ops {
+
+enum class Op : uint16_t {
+  kCast,
+  kReshape,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kNeg,
+  kAddScalar,
+  kMulScalar,
+  kMatmul,
+  kBatchMatmul,
+  kDense,
+  kConv2d,
+  kMaxPool2d,
+  kAvgPool2d,
+  kReluMaxPool2d,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kGelu,
+  kSilu,
+  kSum,
+  kMean,
+  kMax,
+  kArgmax,
+  kSoftmax,
+  kLogSoftmax,
+  kSoftmaxCrossEntropy,
+  kMseLoss,
+  kBatchNorm,
+  kDropout,
+};
+inline constexpr int kNumOps = static_cast<int>(Op::kDropout) + 1;
+
+// How automatic mixed precision treats an op (demi/amp turns a level into a compute dtype per class).
+enum class AmpClass : uint8_t {
+  kWhite,   // MindSpore's O1 white list: low precision from O1 up (conv, dense, matmul, relu)
+  kGray,    // low precision from O2 up (elementwise, pooling, activations, softmax, dropout)
+  kBlack,   // FP32 at O1 and O2, low precision only at O3 (batch norm)
+  kFp32,    // always FP32 whatever the level (the losses)
+  kFollow,  // no compute of its own: runs in its input's dtype (reshape, cast, argmax)
+};
+
+struct OpInfo {
+  Op op;
+  std::string_view name;
+  AmpClass amp;
+  bool differentiable;
+};
+
+inline constexpr std::array<OpInfo, kNumOps> kOpTable = {{
+    {Op::kCast, "Cast", AmpClass::kFollow, true},
+    {Op::kReshape, "Reshape", AmpClass::kFollow, true},
+    {Op::kAdd, "Add", AmpClass::kGray, true},
+    {Op::kSub, "Sub", AmpClass::kGray, true},
+    {Op::kMul, "Mul", AmpClass::kGray, true},
+    {Op::kDiv, "Div", AmpClass::kGray, true},
+    {Op::kNeg, "Neg", AmpClass::kGray, true},
+    {Op::kAddScalar, "AddScalar", AmpClass::kGray, true},
+    {Op::kMulScalar, "MulScalar", AmpClass::kGray, true},
+    {Op::kMatmul, "MatMul", AmpClass::kWhite, true},
+    {Op::kBatchMatmul, "BatchMatMul", AmpClass::kWhite, true},
+    {Op::kDense, "Dense", AmpClass::kWhite, true},
+    {Op::kConv2d, "Conv2d", AmpClass::kWhite, true},
+    {Op::kMaxPool2d, "MaxPool2d", AmpClass::kGray, true},
+    {Op::kAvgPool2d, "AvgPool2d", AmpClass::kGray, true},
+    {Op::kReluMaxPool2d, "ReLUMaxPool2d", AmpClass::kGray, true},
+    {Op::kRelu, "ReLU", AmpClass::kWhite, true},
+    {Op::kSigmoid, "Sigmoid", AmpClass::kGray, true},
+    {Op::kTanh, "Tanh", AmpClass::kGray, true},
+    {Op::kGelu, "GELU", AmpClass::kGray, true},
+    {Op::kSilu, "SiLU", AmpClass::kGray, true},
+    {Op::kSum, "ReduceSum", AmpClass::kGray, true},
+    {Op::kMean, "ReduceMean", AmpClass::kGray, true},
+    {Op::kMax, "ReduceMax", AmpClass::kGray, true},
+    {Op::kArgmax, "Argmax", AmpClass::kFollow, false},
+    {Op::kSoftmax, "Softmax", AmpClass::kGray, true},
+    {Op::kLogSoftmax, "LogSoftmax", AmpClass::kGray, true},
+    {Op::kSoftmaxCrossEntropy, "SoftmaxCrossEntropyWithLogits", AmpClass::kFp32, true},
+    {Op::kMseLoss, "MSELoss", AmpClass::kFp32, true},
+    {Op::kBatchNorm, "BatchNorm", AmpClass::kBlack, true},
+    {Op::kDropout, "Dropout", AmpClass::kGray, true},
+}};
+
+constexpr bool op_table_in_enum_order() {
+  for (int i = 0; i < kNumOps; ++i)
+    if (static_cast<int>(kOpTable[static_cast<size_t>(i)].op) != i) return false;
+  return true;
+}
+static_assert(op_table_in_enum_order(), "kOpTable rows must follow the Op enum, one row per op");
+
+constexpr const OpInfo& op_info(Op op) { return kOpTable[static_cast<size_t>(op)]; }
+constexpr std::string_view op_name(Op op) { return op_info(op).name; }
+
+}  // namespace demi::ops

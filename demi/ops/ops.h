@@ -1,0 +1,114 @@
+// demi's differentiable tensor ops: every call goes through the one dispatch point (dispatch.h), which
+// records it for autograd, applies the AMP precision policy and feeds the op trace and profiler.
+//
+// Shapes are outermost-first, NCHW for images. Floating ops accept f32, f16, bf16 (and f64, for gradient
+// checks); binary ops promote their inputs (f16 with bf16 -> f32). Reductions, softmax and the losses
+// accumulate in f32; the losses always return f32.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "demi/core/rng.h"
+#include "demi/core/tensor.h"
+#include "demi/kernels/conv_params.h"
+#include "demi/kernels/reference/loss.h"
+#include "demi/ops/dispatch.h"
+
+namespace demi::ops {
+
+// ---- shape ----
+Tensor reshape(const Tensor& x, const Shape& shape);  // a view when possible; one -1 allowed
+Tensor flatten(const Tensor& x, int start_dim = 1);   // (N, C, H, W) -> (N, C*H*W)
+
+// ---- elementwise (NumPy broadcasting) ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor neg(const Tensor& x);
+Tensor add_scalar(const Tensor& x, double s);
+Tensor mul_scalar(const Tensor& x, double s);
+// The broadcast shape of a and b, or a demi::Error naming both shapes and the op.
+Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
+
+// ---- matrix products ----
+// a (M, K) [or (K, M) if trans_a] · b (K, N) [or (N, K) if trans_b] -> (M, N)
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// a (B, M, K) · b (B, K, N) -> (B, M, N), with the same transpose flags per batch
+Tensor batch_matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// x (M, K), w (N, K), b (N) or undefined -> y (M, N) = x·wᵀ + b, optionally ReLU fused
+Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), bool relu = false);
+
+// ---- convolution and pooling ----
+// MindSpore's pad_mode: "same", "valid", "pad" (resolved in demi/kernels/conv_params.h).
+using kernels::PadMode;
+using kernels::pad_mode_name;
+using kernels::parse_pad_mode;
+
+struct Conv2dOptions {
+  std::array<int64_t, 2> stride{1, 1};
+  PadMode pad_mode = PadMode::kSame;
+  std::array<int64_t, 4> padding{0, 0, 0, 0};  // top, bottom, left, right (pad_mode kPad only)
+  std::array<int64_t, 2> dilation{1, 1};
+  int64_t groups = 1;
+  bool relu = false;  // fuse a ReLU after the bias
+};
+// x (N, C, H, W), w (OC, C/groups, KH, KW), b (OC) or undefined -> (N, OC, OH, OW)
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& options);
+
+struct Pool2dOptions {
+  std::array<int64_t, 2> kernel{1, 1};
+  std::array<int64_t, 2> stride{1, 1};
+  PadMode pad_mode = PadMode::kValid;
+  std::array<int64_t, 4> padding{0, 0, 0, 0};
+};
+// x (N, C, H, W) -> (N, C, OH, OW)
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options);
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options);
+// max_pool2d(relu(x)) in one pass, forward and backward
+Tensor relu_max_pool2d(const Tensor& x, const Pool2dOptions& options);
+
+// ---- activations ----
+Tensor relu(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor gelu(const Tensor& x, bool approximate = false);  // exact erf form unless approximate (tanh)
+Tensor silu(const Tensor& x);
+
+// ---- reductions (accumulate in f32) ----
+// Over `axes` (all axes when empty); keepdim keeps reduced axes as size 1.
+Tensor sum(const Tensor& x, std::vector<int> axes = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, std::vector<int> axes = {}, bool keepdim = false);
+Tensor max(const Tensor& x, int axis, bool keepdim = false);
+Tensor argmax(const Tensor& x, int axis);  // int64 indices; not differentiable
+
+// ---- softmax and losses ----
+Tensor softmax(const Tensor& x, int axis = -1);
+Tensor log_softmax(const Tensor& x, int axis = -1);
+
+using kernels::Reduction;
+Reduction parse_reduction(std::string_view s);  // "mean", "sum", "none"
+// logits (N, C); labels (N) int32/int64 class ids when sparse, else (N, C) probabilities.
+// Returns f32 (f64 for f64 logits): a scalar for mean/sum, (N) for none.
+Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, bool sparse, Reduction reduction);
+Tensor mse_loss(const Tensor& pred, const Tensor& target, Reduction reduction);
+
+// ---- normalisation and regularisation ----
+struct BatchNormOptions {
+  bool training = true;
+  double momentum = 0.9;  // MindSpore: running = momentum * running + (1 - momentum) * batch
+  double eps = 1e-5;
+};
+// x (N, C) or (N, C, H, W); gamma, beta, running_mean, running_var (C) in f32. In training the running
+// statistics are updated in place (not differentiated).
+Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                  const Tensor& running_var, const BatchNormOptions& options);
+// Zeroes each element with probability 1 - keep_prob and scales the rest by 1/keep_prob (identity when
+// not training). The mask comes from `gen` (counter-based: independent of the thread count).
+Tensor dropout(const Tensor& x, double keep_prob, Generator& gen, bool training = true);
+
+}  // namespace demi::ops

@@ -1,0 +1,166 @@
+#include "demi/optim/optimizer.h"
+
+#include <cmath>
+
+#include "demi/core/parallel.h"
+
+namespace demi::optim {
+namespace {
+
+constexpr int64_t kUpdateGrain = 1 << 15;
+
+std::vector<ParamGroup> one_group(std::vector<Tensor> params, double weight_decay) {
+  return {ParamGroup{std::move(params), weight_decay, 1.0}};
+}
+
+void check_hyper(const char* opt, const char* what, double v, bool allow_zero = true) {
+  DEMI_CHECK(std::isfinite(v) && (v > 0 || (allow_zero && v == 0)), opt, ": ", what,
+             " must be finite and ", allow_zero ? ">= 0" : "> 0", ", got ", v);
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, LrSchedulePtr lr)
+    : name_(std::move(name)), groups_(std::move(groups)), lr_(std::move(lr)) {
+  DEMI_CHECK(lr_ != nullptr, name_, ": no learning-rate schedule");
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const ParamGroup& g = groups_[gi];
+    check_hyper(name_.c_str(), "weight_decay", g.weight_decay);
+    check_hyper(name_.c_str(), "lr_scale", g.lr_scale);
+    for (const Tensor& p : g.params) {
+      DEMI_CHECK(p.defined() && p.dtype() == DType::kF32, name_, ": parameters must be FP32 master weights, got ",
+                 p.defined() ? p.describe() : std::string("an undefined tensor"));
+      flat_.push_back(p);
+      group_of_.push_back(gi);
+    }
+  }
+  DEMI_CHECK(!flat_.empty(), name_, ": no parameters to optimize (pass net.trainable_params())");
+}
+
+std::vector<Tensor> Optimizer::parameters() const { return flat_; }
+
+void Optimizer::add_state_slots(const std::vector<std::string>& slot_names) {
+  MemCategoryScope cat(MemCategory::kOptimizerState);
+  for (const auto& s : slot_names) {
+    slot_names_.push_back(s);
+    std::vector<Tensor> per;
+    per.reserve(flat_.size());
+    for (const Tensor& p : flat_) per.push_back(zeros(p.shape(), DType::kF32));
+    state_.push_back(std::move(per));
+  }
+}
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::state() {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t s = 0; s < state_.size(); ++s)
+    for (size_t i = 0; i < state_[s].size(); ++i) out.emplace_back(str_cat(slot_names_[s], ".", i), state_[s][i]);
+  return out;
+}
+
+void Optimizer::step() {
+  double base = lr_->lr(step_);
+  DEMI_CHECK(std::isfinite(base) && base >= 0, name_, ": the learning rate at step ", step_,
+             " is not a finite non-negative number: ", base);
+  for (size_t i = 0; i < flat_.size(); ++i) {
+    Tensor& p = flat_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    DEMI_CHECK(g.numel() == p.numel(), name_, ": gradient of ", p.describe(), " has shape ", g.shape());
+    if (g.dtype() != DType::kF32) g = g.to(DType::kF32);
+    const ParamGroup& group = groups_[group_of_[i]];
+    float* pp = p.data<float>();
+    const float* gp = g.data<float>();
+    double lr = base * group.lr_scale;
+    double wd = group.weight_decay;
+    parallel_for(0, p.numel(), kUpdateGrain,
+                 [&](int64_t b, int64_t e) { update(i, b, pp + b, gp + b, e - b, lr, wd); });
+    ++p.autograd_meta().version;
+  }
+  ++step_;
+}
+
+void Optimizer::zero_grad() {
+  for (Tensor& p : flat_)
+    if (p.has_autograd_meta()) p.autograd_meta().grad.reset();
+}
+
+// ---- Momentum ----
+Momentum::Momentum(std::vector<Tensor> params, double learning_rate, double momentum, double weight_decay,
+                   bool nesterov)
+    : Momentum(one_group(std::move(params), weight_decay), fixed_lr(learning_rate), momentum, nesterov) {}
+
+Momentum::Momentum(std::vector<ParamGroup> groups, LrSchedulePtr lr, double momentum, bool nesterov)
+    : Optimizer("Momentum", std::move(groups), std::move(lr)), momentum_(momentum), nesterov_(nesterov) {
+  check_hyper("Momentum", "momentum", momentum);
+  add_state_slots({"moments"});
+}
+
+void Momentum::update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
+                      double weight_decay) {
+  float* v = slot(0, index) + begin;
+  const float m = static_cast<float>(momentum_), l = static_cast<float>(lr), wd = static_cast<float>(weight_decay);
+  if (nesterov_) {
+    for (int64_t i = 0; i < n; ++i) {
+      float gi = g[i] + wd * p[i];
+      v[i] = m * v[i] + gi;
+      p[i] -= l * (gi + m * v[i]);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      v[i] = m * v[i] + g[i] + wd * p[i];
+      p[i] -= l * v[i];
+    }
+  }
+}
+
+// ---- SGD ----
+SGD::SGD(std::vector<Tensor> params, double learning_rate, double weight_decay)
+    : SGD(one_group(std::move(params), weight_decay), fixed_lr(learning_rate)) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, LrSchedulePtr lr) : Optimizer("SGD", std::move(groups), std::move(lr)) {}
+
+void SGD::update(size_t, int64_t, float* p, const float* g, int64_t n, double lr, double weight_decay) {
+  const float l = static_cast<float>(lr), wd = static_cast<float>(weight_decay);
+  for (int64_t i = 0; i < n; ++i) p[i] -= l * (g[i] + wd * p[i]);
+}
+
+// ---- Adam / AdamW ----
+Adam::Adam(std::vector<Tensor> params, double learning_rate, const AdamOptions& options, double weight_decay)
+    : Adam(one_group(std::move(params), weight_decay), fixed_lr(learning_rate), options, false) {}
+
+Adam::Adam(std::vector<ParamGroup> groups, LrSchedulePtr lr, const AdamOptions& options, bool decoupled)
+    : Optimizer(decoupled ? "AdamW" : "Adam", std::move(groups), std::move(lr)), options_(options),
+      decoupled_(decoupled) {
+  DEMI_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
+             name(), ": betas must be in [0, 1), got (", options.beta1, ", ", options.beta2, ")");
+  check_hyper(name().c_str(), "eps", options.eps, false);
+  add_state_slots({"moment1", "moment2"});
+}
+
+void Adam::update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
+                  double weight_decay) {
+  float* m = slot(0, index) + begin;
+  float* v = slot(1, index) + begin;
+  double t = static_cast<double>(global_step() + 1);
+  const float b1 = static_cast<float>(options_.beta1), b2 = static_cast<float>(options_.beta2);
+  const float bc1 = static_cast<float>(1.0 - std::pow(options_.beta1, t));
+  const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(options_.beta2, t)));
+  const float step = static_cast<float>(lr) / bc1;
+  const float eps = static_cast<float>(options_.eps), wd = static_cast<float>(weight_decay);
+  const float decay = decoupled_ ? 1.0f - static_cast<float>(lr) * wd : 1.0f;
+  const float l2 = decoupled_ ? 0.0f : wd;
+  for (int64_t i = 0; i < n; ++i) {
+    float gi = g[i] + l2 * p[i];
+    m[i] = b1 * m[i] + (1 - b1) * gi;
+    v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+    p[i] = p[i] * decay - step * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
+  }
+}
+
+AdamW::AdamW(std::vector<Tensor> params, double learning_rate, const AdamOptions& options, double weight_decay)
+    : Adam(one_group(std::move(params), weight_decay), fixed_lr(learning_rate), options, true) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, LrSchedulePtr lr, const AdamOptions& options)
+    : Adam(std::move(groups), std::move(lr), options, true) {}
+
+}  // namespace demi::optim

@@ -1,0 +1,125 @@
+// Optimizers on FP32 master weights: Momentum (MindSpore's, with Nesterov and weight decay), SGD, Adam,
+// AdamW. Parameters, gradients and optimizer state are FP32; each update is one fused pass over a
+// parameter, its gradient and its state (not a chain of tensor ops), parallel over elements.
+//
+// Gradients are read from each parameter's .grad (accumulated there by autograd). step() applies one
+// update and advances the step counter and the learning-rate schedule; a step that AMP skips for an
+// overflow never calls step(), so weights, state and counters stay untouched.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "demi/core/tensor.h"
+#include "demi/optim/lr_schedule.h"
+
+namespace demi::optim {
+
+// A group of parameters sharing a weight decay and a learning-rate multiplier (e.g. no decay on norms
+// and biases).
+struct ParamGroup {
+  std::vector<Tensor> params;
+  double weight_decay = 0;
+  double lr_scale = 1;
+};
+
+class Optimizer {
+ public:
+  Optimizer(std::string name, std::vector<ParamGroup> groups, LrSchedulePtr lr);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Applies one update from the parameters' gradients (a parameter without a gradient is left alone).
+  void step();
+  // Drops every parameter's gradient (the next backward writes fresh ones).
+  void zero_grad();
+
+  int64_t global_step() const { return step_; }
+  void set_global_step(int64_t s) { step_ = s; }
+  double current_lr() const { return lr_->lr(step_); }
+  const std::string& name() const { return name_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+  std::vector<Tensor> parameters() const;
+  // Every state tensor, named "<slot>.<param index>" (for checkpoints), in a stable order.
+  std::vector<std::pair<std::string, Tensor>> state();
+
+ protected:
+  // One fused update of elements [begin, begin + n) of parameter `index`: p and g point at element
+  // `begin`; state slots are read through slot(s, index) + begin. Called in parallel on disjoint chunks.
+  virtual void update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
+                      double weight_decay) = 0;
+  // Allocates `slots` zero-initialised FP32 state tensors per parameter (MemCategory::kOptimizerState).
+  void add_state_slots(const std::vector<std::string>& slot_names);
+  float* slot(size_t slot_index, size_t param_index) { return state_[slot_index][param_index].data<float>(); }
+
+ private:
+  std::string name_;
+  std::vector<ParamGroup> groups_;
+  std::vector<Tensor> flat_;           // every parameter, in group order
+  std::vector<size_t> group_of_;       // group index of each flat parameter
+  LrSchedulePtr lr_;
+  int64_t step_ = 0;
+  std::vector<std::string> slot_names_;
+  std::vector<std::vector<Tensor>> state_;  // [slot][param]
+};
+
+// MindSpore's Momentum: accum = momentum * accum + (g + wd * w); w -= lr * accum
+// (Nesterov: w -= lr * (g + wd * w + momentum * accum)).
+class Momentum : public Optimizer {
+ public:
+  Momentum(std::vector<Tensor> params, double learning_rate, double momentum, double weight_decay = 0,
+           bool nesterov = false);
+  Momentum(std::vector<ParamGroup> groups, LrSchedulePtr lr, double momentum, bool nesterov = false);
+
+ protected:
+  void update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
+              double weight_decay) override;
+
+ private:
+  double momentum_;
+  bool nesterov_;
+};
+
+// Plain SGD (no state): w -= lr * (g + wd * w).
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, double learning_rate, double weight_decay = 0);
+  SGD(std::vector<ParamGroup> groups, LrSchedulePtr lr);
+
+ protected:
+  void update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
+              double weight_decay) override;
+};
+
+struct AdamOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+// Adam (L2 weight decay added to the gradient) and AdamW (decoupled decay: w -= lr * wd * w).
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, double learning_rate, const AdamOptions& options = {}, double weight_decay = 0);
+  Adam(std::vector<ParamGroup> groups, LrSchedulePtr lr, const AdamOptions& options = {}, bool decoupled = false);
+
+ protected:
+  void update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
+              double weight_decay) override;
+
+ private:
+  AdamOptions options_;
+  bool decoupled_;
+};
+
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, double learning_rate, const AdamOptions& options = {},
+        double weight_decay = 0.01);
+  AdamW(std::vector<ParamGroup> groups, LrSchedulePtr lr, const AdamOptions& options = {});
+};
+
+}  // namespace demi::optim

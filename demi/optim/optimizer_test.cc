@@ -1,0 +1,100 @@
+#include "demi/optim/optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+namespace demi::optim {
+namespace {
+
+Tensor param(std::vector<float> v) {
+  Tensor p = from_vector(v, {static_cast<int64_t>(v.size())});
+  p.set_requires_grad(true);
+  return p;
+}
+
+void set_grad(Tensor& p, std::vector<float> g) { p.set_grad(from_vector(g, p.shape())); }
+
+TEST(Momentum, MatchesMindSporesFormula) {
+  Tensor p = param({1.0f, -2.0f});
+  Momentum opt({p}, 0.1, 0.9);
+  set_grad(p, {0.5f, 1.0f});
+  opt.step();  // v = g; p -= lr v
+  EXPECT_FLOAT_EQ(p.get(0), 1.0f - 0.1f * 0.5f);
+  set_grad(p, {0.5f, 1.0f});
+  opt.step();  // v = 0.9 v + g = 0.95
+  EXPECT_FLOAT_EQ(p.get(0), 0.95f - 0.1f * 0.95f);
+  EXPECT_EQ(opt.global_step(), 2);
+}
+
+TEST(Momentum, NesterovAndWeightDecay) {
+  Tensor p = param({1.0f});
+  Momentum opt({p}, 0.1, 0.9, /*weight_decay=*/0.01, /*nesterov=*/true);
+  set_grad(p, {0.5f});
+  opt.step();
+  float g = 0.5f + 0.01f * 1.0f, v = g;
+  EXPECT_FLOAT_EQ(p.get(0), 1.0f - 0.1f * (g + 0.9f * v));
+}
+
+TEST(Adam, FirstStepMovesByTheLearningRate) {
+  Tensor p = param({1.0f, -1.0f});
+  Adam opt({p}, 0.01);
+  set_grad(p, {3.0f, -0.2f});
+  opt.step();  // bias-corrected m/sqrt(v) = sign(g)
+  EXPECT_NEAR(p.get(0), 1.0 - 0.01, 1e-6);
+  EXPECT_NEAR(p.get(1), -1.0 + 0.01, 1e-6);
+}
+
+TEST(AdamW, DecouplesWeightDecay) {
+  Tensor p = param({2.0f});
+  AdamW opt({p}, 0.1, {}, 0.5);
+  set_grad(p, {0.0f});
+  opt.step();  // zero gradient: only the decay acts, p *= 1 - lr * wd
+  EXPECT_NEAR(p.get(0), 2.0 * (1 - 0.1 * 0.5), 1e-6);
+}
+
+TEST(Optimizer, SkipsParametersWithoutGradientsAndZeroGradDropsThem) {
+  Tensor a = param({1.0f}), b = param({1.0f});
+  SGD opt({a, b}, 1.0);
+  set_grad(a, {1.0f});
+  opt.step();
+  EXPECT_FLOAT_EQ(a.get(0), 0.0f);
+  EXPECT_FLOAT_EQ(b.get(0), 1.0f);
+  opt.zero_grad();
+  EXPECT_FALSE(a.grad().defined());
+}
+
+TEST(Optimizer, StateIsFp32AndTracked) {
+  Tensor p = param({1.0f, 2.0f, 3.0f});
+  int64_t before = mem_stats().cur(MemCategory::kOptimizerState);
+  Adam opt({p}, 0.1);
+  EXPECT_EQ(mem_stats().cur(MemCategory::kOptimizerState) - before, 2 * 3 * 4);
+  EXPECT_EQ(opt.state().size(), 2u);
+  EXPECT_EQ(opt.state()[0].second.dtype(), DType::kF32);
+}
+
+TEST(Optimizer, BadHyperParametersAreErrors) {
+  Tensor p = param({1.0f});
+  EXPECT_THROW(Momentum({p}, std::nan(""), 0.9), Error);
+  EXPECT_THROW(Momentum({p}, std::numeric_limits<double>::infinity(), 0.9), Error);
+  EXPECT_THROW(Momentum({p}, 0.1, -1), Error);
+  EXPECT_THROW(SGD({}, 0.1), Error);
+  Tensor h = from_vector(std::vector<float>{1.0f}, {1}).to(DType::kF16);
+  EXPECT_THROW(SGD({h}, 0.1), Error) << "parameters must be FP32 masters";
+}
+
+TEST(LrSchedule, StepAndCosineWithWarmup) {
+  auto s = step_lr(1.0, 10, 0.5);
+  EXPECT_DOUBLE_EQ(s->lr(9), 1.0);
+  EXPECT_DOUBLE_EQ(s->lr(10), 0.5);
+  auto c = cosine_lr(1.0, 110, 10, 0.0);
+  EXPECT_DOUBLE_EQ(c->lr(0), 0.1);
+  EXPECT_DOUBLE_EQ(c->lr(9), 1.0);
+  EXPECT_NEAR(c->lr(60), 0.5, 1e-12);
+  EXPECT_NEAR(c->lr(110), 0.0, 1e-12);
+  EXPECT_THROW(cosine_lr(1.0, 10, 11), Error);
+}
+
+}  // namespace
+}  // namespace demi::optim

@@ -1,0 +1,65 @@
+// Metrics, as MindSpore's nn.Metric: clear(), update(logits, labels), eval().
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "demi/core/tensor.h"
+
+namespace demi::train {
+
+class Metric {
+ public:
+  virtual ~Metric() = default;
+  virtual void clear() = 0;
+  // logits (N, C) of any floating dtype; labels (N) integer class ids or (N, C) one-hot/probabilities.
+  // For Loss, `logits` is the batch's loss value (a scalar) and labels is ignored.
+  virtual void update(const Tensor& logits, const Tensor& labels) = 0;
+  virtual double eval() const = 0;
+  virtual std::string name() const = 0;
+};
+using MetricPtr = std::shared_ptr<Metric>;
+
+// Fraction of samples whose arg-max class equals the label.
+class Accuracy : public Metric {
+ public:
+  void clear() override { correct_ = total_ = 0; }
+  void update(const Tensor& logits, const Tensor& labels) override;
+  double eval() const override;
+  std::string name() const override { return "Accuracy"; }
+
+ private:
+  int64_t correct_ = 0, total_ = 0;
+};
+
+// Fraction of samples whose label is among the k highest logits.
+class TopKCategoricalAccuracy : public Metric {
+ public:
+  explicit TopKCategoricalAccuracy(int k);
+  void clear() override { correct_ = total_ = 0; }
+  void update(const Tensor& logits, const Tensor& labels) override;
+  double eval() const override;
+  std::string name() const override { return "Top" + std::to_string(k_) + "Accuracy"; }
+
+ private:
+  int k_;
+  int64_t correct_ = 0, total_ = 0;
+};
+
+// Mean of the batch losses seen (weighted equally per batch, as MindSpore's nn.Loss).
+class Loss : public Metric {
+ public:
+  void clear() override { sum_ = 0, count_ = 0; }
+  void update(const Tensor& loss, const Tensor& labels) override;
+  double eval() const override;
+  std::string name() const override { return "Loss"; }
+
+ private:
+  double sum_ = 0;
+  int64_t count_ = 0;
+};
+
+// The class id of each row: labels (N) as is, or the arg-max of (N, C) one-hot labels.
+std::vector<int64_t> label_ids(const Tensor& labels);
+
+}  // namespace demi::train

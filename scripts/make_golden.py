@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""Writes golden values from PyTorch (Debian's python3-torch) for demi's tests.
+
+Run with Debian's interpreter: /usr/bin/python3 scripts/make_golden.py
+Each fixture is a text file of tensors, one per line:
+    name dtype rank d0 d1 ... : v0 v1 ...
+with float64 values printed to 17 significant digits, so the C++ tests (tests/golden_test.cc) need no
+Python. Inputs are drawn from a seeded generator; the fixtures are committed.
+"""
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden")
+torch.manual_seed(20261130)
+torch.set_num_threads(1)
+
+
+def write(name, tensors):
+    path = os.path.join(OUT, name + ".txt")
+    with open(path, "w") as f:
+        for key, t in tensors.items():
+            t = t.detach()
+            dtype = "int64" if t.dtype in (torch.int64, torch.int32) else "float64"
+            vals = t.reshape(-1).tolist()
+            if dtype == "float64":
+                body = " ".join(repr(float(v)) for v in vals)
+            else:
+                body = " ".join(str(int(v)) for v in vals)
+            f.write(f"{key} {dtype} {t.dim()} {' '.join(str(d) for d in t.shape)} : {body}\n")
+    print("wrote", path, file=sys.stderr)
+
+
+def rand(*shape):
+    return torch.randn(tuple(shape), dtype=torch.float64)
+
+
+def grads_of(out, inputs):
+    """Backward of sum(out * r) for a random r; returns r and the input gradients."""
+    r = rand(*out.shape)
+    gs = torch.autograd.grad((out * r).sum(), inputs)
+    return r, gs
+
+
+def dense():
+    x, w, b = rand(4, 5).requires_grad_(), rand(3, 5).requires_grad_(), rand(3).requires_grad_()
+    y = F.linear(x, w, b)
+    r, (dx, dw, db) = grads_of(y, (x, w, b))
+    write("dense", dict(x=x, w=w, b=b, y=y, dy=r, dx=dx, dw=dw, db=db))
+
+
+def conv(name, n, c, h, w_, oc, k, stride, padding, dilation, groups, bias=True):
+    x = rand(n, c, h, w_).requires_grad_()
+    w = rand(oc, c // groups, k, k).requires_grad_()
+    b = rand(oc).requires_grad_() if bias else None
+    y = F.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    inputs = (x, w, b) if bias else (x, w)
+    r, gs = grads_of(y, inputs)
+    d = dict(x=x, w=w, y=y, dy=r, dx=gs[0], dw=gs[1])
+    if bias:
+        d.update(b=b, db=gs[2])
+    write(name, d)
+
+
+def pools():
+    x = rand(2, 3, 9, 8).requires_grad_()
+    y = F.max_pool2d(x, 2, 2)
+    r, (dx,) = grads_of(y, (x,))
+    write("max_pool2d", dict(x=x, y=y, dy=r, dx=dx))
+    x = rand(2, 3, 9, 8).requires_grad_()
+    y = F.avg_pool2d(x, 3, 2)
+    r, (dx,) = grads_of(y, (x,))
+    write("avg_pool2d", dict(x=x, y=y, dy=r, dx=dx))
+
+
+def activations():
+    d = {}
+    for name, fn in [("relu", F.relu), ("sigmoid", torch.sigmoid), ("tanh", torch.tanh),
+                     ("gelu", lambda t: F.gelu(t)), ("gelu_tanh", lambda t: F.gelu(t, approximate="tanh")),
+                     ("silu", F.silu)]:
+        x = rand(3, 7).requires_grad_()
+        y = fn(x)
+        r, (dx,) = grads_of(y, (x,))
+        d.update({f"{name}.x": x, f"{name}.y": y, f"{name}.dy": r, f"{name}.dx": dx})
+    write("activations", d)
+
+
+def softmax_losses():
+    d = {}
+    x = rand(4, 6).requires_grad_()
+    y = torch.softmax(x, -1)
+    r, (dx,) = grads_of(y, (x,))
+    d.update({"softmax.x": x, "softmax.y": y, "softmax.dy": r, "softmax.dx": dx})
+    x = rand(4, 6).requires_grad_()
+    y = torch.log_softmax(x, -1)
+    r, (dx,) = grads_of(y, (x,))
+    d.update({"log_softmax.x": x, "log_softmax.y": y, "log_softmax.dy": r, "log_softmax.dx": dx})
+    labels = torch.tensor([1, 0, 5, 3])
+    for red in ["mean", "sum", "none"]:
+        x = rand(4, 6).requires_grad_()
+        loss = F.cross_entropy(x, labels, reduction=red)
+        r, (dx,) = grads_of(loss, (x,))
+        d.update({f"ce_{red}.x": x, f"ce_{red}.labels": labels, f"ce_{red}.loss": loss,
+                  f"ce_{red}.dloss": r, f"ce_{red}.dx": dx})
+    x = rand(4, 6).requires_grad_()
+    p = torch.softmax(rand(4, 6), -1)
+    loss = -(p * torch.log_softmax(x, -1)).sum(-1).mean()
+    (dx,) = torch.autograd.grad(loss, (x,))
+    d.update({"ce_dense.x": x, "ce_dense.p": p, "ce_dense.loss": loss, "ce_dense.dx": dx})
+    x, t = rand(3, 5).requires_grad_(), rand(3, 5)
+    loss = F.mse_loss(x, t)
+    (dx,) = torch.autograd.grad(loss, (x,))
+    d.update({"mse.x": x, "mse.t": t, "mse.loss": loss, "mse.dx": dx})
+    write("softmax_losses", d)
+
+
+def batchnorm():
+    x = rand(4, 3, 5, 5).requires_grad_()
+    g = (rand(3) * 0.5 + 1).requires_grad_()
+    b = rand(3).requires_grad_()
+    rm, rv = rand(3) * 0.1, rand(3).abs() + 0.5
+    rm0, rv0 = rm.clone(), rv.clone()
+    # MindSpore momentum 0.9 == PyTorch momentum 0.1 (running = 0.9 running + 0.1 batch).
+    y = F.batch_norm(x, rm, rv, g, b, training=True, momentum=0.1, eps=1e-5)
+    r, (dx, dg, db) = grads_of(y, (x, g, b))
+    ye = F.batch_norm(x, rm, rv, g, b, training=False, eps=1e-5)
+    write("batchnorm2d", dict(x=x, gamma=g, beta=b, running_mean_in=rm0, running_var_in=rv0, y=y, dy=r, dx=dx,
+                              dgamma=dg, dbeta=db, running_mean_out=rm, running_var_out=rv, y_eval=ye))
+
+
+def formula(shape, a, b, scale):
+    """scale * sin(a * i + b) over the flat index i, in float64 then rounded to float32: demi's test computes
+    the same values (tests/golden_test.cc), so the fixture need not store them."""
+    n = 1
+    for s in shape:
+        n *= s
+    i = torch.arange(n, dtype=torch.float64)
+    return (scale * torch.sin(a * i + b)).float().reshape(shape)
+
+
+def model_a():
+    """The seed's SimpleCNN (valid conv), five Momentum(0.01, 0.9) steps from fixed weights, f32."""
+    conv = torch.nn.Conv2d(3, 32, 3, bias=False)  # MindSpore's has_bias=False default
+    fc = torch.nn.Linear(32 * 15 * 15, 10)
+    with torch.no_grad():
+        conv.weight.copy_(formula((32, 3, 3, 3), 0.7, 1.0, 0.2))
+        fc.weight.copy_(formula((10, 7200), 0.3, 0.5, 0.01))
+        fc.bias.copy_(formula((10,), 1.3, 0.2, 0.1))
+    net = torch.nn.Sequential(conv, torch.nn.ReLU(), torch.nn.MaxPool2d(2, 2), torch.nn.Flatten(), fc)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    losses = []
+    for step in range(5):
+        x = formula((32, 3, 32, 32), 0.1, float(step), 1.0)
+        y = (torch.arange(32) * 3 + step * 7) % 10
+        opt.zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    write("model_a_steps", {"losses": torch.tensor(losses, dtype=torch.float64)})
+
+
+if __name__ == "__main__":
+    os.makedirs(OUT, exist_ok=True)
+    dense()
+    conv("conv_pad1", 2, 3, 7, 7, 4, 3, 1, 1, 1, 1)
+    conv("conv_stride2", 2, 3, 9, 8, 4, 3, 2, 0, 1, 1)
+    conv("conv_dilation2", 1, 2, 9, 9, 3, 3, 1, 2, 2, 1)
+    conv("conv_groups2", 2, 4, 6, 6, 6, 3, 1, 1, 1, 2, bias=False)
+    pools()
+    activations()
+    softmax_losses()
+    batchnorm()
+    model_a()

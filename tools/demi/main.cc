@@ -1,0 +1,253 @@
+// The demi command: a thin layer over the library. Each subcommand is one Command entry (args.h) that
+// parses its options and calls the library. Exit codes: 0 success, 1 an error from the library
+// ("demi: error: ..."), 2 a mistake on the command line (with a hint).
+//
+//   demi info              the machine, the dispatch level, threads, context, oneDNN, memory
+//   demi demo              info, then f32 <-> f16 / bf16 conversions and the memory tracker's report
+#include <oneapi/dnnl/dnnl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "demi/core/context.h"
+#include "demi/core/cpu.h"
+#include "demi/core/dtype.h"
+#include "demi/core/error.h"
+#include "demi/core/memory.h"
+#include "demi/core/parallel.h"
+#include "demi/core/rng.h"
+#include "demi/core/tensor.h"
+#include "tools/demi/args.h"
+
+#ifndef DEMI_VERSION
+#define DEMI_VERSION "0.1.0"
+#endif
+
+namespace demi::cli {
+namespace {
+
+// Options every command that runs kernels accepts.
+std::vector<Option> machine_options() {
+  return {
+      {"threads", "N", "threads for demi and oneDNN (0: every core)", "0"},
+      {"cpu-level", "LEVEL", "lower the kernel dispatch level: scalar, avx2, avx512, avx512_bf16", ""},
+  };
+}
+
+void apply_machine_options(const ParsedArgs& args) {
+  ContextOptions ctx = get_context();
+  ctx.num_threads = static_cast<int>(args.get_int("threads"));
+  set_context(ctx);
+  if (args.has("cpu-level")) set_cpu_level(parse_cpu_level(args.get("cpu-level")));
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown CPU";
+}
+
+std::string feature_list() {
+  const CpuFeatures& f = cpu_features();
+  const std::pair<const char*, bool> features[] = {
+      {"avx2", f.avx2},         {"fma", f.fma},           {"f16c", f.f16c},
+      {"avx512f", f.avx512f},   {"avx512bw", f.avx512bw}, {"avx512vl", f.avx512vl},
+      {"avx512dq", f.avx512dq}, {"avx512_bf16", f.avx512_bf16}, {"avx512_fp16", f.avx512_fp16},
+      {"amx_bf16", f.amx_bf16},
+  };
+  std::string have, missing;
+  for (const auto& [name, present] : features) (present ? have : missing) += std::string(" ") + name;
+  return (have.empty() ? " none" : have) + (missing.empty() ? "" : "  (not:" + missing + ")");
+}
+
+const char* runtime_name(unsigned runtime) {
+  switch (runtime) {
+    case DNNL_RUNTIME_SEQ: return "sequential";
+    case DNNL_RUNTIME_OMP: return "OpenMP";
+    case DNNL_RUNTIME_TBB: return "TBB";
+    case DNNL_RUNTIME_THREADPOOL: return "threadpool";
+    default: return "unknown";
+  }
+}
+
+void print_info() {
+  const dnnl_version_t* dnnl = dnnl_version();
+  std::string levels;
+  for (CpuLevel l : supported_cpu_levels()) {
+    if (!levels.empty()) levels += ", ";
+    levels += cpu_level_name(l);
+  }
+  const ContextOptions& ctx = get_context();
+  std::printf("demi %s\n", DEMI_VERSION);
+  std::printf("cpu:        %s\n", cpu_model().c_str());
+  std::printf("features:  %s\n", feature_list().c_str());
+  std::printf("dispatch:   %s (max %s; supported: %s)\n", std::string(cpu_level_name(cpu_level())).c_str(),
+              std::string(cpu_level_name(max_cpu_level())).c_str(), levels.c_str());
+  std::printf("threads:    %d (cores available: %d)\n", num_threads(), hardware_threads());
+  std::printf("context:    %s, device %s:%d\n", exec_mode_name(ctx.mode), ctx.device_target.c_str(),
+              ctx.device_id);
+  std::printf("oneDNN:     %d.%d.%d (%s runtime)\n", dnnl->major, dnnl->minor, dnnl->patch,
+              runtime_name(dnnl->cpu_runtime));
+  std::printf("\n%s", mem_report().c_str());
+}
+
+int run_info(const ParsedArgs& args) {
+  apply_machine_options(args);
+  print_info();
+  return 0;
+}
+
+// Largest |x - y|, and largest |x - y| / |x| where |x| >= min_normal (below it, in the subnormals, a
+// low-precision type keeps an absolute, not a relative, precision).
+std::pair<double, double> max_errors(const std::vector<float>& x, const std::vector<float>& y,
+                                     double min_normal) {
+  double abs_err = 0, rel_err = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    double d = std::abs(static_cast<double>(x[i]) - y[i]);
+    abs_err = std::max(abs_err, d);
+    if (std::abs(x[i]) >= min_normal) rel_err = std::max(rel_err, d / std::abs(static_cast<double>(x[i])));
+  }
+  return {abs_err, rel_err};
+}
+
+int run_demo(const ParsedArgs& args) {
+  apply_machine_options(args);
+  print_info();
+
+  const int64_t n = args.get_int("elements");
+  DEMI_CHECK(n > 0, "demo: expected --elements > 0, got ", n);
+  Generator gen(static_cast<uint64_t>(args.get_int("seed")));
+  std::printf("\n== f32 master copy -> f16 / bf16 (as AMP's cast cache holds them) -> f32 ==\n");
+  std::printf("%lld values uniform in [-4, 4), seed %llu\n", static_cast<long long>(n),
+              static_cast<unsigned long long>(gen.seed()));
+
+  // Tagged as the categories a training step would use: master weights are parameters, their low-precision
+  // copies the cast cache, and values computed from them activations.
+  Tensor master;
+  {
+    MemCategoryScope scope(MemCategory::kParameter);
+    master = uniform({n}, -4.0, 4.0, gen);
+  }
+  std::vector<float> reference = master.to_vector();
+  std::printf("%-10s %12s %14s %14s %16s\n", "dtype", "bytes", "max abs err", "max rel err", "rel err bound");
+  for (DType low : {DType::kF16, DType::kBF16}) {
+    Tensor cast;
+    {
+      MemCategoryScope scope(MemCategory::kCastCache);
+      cast = master.to(low);
+    }
+    Tensor back;
+    {
+      MemCategoryScope scope(MemCategory::kActivation);
+      back = cast.to(DType::kF32);
+    }
+    // Round to nearest even is off by at most half a unit in the last place: 2^-11 (f16), 2^-8 (bf16),
+    // relative to the value, for values in the type's normal range (from 2^-14 and 2^-126).
+    bool f16 = low == DType::kF16;
+    double bound = std::ldexp(1.0, f16 ? -11 : -8);
+    auto [abs_err, rel_err] = max_errors(reference, back.to_vector(), std::ldexp(1.0, f16 ? -14 : -126));
+    std::printf("%-10s %12zu %14.3g %14.3g %16.3g\n", std::string(dtype_name(low)).c_str(), cast.nbytes(),
+                abs_err, rel_err, bound);
+    DEMI_ASSERT(rel_err <= bound, "conversion to ", low, " lost more than half an ulp: ", rel_err);
+  }
+  std::printf("\n== memory tracker (every tensor byte, by category) ==\n%s", mem_report().c_str());
+  return 0;
+}
+
+std::vector<Command> commands() {
+  std::vector<Command> cmds;
+  cmds.push_back({.name = "info",
+                  .summary = "Print the CPU features, dispatch level, threads, context, oneDNN and memory.",
+                  .options = machine_options(),
+                  .run = run_info});
+  std::vector<Option> demo_options = machine_options();
+  demo_options.push_back({"elements", "N", "values to convert", "1048576"});
+  demo_options.push_back({"seed", "S", "random seed", "1"});
+  cmds.push_back({.name = "demo",
+                  .summary = "Print info, convert a tensor f32 -> f16/bf16 -> f32, show the memory report.",
+                  .options = std::move(demo_options),
+                  .run = run_demo});
+  return cmds;
+}
+
+std::string main_help(const std::vector<Command>& cmds) {
+  std::string s = "Usage: demi <command> [options]\n\ndemi " DEMI_VERSION
+                  ", a C++ training framework with automatic mixed precision.\n\nCommands:\n";
+  size_t width = 0;
+  for (const Command& c : cmds) width = std::max(width, c.name.size());
+  for (const Command& c : cmds)
+    s += "  " + c.name + std::string(width - c.name.size() + 2, ' ') + c.summary + "\n";
+  s += "\nOptions:\n  -h, --help     show this help\n  --version      print the version\n\n"
+       "Run 'demi <command> --help' for a command's options.\n";
+  return s;
+}
+
+int run(int argc, char** argv) {
+  std::vector<std::string> words(argv + 1, argv + argc);
+  std::vector<Command> cmds = commands();
+  if (words.empty()) {
+    std::fputs(main_help(cmds).c_str(), stderr);
+    return 2;
+  }
+  const std::string& first = words[0];
+  if (first == "-h" || first == "--help" || first == "help") {
+    if (first == "help" && words.size() > 1) {
+      for (const Command& c : cmds) {
+        if (c.name == words[1]) {
+          std::fputs(command_help(c).c_str(), stdout);
+          return 0;
+        }
+      }
+    }
+    std::fputs(main_help(cmds).c_str(), stdout);
+    return 0;
+  }
+  if (first == "--version") {
+    const dnnl_version_t* dnnl = dnnl_version();
+    std::printf("demi %s (oneDNN %d.%d.%d)\n", DEMI_VERSION, dnnl->major, dnnl->minor, dnnl->patch);
+    return 0;
+  }
+  std::vector<std::string> names;
+  for (const Command& c : cmds) names.push_back(c.name);
+  auto cmd = std::find_if(cmds.begin(), cmds.end(), [&](const Command& c) { return c.name == first; });
+  if (cmd == cmds.end()) {
+    std::string kind = first.rfind("-", 0) == 0 ? "option" : "command";
+    std::string guess = closest(first.rfind("--", 0) == 0 ? first.substr(2) : first, names);
+    throw UsageError("demi: unknown " + kind + " '" + first + "'" +
+                     (guess.empty() ? "" : " (did you mean '" + guess + "'?)") +
+                     "; run 'demi --help' for the commands");
+  }
+  ParsedArgs args = parse_options(*cmd, std::span<const std::string>(words).subspan(1));
+  if (args.has("help")) {
+    std::fputs(command_help(*cmd).c_str(), stdout);
+    return 0;
+  }
+  return cmd->run(args);
+}
+
+}  // namespace
+}  // namespace demi::cli
+
+int main(int argc, char** argv) {
+  try {
+    return demi::cli::run(argc, argv);
+  } catch (const demi::cli::UsageError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    // demi::Error (a mistake the library caught) or anything unexpected: one line, exit 1.
+    std::fprintf(stderr, "demi: error: %s\n", e.what());
+    return 1;
+  }
+}
