@@ -29,8 +29,12 @@ StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
   std::vector<Tensor> params = optimizer_->parameters();
   {
     ops::CastCacheScope cast_cache;  // each parameter is cast to the low dtype once in this step
-    Tensor logits = net_->call(data);
-    Tensor loss = (*loss_fn_)(logits, label);
+    Tensor logits, loss;
+    {
+      MemCategoryScope activations(MemCategory::kActivation);  // what forward makes (and backward saves)
+      logits = net_->call(data);
+      loss = (*loss_fn_)(logits, label);
+    }
     DEMI_CHECK(loss.numel() == 1, "TrainStep: the loss must be a scalar (reduction \"mean\" or \"sum\"), got ",
                loss.describe());
     r.loss = static_cast<float>(loss.item());

@@ -20,7 +20,7 @@ EpochGeneratorSource seed_data_source(int64_t num, uint64_t seed, SeedDataOption
       if (i >= num) return std::nullopt;
       ++i;
       // img = np.random.randn(3, *img_size).astype(np.float32); label = np.random.randint(0, num_classes)
-      Tensor img = normal({3, options.height, options.width}, 0.0, 1.0, *gen);
+      Tensor img = normal({options.channels, options.height, options.width}, 0.0, 1.0, *gen);
       Tensor label = full(Shape(), static_cast<double>(gen->next_int(options.num_classes)), DType::kI32);
       return Row{std::move(img), std::move(label)};
     };

@@ -16,7 +16,7 @@
 namespace demi::data {
 
 struct SeedDataOptions {
-  int64_t height = 32, width = 32;
+  int64_t channels = 3, height = 32, width = 32;
   int num_classes = 10;
   bool same_every_epoch = false;
 };

@@ -3,7 +3,9 @@
 // ("demi: error: ..."), 2 a mistake on the command line (with a hint).
 //
 //   demi info              the machine, the dispatch level, threads, context, oneDNN, memory
-//   demi demo              info, then f32 <-> f16 / bf16 conversions and the memory tracker's report
+//   demi demo              the seed's comparison: models A and B at O0 and O2, side by side
+//   demi train / compare   train a reference model at an AMP level; compare settings in one table
+//   demi formats           f32 <-> f16 / bf16 conversions and the memory tracker's report
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "demi/core/context.h"
+#include "tools/demi/training.h"
 #include "demi/core/cpu.h"
 #include "demi/core/dtype.h"
 #include "demi/core/error.h"
@@ -174,10 +177,15 @@ std::vector<Command> commands() {
   std::vector<Option> demo_options = machine_options();
   demo_options.push_back({"elements", "N", "values to convert", "1048576"});
   demo_options.push_back({"seed", "S", "random seed", "1"});
-  cmds.push_back({.name = "demo",
-                  .summary = "Print info, convert a tensor f32 -> f16/bf16 -> f32, show the memory report.",
+  cmds.push_back({.name = "formats",
+                  .summary = "Convert a tensor f32 -> f16/bf16 -> f32 and show the memory tracker's report.",
                   .options = std::move(demo_options),
                   .run = run_demo});
+  cmds.push_back({.name = "demo",
+                  .summary = "The seed's comparison: models A and B trained at O0 and O2 (fp16, bf16), side by side.",
+                  .options = {},
+                  .run = run_training_demo});
+  add_training_commands(cmds);
   return cmds;
 }
 

@@ -1,0 +1,184 @@
+#include "demi/train/model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "demi/autograd/autograd.h"
+#include "demi/data/iterator.h"
+
+namespace demi::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+void check_row(const data::Row& row, const char* what) {
+  DEMI_CHECK(row.size() >= 2, "Model.", what, ": each batch needs (input, label) columns, got ", row.size(),
+             " column(s)");
+}
+
+}  // namespace
+
+Model::Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> loss_fn,
+             std::shared_ptr<optim::Optimizer> optimizer, std::map<std::string, MetricPtr> metrics,
+             const ModelOptions& options)
+    : network_(std::move(network)),
+      loss_fn_(std::move(loss_fn)),
+      optimizer_(std::move(optimizer)),
+      metrics_(std::move(metrics)),
+      options_(options) {
+  DEMI_CHECK(network_ && loss_fn_ && optimizer_, "Model: network, loss_fn and optimizer are required");
+  amp::TrainOptions t;
+  t.low_dtype = options.low_dtype;
+  t.loss_scale_manager = options.loss_scale_manager;
+  t.keep_batchnorm_fp32 = options.keep_batchnorm_fp32;
+  t.no_loss_scale = options.no_loss_scale;
+  train_step_ = amp::build_train_network(network_, optimizer_, loss_fn_, options.amp_level, t);
+}
+
+void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_dataset,
+                  std::vector<CallbackPtr> callbacks, bool dataset_sink_mode) {
+  DEMI_CHECK(epoch >= 1, "Model.train: epoch must be >= 1, got ", epoch);
+  DEMI_CHECK(train_dataset != nullptr, "Model.train: no dataset");
+  summary_ = TrainSummary{};
+  ScopedPeak peak;
+  auto run_start = Clock::now();
+  RunContext ctx;
+  ctx.model = this;
+  ctx.epochs = static_cast<int>(epochs_done_) + epoch;
+  ctx.steps_per_epoch = train_dataset->get_dataset_size();
+  data::IteratorOptions io;
+  io.prefetch = dataset_sink_mode ? options_.prefetch_depth : 0;
+  io.epoch = epochs_done_;
+  io.num_epochs = epoch;
+  auto it = train_dataset->create_iterator(io);
+  for (auto& cb : callbacks) cb->on_train_begin(ctx);
+  std::vector<double> step_times;
+  double wait_total = 0, busy_total = 0;
+  int64_t steady_samples = 0;
+  double steady_seconds = 0;
+  bool stop = false;
+  for (int e = 0; e < epoch && !stop; ++e) {
+    ctx.epoch = static_cast<int>(epochs_done_) + 1;
+    ctx.step_in_epoch = 0;
+    ctx.metrics.clear();
+    for (auto& cb : callbacks) cb->on_epoch_begin(ctx);
+    auto epoch_start = Clock::now();
+    int64_t epoch_samples = 0;
+    double loss_sum = 0;
+    int64_t loss_count = 0;
+    while (true) {
+      auto wait_start = Clock::now();
+      std::optional<data::Row> row = it->next();
+      double wait = seconds_since(wait_start);
+      if (!row) break;
+      check_row(*row, "train");
+      ++ctx.step_in_epoch;
+      ++ctx.cur_step_num;
+      ctx.batch_size = (*row)[0].rank() > 0 ? (*row)[0].dim(0) : 1;
+      ctx.data_wait_seconds = wait;
+      for (auto& cb : callbacks) cb->on_step_begin(ctx);
+      auto step_start = Clock::now();
+      amp::StepResult r = (*train_step_)((*row)[0], (*row)[1]);
+      double step_s = seconds_since(step_start);
+      if (options_.stop_on_nonfinite_loss && loss_scale_manager() == nullptr)
+        DEMI_CHECK(std::isfinite(r.loss), "the loss became ", r.loss, " at epoch ", ctx.epoch, " step ",
+                   ctx.step_in_epoch, " (", amp::level_name(options_.amp_level),
+                   ", no loss scale); training stopped instead of continuing on garbage. Lower the learning "
+                   "rate, check the input data for NaN/Inf, or use a loss-scale manager.");
+      ctx.loss = r.loss;
+      ctx.loss_scale = r.loss_scale;
+      ctx.overflow = r.overflow;
+      ctx.skipped = r.skipped;
+      ctx.step_seconds = step_s;
+      summary_.skipped_steps += r.skipped;
+      step_times.push_back(step_s);
+      wait_total += wait;
+      busy_total += step_s;
+      epoch_samples += ctx.batch_size;
+      if (std::isfinite(r.loss)) {
+        loss_sum += r.loss;
+        ++loss_count;
+      }
+      for (auto& cb : callbacks) cb->on_step_end(ctx);
+      if (ctx.stop_requested) {
+        stop = true;
+        break;
+      }
+    }
+    ctx.epoch_seconds = seconds_since(epoch_start);
+    ctx.epoch_samples_per_second = ctx.epoch_seconds > 0 ? static_cast<double>(epoch_samples) / ctx.epoch_seconds : 0;
+    if (loss_count > 0) ctx.metrics["loss"] = loss_sum / static_cast<double>(loss_count);
+    summary_.mean_last_epoch_loss = loss_count > 0 ? loss_sum / static_cast<double>(loss_count) : 0;
+    summary_.samples += epoch_samples;
+    if (e > 0 || epoch == 1) {
+      steady_samples += epoch_samples;
+      steady_seconds += ctx.epoch_seconds;
+    }
+    ++epochs_done_;
+    for (auto& cb : callbacks) cb->on_epoch_end(ctx);
+    stop = stop || ctx.stop_requested;
+    it->reset();
+  }
+  for (auto& cb : callbacks) cb->on_train_end(ctx);
+  summary_.steps = ctx.cur_step_num;
+  summary_.seconds = seconds_since(run_start);
+  summary_.samples_per_second = steady_seconds > 0 ? static_cast<double>(steady_samples) / steady_seconds : 0;
+  if (!step_times.empty()) {
+    std::vector<double> sorted = step_times;
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<int64_t>(sorted.size() / 2), sorted.end());
+    summary_.median_step_seconds = sorted[sorted.size() / 2];
+  }
+  summary_.data_wait_fraction = wait_total + busy_total > 0 ? wait_total / (wait_total + busy_total) : 0;
+  summary_.final_loss = ctx.loss;
+  summary_.final_loss_scale = loss_scale_manager() ? loss_scale_manager()->get_loss_scale() : 1.0;
+  summary_.peak = peak.peak();
+  summary_.peak_rss_bytes = process_peak_rss_bytes();
+}
+
+std::map<std::string, double> Model::eval(const std::shared_ptr<const data::Dataset>& dataset, bool dataset_sink_mode) {
+  DEMI_CHECK(dataset != nullptr, "Model.eval: no dataset");
+  DEMI_CHECK(!metrics_.empty(), "Model.eval: the model has no metrics (pass {\"Accuracy\", ...} to Model)");
+  network_->set_train(false);
+  for (auto& [name, m] : metrics_) m->clear();
+  data::IteratorOptions io;
+  io.prefetch = dataset_sink_mode ? options_.prefetch_depth : 0;
+  io.num_epochs = 1;
+  auto it = dataset->create_iterator(io);
+  {
+    autograd::NoGradGuard no_grad;
+    MemCategoryScope activations(MemCategory::kActivation);
+    while (auto row = it->next()) {
+      check_row(*row, "eval");
+      Tensor logits = network_->call((*row)[0]);
+      Tensor loss;
+      for (auto& [name, m] : metrics_) {
+        if (dynamic_cast<Loss*>(m.get()) != nullptr) {
+          if (!loss.defined()) loss = (*loss_fn_)(logits, (*row)[1]);
+          m->update(loss, (*row)[1]);
+        } else {
+          m->update(logits, (*row)[1]);
+        }
+      }
+    }
+  }
+  network_->set_train(true);
+  std::map<std::string, double> out;
+  for (auto& [name, m] : metrics_) out[name] = m->eval();
+  return out;
+}
+
+Tensor Model::predict(const Tensor& input) {
+  network_->set_train(false);
+  Tensor y;
+  {
+    autograd::NoGradGuard no_grad;
+    y = network_->call(input);
+  }
+  network_->set_train(true);
+  return y.dtype() == DType::kF32 ? y : y.to(DType::kF32);
+}
+
+}  // namespace demi::train

@@ -1,0 +1,93 @@
+// Model: the high-level API of the seed's "way 1". Switching precision is one argument:
+//
+//   auto model = train::Model(net, loss_fn, optimizer, {{"Accuracy", std::make_shared<train::Accuracy>()}},
+//                             {.amp_level = amp::Level::kO2,
+//                              .loss_scale_manager = std::make_shared<amp::FixedLossScaleManager>(1024.0, false)});
+//   model.train(2, train_ds, {std::make_shared<train::TimeMonitor>(), std::make_shared<train::LossMonitor>(10)},
+//               /*dataset_sink_mode=*/true);
+//   auto metrics = model.eval(test_ds);   // {"Accuracy": 0.89}
+//
+// dataset_sink_mode=true means the input pipeline runs on a background thread into a bounded queue
+// (demi/data's Prefetcher), so steps never wait on data in steady state; graph mode (demi/graph) will give
+// it its full MindSpore meaning. The first dataset column is the input, the second the label.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "demi/amp/train_step.h"
+#include "demi/core/memory.h"
+#include "demi/data/dataset.h"
+#include "demi/train/callback.h"
+#include "demi/train/metrics.h"
+
+namespace demi::train {
+
+struct ModelOptions {
+  amp::Level amp_level = amp::Level::kO0;
+  DType low_dtype = DType::kF16;                              // the seed's float16; kBF16 for bfloat16
+  std::shared_ptr<amp::LossScaleManager> loss_scale_manager;  // null: the level's default
+  bool no_loss_scale = false;                                 // no loss scaling, whatever the level's default
+  std::optional<bool> keep_batchnorm_fp32;                    // default: MindSpore's per level
+  int prefetch_depth = 4;                                     // batches queued ahead in sink mode
+  // Stop with an error when the loss becomes NaN/Inf at O0 (or without a loss scale), instead of
+  // training on garbage. With a loss-scale manager a non-finite step is an overflow and is handled there.
+  bool stop_on_nonfinite_loss = true;
+};
+
+// What one train() call measured.
+struct TrainSummary {
+  int64_t steps = 0;
+  int64_t samples = 0;
+  double seconds = 0;                 // wall time of the whole call
+  double samples_per_second = 0;     // over the steps after the first (warm-up) epoch when there are several
+  double median_step_seconds = 0;    // median train-step time, excluding data waits
+  double data_wait_fraction = 0;      // fraction of the trainer's time spent waiting for batches
+  float final_loss = 0;
+  double mean_last_epoch_loss = 0;
+  int64_t skipped_steps = 0;
+  double final_loss_scale = 1;
+  MemStats peak;                      // tracked memory: peaks per category during train()
+  int64_t peak_rss_bytes = 0;         // the process's peak RSS (VmHWM) at the end
+};
+
+class Model {
+ public:
+  Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> loss_fn,
+        std::shared_ptr<optim::Optimizer> optimizer, std::map<std::string, MetricPtr> metrics = {},
+        const ModelOptions& options = {});
+
+  // Trains for `epoch` epochs over `train_dataset` (batches of (input, label)).
+  void train(int epoch, const std::shared_ptr<const data::Dataset>& train_dataset,
+             std::vector<CallbackPtr> callbacks = {}, bool dataset_sink_mode = true);
+  // Evaluates every metric over the dataset (eval mode, no gradients, the same precision policy).
+  std::map<std::string, double> eval(const std::shared_ptr<const data::Dataset>& dataset, bool dataset_sink_mode = true);
+  // The network's output for `input` in eval mode (FP32).
+  Tensor predict(const Tensor& input);
+
+  nn::Cell& network() { return *network_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  amp::LossScaleManager* loss_scale_manager() { return train_step_->loss_scale_manager(); }
+  amp::TrainStep& train_step() { return *train_step_; }
+  amp::Level amp_level() const { return options_.amp_level; }
+  DType low_dtype() const { return options_.low_dtype; }
+  const TrainSummary& last_summary() const { return summary_; }
+  // Epochs completed by train() so far (where a resumed run continues).
+  int64_t epochs_done() const { return epochs_done_; }
+  void set_epochs_done(int64_t e) { epochs_done_ = e; }
+
+ private:
+  std::shared_ptr<nn::Cell> network_;
+  std::shared_ptr<nn::LossCell> loss_fn_;
+  std::shared_ptr<optim::Optimizer> optimizer_;
+  std::map<std::string, MetricPtr> metrics_;
+  ModelOptions options_;
+  std::shared_ptr<amp::TrainStep> train_step_;
+  TrainSummary summary_;
+  int64_t epochs_done_ = 0;
+};
+
+}  // namespace demi::train

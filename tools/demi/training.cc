@@ -1,0 +1,368 @@
+// demi train / eval / compare: thin over the library. compare runs each setting in a fresh process
+// (this same binary, `demi train --json`), so that each one's process peak RSS is its own.
+#include "tools/demi/training.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "demi/core/context.h"
+#include "demi/data/data.h"
+#include "demi/nn/models.h"
+#include "demi/ops/dispatch.h"
+#include "demi/train/model.h"
+
+namespace demi::cli {
+namespace {
+
+const char* kFashionDir = "/usr/share/datasets/fashion-mnist";
+
+struct Job {
+  std::string model_key;  // A, B, C
+  std::shared_ptr<nn::Cell> net;
+  std::shared_ptr<data::Dataset> train_ds, test_ds;
+  std::string data_name;
+};
+
+std::string model_key(const std::string& m) {
+  if (m == "A" || m == "a" || m == "simplecnn") return "A";
+  if (m == "B" || m == "b" || m == "lenet") return "B";
+  if (m == "C" || m == "c" || m == "mlp") return "C";
+  throw UsageError("unknown --model '" + m + "'; expected A (simplecnn), B (lenet) or C (mlp)");
+}
+
+std::shared_ptr<amp::LossScaleManager> parse_loss_scale(const std::string& s) {
+  if (s == "default") return nullptr;
+  if (s == "none") return nullptr;
+  if (s == "dynamic") return std::make_shared<amp::DynamicLossScaleManager>();
+  if (s.rfind("fixed:", 0) == 0) {
+    double v = std::atof(s.c_str() + 6);
+    if (!(v > 0)) throw UsageError("--loss-scale fixed:N needs N > 0, got '" + s + "'");
+    return std::make_shared<amp::FixedLossScaleManager>(v, true);
+  }
+  throw UsageError("unknown --loss-scale '" + s + "'; expected default, none, fixed:N or dynamic");
+}
+
+Job make_job(const ParsedArgs& args) {
+  Job job;
+  job.model_key = model_key(args.get("model"));
+  int64_t batch = args.get_int("batch-size");
+  if (batch <= 0) batch = job.model_key == "A" ? 32 : job.model_key == "B" ? 128 : 256;
+  int64_t limit = args.get_int("train-samples");
+  uint64_t seed = static_cast<uint64_t>(args.get_int("seed"));
+  std::string data = args.get("data");
+  if (data == "default") data = job.model_key == "A" ? "synthetic" : "fashion-mnist";
+  job.data_name = data;
+  set_seed(seed);
+  if (job.model_key == "A") job.net = std::make_shared<nn::SimpleCNN>();
+  if (job.model_key == "B") job.net = std::make_shared<nn::LeNet>();
+  if (job.model_key == "C") job.net = std::make_shared<nn::MLP>();
+  if (data == "synthetic") {
+    data::SeedDataOptions o;
+    if (job.model_key != "A") o.channels = 1, o.height = 28, o.width = 28;
+    int64_t n = limit > 0 ? limit : 1000;
+    job.train_ds = data::make_seed_dataset(n, batch, seed, o);
+    job.test_ds = data::make_seed_dataset(std::max<int64_t>(n / 4, batch), 256, seed + 1, o);
+    return job;
+  }
+  std::string dir;
+  bool cifar = false;
+  if (data == "fashion-mnist") dir = kFashionDir;
+  else if (data.rfind("mnist:", 0) == 0) dir = data.substr(6);
+  else if (data.rfind("cifar10:", 0) == 0) dir = data.substr(8), cifar = true;
+  else throw UsageError("unknown --data '" + data + "'; expected synthetic, fashion-mnist, mnist:DIR or cifar10:DIR");
+  if (cifar != (job.model_key == "A"))
+    throw UsageError("--model " + job.model_key + " takes " + (job.model_key == "A" ? "3x32x32 images (synthetic, cifar10:DIR)" :
+                                                         "1x28x28 images (fashion-mnist, mnist:DIR, synthetic)"));
+  std::vector<data::Transform> norm;
+  std::shared_ptr<data::Dataset> train, test;
+  if (cifar) {
+    norm = {data::Rescale(1.0 / 255, 0.0), data::Normalize({0.4914, 0.4822, 0.4465}, {0.2470, 0.2435, 0.2616})};
+    train = std::make_shared<data::Cifar10Dataset>(dir, "train");
+    test = std::make_shared<data::Cifar10Dataset>(dir, "test");
+  } else {
+    norm = {data::Rescale(1.0 / 255, 0.0), data::Normalize({0.2860}, {0.3530})};
+    train = std::make_shared<data::MnistDataset>(dir, "train");
+    test = std::make_shared<data::MnistDataset>(dir, "test");
+  }
+  train = train->map(norm, {"image"});
+  if (limit > 0) train = train->take(limit);
+  job.train_ds = train->shuffle(60000, seed)->batch(batch, /*drop_remainder=*/true);
+  job.test_ds = test->map(norm, {"image"})->batch(256);
+  return job;
+}
+
+std::string mib(int64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", static_cast<double>(bytes) / (1 << 20));
+  return b;
+}
+
+struct RunResult {
+  std::map<std::string, double> values;  // samples_per_second, peak_*, final_loss, accuracy, ...
+};
+
+// One JSON object (flat, numbers and strings) per line.
+std::string json_object(const std::map<std::string, std::string>& fields) {
+  std::string s = "{";
+  bool first = true;
+  for (const auto& [k, v] : fields) {
+    s += (first ? "\"" : ",\"") + k + "\":" + v;
+    first = false;
+  }
+  return s + "}";
+}
+
+std::string json_str(const std::string& s) { return "\"" + s + "\""; }
+std::string num(double v) {
+  if (!std::isfinite(v)) return "null";
+  std::ostringstream os;
+  os.precision(9);
+  os << v;
+  return os.str();
+}
+
+class JsonEpochs : public train::Callback {
+ public:
+  void on_epoch_end(train::RunContext& ctx) override {
+    std::map<std::string, std::string> f = {{"kind", json_str("epoch")},
+                                            {"epoch", num(ctx.epoch)},
+                                            {"loss", num(ctx.metrics.count("loss") ? ctx.metrics["loss"] : ctx.loss)},
+                                            {"loss_scale", num(ctx.loss_scale)},
+                                            {"seconds", num(ctx.epoch_seconds)},
+                                            {"samples_per_second", num(ctx.epoch_samples_per_second)}};
+    std::printf("%s\n", json_object(f).c_str());
+    std::fflush(stdout);
+  }
+};
+
+int run_train(const ParsedArgs& args) {
+  ContextOptions ctx = get_context();
+  ctx.num_threads = static_cast<int>(args.get_int("threads"));
+  set_context(ctx);
+  bool json = args.flag("json");
+  Job job = make_job(args);
+  amp::Level level = amp::parse_level(args.get("amp"));
+  DType low = parse_dtype(args.get("dtype"));
+  if (!is_low_precision(low)) throw UsageError("--dtype must be fp16 or bf16, got '" + args.get("dtype") + "'");
+  double lr = std::atof(args.get("lr").c_str());
+  auto opt = std::make_shared<optim::Momentum>(job.net->trainable_params(), lr, 0.9);
+  train::ModelOptions mo;
+  mo.amp_level = level;
+  mo.low_dtype = low;
+  mo.loss_scale_manager = parse_loss_scale(args.get("loss-scale"));
+  mo.no_loss_scale = args.get("loss-scale") == "none";  // overrides the level's default manager
+  train::Model model(job.net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt,
+                     {{"Accuracy", std::make_shared<train::Accuracy>()}}, mo);
+  std::vector<train::CallbackPtr> cbs;
+  if (json)
+    cbs.push_back(std::make_shared<JsonEpochs>());
+  else
+    cbs.push_back(std::make_shared<train::ProgressBar>(50));
+  if (args.flag("profile")) ops::set_profiling(true);
+  int epochs = static_cast<int>(args.get_int("epochs"));
+  if (epochs < 1) throw UsageError("--epochs must be >= 1");
+  model.train(epochs, job.train_ds, cbs, true);
+  auto metrics = model.eval(job.test_ds);
+  const train::TrainSummary& s = model.last_summary();
+  auto pk = [&](MemCategory c) { return s.peak.pk(c); };
+  if (json) {
+    std::map<std::string, std::string> f = {
+        {"kind", json_str("summary")},
+        {"model", json_str(job.model_key)},
+        {"data", json_str(job.data_name)},
+        {"amp", json_str(amp::level_name(level))},
+        {"dtype", json_str(std::string(dtype_name(low)))},
+        {"steps", num(static_cast<double>(s.steps))},
+        {"samples_per_second", num(s.samples_per_second)},
+        {"median_step_ms", num(s.median_step_seconds * 1e3)},
+        {"data_wait_fraction", num(s.data_wait_fraction)},
+        {"final_loss", num(s.mean_last_epoch_loss)},
+        {"skipped_steps", num(static_cast<double>(s.skipped_steps))},
+        {"loss_scale", num(s.final_loss_scale)},
+        {"test_accuracy", num(metrics["Accuracy"])},
+        {"peak_total", num(static_cast<double>(s.peak.total_peak))},
+        {"peak_parameter", num(static_cast<double>(pk(MemCategory::kParameter)))},
+        {"peak_gradient", num(static_cast<double>(pk(MemCategory::kGradient)))},
+        {"peak_optimizer_state", num(static_cast<double>(pk(MemCategory::kOptimizerState)))},
+        {"peak_activation", num(static_cast<double>(pk(MemCategory::kActivation)))},
+        {"peak_cast_cache", num(static_cast<double>(pk(MemCategory::kCastCache)))},
+        {"peak_workspace", num(static_cast<double>(pk(MemCategory::kWorkspace)))},
+        {"peak_data", num(static_cast<double>(pk(MemCategory::kData)))},
+        {"peak_rss", num(static_cast<double>(s.peak_rss_bytes))},
+    };
+    std::printf("%s\n", json_object(f).c_str());
+  } else {
+    std::printf("model %s on %s, %s %s: %lld steps, %.0f samples/s (median step %.2f ms), data wait %.2f%%\n",
+                job.model_key.c_str(), job.data_name.c_str(), amp::level_name(level), std::string(dtype_name(low)).c_str(),
+                static_cast<long long>(s.steps), s.samples_per_second, s.median_step_seconds * 1e3,
+                100 * s.data_wait_fraction);
+    std::printf("final train loss %.4f, test accuracy %.4f, %lld step(s) skipped, loss scale %g\n",
+                s.mean_last_epoch_loss, metrics["Accuracy"], static_cast<long long>(s.skipped_steps), s.final_loss_scale);
+    std::printf("peak tracked memory %s MiB (activations %s, cast cache %s, workspace %s), process peak RSS %s MiB\n",
+                mib(s.peak.total_peak).c_str(), mib(pk(MemCategory::kActivation)).c_str(),
+                mib(pk(MemCategory::kCastCache)).c_str(), mib(pk(MemCategory::kWorkspace)).c_str(),
+                mib(s.peak_rss_bytes).c_str());
+  }
+  if (args.flag("profile")) std::printf("\n%s", ops::profile_report().c_str());
+  return 0;
+}
+
+// Minimal reader for the flat JSON summary line run_train prints.
+std::map<std::string, std::string> parse_flat_json(const std::string& line) {
+  std::map<std::string, std::string> out;
+  size_t i = line.find('{');
+  if (i == std::string::npos) return out;
+  ++i;
+  while (i < line.size() && line[i] != '}') {
+    size_t k0 = line.find('"', i), k1 = line.find('"', k0 + 1);
+    if (k0 == std::string::npos || k1 == std::string::npos) break;
+    std::string key = line.substr(k0 + 1, k1 - k0 - 1);
+    size_t v0 = line.find(':', k1) + 1;
+    size_t v1 = v0;
+    if (line[v0] == '"') {
+      v1 = line.find('"', v0 + 1) + 1;
+      out[key] = line.substr(v0 + 1, v1 - v0 - 2);
+    } else {
+      while (v1 < line.size() && line[v1] != ',' && line[v1] != '}') ++v1;
+      out[key] = line.substr(v0, v1 - v0);
+    }
+    i = v1;
+    if (i < line.size() && line[i] == ',') ++i;
+  }
+  return out;
+}
+
+std::string self_path() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("demi") : p.string();
+}
+
+// Runs `demi train --json ...` for one setting and returns its summary.
+std::map<std::string, std::string> run_setting(const ParsedArgs& args, const std::string& level, const std::string& dtype) {
+  std::string cmd = "'" + self_path() + "' train --json --model " + args.get("model") + " --data '" + args.get("data") +
+                    "' --amp " + level + " --dtype " + dtype + " --epochs " + args.get("epochs") + " --batch-size " +
+                    args.get("batch-size") + " --lr " + args.get("lr") + " --seed " + args.get("seed") +
+                    " --threads " + args.get("threads") + " --train-samples " + args.get("train-samples") +
+                    " --loss-scale " + args.get("loss-scale");
+  FILE* p = popen(cmd.c_str(), "r");
+  DEMI_CHECK(p != nullptr, "compare: cannot run '", cmd, "'");
+  std::map<std::string, std::string> summary;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) {
+    std::string line = buf;
+    if (line.find("\"kind\":\"summary\"") != std::string::npos) summary = parse_flat_json(line);
+  }
+  int rc = pclose(p);
+  DEMI_CHECK(rc == 0 && !summary.empty(), "compare: the run at ", level, " ", dtype, " failed (exit status ", rc,
+             "); run it alone to see why: ", cmd);
+  return summary;
+}
+
+double as_double(const std::map<std::string, std::string>& m, const std::string& k) {
+  auto it = m.find(k);
+  return it == m.end() ? 0.0 : std::atof(it->second.c_str());
+}
+
+int run_compare(const ParsedArgs& args) {
+  std::vector<std::string> levels, dtypes;
+  {
+    std::stringstream a(args.get("levels")), b(args.get("dtypes"));
+    for (std::string x; std::getline(a, x, ',');) levels.push_back(amp::level_name(amp::parse_level(x)));
+    for (std::string x; std::getline(b, x, ',');) dtypes.push_back(x);
+  }
+  struct Row {
+    std::string level, dtype;
+    std::map<std::string, std::string> s;
+  };
+  std::vector<Row> rows;
+  for (const auto& l : levels) {
+    if (l == "O0") {
+      rows.push_back({l, "fp32", run_setting(args, l, dtypes.empty() ? "bf16" : dtypes[0])});
+      continue;
+    }
+    for (const auto& d : dtypes) rows.push_back({l, d, run_setting(args, l, d)});
+  }
+  const Row* base = nullptr;
+  for (const auto& r : rows)
+    if (r.level == "O0") base = &r;
+  std::string model = rows.empty() ? "" : rows[0].s["model"], data = rows.empty() ? "" : rows[0].s["data"];
+  std::printf("\nmodel %s on %s, %s epoch(s), batch %s — O0 against mixed precision, measured in this run\n\n",
+              model.c_str(), data.c_str(), args.get("epochs").c_str(),
+              args.get_int("batch-size") > 0 ? args.get("batch-size").c_str() : "default");
+  std::printf("%-9s %10s %7s %10s %7s %9s %9s %9s %9s %7s %8s %9s\n", "setting", "samples/s", "x O0", "peak MiB", "x O0",
+              "activ.", "cast", "work", "RSS MiB", "x O0", "loss", "test acc");
+  for (const auto& r : rows) {
+    double sps = as_double(r.s, "samples_per_second"), peak = as_double(r.s, "peak_total"),
+           rss = as_double(r.s, "peak_rss");
+    double bsps = base ? as_double(base->s, "samples_per_second") : 0, bpeak = base ? as_double(base->s, "peak_total") : 0,
+           brss = base ? as_double(base->s, "peak_rss") : 0;
+    std::string name = r.level == "O0" ? "O0-fp32" : r.level + "-" + r.dtype;
+    std::printf("%-9s %10.0f %6.2fx %10.2f %6.2fx %9.2f %9.2f %9.2f %9.1f %6.2fx %8.4f %9.4f\n", name.c_str(), sps,
+                bsps > 0 ? sps / bsps : 0, peak / (1 << 20), bpeak > 0 ? peak / bpeak : 0,
+                as_double(r.s, "peak_activation") / (1 << 20), as_double(r.s, "peak_cast_cache") / (1 << 20),
+                as_double(r.s, "peak_workspace") / (1 << 20), rss / (1 << 20), brss > 0 ? rss / brss : 0,
+                as_double(r.s, "final_loss"), as_double(r.s, "test_accuracy"));
+  }
+  std::printf("\npeak MiB: tracked tensor memory (parameters, gradients, optimizer state, activations, cast cache,\n"
+              "workspace, data); activ./cast/work: its activation, cast-cache and workspace parts; RSS: the\n"
+              "process's peak resident set (each setting runs in its own process).\n");
+  return 0;
+}
+
+std::vector<Option> training_options() {
+  return {
+      {"model", "M", "A (simplecnn), B (lenet) or C (mlp)", "A"},
+      {"data", "D", "synthetic, fashion-mnist, mnist:DIR, cifar10:DIR (default: synthetic for A, fashion-mnist)",
+       "default"},
+      {"epochs", "N", "epochs", "1"},
+      {"batch-size", "N", "batch size (0: the model's reference batch: A 32, B 128, C 256)", "0"},
+      {"lr", "LR", "learning rate (Momentum 0.9)", "0.01"},
+      {"seed", "S", "random seed (weights, data order, synthetic data)", "1"},
+      {"threads", "N", "threads (0: every core)", "0"},
+      {"train-samples", "N", "use only the first N training samples (0: all)", "0"},
+      {"loss-scale", "S", "default (the level's), none, fixed:N or dynamic", "default"},
+  };
+}
+
+}  // namespace
+
+int run_training_demo(const ParsedArgs& args) {
+  (void)args;
+  std::string self = self_path();
+  std::printf("demi demo: the seed's comparison — the same network trained from the same seed at O0 and at O2\n"
+              "(float16 with loss scaling, and bfloat16), measured side by side.\n");
+  std::fflush(stdout);
+  int rc = std::system(("'" + self + "' compare --model A --data synthetic --epochs 3 --train-samples 1000").c_str());
+  if (rc != 0) return 1;
+  rc = std::system(("'" + self + "' compare --model B --data fashion-mnist --epochs 1").c_str());
+  return rc == 0 ? 0 : 1;
+}
+
+void add_training_commands(std::vector<Command>& cmds) {
+  std::vector<Option> train_opts = training_options();
+  train_opts.push_back({"amp", "LEVEL", "AMP level: O0, O1, O2, O3", "O0"});
+  train_opts.push_back({"dtype", "T", "low-precision dtype: fp16 or bf16", "fp16"});
+  train_opts.push_back({"json", "", "print one JSON object per epoch and a summary", ""});
+  train_opts.push_back({"profile", "", "print time, calls and bytes per op, forward and backward", ""});
+  cmds.push_back({.name = "train",
+                  .summary = "Train a reference model at an AMP level, then evaluate it on the test split.",
+                  .options = std::move(train_opts),
+                  .run = run_train});
+  std::vector<Option> cmp = training_options();
+  cmp.push_back({"levels", "L", "comma-separated AMP levels", "O0,O2"});
+  cmp.push_back({"dtypes", "T", "comma-separated low dtypes for levels above O0", "fp16,bf16"});
+  cmds.push_back({.name = "compare",
+                  .summary = "Train the same model from the same seed at each setting; print one table.",
+                  .options = std::move(cmp),
+                  .run = run_compare});
+}
+
+}  // namespace demi::cli
