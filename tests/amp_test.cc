@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "demi/amp/numerics.h"
 #include "demi/amp/train_step.h"
 #include "demi/autograd/autograd.h"
 #include "demi/core/rng.h"
@@ -127,8 +128,11 @@ class Tiny : public nn::Cell {
 // loss = 1e-8 * sum(logits): every logit's gradient is 1e-8, which FP16 flushes to zero.
 class TinySumLoss : public nn::LossCell {
  public:
-  TinySumLoss() : LossCell("TinySumLoss") {}
-  Tensor construct(const Tensor& logits, const Tensor&) override { return ops::mul_scalar(ops::sum(logits), 1e-8); }
+  explicit TinySumLoss(double scale = 1e-8) : LossCell("TinySumLoss"), scale_(scale) {}
+  Tensor construct(const Tensor& logits, const Tensor&) override { return ops::mul_scalar(ops::sum(logits), scale_); }
+
+ private:
+  double scale_;
 };
 
 struct TinyRun {
@@ -260,6 +264,36 @@ TEST(SeedConfiguration, ModelALossFallsAtO0AndO2) {
     float last = (losses[n - 1] + losses[n - 2] + losses[n - 3] + losses[n - 4]) / 4;
     EXPECT_LT(last, 0.75f * first) << amp::level_name(level) << ": first epoch " << first << ", last " << last;
   }
+}
+
+// The numerics report names the layer whose activations leave FP16's range and the gradients that
+// underflow at a given scale.
+TEST(Numerics, ReportFindsTheOverflowingLayerAndTheUnderflowingGradients) {
+  set_seed(21);
+  auto net = std::make_shared<nn::SimpleCNN>();
+  amp::auto_mixed_precision(*net, Level::kO2, DType::kF16);
+  Generator g(3);
+  Tensor x = ops::mul_scalar(normal({4, 3, 32, 32}, 0, 1, g), 3e4);  // conv outputs far beyond 65504
+  std::vector<int32_t> l = {1, 2, 3, 4};
+  nn::SoftmaxCrossEntropyWithLogits loss(true, "mean");
+  amp::NumericsReport r = amp::analyze_numerics(*net, loss, x, from_vector(l, {4}), 1.0);
+  std::string text = r.to_string();
+  bool conv_flagged = false;
+  for (const auto& a : r.activations)
+    if (a.path == "conv1") conv_flagged = a.exceeds_fp16;
+  EXPECT_TRUE(conv_flagged) << text;
+  EXPECT_NE(text.find("overflows in FP16"), std::string::npos) << text;
+  ASSERT_EQ(r.gradients.size(), 3u);
+  EXPECT_EQ(net->fc->weight.grad().defined(), false) << "the analysis leaves the gradients as they were";
+
+  // Weight gradients of ~6e-10 (below FP16's 6e-8): all underflow at scale 1, none at 65536.
+  auto tiny = std::make_shared<Tiny>();
+  TinySumLoss tl(1e-10);
+  Tensor xs = uniform({8, 16}, 0.5, 1.0, g);
+  auto r1 = amp::analyze_numerics(*tiny, tl, xs, zeros({8, 4}), 1.0);
+  auto r2 = amp::analyze_numerics(*tiny, tl, xs, zeros({8, 4}), 65536.0);
+  EXPECT_GT(r1.gradients[0].underflow_fraction, 0.99) << r1.to_string();
+  EXPECT_EQ(r2.gradients[0].underflow_fraction, 0.0) << r2.to_string();
 }
 
 }  // namespace

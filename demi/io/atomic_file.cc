@@ -3,12 +3,14 @@
 #include "demi/io/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "demi/core/error.h"
@@ -36,6 +38,22 @@ int fsync_dir(const std::filesystem::path& dir) {
 
 bool is_atomic_temp_name(const std::string& filename) {
   return filename.size() > 1 && filename[0] == '.' && filename.find(".tmp-") != std::string::npos;
+}
+
+int remove_stale_temp_files(const std::filesystem::path& dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (!is_atomic_temp_name(name)) continue;
+    size_t at = name.rfind(".tmp-");
+    long pid = std::strtol(name.c_str() + at + 5, nullptr, 10);
+    if (pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)) {
+      std::error_code rm;
+      if (std::filesystem::remove(it->path(), rm)) ++removed;
+    }
+  }
+  return removed;
 }
 
 AtomicFile::AtomicFile(std::filesystem::path path, const AtomicWriteOptions& options)
@@ -138,12 +156,15 @@ std::vector<uint8_t> read_file(const std::filesystem::path& path, uint64_t max_b
     throw Error(str_cat("cannot read '", path.string(), "': ", std::strerror(err)));
   }
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
+    throw Error(str_cat("cannot read '", path.string(), "': ", std::strerror(err)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
     throw Error(str_cat("cannot read '", path.string(), "': ",
-                        S_ISDIR(st.st_mode) ? "is a directory, expected a file"
-                                            : S_ISREG(st.st_mode) ? std::strerror(err) : "not a regular file"));
+                        S_ISDIR(st.st_mode) ? "is a directory, expected a file" : "not a regular file"));
   }
   uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size > max_bytes) {

@@ -75,4 +75,8 @@ std::vector<uint8_t> read_file(const std::filesystem::path& path, uint64_t max_b
 // them and stale ones left by a killed process can be recognised.
 bool is_atomic_temp_name(const std::string& filename);
 
+// Removes the temporary files in `dir` whose writer process no longer runs (killed between creating the
+// file and renaming it); a live writer's are left alone. Returns how many were removed.
+int remove_stale_temp_files(const std::filesystem::path& dir);
+
 }  // namespace demi::io

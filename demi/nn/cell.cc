@@ -12,7 +12,14 @@ class CellError : public Error {
   explicit CellError(const std::string& what) : Error(what) {}
 };
 
+thread_local ForwardObserver t_observer;
+
 }  // namespace
+
+ForwardObserverScope::ForwardObserverScope(ForwardObserver observer) : saved_(std::move(t_observer)) {
+  t_observer = std::move(observer);
+}
+ForwardObserverScope::~ForwardObserverScope() { t_observer = std::move(saved_); }
 
 Cell::Cell(std::string type_name) : type_name_(std::move(type_name)) { autograd::install(); }
 
@@ -22,6 +29,7 @@ Tensor Cell::operator()(const Tensor& x) {
   ops::DTypePinScope pin(pinned_);
   try {
     Tensor y = construct(x);
+    if (t_observer && y.defined()) t_observer(*this, y);
     if (policy_ && y.defined() && is_low_precision(y.dtype())) y = ops::cast(y, DType::kF32);
     return y;
   } catch (const CellError&) {

@@ -13,6 +13,7 @@
 //   };
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -95,6 +96,20 @@ class Cell {
 };
 
 using CellPtr = std::shared_ptr<Cell>;
+
+// Sees every cell's output while alive (in this thread): the numerics report uses it to find the layer
+// whose activations leave FP16's range. Scopes nest; the innermost observer is called.
+using ForwardObserver = std::function<void(const Cell& cell, const Tensor& output)>;
+class ForwardObserverScope {
+ public:
+  explicit ForwardObserverScope(ForwardObserver observer);
+  ~ForwardObserverScope();
+  ForwardObserverScope(const ForwardObserverScope&) = delete;
+  ForwardObserverScope& operator=(const ForwardObserverScope&) = delete;
+
+ private:
+  ForwardObserver saved_;
+};
 
 // A loss: construct(logits, labels) -> an FP32 scalar (or per-sample losses with reduction "none").
 class LossCell {

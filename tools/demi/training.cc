@@ -12,7 +12,9 @@
 #include <sstream>
 #include <string>
 
+#include "demi/amp/numerics.h"
 #include "demi/core/context.h"
+#include "demi/data/iterator.h"
 #include "demi/data/data.h"
 #include "demi/nn/models.h"
 #include "demi/ops/dispatch.h"
@@ -160,6 +162,15 @@ int run_train(const ParsedArgs& args) {
   mo.no_loss_scale = args.get("loss-scale") == "none";  // overrides the level's default manager
   train::Model model(job.net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt,
                      {{"Accuracy", std::make_shared<train::Accuracy>()}}, mo);
+  if (args.flag("numerics")) {
+    // Before training: which layers overflow FP16, which gradients underflow at the step's loss scale.
+    auto it = job.train_ds->create_iterator();
+    auto batch = it->next();
+    DEMI_CHECK(batch.has_value(), "--numerics: the training set is empty");
+    double scale = model.loss_scale_manager() ? model.loss_scale_manager()->get_loss_scale() : 1.0;
+    nn::SoftmaxCrossEntropyWithLogits loss(true, "mean");
+    std::printf("%s\n", amp::analyze_numerics(*job.net, loss, (*batch)[0], (*batch)[1], scale).to_string().c_str());
+  }
   std::vector<train::CallbackPtr> cbs;
   if (json)
     cbs.push_back(std::make_shared<JsonEpochs>());
@@ -352,6 +363,8 @@ void add_training_commands(std::vector<Command>& cmds) {
   train_opts.push_back({"dtype", "T", "low-precision dtype: fp16 or bf16", "fp16"});
   train_opts.push_back({"json", "", "print one JSON object per epoch and a summary", ""});
   train_opts.push_back({"profile", "", "print time, calls and bytes per op, forward and backward", ""});
+  train_opts.push_back({"numerics", "", "before training, report FP16 overflow per layer and gradient underflow "
+                                        "per parameter at the loss scale", ""});
   cmds.push_back({.name = "train",
                   .summary = "Train a reference model at an AMP level, then evaluate it on the test split.",
                   .options = std::move(train_opts),

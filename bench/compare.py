@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""demi against PyTorch on this machine, interleaved (BENCHMARKS.md protocol), models A, B, C at
+O0 / O2-bf16 / O2-fp16 (demi) and fp32 / bf16 autocast (PyTorch). Several repetitions; the table shows the
+median of each setting's samples/s and the ratios; every measurement is also appended to
+bench/results/compare.jsonl so runs can be compared over time.
+
+    bench/compare.py [--reps 3] [--models A,B,C] [--demi build/release/tools/demi/demi]
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Samples per run (two epochs: the first is warm-up) and PyTorch steps, sized to a few seconds per run.
+SIZES = {"A": (1024, 30), "B": (2560, 20), "C": (5120, 20)}
+TORCH_ENV = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "1073741824",
+             "MALLOC_TOP_PAD_": "268435456", "OPENBLAS_NUM_THREADS": "2"}
+
+
+def run_json(cmd, env=None):
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if out.returncode != 0:
+        sys.stderr.write(f"failed: {' '.join(cmd)}\n{out.stderr}\n")
+        return None
+    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+    for l in reversed(lines):
+        d = json.loads(l)
+        if d.get("kind", "summary") == "summary":
+            return d
+    return None
+
+
+def demi_run(demi, model, amp, dtype):
+    samples, _ = SIZES[model]
+    d = run_json([demi, "train", "--json", "--model", model, "--data", "synthetic", "--amp", amp, "--dtype", dtype,
+                  "--epochs", "2", "--train-samples", str(samples)])
+    if d is None:
+        return None
+    batch = {"A": 32, "B": 128, "C": 256}[model]
+    return {"framework": "demi", "model": model, "setting": "O0" if amp == "O0" else f"{amp}-{dtype}",
+            "samples_per_second": batch / (d["median_step_ms"] / 1e3), "median_step_ms": d["median_step_ms"],
+            "peak_rss": d["peak_rss"], "peak_tracked": d["peak_total"], "peak_activation": d["peak_activation"]}
+
+
+def torch_run(model, precision):
+    _, steps = SIZES[model]
+    env = dict(os.environ, **TORCH_ENV)
+    if precision == "fp32" and model in ("C", "D"):
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return run_json(["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_models.py"), "--model", model,
+                     "--precision", precision, "--steps", str(steps)], env)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--models", default="A,B,C")
+    ap.add_argument("--demi", default=os.path.join(ROOT, "build", "release", "tools", "demi", "demi"))
+    args = ap.parse_args()
+    models = args.models.split(",")
+    results = {}
+    stamp = datetime.datetime.utcnow().isoformat(timespec="seconds")
+    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
+    log = open(os.path.join(ROOT, "bench", "results", "compare.jsonl"), "a")
+    for rep in range(args.reps):
+        for m in models:
+            runs = [lambda: demi_run(args.demi, m, "O0", "bf16"), lambda: torch_run(m, "fp32"),
+                    lambda: demi_run(args.demi, m, "O2", "bf16"), lambda: torch_run(m, "bf16"),
+                    lambda: demi_run(args.demi, m, "O2", "fp16")]
+            for run in runs:
+                r = run()
+                if r is None:
+                    continue
+                r["rep"], r["time"] = rep, stamp
+                log.write(json.dumps(r) + "\n")
+                results.setdefault((m, r["framework"], r["setting"]), []).append(r)
+                print(f"  rep {rep} {m} {r['framework']:7s} {r['setting']:8s} {r['samples_per_second']:9.0f} samples/s",
+                      file=sys.stderr)
+    log.close()
+
+    def med(m, fw, s, key="samples_per_second"):
+        rs = results.get((m, fw, s))
+        return statistics.median(r[key] for r in rs) if rs else float("nan")
+
+    print(f"\ndemi vs PyTorch {stamp} — median of {args.reps} interleaved repetitions, samples/s (peak RSS MiB)\n")
+    print(f"{'model':5} {'torch fp32':>16} {'torch bf16':>16} {'demi O0':>16} {'demi O2-bf16':>16} {'demi O2-fp16':>16}"
+          f" {'O0/t32':>7} {'bf16/tbf':>8} {'O2b/O0':>7} {'O2h/O0':>7}")
+    for m in models:
+        cells = []
+        for fw, s in [("pytorch", "fp32"), ("pytorch", "bf16"), ("demi", "O0"), ("demi", "O2-bf16"), ("demi", "O2-fp16")]:
+            cells.append(f"{med(m, fw, s):8.0f} ({med(m, fw, s, 'peak_rss') / 2**20:5.0f})")
+        r1 = med(m, "demi", "O0") / med(m, "pytorch", "fp32")
+        r2 = med(m, "demi", "O2-bf16") / med(m, "pytorch", "bf16")
+        r3 = med(m, "demi", "O2-bf16") / med(m, "demi", "O0")
+        r4 = med(m, "demi", "O2-fp16") / med(m, "demi", "O0")
+        print(f"{m:5} " + " ".join(f"{c:>16}" for c in cells) + f" {r1:6.2f}x {r2:7.2f}x {r3:6.2f}x {r4:6.2f}x")
+    print("\ndemi tracked peak memory, O2 / O0 (activations O2 / O0):")
+    for m in models:
+        t = med(m, "demi", "O2-bf16", "peak_tracked") / med(m, "demi", "O0", "peak_tracked")
+        a = med(m, "demi", "O2-bf16", "peak_activation") / med(m, "demi", "O0", "peak_activation")
+        print(f"  {m}: {t:.2f} ({a:.2f})")
+
+
+if __name__ == "__main__":
+    main()
