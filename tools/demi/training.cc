@@ -211,7 +211,8 @@ int run_train(const ParsedArgs& args) {
     std::printf("%s\n", json_object(f).c_str());
   } else {
     std::printf("model %s on %s, %s %s: %lld steps, %.0f samples/s (median step %.2f ms), data wait %.2f%%\n",
-                job.model_key.c_str(), job.data_name.c_str(), amp::level_name(level), std::string(dtype_name(low)).c_str(),
+                job.model_key.c_str(), job.data_name.c_str(), amp::level_name(level),
+                level == amp::Level::kO0 ? "float32" : std::string(dtype_name(low)).c_str(),
                 static_cast<long long>(s.steps), s.samples_per_second, s.median_step_seconds * 1e3,
                 100 * s.data_wait_fraction);
     std::printf("final train loss %.4f, test accuracy %.4f, %lld step(s) skipped, loss scale %g\n",
