@@ -20,8 +20,9 @@ build: setup
 	@cmake --preset $(PRESET) $(CMAKE_FLAGS) > /dev/null
 	@cmake --build --preset $(PRESET) -j $(JOBS)
 
+# Test processes run side by side; passive OpenMP workers keep them from spinning against each other.
 test: build
-	@ctest --preset $(PRESET) -j $(JOBS)
+	@OMP_WAIT_POLICY=PASSIVE ctest --preset $(PRESET) -j $(JOBS)
 
 demo: build
 	@build/$(PRESET)/tools/demi/demi demo

@@ -162,6 +162,101 @@ def model_a():
     write("model_a_steps", {"losses": torch.tensor(losses, dtype=torch.float64)})
 
 
+# ---- Transformer layers (issue 8). Each fixture reseeds, so adding or reordering fixtures above leaves these
+# values unchanged; run one alone with
+#   /usr/bin/python3 -c 'import sys; sys.path.insert(0, "scripts"); import make_golden as g; g.layernorm()'
+# Parameter names are demi's (MindSpore's): PyTorch's LayerNorm weight/bias are demi's gamma/beta; the
+# attention weights keep PyTorch's packed layout (in_proj_weight (3E, E), in_proj_bias (3E), out_proj.*),
+# which demi's MultiheadAttention uses as is.
+
+
+def named_grads(module, rename=None):
+    rename = rename or {}
+    out = {}
+    for name, p in module.named_parameters():
+        for a, b in rename.items():
+            name = name.replace(a, b)
+        out[name] = p
+    return out
+
+
+def layernorm():
+    torch.manual_seed(808)
+    x = rand(3, 4, 8).requires_grad_()
+    g = (rand(8) * 0.3 + 1).requires_grad_()
+    b = rand(8).requires_grad_()
+    y = F.layer_norm(x, (8,), g, b, eps=1e-5)
+    r, (dx, dg, db) = grads_of(y, (x, g, b))
+    write("layernorm", dict(x=x, gamma=g, beta=b, y=y, dy=r, dx=dx, dgamma=dg, dbeta=db))
+
+
+def attention_case(prefix, mha, q, kv, attn_mask=None, key_padding_mask=None):
+    """One MultiheadAttention call (batch_first) and its gradients, as prefix-named tensors."""
+    q = q.clone().requires_grad_()
+    kv = q if kv is None else kv.clone().requires_grad_()
+    y, _ = mha(q, kv, kv, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False)
+    params = named_grads(mha)
+    inputs = [q] + ([kv] if kv is not q else []) + list(params.values())
+    r, gs = grads_of(y, inputs)
+    d = {f"{prefix}.query": q, f"{prefix}.y": y, f"{prefix}.dy": r, f"{prefix}.dquery": gs[0]}
+    if kv is not q:
+        d.update({f"{prefix}.kv": kv, f"{prefix}.dkv": gs[1]})
+    for name, g in zip(params.keys(), gs[len(inputs) - len(params):]):
+        d[f"{prefix}.d.{name}"] = g
+    return d
+
+
+def mha():
+    """nn.MultiheadAttention(8, 2, batch_first=True) in f64: self-attention plain and masked (a causal float
+    attn_mask plus a boolean key padding mask), and cross-attention (query 3 tokens, key = value 5)."""
+    torch.manual_seed(809)
+    m = torch.nn.MultiheadAttention(8, 2, batch_first=True).double()
+    with torch.no_grad():  # PyTorch zero-initialises the biases; random ones test them
+        m.in_proj_bias.copy_(rand(24) * 0.5)
+        m.out_proj.bias.copy_(rand(8) * 0.5)
+    x = rand(2, 5, 8)
+    d = {f"w.{name}": p for name, p in m.named_parameters()}  # the weights, shared by the three cases
+    d.update(attention_case("self", m, x, None))
+    causal = torch.triu(torch.full((5, 5), float("-inf"), dtype=torch.float64), diagonal=1)
+    padding = torch.tensor([[False, False, False, True, True], [False, False, False, False, True]])
+    d.update(attention_case("masked", m, x, None, attn_mask=causal, key_padding_mask=padding))
+    d["masked.padding"] = padding.long()
+    d.update(attention_case("cross", m, rand(2, 3, 8), rand(2, 5, 8)))
+    write("mha", d)
+
+
+def encoder_layer_case(prefix, layer, x, padding=None):
+    x = x.clone().requires_grad_()
+    y = layer(x, src_key_padding_mask=padding)
+    params = named_grads(layer, {"norm1.weight": "norm1.gamma", "norm1.bias": "norm1.beta",
+                                 "norm2.weight": "norm2.gamma", "norm2.bias": "norm2.beta"})
+    r, gs = grads_of(y, [x] + list(params.values()))
+    d = {f"{prefix}.x": x, f"{prefix}.y": y, f"{prefix}.dy": r, f"{prefix}.dx": gs[0]}
+    for (name, p), g in zip(params.items(), gs[1:]):
+        d[f"{prefix}.{name}"] = p
+        d[f"{prefix}.d.{name}"] = g
+    return d
+
+
+def encoder_layer():
+    """nn.TransformerEncoderLayer(8, 2, 16, dropout=0, batch_first=True) in f64: post-norm ReLU with a key
+    padding mask, and pre-norm GELU."""
+    torch.manual_seed(810)
+    d = {}
+    post = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, activation="relu", batch_first=True).double()
+    padding = torch.tensor([[False, False, False, False, True], [False, False, True, True, True]])
+    d.update(encoder_layer_case("post", post, rand(2, 5, 8), padding))
+    d["post.padding"] = padding.long()
+    pre = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, activation="gelu", batch_first=True,
+                                           norm_first=True).double()
+    with torch.no_grad():
+        for n, p in pre.named_parameters():
+            if "norm" in n:  # non-trivial gamma and beta
+                p.add_(rand(*p.shape) * 0.2)
+    d.update(encoder_layer_case("pre", pre, rand(2, 5, 8)))
+    write("encoder_layer", d)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     dense()
@@ -174,3 +269,6 @@ if __name__ == "__main__":
     softmax_losses()
     batchnorm()
     model_a()
+    layernorm()
+    mha()
+    encoder_layer()

@@ -73,6 +73,9 @@ TEST_P(LevelTrace, EachLevelRunsEachOpInThePromisedDtype) {
     for (DType d : forward_dtypes(trace, Op::kConv2d)) EXPECT_EQ(d, e.conv) << where;
     for (DType d : forward_dtypes(trace, Op::kRelu)) EXPECT_EQ(d, e.relu) << where;
     for (DType d : forward_dtypes(trace, Op::kMaxPool2d)) EXPECT_EQ(d, e.pool) << where;
+    // LeNet's SequentialCell fuses ReLU -> MaxPool2d into one op, a gray-list op like the pool.
+    EXPECT_EQ(forward_dtypes(trace, Op::kReluMaxPool2d).size(), 2u) << where;
+    for (DType d : forward_dtypes(trace, Op::kReluMaxPool2d)) EXPECT_EQ(d, e.pool) << where;
     for (DType d : forward_dtypes(trace, Op::kDense)) EXPECT_EQ(d, e.dense) << where;
     for (DType d : forward_dtypes(trace, Op::kBatchNorm)) EXPECT_EQ(d, e.bn) << where;
     auto loss_records = trace.of(Op::kSoftmaxCrossEntropy);
@@ -82,7 +85,7 @@ TEST_P(LevelTrace, EachLevelRunsEachOpInThePromisedDtype) {
     EXPECT_EQ(forward_dtypes(trace, Op::kConv2d).size(), 2u) << where;
     // O1: white-listed ops hand FP32 to the rest of the network.
     if (e.level == Level::kO1) {
-      for (const auto& rec : trace.of(Op::kMaxPool2d)) EXPECT_EQ(rec.input_dtypes[0], F32) << where;
+      for (const auto& rec : trace.of(Op::kReluMaxPool2d)) EXPECT_EQ(rec.input_dtypes[0], F32) << where;
     }
     // Parameters stay FP32 masters whatever the level.
     for (const auto& [name, p] : net->parameters_and_names()) EXPECT_EQ(p.dtype(), F32) << name;

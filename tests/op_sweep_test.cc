@@ -151,6 +151,29 @@ std::vector<SweepCase> make_cases() {
          return ops::dropout(x[0], 0.7, gen, true);
        },
        true, 2},
+      // Repeated ids: the table gradient must add both rows' contributions.
+      {Op::kEmbedding,
+       [](Generator& g) { return V{from_vector(std::vector<int64_t>{3, 0, 3, 1, 4, 0}, {2, 3}), rnd(g, {5, 4})}; },
+       {false, true}, [](const V& x) { return ops::embedding(x[0], x[1]); }},
+      {Op::kLayerNorm, [](Generator& g) { return V{rnd(g, {3, 2, 6}, -2, 2), rnd(g, {6}, 0.5, 1.5), rnd(g, {6})}; },
+       {true, true, true}, [](const V& x) { return ops::layer_norm(x[0], x[1], x[2], 1e-5); }, true, 8},
+      {Op::kTranspose, [](Generator& g) { return V{rnd(g, {2, 3, 4})}; }, {true},
+       [](const V& x) { return ops::transpose(x[0], {2, 0, -2}); }},
+      // The middle part is unused: its gradient arrives undefined and must come back as zeros.
+      {Op::kSplit, [](Generator& g) { return V{rnd(g, {2, 6, 2})}; }, {true},
+       [](const V& x) {
+         std::vector<Tensor> parts = ops::split(x[0], 1, 3);
+         return ops::sub(parts[0], ops::mul_scalar(parts[2], 2.0));
+       }},
+      // Two batches of two heads, a per-batch additive mask with one key masked out (-inf).
+      {Op::kAttention,
+       [](Generator& g) {
+         Tensor mask = rnd(g, {2, 3, 5}, -1, 0);
+         mask.set(4, -INFINITY);
+         return V{rnd(g, {4, 3, 4}, -2, 2), rnd(g, {4, 5, 4}, -2, 2), rnd(g, {4, 5, 3}), mask};
+       },
+       {true, true, true, false},
+       [](const V& x) { return ops::scaled_dot_product_attention(x[0], x[1], x[2], x[3], 0.6, 2); }, true, 6},
   };
   static_assert(std::extent_v<decltype(table)> == ops::kNumOps,
                 "every op in the op table needs its case in this sweep (one per Op, in enum order)");

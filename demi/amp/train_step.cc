@@ -1,8 +1,10 @@
 #include "demi/amp/train_step.h"
 
 #include <cmath>
+#include <span>
 
 #include "demi/autograd/autograd.h"
+#include "demi/kernels/cpu/amp_kernels.h"
 #include "demi/ops/dispatch.h"
 #include "demi/ops/ops.h"
 
@@ -23,12 +25,22 @@ TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell
 }
 
 StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
-  StepResult r;
-  r.loss_scale = manager_ ? manager_->get_loss_scale() : 1.0;
+  DEMI_CHECK(micro_batches_ == 0, "TrainStep: ", micro_batches_, " micro-batch(es) accumulated but not applied; ",
+             "call step() before a whole-batch train step");
+  accumulate(data, label);
+  return step();
+}
+
+float TrainStep::accumulate(const Tensor& data, const Tensor& label) {
+  if (micro_batches_ == 0) {
+    micro_scale_ = manager_ ? manager_->get_loss_scale() : 1.0;
+    micro_loss_sum_ = 0;
+    optimizer_->zero_grad();
+  }
   net_->set_train(true);
-  std::vector<Tensor> params = optimizer_->parameters();
+  float loss_value = 0;
   {
-    ops::CastCacheScope cast_cache;  // each parameter is cast to the low dtype once in this step
+    ops::CastCacheScope cast_cache;  // each parameter is cast to the low dtype once in this micro-batch
     Tensor logits, loss;
     {
       MemCategoryScope activations(MemCategory::kActivation);  // what forward makes (and backward saves)
@@ -37,21 +49,44 @@ StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
     }
     DEMI_CHECK(loss.numel() == 1, "TrainStep: the loss must be a scalar (reduction \"mean\" or \"sum\"), got ",
                loss.describe());
-    r.loss = static_cast<float>(loss.item());
+    loss_value = static_cast<float>(loss.item());
     {
       autograd::NoGradGuard no_grad;
       last_logits_ = logits.dtype() == DType::kF32 ? logits : logits.to(DType::kF32);
     }
-    optimizer_->zero_grad();
-    Tensor scaled = r.loss_scale != 1.0 ? ops::mul_scalar(loss, r.loss_scale) : loss;
-    autograd::backward(scaled);
+    Tensor scaled = micro_scale_ != 1.0 ? ops::mul_scalar(loss, micro_scale_) : loss;
+    autograd::backward(scaled);  // adds into the gradients of the earlier micro-batches
   }
+  micro_loss_sum_ += loss_value;
+  ++micro_batches_;
+  return loss_value;
+}
+
+void TrainStep::set_clip_grad_norm(double max_norm) {
+  DEMI_CHECK(max_norm >= 0 && std::isfinite(max_norm), "TrainStep: clip_grad_norm must be finite and >= 0 (0: off), got ",
+             max_norm);
+  clip_grad_norm_ = max_norm;
+}
+
+StepResult TrainStep::step() {
+  DEMI_CHECK(micro_batches_ > 0, "TrainStep::step: no micro-batch accumulated (call accumulate(data, label) first)");
+  StepResult r;
+  r.loss_scale = micro_scale_;
+  r.micro_batches = micro_batches_;
+  r.loss = static_cast<float>(micro_loss_sum_ / static_cast<double>(micro_batches_));
+  micro_batches_ = 0;
+  std::vector<Tensor> params = optimizer_->parameters();
   std::vector<Tensor> grads;
   grads.reserve(params.size());
   for (const Tensor& p : params) grads.push_back(p.grad());
-  int64_t bad = unscale_and_check(grads, static_cast<float>(1.0 / r.loss_scale));
+  // One pass: undo the loss scale and average the micro-batches.
+  int64_t bad = unscale_and_check(grads, static_cast<float>(1.0 / (r.loss_scale * static_cast<double>(r.micro_batches))));
   r.overflow = bad >= 0;
   if (r.overflow) r.first_nonfinite = param_names_[static_cast<size_t>(bad)];
+  if (!r.overflow && clip_grad_norm_ > 0) {  // on the true (unscaled) gradients
+    r.grad_norm = amp::clip_grad_norm(grads, clip_grad_norm_);
+    r.clipped = r.grad_norm > clip_grad_norm_;
+  }
   bool drop = r.overflow && (manager_ == nullptr || manager_->get_drop_overflow_update());
   if (!drop) {
     autograd::NoGradGuard no_grad;
@@ -69,6 +104,20 @@ StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
   return r;
 }
 
+double clip_grad_norm(std::vector<Tensor>& grads, double max_norm) {
+  DEMI_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive, got ", max_norm);
+  std::vector<std::span<const float>> bufs;
+  for (const Tensor& g : grads) {
+    if (!g.defined()) continue;
+    DEMI_CHECK(g.dtype() == DType::kF32, "clip_grad_norm: gradients must be FP32 (master gradients), got ",
+               g.describe());
+    bufs.emplace_back(g.data<float>(), static_cast<size_t>(g.numel()));
+  }
+  const double norm = std::sqrt(kernels::sum_of_squares(bufs));
+  if (norm > max_norm) unscale_and_check(grads, static_cast<float>(max_norm / (norm + 1e-6)));
+  return norm;
+}
+
 std::shared_ptr<LossScaleManager> default_loss_scale_manager(Level level, DType low_dtype) {
   if (level == Level::kO2 && low_dtype == DType::kF16) return std::make_shared<DynamicLossScaleManager>();
   return nullptr;
@@ -84,7 +133,9 @@ std::shared_ptr<TrainStep> build_train_network(std::shared_ptr<nn::Cell> net,
   std::shared_ptr<LossScaleManager> manager = options.loss_scale_manager;
   if (!manager && !options.no_loss_scale) manager = default_loss_scale_manager(level, options.low_dtype);
   if (options.no_loss_scale) manager = nullptr;
-  return std::make_shared<TrainStep>(std::move(net), std::move(loss_fn), std::move(optimizer), std::move(manager));
+  auto step = std::make_shared<TrainStep>(std::move(net), std::move(loss_fn), std::move(optimizer), std::move(manager));
+  step->set_clip_grad_norm(options.clip_grad_norm);
+  return step;
 }
 
 }  // namespace demi::amp

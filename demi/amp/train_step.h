@@ -6,6 +6,17 @@
 //     amp::StepResult r = train_step(data, label);   // {loss, overflow, loss_scale}
 //   }
 //
+// Large-model training features (TrainOptions / TrainStep):
+//   - clip_grad_norm > 0 clips by global L2 norm AFTER unscaling, so the threshold means what it says at
+//     every loss scale (clipping the scaled gradients — a classic AMP bug — would clip almost always and
+//     shrink the update by the loss scale); an overflowing step is never clipped, it is skipped.
+//   - Gradient accumulation: accumulate(data, label) runs forward and a scaled backward on one micro-batch,
+//     adding its gradients to the ones already there; step() then applies them once: one fused unscale +
+//     all-finite pass that also divides by the micro-batch count (the update is the mean of the micro-batch
+//     gradients, as one big batch would give), one clip, one optimizer step and ONE loss-scale decision for
+//     the whole update. Every micro-batch of an update uses the same loss scale; an overflow in any of them
+//     skips the update. operator()(data, label) is accumulate + step.
+//
 // MindSpore's per-level defaults: O2 -> DynamicLossScaleManager and BatchNorm kept FP32; O3 -> no loss
 // scale, BatchNorm low too; O0/O1 -> no loss scale. With bfloat16 (same exponent range as FP32) no loss
 // scale is needed, so O2-bf16 defaults to none as well.
@@ -29,6 +40,9 @@ struct StepResult {
   bool skipped = false;     // the update was not applied (overflow with drop_overflow_update)
   double loss_scale = 1;    // the scale this step used
   std::string first_nonfinite;  // parameter path of the first non-finite gradient, when overflow
+  int64_t micro_batches = 1;    // micro-batches accumulated into this update
+  double grad_norm = -1;        // global L2 norm of the unscaled gradients before clipping (-1: not computed)
+  bool clipped = false;         // the gradients were scaled down to clip_grad_norm
 };
 
 struct TrainOptions {
@@ -36,6 +50,7 @@ struct TrainOptions {
   std::shared_ptr<LossScaleManager> loss_scale_manager;  // null: the level's default
   bool no_loss_scale = false;                          // force no loss scaling (overrides the default)
   std::optional<bool> keep_batchnorm_fp32;             // default: true at O2, false at O3
+  double clip_grad_norm = 0;                           // > 0: max global L2 norm, applied after unscaling
 };
 
 // Wraps a network and a loss: construct(data) -> logits; loss(logits, label) -> FP32 loss.
@@ -44,7 +59,18 @@ class TrainStep {
   TrainStep(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell> loss_fn,
             std::shared_ptr<optim::Optimizer> optimizer, std::shared_ptr<LossScaleManager> manager);
 
+  // One update from one batch: accumulate(data, label) then step().
   StepResult operator()(const Tensor& data, const Tensor& label);
+  // Forward and scaled backward on one micro-batch, gradients added to the accumulated ones; returns its
+  // (unscaled) loss. The first micro-batch after an update clears the gradients and fixes the loss scale.
+  float accumulate(const Tensor& data, const Tensor& label);
+  // Applies the accumulated micro-batches as one update (see the top of this file).
+  StepResult step();
+  int64_t accumulated_micro_batches() const { return micro_batches_; }
+
+  // Clipping by global norm after unscaling (0: off).
+  void set_clip_grad_norm(double max_norm);
+  double clip_grad_norm() const { return clip_grad_norm_; }
 
   nn::Cell& network() { return *net_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
@@ -59,7 +85,16 @@ class TrainStep {
   std::shared_ptr<LossScaleManager> manager_;
   std::vector<std::string> param_names_;
   Tensor last_logits_;
+  double clip_grad_norm_ = 0;
+  int64_t micro_batches_ = 0;  // accumulated since the last step()
+  double micro_loss_sum_ = 0;
+  double micro_scale_ = 1;     // the loss scale every micro-batch of this update uses
 };
+
+// Scales `grads` (FP32; undefined ones skipped) in place so that their global L2 norm is at most max_norm
+// (coefficient max_norm / (norm + 1e-6), as PyTorch's clip_grad_norm_) and returns the norm before
+// clipping. One fused sum-of-squares pass, and one scaling pass only when clipping.
+double clip_grad_norm(std::vector<Tensor>& grads, double max_norm);
 
 // MindSpore's amp.build_train_network(network, optimizer, loss_fn, level): attaches the level's precision
 // policy to `net` and returns its train step.

@@ -14,8 +14,9 @@ using test_util::expect_error;
 TEST(Json, ParsesObjectsArraysStringsIntegers) {
   JsonValue v = parse_json(R"( {"a": [1, -2, 0], "b": {"c": "x\"y\\z\n\u00e9\ud83d\ude00"}, "d": []} )", "t");
   ASSERT_EQ(v.kind, JsonValue::Kind::kObject);
-  ASSERT_EQ(v.members.size(), 3u);
-  EXPECT_EQ(v.members[0].first, "a");  // document order is kept
+  ASSERT_EQ(v.keys.size(), 3u);
+  ASSERT_EQ(v.values.size(), 3u);
+  EXPECT_EQ(v.keys[0], "a");  // document order is kept
   const JsonValue* a = v.find("a");
   ASSERT_NE(a, nullptr);
   ASSERT_EQ(a->items.size(), 3u);
@@ -75,7 +76,7 @@ TEST(Json, RefusesEverythingOutsideTheSubset) {
 
 TEST(Json, QuoteRoundTrips) {
   std::string s = "a\"b\\c\n\x01\xc3\xa9";
-  JsonValue v = parse_json("[" + json_quote(s) + "]", "t");
+  JsonValue v = parse_json(str_cat("[", json_quote(s), "]"), "t");
   EXPECT_EQ(v.items[0].string, s);
   EXPECT_EQ(json_quote("\x1f"), "\"\\u001f\"");
 }

@@ -188,7 +188,7 @@ TensorInfo parse_entry(const std::string& file, const std::string& name, const J
     fail_tensor(file, name, str_cat("expected an object {dtype, shape, data_offsets}, got a JSON ",
                                     internal::json_kind_name(entry.kind)));
   }
-  for (const auto& [k, v] : entry.members) {
+  for (const std::string& k : entry.keys) {
     if (k != "dtype" && k != "shape" && k != "data_offsets") {
       fail_tensor(file, name, str_cat("unexpected key ", internal::json_quote(k),
                                       " (an entry has only dtype, shape and data_offsets)"));
@@ -285,10 +285,14 @@ SafetensorsHeader parse_header(ByteSource& src, bool verify_checksum) {
   if (root.kind != JsonValue::Kind::kObject) {
     fail(file, str_cat("the header must be a JSON object, got a ", internal::json_kind_name(root.kind)));
   }
-  for (const auto& [key, value] : root.members) {
+  for (size_t i = 0; i < root.keys.size(); ++i) {
+    const std::string& key = root.keys[i];
+    const JsonValue& value = root.values[i];
     if (key == "__metadata__") {
       if (value.kind != JsonValue::Kind::kObject) fail(file, "__metadata__ must be an object of strings");
-      for (const auto& [mk, mv] : value.members) {
+      for (size_t j = 0; j < value.keys.size(); ++j) {
+        const std::string& mk = value.keys[j];
+        const JsonValue& mv = value.values[j];
         if (mv.kind != JsonValue::Kind::kString) {
           fail(file, str_cat("__metadata__ value of ", internal::json_quote(mk), " must be a string, got a JSON ",
                              internal::json_kind_name(mv.kind)));
@@ -335,6 +339,14 @@ SafetensorsHeader parse_header(ByteSource& src, bool verify_checksum) {
     }
   }
   if (verify_checksum) {
+    // demi writes both CRCs or neither. One without the other means a key name was damaged (a flipped
+    // bit in "demi.header_crc32" would otherwise switch the header check off unnoticed).
+    bool has_payload = h.metadata.count(std::string(kPayloadCrcKey)) > 0;
+    bool has_header = h.metadata.count(std::string(kHeaderCrcKey)) > 0;
+    if (has_payload != has_header) {
+      fail(file, str_cat("the header has ", has_payload ? kPayloadCrcKey : kHeaderCrcKey, " but no ",
+                         has_payload ? kHeaderCrcKey : kPayloadCrcKey, " (demi writes both): the file is corrupt"));
+    }
     if (auto it = h.metadata.find(std::string(kHeaderCrcKey)); it != h.metadata.end()) {
       std::vector<const TensorInfo*> ptrs;
       for (const auto& t : h.tensors) ptrs.push_back(&t);

@@ -165,7 +165,18 @@ SequentialCell& SequentialCell::append(CellPtr cell) {
 
 Tensor SequentialCell::construct(const Tensor& x) {
   Tensor y = x;
-  for (auto& c : cells_) y = (*c)(y);
+  for (size_t i = 0; i < cells_.size(); ++i) {
+    // ReLU then MaxPool2d runs as one fused op: one pass instead of two, and backward needs only the
+    // pool's one-byte window indices, not the ReLU's output. (Pinned cells keep their own path.)
+    auto* relu = dynamic_cast<ReLU*>(cells_[i].get());
+    auto* pool = i + 1 < cells_.size() ? dynamic_cast<MaxPool2d*>(cells_[i + 1].get()) : nullptr;
+    if (relu != nullptr && pool != nullptr && !relu->pinned_dtype() && !pool->pinned_dtype() && y.rank() == 4) {
+      y = ops::relu_max_pool2d(y, pool->options);
+      ++i;
+      continue;
+    }
+    y = (*cells_[i])(y);
+  }
   return y;
 }
 

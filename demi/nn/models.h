@@ -1,10 +1,13 @@
-// The reference models of BENCHMARKS.md (A: the seed's SimpleCNN, B: LeNet-style, C: MLP), built from
-// demi's layers, shared by the command-line tool, the examples, the tests and the benchmarks.
+// The reference models of BENCHMARKS.md (A: the seed's SimpleCNN, B: LeNet-style, C: MLP, D: Transformer
+// encoder classifier), built from demi's layers, shared by the command-line tool, the examples, the tests
+// and the benchmarks.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "demi/nn/layers.h"
+#include "demi/nn/transformer.h"
 
 namespace demi::nn {
 
@@ -20,8 +23,9 @@ class SimpleCNN : public Cell {
     flatten = register_cell("flatten", std::make_shared<Flatten>());
     fc = register_cell("fc", std::make_shared<Dense>(32 * 15 * 15, num_classes));
   }
+  // ReLU and MaxPool2d run as one fused op (the same values, one pass; see SequentialCell).
   Tensor construct(const Tensor& x) override {
-    return fc->call(flatten->call(max_pool->call(relu->call(conv1->call(x)))));
+    return fc->call(flatten->call(ops::relu_max_pool2d(conv1->call(x), max_pool->options)));
   }
   std::shared_ptr<Conv2d> conv1;
   std::shared_ptr<ReLU> relu;
@@ -68,6 +72,53 @@ class MLP : public Cell {
   }
   Tensor construct(const Tensor& x) override { return body->call(x); }
   std::shared_ptr<SequentialCell> body;
+};
+
+// Model D, a Transformer encoder classifier: token embedding + learned positions -> num_layers post-norm
+// encoder layers (ReLU, no dropout) -> mean over the tokens -> Dense(d_model -> num_classes). Input: int32 or
+// int64 tokens (B, seq_len); the defaults are BENCHMARKS.md's (vocab 1000, d 256, 4 layers, 4 heads, FFN
+// 1024, 128 tokens, 10 classes). Parameters: embedding.embedding_table, pos_embedding (seq_len, d_model),
+// encoder.layers.N.*, classifier.*.
+struct TransformerClassifierOptions {
+  int64_t vocab_size = 1000;
+  int64_t d_model = 256;
+  int64_t num_layers = 4;
+  int64_t nhead = 4;
+  int64_t dim_feedforward = 1024;
+  int64_t seq_len = 128;
+  int64_t num_classes = 10;
+  double dropout = 0.0;
+  std::string activation = "relu";
+  bool norm_first = false;
+};
+
+class TransformerClassifier : public Cell {
+ public:
+  explicit TransformerClassifier(const TransformerClassifierOptions& o = {}) : Cell("TransformerClassifier"), options(o) {
+    embedding = register_cell("embedding", std::make_shared<Embedding>(o.vocab_size, o.d_model));
+    pos_embedding = register_parameter(
+        "pos_embedding", initialize({o.seq_len, o.d_model}, Initializer::Normal(0.02), default_generator()));
+    encoder = register_cell("encoder", std::make_shared<TransformerEncoder>(
+                                           [o] {
+                                             return std::make_shared<TransformerEncoderLayer>(
+                                                 o.d_model, o.nhead, o.dim_feedforward, o.dropout, o.activation,
+                                                 1e-5, o.norm_first);
+                                           },
+                                           o.num_layers));
+    classifier = register_cell("classifier", std::make_shared<Dense>(o.d_model, o.num_classes));
+  }
+  Tensor construct(const Tensor& tokens) override {
+    DEMI_CHECK(tokens.rank() == 2 && tokens.dim(1) == options.seq_len, "expected tokens (B, ", options.seq_len,
+               ") (seq_len=", options.seq_len, "), got ", tokens.describe());
+    Tensor x = ops::add(embedding->call(tokens), pos_embedding);  // (B, S, D) + (S, D)
+    x = encoder->call(x);
+    return classifier->call(ops::mean(x, {1}));  // mean-pool over the tokens
+  }
+  TransformerClassifierOptions options;
+  std::shared_ptr<Embedding> embedding;
+  Tensor pos_embedding;
+  std::shared_ptr<TransformerEncoder> encoder;
+  std::shared_ptr<Dense> classifier;
 };
 
 }  // namespace demi::nn

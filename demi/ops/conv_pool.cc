@@ -75,7 +75,8 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   Tensor y = empty({p.n, p.oc, p.out_h(), p.out_w()}, p.y_dtype);
   kernels::onednn::conv2d_forward(p, x.raw_data(), w.raw_data(), b.defined() ? b.raw_data() : nullptr, y.raw_data());
   bool has_bias = b.defined();
-  return d.finish(y, [x, w, y, p, has_bias](const TensorList& g) {
+  bool need_dx = d.input_needs_grad(0);
+  return d.finish(y, [x, w, y, p, has_bias, need_dx](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);
     if (p.relu) {
       Tensor masked = empty(gy.shape(), gy.dtype());
@@ -85,8 +86,11 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
     }
     kernels::Conv2dParams q = p;
     q.relu = false;
-    Tensor dx = empty(x.shape(), x.dtype());
-    kernels::onednn::conv2d_backward_data(q, gy.raw_data(), w.raw_data(), dx.raw_data());
+    Tensor dx;
+    if (need_dx) {  // the first layer's input (the data) needs none: skip the whole backward-data pass
+      dx = empty(x.shape(), x.dtype());
+      kernels::onednn::conv2d_backward_data(q, gy.raw_data(), w.raw_data(), dx.raw_data());
+    }
     q.w_dtype = master_dtype(p.w_dtype);
     q.bias_dtype = master_dtype(p.bias_dtype);
     Tensor dw = empty(w.shape(), q.w_dtype);

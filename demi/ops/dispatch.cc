@@ -198,6 +198,12 @@ Dispatch::~Dispatch() = default;
 
 Tensor Dispatch::input(size_t i) const { return input_as(i, compute_); }
 
+bool Dispatch::input_needs_grad(size_t i) const {
+  if (!needs_grad_ || i >= inputs_.size()) return false;
+  const Tensor* t = inputs_[i];
+  return t != nullptr && t->defined() && t->requires_grad();
+}
+
 Tensor Dispatch::input_as(size_t i, DType dtype) const {
   DEMI_ASSERT(i < inputs_.size(), "op ", op_name(op_), " has ", inputs_.size(), " inputs, asked for ", i);
   const Tensor* t = inputs_[i];

@@ -167,6 +167,9 @@ class Dispatch {
   // Input i cast to `dtype` (for ops that keep some inputs, e.g. BatchNorm's gamma, in FP32).
   Tensor input_as(size_t i, DType dtype) const;
   bool needs_grad() const { return needs_grad_; }
+  // Whether input i (as given by the caller) needs a gradient: a backward rule skips the work for the
+  // others (the first layer's input-gradient convolution, say).
+  bool input_needs_grad(size_t i) const;
   // Records the call and returns the outputs (cast to FP32 when the policy says so).
   Tensor finish(Tensor output, BackwardFn backward = nullptr);
   TensorList finish(TensorList outputs, BackwardFn backward = nullptr);

@@ -97,7 +97,8 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
   kernels::onednn::dense_forward(p, x.raw_data(), w.raw_data(), b.defined() ? b.raw_data() : nullptr, y.raw_data());
   bool has_bias = b.defined();
   DType b_dtype = has_bias ? b.dtype() : p.y_dtype;
-  return d.finish(y, [x, w, y, p, has_bias, b_dtype, relu](const TensorList& g) {
+  bool need_dx = d.input_needs_grad(0);
+  return d.finish(y, [x, w, y, p, has_bias, b_dtype, relu, need_dx](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);
     if (relu) {
       Tensor masked = empty(gy.shape(), gy.dtype());
@@ -107,8 +108,11 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
     }
     kernels::onednn::DenseParams q = p;
     q.relu = false;
-    Tensor dx = empty(x.shape(), x.dtype());
-    kernels::onednn::dense_backward_data(q, gy.raw_data(), w.raw_data(), dx.raw_data());
+    Tensor dx;
+    if (need_dx) {  // a first layer's input (the data) needs no gradient
+      dx = empty(x.shape(), x.dtype());
+      kernels::onednn::dense_backward_data(q, gy.raw_data(), w.raw_data(), dx.raw_data());
+    }
     q.w_dtype = master_dtype(w.dtype());
     q.bias_dtype = master_dtype(b_dtype);
     Tensor dw = empty(w.shape(), q.w_dtype);

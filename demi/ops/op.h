@@ -43,8 +43,13 @@ enum class Op : uint16_t {
   kMseLoss,
   kBatchNorm,
   kDropout,
+  kEmbedding,
+  kLayerNorm,
+  kTranspose,
+  kSplit,
+  kAttention,
 };
-inline constexpr int kNumOps = static_cast<int>(Op::kDropout) + 1;
+inline constexpr int kNumOps = static_cast<int>(Op::kAttention) + 1;
 
 // How automatic mixed precision treats an op (demi/amp turns a level into a compute dtype per class).
 enum class AmpClass : uint8_t {
@@ -94,6 +99,16 @@ inline constexpr std::array<OpInfo, kNumOps> kOpTable = {{
     {Op::kMseLoss, "MSELoss", AmpClass::kFp32, true},
     {Op::kBatchNorm, "BatchNorm", AmpClass::kBlack, true},
     {Op::kDropout, "Dropout", AmpClass::kGray, true},
+    // Transformer ops (demi/ops/transformer_ops.cc). Embedding is gray: the FP32 table (a parameter) is
+    // gathered straight into the low dtype from O2 up, so no full-table cast and a low output as every
+    // gray op's. LayerNorm is black, as MindSpore's O2 keeps it: statistics and normalisation in FP32.
+    // Attention (Q·Kᵀ, masked softmax, ·V) is white like BatchMatMul, which it is made of; its scores and
+    // softmax are FP32 inside at every level.
+    {Op::kEmbedding, "Embedding", AmpClass::kGray, true},
+    {Op::kLayerNorm, "LayerNorm", AmpClass::kBlack, true},
+    {Op::kTranspose, "Transpose", AmpClass::kFollow, true},
+    {Op::kSplit, "Split", AmpClass::kFollow, true},
+    {Op::kAttention, "ScaledDotProductAttention", AmpClass::kWhite, true},
 }};
 
 constexpr bool op_table_in_enum_order() {

@@ -111,4 +111,28 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, cons
 // not training). The mask comes from `gen` (counter-based: independent of the thread count).
 Tensor dropout(const Tensor& x, double keep_prob, Generator& gen, bool training = true);
 
+// ---- transformer (demi/ops/transformer_ops.cc) ----
+// ids (*) int32|int64 in [0, V), table (V, D) -> (*, D): the rows of the table (MindSpore's nn.Embedding
+// lookup). The table's gradient is dense (V, D), summed in FP32 (f64 for f64); ids get none.
+Tensor embedding(const Tensor& ids, const Tensor& table);
+// x (*, D) normalised over its last axis; gamma, beta (D) or undefined (1 and 0) -> (*, D). Statistics,
+// normalisation and affine in FP32 (f64 for f64) at every AMP level; y keeps the dtype x arrives in (a
+// low-precision activation stays low, as MindSpore's O2 casts a black-listed cell's output back).
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
+// x with its axes permuted (a copy): y's axis j is x's axis perm[j]; negative axes count from the end.
+Tensor transpose(const Tensor& x, const std::vector<int>& perm);
+// x cut along `axis` into `sections` equal parts (MindSpore's ops.split with an int). Parts along the
+// outermost non-unit extent are views; otherwise copies. Backward writes every part's gradient (zeros for
+// parts that got none) into one tensor of x's shape.
+std::vector<Tensor> split(const Tensor& x, int axis, int64_t sections);
+// Scaled dot-product attention, one fused op: q (N, Sq, Dk), k (N, Sk, Dk), v (N, Sk, Dv) ->
+// (N, Sq, Dv) = softmax(scale * q·kᵀ + mask) · v over the keys. The scores are written and soft-maxed in
+// FP32 whatever dtype q, k, v compute in (O2-fp16 cannot overflow them); the probabilities are kept in the
+// compute dtype for ·v and for backward. mask: undefined, or additive floating (Sq, Sk) for every matrix,
+// (B, Sq, Sk) or (B, 1, Sk) (key padding) where N = B * heads and matrix n reads mask b = n / heads; -inf
+// masks a key out, and a query whose every key is masked attends to nothing (a zero output row). scale 0
+// means 1 / sqrt(Dk). The mask gets no gradient.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = Tensor(),
+                                    double scale = 0, int64_t heads = 1);
+
 }  // namespace demi::ops

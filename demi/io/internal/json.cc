@@ -81,7 +81,8 @@ class Parser {
       expect(':', str_cat("after the key ", json_quote(key)));
       skip_ws();
       JsonValue member = parse_value(depth + 1);
-      v.members.emplace_back(std::move(key), std::move(member));
+      v.keys.push_back(std::move(key));
+      v.values.push_back(std::move(member));
       skip_ws();
       if (peek() == ',') {
         ++pos_;
@@ -264,8 +265,8 @@ class Parser {
 }  // namespace
 
 const JsonValue* JsonValue::find(std::string_view key) const {
-  for (const auto& [k, v] : members) {
-    if (k == key) return &v;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i] == key) return &values[i];
   }
   return nullptr;
 }

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 namespace demi::io::internal {
@@ -19,7 +18,10 @@ struct JsonValue {
   std::string string;                                     // kString
   int64_t integer = 0;                                    // kInteger
   std::vector<JsonValue> items;                           // kArray
-  std::vector<std::pair<std::string, JsonValue>> members;  // kObject, in document order, keys unique
+  // kObject: keys[i] names values[i], in document order; keys are unique. (Two vectors rather than a
+  // vector of pairs: std::pair may not hold the still-incomplete JsonValue, std::vector may.)
+  std::vector<std::string> keys;
+  std::vector<JsonValue> values;
 
   // The member named `key`, or nullptr.
   const JsonValue* find(std::string_view key) const;

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "demi/core/error.h"
-#include "demi/core/str.h"
 
 namespace demi::kernels {
 namespace {

@@ -26,12 +26,14 @@ void embedding_backward(const Id* ids, int64_t n, const G* dy, int64_t vocab, in
 
 #define DEMI_INSTANTIATE_FWD(Id, T, Out) \
   template void embedding_forward<Id, T, Out>(const Id*, int64_t, const T*, int64_t, Out*);
+#define DEMI_INSTANTIATE_TO(Id, T)  \
+  DEMI_INSTANTIATE_FWD(Id, T, float)    \
+  DEMI_INSTANTIATE_FWD(Id, T, BFloat16) \
+  DEMI_INSTANTIATE_FWD(Id, T, Half)
 #define DEMI_INSTANTIATE_ID(Id)                                          \
-  DEMI_INSTANTIATE_FWD(Id, float, float)                                 \
-  DEMI_INSTANTIATE_FWD(Id, float, BFloat16)                              \
-  DEMI_INSTANTIATE_FWD(Id, float, Half)                                  \
-  DEMI_INSTANTIATE_FWD(Id, BFloat16, BFloat16)                           \
-  DEMI_INSTANTIATE_FWD(Id, Half, Half)                                   \
+  DEMI_INSTANTIATE_TO(Id, float)                                         \
+  DEMI_INSTANTIATE_TO(Id, BFloat16)                                      \
+  DEMI_INSTANTIATE_TO(Id, Half)                                          \
   DEMI_INSTANTIATE_FWD(Id, double, double)                               \
   template void embedding_backward<Id, float, float>(const Id*, int64_t, const float*, int64_t, int64_t, float*); \
   template void embedding_backward<Id, BFloat16, float>(const Id*, int64_t, const BFloat16*, int64_t, int64_t,   \
@@ -41,6 +43,7 @@ void embedding_backward(const Id* ids, int64_t n, const G* dy, int64_t vocab, in
 DEMI_INSTANTIATE_ID(int32_t)
 DEMI_INSTANTIATE_ID(int64_t)
 #undef DEMI_INSTANTIATE_ID
+#undef DEMI_INSTANTIATE_TO
 #undef DEMI_INSTANTIATE_FWD
 
 }  // namespace demi::kernels::ref

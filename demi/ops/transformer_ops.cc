@@ -1,0 +1,281 @@
+// The Transformer ops: Embedding (gather, dense FP32 scatter-add gradient), LayerNorm (statistics in FP32,
+// on the AMP black list), Transpose and Split (the head split and merge of attention), and fused scaled
+// dot-product attention (FP32 scores and softmax between two low-precision batched products).
+#include <cmath>
+#include <numeric>
+
+#include "demi/kernels/cpu/attention.h"
+#include "demi/kernels/cpu/embedding.h"
+#include "demi/kernels/cpu/layernorm.h"
+#include "demi/kernels/cpu/transpose.h"
+#include "demi/kernels/onednn/matmul.h"
+#include "demi/ops/internal/helpers.h"
+#include "demi/ops/ops.h"
+
+namespace demi::ops {
+namespace {
+
+using internal::grad_as;
+
+std::string describe_or_none(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
+
+// The dtype statistics and accumulations use for data computed in `t`: f64 for f64, else f32.
+DType acc_dtype(DType t) { return t == DType::kF64 ? DType::kF64 : DType::kF32; }
+
+// op(a) · op(b) per batch for 3-D a, b (transposed as stored when ta/tb), written in `out`.
+Tensor bmm(const Tensor& a, const Tensor& b, bool ta, bool tb, DType out) {
+  kernels::MatmulParams p;
+  p.batch = a.dim(0);
+  p.m = ta ? a.dim(2) : a.dim(1);
+  p.k = ta ? a.dim(1) : a.dim(2);
+  p.n = tb ? b.dim(1) : b.dim(2);
+  p.trans_a = ta;
+  p.trans_b = tb;
+  p.a_dtype = a.dtype();
+  p.b_dtype = b.dtype();
+  p.c_dtype = out;
+  Tensor c = empty({p.batch, p.m, p.n}, out);
+  kernels::onednn::matmul(p, a.raw_data(), b.raw_data(), c.raw_data());
+  return c;
+}
+
+// A view of `count` elements of x's storage starting `offset` elements after x's first, with `shape`.
+Tensor view_at(const Tensor& x, int64_t offset, const Shape& shape) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = x.impl().storage;
+  impl->offset = x.impl().offset + offset;
+  impl->shape = shape;
+  impl->dtype = x.dtype();
+  return Tensor(std::move(impl));
+}
+
+std::vector<int> normalise_perm(const Shape& s, const std::vector<int>& perm_in) {
+  DEMI_CHECK(static_cast<int>(perm_in.size()) == s.rank(), "Transpose: the permutation has ", perm_in.size(),
+             " axes for an input of rank ", s.rank(), " ", s);
+  std::vector<int> perm;
+  std::vector<bool> seen(perm_in.size(), false);
+  for (int a : perm_in) {
+    DEMI_CHECK(a >= -s.rank() && a < s.rank(), "Transpose: axis ", a, " is out of range for an input ", s);
+    int w = s.wrap(a);
+    DEMI_CHECK(!seen[static_cast<size_t>(w)], "Transpose: axis ", w, " appears twice in the permutation for ", s);
+    seen[static_cast<size_t>(w)] = true;
+    perm.push_back(w);
+  }
+  return perm;
+}
+
+Tensor permute_copy(const Tensor& x, const std::vector<int>& perm) {
+  Shape out;
+  for (int a : perm) out.push_back(x.dim(a));
+  Tensor y = empty(out, x.dtype());
+  kernels::permute(x.raw_data(), x.element_size(), x.shape().dims(), perm, y.raw_data());
+  return y;
+}
+
+}  // namespace
+
+// ---- Embedding ----
+Tensor embedding(const Tensor& ids, const Tensor& table_in) {
+  const Op op = Op::kEmbedding;
+  DEMI_CHECK(ids.defined() && (ids.dtype() == DType::kI32 || ids.dtype() == DType::kI64), op_name(op),
+             ": expected int32 or int64 ids, got ", describe_or_none(ids));
+  internal::check_floating(op, table_in, "table");
+  internal::check_rank(op, table_in, 2, "table", "(vocab, dim)");
+  Dispatch d(op, {&ids, &table_in});
+  const DType out_dtype = d.compute_dtype();
+  // An FP32 table gathers straight into any compute dtype (no cast of the whole table); otherwise the
+  // table is cast first (a low table read in FP32, say).
+  const bool direct = table_in.dtype() == out_dtype ||
+                      (table_in.dtype() == DType::kF32 && out_dtype != DType::kF64);
+  Tensor table = direct ? d.input_as(1, table_in.dtype()) : d.input(1);
+  const int64_t vocab = table.dim(0), dim = table.dim(1), n = ids.numel();
+  Shape out_shape = ids.shape();
+  out_shape.push_back(dim);
+  Tensor y = empty(out_shape, out_dtype);
+  kernels::embedding_forward(ids.raw_data(), ids.dtype(), n, table.raw_data(), table.dtype(), vocab, dim,
+                             y.raw_data(), out_dtype);
+  return d.finish(y, [ids, vocab, dim, n, out_dtype](const TensorList& g) {
+    Tensor gy = grad_as(g[0], out_dtype);
+    const DType master = acc_dtype(out_dtype);  // the dense gradient of the (FP32 master) table
+    Tensor dtable = empty({vocab, dim}, master);
+    kernels::embedding_backward(ids.raw_data(), ids.dtype(), n, gy.raw_data(), gy.dtype(), vocab, dim,
+                                dtable.raw_data(), master);
+    return TensorList{Tensor(), dtable};
+  });
+}
+
+// ---- LayerNorm ----
+Tensor layer_norm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& beta_in, double eps) {
+  const Op op = Op::kLayerNorm;
+  internal::check_floating(op, x_in, "x");
+  DEMI_CHECK(x_in.rank() >= 1, op_name(op), ": expected x (*, D), got ", x_in.describe());
+  const int64_t dim = x_in.dim(-1);
+  for (const Tensor* t : {&gamma_in, &beta_in})
+    DEMI_CHECK(!t->defined() || (t->rank() == 1 && t->dim(0) == dim && is_floating(t->dtype())), op_name(op),
+               ": expected gamma and beta of shape (", dim, ") for x ", x_in.describe(), ", got ", t->describe());
+  DEMI_CHECK(eps > 0, op_name(op), ": eps must be positive, got ", eps);
+  Dispatch d(op, {&x_in, &gamma_in, &beta_in});
+  // A low-precision x under an FP32 compute dtype (O2's black list) is read as it is: the kernel widens
+  // each value exactly, so casting first would only cost a pass and a copy. y keeps x's dtype.
+  const bool read_low = d.compute_dtype() == DType::kF32 && is_low_precision(x_in.dtype());
+  Tensor x = read_low ? d.input_as(0, x_in.dtype()) : d.input(0);
+  const bool f64 = x.dtype() == DType::kF64;
+  const DType stat = acc_dtype(x.dtype());
+  Tensor gamma = d.input_as(1, stat), beta = d.input_as(2, stat);
+  kernels::LayerNormParams p;
+  p.dim = dim;
+  p.rows = dim == 0 ? 0 : x.numel() / dim;
+  p.eps = static_cast<float>(eps);
+  Tensor y = empty(x.shape(), x.dtype());
+  Tensor mean = empty({p.rows}, stat), rstd = empty({p.rows}, stat);
+  if (f64)
+    kernels::layer_norm_forward(x.raw_data(), x.dtype(), gamma.defined() ? gamma.data<double>() : nullptr,
+                                beta.defined() ? beta.data<double>() : nullptr, p, y.raw_data(), mean.data<double>(),
+                                rstd.data<double>());
+  else
+    kernels::layer_norm_forward(x.raw_data(), x.dtype(), gamma.defined() ? gamma.data<float>() : nullptr,
+                                beta.defined() ? beta.data<float>() : nullptr, p, y.raw_data(), mean.data<float>(),
+                                rstd.data<float>());
+  const bool has_gamma = gamma.defined(), has_beta = beta.defined();
+  return d.finish(y, [x, gamma, mean, rstd, p, f64, has_gamma, has_beta](const TensorList& g) {
+    Tensor gy = grad_as(g[0], x.dtype());
+    Tensor dx = empty(x.shape(), x.dtype());
+    const DType stat_dt = f64 ? DType::kF64 : DType::kF32;
+    Tensor dgamma = has_gamma ? empty({p.dim}, stat_dt) : Tensor();
+    Tensor dbeta = has_beta ? empty({p.dim}, stat_dt) : Tensor();
+    if (f64)
+      kernels::layer_norm_backward(x.raw_data(), gy.raw_data(), x.dtype(), has_gamma ? gamma.data<double>() : nullptr,
+                                   mean.data<double>(), rstd.data<double>(), p, dx.raw_data(),
+                                   has_gamma ? dgamma.data<double>() : nullptr,
+                                   has_beta ? dbeta.data<double>() : nullptr);
+    else
+      kernels::layer_norm_backward(x.raw_data(), gy.raw_data(), x.dtype(), has_gamma ? gamma.data<float>() : nullptr,
+                                   mean.data<float>(), rstd.data<float>(), p, dx.raw_data(),
+                                   has_gamma ? dgamma.data<float>() : nullptr, has_beta ? dbeta.data<float>() : nullptr);
+    return TensorList{dx, dgamma, dbeta};
+  });
+}
+
+// ---- Transpose ----
+Tensor transpose(const Tensor& x, const std::vector<int>& perm_in) {
+  DEMI_CHECK(x.defined(), op_name(Op::kTranspose), ": input x is undefined");
+  std::vector<int> perm = normalise_perm(x.shape(), perm_in);
+  std::vector<int> identity(perm.size());
+  std::iota(identity.begin(), identity.end(), 0);
+  if (perm == identity) return x;
+  Dispatch d(Op::kTranspose, {&x});
+  Tensor y = permute_copy(d.input(0), perm);
+  std::vector<int> inverse(perm.size());
+  for (size_t j = 0; j < perm.size(); ++j) inverse[static_cast<size_t>(perm[j])] = static_cast<int>(j);
+  return d.finish(y, [inverse](const TensorList& g) { return TensorList{permute_copy(g[0], inverse)}; });
+}
+
+// ---- Split ----
+std::vector<Tensor> split(const Tensor& x_in, int axis_in, int64_t sections) {
+  const Op op = Op::kSplit;
+  DEMI_CHECK(x_in.defined() && x_in.rank() >= 1, op_name(op), ": expected an input of rank >= 1, got ",
+             describe_or_none(x_in));
+  DEMI_CHECK(axis_in >= -x_in.rank() && axis_in < x_in.rank(), op_name(op), ": axis ", axis_in,
+             " is out of range for ", x_in.describe());
+  const int axis = x_in.shape().wrap(axis_in);
+  DEMI_CHECK(sections >= 1 && x_in.dim(axis) % sections == 0, op_name(op), ": cannot cut axis ", axis, " of ",
+             x_in.describe(), " into ", sections, " equal parts");
+  Dispatch d(op, {&x_in});
+  Tensor x = d.input(0);
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; ++i) outer *= x.dim(i);
+  for (int i = axis + 1; i < x.rank(); ++i) inner *= x.dim(i);
+  const int64_t part = x.dim(axis) / sections * inner;  // elements of one part per outer index
+  Shape part_shape = x.shape();
+  part_shape[axis] = x.dim(axis) / sections;
+  TensorList parts;
+  for (int64_t i = 0; i < sections; ++i) {
+    if (outer == 1) {  // each part is contiguous in x: a view, no copy
+      parts.push_back(view_at(x, i * part, part_shape));
+    } else {
+      Tensor y = empty(part_shape, x.dtype());
+      kernels::copy_strided(static_cast<const char*>(x.raw_data()) + i * part * static_cast<int64_t>(x.element_size()),
+                            sections * part, y.raw_data(), part, outer, part, x.element_size());
+      parts.push_back(y);
+    }
+  }
+  Shape xs = x.shape();
+  DType dt = x.dtype();
+  return d.finish(parts, [xs, dt, outer, part, sections](const TensorList& g) {
+    Tensor dx = empty(xs, dt);
+    const size_t elem = dtype_size(dt);
+    for (int64_t i = 0; i < sections; ++i) {
+      char* dst = static_cast<char*>(dx.raw_data()) + i * part * static_cast<int64_t>(elem);
+      const Tensor& gi = g[static_cast<size_t>(i)];
+      if (gi.defined()) {
+        Tensor gg = grad_as(gi, dt);
+        kernels::copy_strided(gg.raw_data(), part, dst, sections * part, outer, part, elem);
+      } else {
+        Tensor z = zeros({part}, dt);
+        kernels::copy_strided(z.raw_data(), 0, dst, sections * part, outer, part, elem);
+      }
+    }
+    return TensorList{dx};
+  });
+}
+
+// ---- Scaled dot-product attention ----
+Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& mask_in,
+                                    double scale, int64_t heads) {
+  const Op op = Op::kAttention;
+  internal::check_floating(op, q_in, "q");
+  internal::check_floating(op, k_in, "k");
+  internal::check_floating(op, v_in, "v");
+  DEMI_CHECK(q_in.rank() == 3 && k_in.rank() == 3 && v_in.rank() == 3 && k_in.dim(0) == q_in.dim(0) &&
+                 v_in.dim(0) == q_in.dim(0) && k_in.dim(2) == q_in.dim(2) && v_in.dim(1) == k_in.dim(1),
+             op_name(op), ": expected q (N, Sq, Dk), k (N, Sk, Dk), v (N, Sk, Dv), got q ", q_in.describe(), ", k ",
+             k_in.describe(), ", v ", v_in.describe());
+  const int64_t n = q_in.dim(0), sq = q_in.dim(1), sk = k_in.dim(1), dim_k = q_in.dim(2);
+  DEMI_CHECK(heads >= 1 && n % heads == 0, op_name(op), ": heads (", heads, ") must divide N = ", n, " (q ",
+             q_in.describe(), ")");
+  DEMI_CHECK(sk >= 1, op_name(op), ": no keys (k ", k_in.describe(), ")");
+  kernels::AttentionSoftmaxParams p;
+  p.batch = n;
+  p.heads = heads;
+  p.rows = sq;
+  p.cols = sk;
+  p.scale = static_cast<float>(scale == 0 ? 1.0 / std::sqrt(static_cast<double>(dim_k)) : scale);
+  DEMI_CHECK(p.scale > 0, op_name(op), ": scale must be positive, got ", scale);
+  if (mask_in.defined()) {
+    const int64_t b = n / heads;
+    DEMI_CHECK(is_floating(mask_in.dtype()), op_name(op), ": expected an additive floating mask, got ",
+               mask_in.describe(), " (a boolean mask becomes 0 / -inf first; nn::MultiheadAttention does that)");
+    const Shape& ms = mask_in.shape();
+    const bool shared = ms.rank() == 2 && ms[0] == sq && ms[1] == sk;
+    const bool batched = ms.rank() == 3 && ms[0] == b && (ms[1] == sq || ms[1] == 1) && ms[2] == sk;
+    DEMI_CHECK(shared || batched, op_name(op), ": expected a mask (", sq, ", ", sk, "), (", b, ", ", sq, ", ", sk,
+               ") or (", b, ", 1, ", sk, ") for q ", q_in.describe(), " and k ", k_in.describe(), " with ", heads,
+               " heads, got ", mask_in.describe());
+    p.mask_batch_stride = shared ? 0 : ms[1] * sk;
+    p.mask_row_stride = (shared || ms[1] == sq) ? sk : 0;
+  }
+  Dispatch d(op, {&q_in, &k_in, &v_in, &mask_in});
+  Tensor q = d.input(0), k = d.input(1), v = d.input(2);
+  const DType dt = q.dtype(), acc = acc_dtype(dt);
+  Tensor mask = d.input_as(3, acc);
+  // Scores in FP32 (f64), straight out of the product: never rounded to fp16.
+  Tensor scores = bmm(q, k, false, true, acc);
+  Tensor probs = empty(scores.shape(), dt);
+  kernels::attention_softmax_forward(scores.raw_data(), acc, mask.defined() ? mask.raw_data() : nullptr, p,
+                                     probs.raw_data(), dt);
+  scores = Tensor();  // freed before the second product: only the probabilities are kept for backward
+  Tensor out = bmm(probs, v, false, false, dt);
+  return d.finish(out, [q, k, v, probs, p, dt, acc](const TensorList& g) {
+    Tensor go = grad_as(g[0], dt);
+    Tensor dv = bmm(probs, go, true, false, dt);   // pᵀ · dO
+    Tensor dp = bmm(go, v, false, true, acc);      // dO · vᵀ, FP32 like the scores
+    Tensor ds = empty(probs.shape(), dt);
+    kernels::attention_softmax_backward(probs.raw_data(), dt, dp.raw_data(), acc, p, ds.raw_data());
+    dp = Tensor();
+    Tensor dq = bmm(ds, k, false, false, dt);      // ds · k
+    Tensor dk = bmm(ds, q, true, false, dt);       // dsᵀ · q
+    return TensorList{dq, dk, dv, Tensor()};
+  });
+}
+
+}  // namespace demi::ops
