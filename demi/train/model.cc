@@ -52,7 +52,9 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   data::IteratorOptions io;
   io.prefetch = dataset_sink_mode ? options_.prefetch_depth : 0;
   io.epoch = epochs_done_;
+  io.position = resume_position_;
   io.num_epochs = epoch;
+  ctx.cur_step_num = steps_done_;
   auto it = train_dataset->create_iterator(io);
   for (auto& cb : callbacks) cb->on_train_begin(ctx);
   std::vector<double> step_times;
@@ -62,7 +64,7 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   bool stop = false;
   for (int e = 0; e < epoch && !stop; ++e) {
     ctx.epoch = static_cast<int>(epochs_done_) + 1;
-    ctx.step_in_epoch = 0;
+    ctx.step_in_epoch = e == 0 ? resume_position_ : 0;
     ctx.metrics.clear();
     for (auto& cb : callbacks) cb->on_epoch_begin(ctx);
     auto epoch_start = Clock::now();
@@ -123,6 +125,8 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
     it->reset();
   }
   for (auto& cb : callbacks) cb->on_train_end(ctx);
+  resume_position_ = 0;
+  steps_done_ = ctx.cur_step_num;
   summary_.steps = ctx.cur_step_num;
   summary_.seconds = seconds_since(run_start);
   summary_.samples_per_second = steady_seconds > 0 ? static_cast<double>(steady_samples) / steady_seconds : 0;

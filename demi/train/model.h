@@ -78,6 +78,12 @@ class Model {
   // Epochs completed by train() so far (where a resumed run continues).
   int64_t epochs_done() const { return epochs_done_; }
   void set_epochs_done(int64_t e) { epochs_done_ = e; }
+  // A resumed run: the next train() starts its first epoch `position` batches in (the data pipeline
+  // skips them without drawing different random numbers) and counts steps from `steps_done`.
+  void set_resume_position(int64_t position, int64_t steps_done) {
+    resume_position_ = position;
+    steps_done_ = steps_done;
+  }
 
  private:
   std::shared_ptr<nn::Cell> network_;
@@ -88,6 +94,8 @@ class Model {
   std::shared_ptr<amp::TrainStep> train_step_;
   TrainSummary summary_;
   int64_t epochs_done_ = 0;
+  int64_t resume_position_ = 0;
+  int64_t steps_done_ = 0;
 };
 
 }  // namespace demi::train

@@ -18,6 +18,7 @@
 #include "demi/data/data.h"
 #include "demi/nn/models.h"
 #include "demi/ops/dispatch.h"
+#include "demi/train/checkpoint.h"
 #include "demi/train/model.h"
 
 namespace demi::cli {
@@ -179,7 +180,34 @@ int run_train(const ParsedArgs& args) {
   if (args.flag("profile")) ops::set_profiling(true);
   int epochs = static_cast<int>(args.get_int("epochs"));
   if (epochs < 1) throw UsageError("--epochs must be >= 1");
-  model.train(epochs, job.train_ds, cbs, true);
+  std::string ckpt_dir = args.get("ckpt-dir");
+  if (args.flag("resume")) {
+    if (ckpt_dir.empty()) throw UsageError("--resume needs --ckpt-dir DIR (where the run's checkpoints are)");
+    auto last = train::latest_checkpoint(ckpt_dir, "model" + job.model_key);
+    if (last) {
+      io::TrainingState state = train::load_checkpoint(*last);
+      train::restore_checkpoint(state, model);
+      model.set_resume_position(state.meta.data_position, state.meta.step);
+      if (!json)
+        std::printf("resumed from %s: epoch %lld, step %lld\n", last->string().c_str(),
+                    static_cast<long long>(state.meta.epochs_done + 1), static_cast<long long>(state.meta.step));
+    } else if (!json) {
+      std::printf("no checkpoint in %s yet: starting from the beginning\n", ckpt_dir.c_str());
+    }
+  }
+  if (!ckpt_dir.empty()) {
+    train::CheckpointConfig cc;
+    cc.save_checkpoint_steps = args.get_int("ckpt-every");
+    cc.save_checkpoint_epochs = 1;  // and at the end of every epoch
+    cc.keep_checkpoint_max = static_cast<int>(args.get_int("keep-ckpt"));
+    cbs.push_back(std::make_shared<train::ModelCheckpoint>("model" + job.model_key, ckpt_dir, cc));
+  }
+  int remaining = epochs - static_cast<int>(model.epochs_done());
+  if (remaining < 1) {
+    if (!json) std::printf("the checkpoint already has %d epoch(s): nothing left to train\n", epochs);
+  } else {
+    model.train(remaining, job.train_ds, cbs, true);
+  }
   auto metrics = model.eval(job.test_ds);
   const train::TrainSummary& s = model.last_summary();
   auto pk = [&](MemCategory c) { return s.peak.pk(c); };
@@ -223,6 +251,27 @@ int run_train(const ParsedArgs& args) {
                 mib(s.peak_rss_bytes).c_str());
   }
   if (args.flag("profile")) std::printf("\n%s", ops::profile_report().c_str());
+  return 0;
+}
+
+int run_eval(const ParsedArgs& args) {
+  ContextOptions ctx = get_context();
+  ctx.num_threads = static_cast<int>(args.get_int("threads"));
+  set_context(ctx);
+  if (!args.has("checkpoint")) throw UsageError("eval needs --checkpoint FILE (a demi or PyTorch safetensors file)");
+  Job job = make_job(args);
+  io::TrainingState state = train::load_checkpoint(args.get("checkpoint"));
+  train::load_param_into_net(*job.net, state.tensors, /*strict=*/false);
+  amp::Level level = amp::parse_level(args.get("amp"));
+  DType low = parse_dtype(args.get("dtype"));
+  if (level != amp::Level::kO0) amp::auto_mixed_precision(*job.net, level, low);
+  auto opt = std::make_shared<optim::SGD>(job.net->trainable_params(), 0.0);
+  train::Model model(job.net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt,
+                     {{"Accuracy", std::make_shared<train::Accuracy>()}, {"Loss", std::make_shared<train::Loss>()}},
+                     {.amp_level = level, .low_dtype = low});
+  auto metrics = model.eval(job.test_ds);
+  std::printf("model %s on %s (test split), %s: accuracy %.4f, loss %.4f\n", job.model_key.c_str(),
+              job.data_name.c_str(), amp::level_name(level), metrics["Accuracy"], metrics["Loss"]);
   return 0;
 }
 
@@ -323,6 +372,16 @@ int run_compare(const ParsedArgs& args) {
                 as_double(r.s, "peak_workspace") / (1 << 20), rss / (1 << 20), brss > 0 ? rss / brss : 0,
                 as_double(r.s, "final_loss"), as_double(r.s, "test_accuracy"));
   }
+  std::printf("\npeak tracked memory by category, MiB\n%-9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "setting",
+              "param", "grad", "optim", "activ.", "cast", "work", "data", "total");
+  for (const auto& r : rows) {
+    std::string name = r.level == "O0" ? "O0-fp32" : r.level + "-" + r.dtype;
+    auto m = [&](const char* k) { return as_double(r.s, k) / (1 << 20); };
+    std::printf("%-9s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", name.c_str(), m("peak_parameter"),
+                m("peak_gradient"), m("peak_optimizer_state"), m("peak_activation"), m("peak_cast_cache"),
+                m("peak_workspace"), m("peak_data"), m("peak_total"));
+  }
+  std::printf("(each column is that category's own peak; total is the peak of the sum)\n");
   std::printf("\npeak MiB: tracked tensor memory (parameters, gradients, optimizer state, activations, cast cache,\n"
               "workspace, data); activ./cast/work: its activation, cast-cache and workspace parts; RSS: the\n"
               "process's peak resident set (each setting runs in its own process).\n");
@@ -364,12 +423,24 @@ void add_training_commands(std::vector<Command>& cmds) {
   train_opts.push_back({"dtype", "T", "low-precision dtype: fp16 or bf16", "fp16"});
   train_opts.push_back({"json", "", "print one JSON object per epoch and a summary", ""});
   train_opts.push_back({"profile", "", "print time, calls and bytes per op, forward and backward", ""});
+  train_opts.push_back({"ckpt-dir", "DIR", "save checkpoints (safetensors) in DIR", ""});
+  train_opts.push_back({"ckpt-every", "N", "save every N steps (0: at the end of each epoch)", "0"});
+  train_opts.push_back({"keep-ckpt", "K", "keep the last K checkpoints (0: all)", "3"});
+  train_opts.push_back({"resume", "", "continue from the latest checkpoint in --ckpt-dir", ""});
   train_opts.push_back({"numerics", "", "before training, report FP16 overflow per layer and gradient underflow "
                                         "per parameter at the loss scale", ""});
   cmds.push_back({.name = "train",
                   .summary = "Train a reference model at an AMP level, then evaluate it on the test split.",
                   .options = std::move(train_opts),
                   .run = run_train});
+  std::vector<Option> eval_opts = training_options();
+  eval_opts.push_back({"checkpoint", "FILE", "weights to evaluate (a demi checkpoint or PyTorch safetensors)", ""});
+  eval_opts.push_back({"amp", "LEVEL", "AMP level to evaluate at", "O0"});
+  eval_opts.push_back({"dtype", "T", "low-precision dtype: fp16 or bf16", "bf16"});
+  cmds.push_back({.name = "eval",
+                  .summary = "Evaluate saved weights on the test split (accuracy and loss).",
+                  .options = std::move(eval_opts),
+                  .run = run_eval});
   std::vector<Option> cmp = training_options();
   cmp.push_back({"levels", "L", "comma-separated AMP levels", "O0,O2"});
   cmp.push_back({"dtypes", "T", "comma-separated low dtypes for levels above O0", "fp16,bf16"});
