@@ -7,7 +7,8 @@
 #   fuzz/build.sh --run SECONDS     then fuzzes each target for SECONDS, one after another, starting from
 #                                   (and adding to) a scratch copy of fuzz/corpus/<target>/
 #   fuzz/build.sh --run 600 idx_fuzz  only the targets named
-#   fuzz/build.sh --merge           minimizes each scratch corpus back into fuzz/corpus/<target>/ (-merge=1)
+#   fuzz/build.sh --merge           minimizes fuzz/corpus/<target>/ plus the scratch corpus back into
+#                                   fuzz/corpus/<target>/ (-merge=1, by edge coverage)
 #
 # The corpora committed in fuzz/corpus/ are replayed by CTest without libFuzzer (fuzz/CMakeLists.txt).
 set -euo pipefail
@@ -83,20 +84,26 @@ merge() {
   for t in "${targets[@]}"; do
     local fresh=$out/merged/$t
     rm -rf "$fresh" && mkdir -p "$fresh"
-    "$out/$t" -merge=1 "$fresh" "$root/fuzz/corpus/$t" "$out/corpus/$t" >"$out/$t.merge.log" 2>&1
+    # -use_counters=0: keep the inputs that reach new edges (not new hit counts), so the committed
+    # corpus stays a few dozen small files.
+    "$out/$t" -merge=1 -use_counters=0 "$fresh" "$root/fuzz/corpus/$t" "$out/corpus/$t" >"$out/$t.merge.log" 2>&1
     rm -f "$root/fuzz/corpus/$t/"*
     cp "$fresh"/* "$root/fuzz/corpus/$t/"
     echo "$t: $(ls "$root/fuzz/corpus/$t" | wc -l) inputs after merge"
   done
 }
 
+usage="usage: fuzz/build.sh [--run SECONDS [TARGET...] | --merge [TARGET...]]"
 mode=${1:-}
-seconds=${2:-}
-(($# > 2)) && targets=("${@:3}")
+case "$mode" in
+  --run) seconds=${2:?$usage}; shift 2 ;;
+  --merge) shift ;;
+  "") ;;
+  *) echo "$usage" >&2; exit 2 ;;
+esac
+(($# > 0)) && targets=("$@")
 build
 case "$mode" in
-  --run) run "${seconds:?--run needs a number of seconds}" ;;
-  --merge) (($# > 1)) && targets=("${@:2}"); merge ;;
-  "") ;;
-  *) echo "usage: fuzz/build.sh [--run SECONDS | --merge]" >&2; exit 2 ;;
+  --run) run "$seconds" ;;
+  --merge) merge ;;
 esac

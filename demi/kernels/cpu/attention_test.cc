@@ -38,7 +38,7 @@ AttentionSoftmaxParams params(int64_t b, int64_t h, int64_t sq, int64_t sk, floa
 
 TEST(AttentionSoftmax, ForwardAndBackwardMatchReference) {
   struct Dims { int64_t b, h, sq, sk; };
-  for (Dims dm : {Dims{2, 3, 5, 7}, Dims{1, 1, 1, 1}, Dims{2, 4, 33, 128}, Dims{1, 2, 3, 300}}) {
+  for (Dims dm : {Dims{2, 3, 5, 7}, Dims{1, 1, 1, 1}, Dims{2, 4, 33, 128}, Dims{1, 2, 3, 300}, Dims{1, 1, 2, 4100}}) {
     const MaskCase masks[] = {{"none", -1, -1},
                               {"shared (Sq, Sk)", 0, dm.sk},
                               {"per batch (B, Sq, Sk)", dm.sq * dm.sk, dm.sk},

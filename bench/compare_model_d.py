@@ -1,0 +1,68 @@
+#!/usr/bin/python3
+"""Model D (BENCHMARKS.md), demi against PyTorch, interleaved: demi O0, PyTorch fp32, demi O2-bf16, PyTorch bf16
+autocast, repeated; prints the median samples/s of each, the ratios, and demi's tracked peak memory O2 / O0.
+
+    /usr/bin/python3 bench/compare_model_d.py [--reps 3] [--steps 8] [--bench build/release/bench/transformer_bench]
+                                              [--no-torch-fp32]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TORCH_ENV = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "1073741824",
+             "MALLOC_TOP_PAD_": "268435456", "OPENBLAS_NUM_THREADS": "2"}
+
+
+def run_json(cmd, env=None):
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if out.returncode != 0:
+        sys.stderr.write(f"failed: {' '.join(cmd)}\n{out.stderr}\n")
+        return []
+    return [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--bench", default=os.path.join(ROOT, "build", "release", "bench", "transformer_bench"))
+    ap.add_argument("--no-torch-fp32", action="store_true", help="skip PyTorch fp32 (slow without an optimised BLAS)")
+    args = ap.parse_args()
+    env = dict(os.environ, **TORCH_ENV)
+    results = {}
+    for rep in range(args.reps):
+        runs = [("demi", ["O0"]), ("torch", "fp32"), ("demi", ["O2-bf16"]), ("torch", "bf16")]
+        for fw, setting in runs:
+            if fw == "demi":
+                rows = run_json([args.bench, "--settings", ",".join(setting), "--steps", str(args.steps)])
+            else:
+                if setting == "fp32" and args.no_torch_fp32:
+                    continue
+                e = dict(env, OMP_WAIT_POLICY="PASSIVE") if setting == "fp32" else env
+                rows = run_json(["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_model_d.py"), "--precision",
+                                 setting, "--steps", str(args.steps)], e)
+            for r in rows:
+                results.setdefault((r["framework"], r["setting"]), []).append(r)
+                print(f"  rep {rep} {r['framework']:7s} {r['setting']:8s} {r['samples_per_second']:8.1f} samples/s",
+                      file=sys.stderr)
+
+    def med(fw, s, key="samples_per_second"):
+        rs = results.get((fw, s))
+        return statistics.median(r[key] for r in rs) if rs else float("nan")
+
+    print(f"model D, median of {args.reps} interleaved repetitions, samples/s")
+    for fw, s in [("pytorch", "fp32"), ("pytorch", "bf16"), ("demi", "O0"), ("demi", "O2-bf16")]:
+        print(f"  {fw:8s} {s:8s} {med(fw, s):8.1f}")
+    print(f"  demi O0 / PyTorch fp32:           {med('demi', 'O0') / med('pytorch', 'fp32'):.2f}x")
+    print(f"  demi O2-bf16 / PyTorch bf16:      {med('demi', 'O2-bf16') / med('pytorch', 'bf16'):.2f}x")
+    print(f"  demi O2-bf16 / demi O0:           {med('demi', 'O2-bf16') / med('demi', 'O0'):.2f}x")
+    print(f"  demi tracked peak O2 / O0:        {med('demi', 'O2-bf16', 'peak_tracked') / med('demi', 'O0', 'peak_tracked'):.3f}"
+          f" (activations {med('demi', 'O2-bf16', 'peak_activation') / med('demi', 'O0', 'peak_activation'):.3f})")
+
+
+if __name__ == "__main__":
+    main()
