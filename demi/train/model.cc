@@ -14,6 +14,23 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// The column, element and value of the first non-finite value in a batch's floating columns, if any.
+void check_finite(const data::Row& row, const std::vector<std::string>& names, int epoch, int64_t step) {
+  for (size_t c = 0; c < row.size(); ++c) {
+    const Tensor& t = row[c];
+    if (!t.defined() || !is_floating(t.dtype())) continue;
+    Tensor f = t.dtype() == DType::kF32 ? t : t.to(DType::kF32);
+    const float* p = f.data<float>();
+    for (int64_t i = 0; i < f.numel(); ++i) {
+      if (std::isfinite(p[i])) continue;
+      int64_t per_sample = t.rank() > 0 && t.dim(0) > 0 ? t.numel() / t.dim(0) : 1;
+      DEMI_CHECK(false, "input data: column '", c < names.size() ? names[c] : std::to_string(c), "' of the batch at epoch ",
+                 epoch, " step ", step, " holds ", p[i], " (sample ", i / per_sample, " of the batch, element ",
+                 i % per_sample, ", ", t.describe(), "); training stopped before using it");
+    }
+  }
+}
+
 void check_row(const data::Row& row, const char* what) {
   DEMI_CHECK(row.size() >= 2, "Model.", what, ": each batch needs (input, label) columns, got ", row.size(),
              " column(s)");
@@ -79,6 +96,7 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
       check_row(*row, "train");
       ++ctx.step_in_epoch;
       ++ctx.cur_step_num;
+      if (options_.check_input_finite) check_finite(*row, train_dataset->column_names(), ctx.epoch, ctx.step_in_epoch);
       ctx.batch_size = (*row)[0].rank() > 0 ? (*row)[0].dim(0) : 1;
       ctx.data_wait_seconds = wait;
       for (auto& cb : callbacks) cb->on_step_begin(ctx);

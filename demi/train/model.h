@@ -36,6 +36,9 @@ struct ModelOptions {
   // Stop with an error when the loss becomes NaN/Inf at O0 (or without a loss scale), instead of
   // training on garbage. With a loss-scale manager a non-finite step is an overflow and is handled there.
   bool stop_on_nonfinite_loss = true;
+  // Check every batch's floating columns for NaN/Inf before the step and stop with an error naming the
+  // epoch, the step (batch) and the column at the first one. Off by default: it costs a pass over the data.
+  bool check_input_finite = false;
 };
 
 // What one train() call measured.

@@ -1,0 +1,113 @@
+#include "demi/train/model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "demi/data/data.h"
+#include "demi/nn/models.h"
+
+namespace demi::train {
+namespace {
+
+// A learnable synthetic task: the label is the channel whose mean is largest.
+std::shared_ptr<data::Dataset> toy_dataset(int64_t n, uint64_t seed, float poison = 0, int64_t poison_at = -1) {
+  data::RandomAccessSource src;
+  src.size = n;
+  src.get = [seed, poison, poison_at](int64_t i) {
+    Generator g(seed * 1000003 + static_cast<uint64_t>(i));
+    int32_t label = static_cast<int32_t>(g.next_int(3));
+    Tensor x = normal({3, 32, 32}, 0.0, 1.0, g);
+    float* p = x.data<float>();
+    for (int64_t k = 0; k < 32 * 32; ++k) p[label * 32 * 32 + k] += 1.0f;
+    if (i == poison_at) p[5] = poison;
+    return data::Row{x, full({}, label, DType::kI32)};
+  };
+  return std::make_shared<data::GeneratorDataset>(src, std::vector<std::string>{"image", "label"})->batch(16);
+}
+
+struct Captured {
+  std::ostringstream os;
+  Captured() { set_callback_stream(&os); }
+  ~Captured() { set_callback_stream(nullptr); }
+};
+
+Model make_model(amp::Level level, std::map<std::string, MetricPtr> metrics = {}, ModelOptions o = {}) {
+  set_seed(4);
+  auto net = std::make_shared<nn::SimpleCNN>(3);
+  auto opt = std::make_shared<optim::Momentum>(net->trainable_params(), 0.001, 0.9);
+  o.amp_level = level;
+  o.low_dtype = DType::kBF16;
+  return Model(net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt, std::move(metrics), o);
+}
+
+TEST(Model, TrainsAndEvaluatesAtO2WithCallbacks) {
+  Captured out;
+  Model model = make_model(amp::Level::kO2, {{"Accuracy", std::make_shared<Accuracy>()},
+                                            {"Loss", std::make_shared<Loss>()},
+                                            {"Top2", std::make_shared<TopKCategoricalAccuracy>(2)}});
+  auto train = toy_dataset(160, 1), test = toy_dataset(64, 2);
+  std::string history = ::testing::TempDir() + "/demi_history.jsonl";
+  model.train(3, train, {std::make_shared<TimeMonitor>(), std::make_shared<LossMonitor>(5),
+                         std::make_shared<HistoryLogger>(history), std::make_shared<LossScaleMonitor>()});
+  const TrainSummary& s = model.last_summary();
+  EXPECT_EQ(s.steps, 30);
+  EXPECT_GT(s.samples_per_second, 0);
+  EXPECT_GT(s.peak.pk(MemCategory::kActivation), 0);
+  EXPECT_GT(s.peak.pk(MemCategory::kCastCache), 0) << "O2 casts the weights once per step";
+  std::string text = out.os.str();
+  EXPECT_NE(text.find("epoch: 1 step: 5, loss is"), std::string::npos) << text;
+  EXPECT_NE(text.find("epoch time:"), std::string::npos) << text;
+  std::ifstream h(history);
+  std::string line;
+  int epochs = 0;
+  while (std::getline(h, line)) epochs += line.find("\"kind\":\"epoch\"") != std::string::npos;
+  EXPECT_EQ(epochs, 3);
+  auto m = model.eval(test);
+  EXPECT_GT(m["Accuracy"], 0.9) << "the toy task is easy";
+  EXPECT_GE(m["Top2"], m["Accuracy"]);
+  EXPECT_LT(m["Loss"], 0.5);
+  Tensor logits = model.predict(ones({2, 3, 32, 32}));
+  EXPECT_EQ(logits.dtype(), DType::kF32);
+  EXPECT_EQ(logits.shape(), Shape({2, 3}));
+}
+
+TEST(Model, EarlyStoppingStops) {
+  Captured out;
+  Model model = make_model(amp::Level::kO0);
+  auto es = std::make_shared<EarlyStopping>("loss", 1, /*min_delta=*/10.0);  // nothing improves by 10
+  model.train(5, toy_dataset(32, 3), {es});
+  EXPECT_EQ(es->stopped_epoch(), 2);
+  EXPECT_EQ(model.epochs_done(), 2);
+}
+
+TEST(Model, NonFiniteInputIsReportedWithBatchAndColumn) {
+  ModelOptions o;
+  o.check_input_finite = true;
+  Model model = make_model(amp::Level::kO0, {}, o);
+  try {
+    model.train(1, toy_dataset(64, 4, std::numeric_limits<float>::quiet_NaN(), 37));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("column 'image'"), std::string::npos) << what;
+    EXPECT_NE(what.find("step 3"), std::string::npos) << what;  // row 37 is in the third batch of 16
+    EXPECT_NE(what.find("sample 5"), std::string::npos) << what;
+  }
+}
+
+TEST(Model, NanLossAtO0StopsInsteadOfTrainingOnGarbage) {
+  Model model = make_model(amp::Level::kO0);
+  try {
+    model.train(1, toy_dataset(32, 5, std::numeric_limits<float>::infinity(), 3));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the loss became"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace demi::train
