@@ -121,7 +121,9 @@ int main(int argc, char** argv) {
     else if (a == "--profile") profile = true;
     else if (a == "--threads") set_num_threads(std::atoi(next().c_str()));
     else {
-      std::fprintf(stderr, "usage: %s [--settings O0,O2-bf16,O2-fp16] [--steps N] [--warmup N] [--batch N] [--threads N] [--profile]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--settings O0,O2-bf16,O2-fp16] [--steps N] [--warmup N] [--batch N] [--threads N] "
+                   "[--profile]\n",
                    argv[0]);
       return 2;
     }

@@ -76,7 +76,10 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   kernels::onednn::conv2d_forward(p, x.raw_data(), w.raw_data(), b.defined() ? b.raw_data() : nullptr, y.raw_data());
   bool has_bias = b.defined();
   bool need_dx = d.input_needs_grad(0);
-  return d.finish(y, [x, w, y, p, has_bias, need_dx](const TensorList& g) {
+  // The output is saved only when a fused ReLU needs its mask: otherwise it would stay alive until
+  // backward for nothing (the largest activation of a conv network).
+  Tensor y_saved = p.relu ? y : Tensor();
+  return d.finish(y, [x, w, y = y_saved, p, has_bias, need_dx](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);
     if (p.relu) {
       Tensor masked = empty(gy.shape(), gy.dtype());

@@ -98,7 +98,8 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
   bool has_bias = b.defined();
   DType b_dtype = has_bias ? b.dtype() : p.y_dtype;
   bool need_dx = d.input_needs_grad(0);
-  return d.finish(y, [x, w, y, p, has_bias, b_dtype, relu, need_dx](const TensorList& g) {
+  Tensor y_saved = relu ? y : Tensor();  // saved only for a fused ReLU's mask
+  return d.finish(y, [x, w, y = y_saved, p, has_bias, b_dtype, relu, need_dx](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);
     if (relu) {
       Tensor masked = empty(gy.shape(), gy.dtype());

@@ -57,8 +57,10 @@ void embedding_forward(const void* ids, DType id_dtype, int64_t n, const void* t
                              static_cast<double*>(y));
     return;
   }
-  DEMI_CHECK(is_fast_float(table_dtype) && (y_dtype == table_dtype || (table_dtype == DType::kF32 && is_fast_float(y_dtype))),
-             "Embedding: gathers a float32 table into float32, bfloat16 or float16, or a table into its own dtype; got ",
+  const bool narrowing_ok = table_dtype == DType::kF32 && is_fast_float(y_dtype);
+  DEMI_CHECK(is_fast_float(table_dtype) && (y_dtype == table_dtype || narrowing_ok),
+             "Embedding: gathers a float32 table into float32, bfloat16 or float16, or a table into its own dtype; ",
+             "got ",
              dtype_name(table_dtype), " -> ", dtype_name(y_dtype));
   kernels().forward(ids, id_dtype, n, table, table_dtype, dim, y, y_dtype);
 }

@@ -22,8 +22,10 @@ template <typename Id>
 std::vector<Id> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
   std::vector<Id> ids(static_cast<size_t>(n));
   std::vector<float> u = random_floats(n, seed, 0.0f, 1.0f);
-  for (int64_t i = 0; i < n; ++i)
-    ids[static_cast<size_t>(i)] = static_cast<Id>(std::min<int64_t>(vocab - 1, static_cast<int64_t>(u[static_cast<size_t>(i)] * vocab)));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = static_cast<int64_t>(u[static_cast<size_t>(i)] * static_cast<float>(vocab));
+    ids[static_cast<size_t>(i)] = static_cast<Id>(std::min<int64_t>(vocab - 1, id));
+  }
   ids[0] = static_cast<Id>(vocab - 1);  // the last row, and a repeat: accumulation must add both
   if (n > 2) ids[2] = ids[0];
   return ids;

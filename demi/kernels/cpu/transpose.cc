@@ -126,8 +126,8 @@ void copy_strided(const void* src, int64_t src_stride, void* dst, int64_t dst_st
   const int64_t grain = std::max<int64_t>(1, kGrainBytes / static_cast<int64_t>(run_bytes));
   parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
-      std::memcpy(d + static_cast<size_t>(r * dst_stride) * elem_size, s + static_cast<size_t>(r * src_stride) * elem_size,
-                  run_bytes);
+      std::memcpy(d + static_cast<size_t>(r * dst_stride) * elem_size,
+                  s + static_cast<size_t>(r * src_stride) * elem_size, run_bytes);
   });
 }
 
