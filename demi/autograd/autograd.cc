@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "demi/core/convert.h"
+#include "demi/ops/internal/helpers.h"
 
 namespace demi::autograd {
 namespace {
@@ -13,26 +14,16 @@ namespace {
 thread_local bool t_grad_enabled = true;
 std::atomic<uint64_t> g_sequence{0};
 
-// Adds b into a (a freshly owned gradient buffer), promoting when the dtypes differ.
-Tensor accumulate(Tensor a, const Tensor& b) {
+// a + b in the wider of their dtypes (gradients reaching one tensor along several paths), through the
+// vectorised elementwise kernel.
+Tensor accumulate(const Tensor& a, const Tensor& b) {
   if (!a.defined()) return b;
   if (!b.defined()) return a;
   DEMI_ASSERT(a.numel() == b.numel(), "gradient shapes ", a.shape(), " and ", b.shape(), " differ");
   DType t = promote_types(a.dtype(), b.dtype());
-  Tensor out = a.dtype() == t ? a.clone() : a.to(t);
+  Tensor aa = a.dtype() == t ? a : a.to(t);
   Tensor bb = b.dtype() == t ? b : b.to(t);
-  visit_dtype(t, [&](auto v) {
-    using T = decltype(v);
-    if constexpr (std::is_same_v<T, bool>) {
-      DEMI_ASSERT(false, "boolean gradient");
-    } else {
-      T* o = out.data<T>();
-      const T* s = bb.data<T>();
-      int64_t n = out.numel();
-      for (int64_t i = 0; i < n; ++i) o[i] = T(static_cast<float>(o[i]) + static_cast<float>(s[i]));
-    }
-  });
-  return out;
+  return ops::internal::binary(kernels::BinaryOp::kAdd, aa, bb.reshape(aa.shape()));
 }
 
 std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
@@ -143,14 +134,7 @@ ops::TensorList AccumulateGrad::apply(const ops::TensorList& grad_outputs) {
   } else {
     Tensor& acc = *meta.grad;
     Tensor gg = g.dtype() == acc.dtype() ? g : g.to(acc.dtype());
-    visit_dtype(acc.dtype(), [&](auto v) {
-      using T = decltype(v);
-      if constexpr (!std::is_same_v<T, bool>) {
-        T* o = acc.data<T>();
-        const T* s = gg.data<T>();
-        for (int64_t i = 0, n = acc.numel(); i < n; ++i) o[i] = T(static_cast<float>(o[i]) + static_cast<float>(s[i]));
-      }
-    });
+    acc = ops::internal::binary(kernels::BinaryOp::kAdd, acc, gg.reshape(acc.shape()));
   }
   return {};
 }
