@@ -37,7 +37,8 @@ std::string model_key(const std::string& m) {
   if (m == "A" || m == "a" || m == "simplecnn") return "A";
   if (m == "B" || m == "b" || m == "lenet") return "B";
   if (m == "C" || m == "c" || m == "mlp") return "C";
-  throw UsageError("unknown --model '" + m + "'; expected A (simplecnn), B (lenet) or C (mlp)");
+  if (m == "D" || m == "d" || m == "transformer") return "D";
+  throw UsageError("unknown --model '" + m + "'; expected A (simplecnn), B (lenet), C (mlp) or D (transformer)");
 }
 
 std::shared_ptr<amp::LossScaleManager> parse_loss_scale(const std::string& s) {
@@ -52,20 +53,43 @@ std::shared_ptr<amp::LossScaleManager> parse_loss_scale(const std::string& s) {
   throw UsageError("unknown --loss-scale '" + s + "'; expected default, none, fixed:N or dynamic");
 }
 
+// Model D's data: random tokens (B, 128) of a 1000-word vocabulary; the label is the first token mod 10
+// (learnable, so the loss falls), drawn per row from (seed, epoch, row).
+std::shared_ptr<data::Dataset> token_dataset(int64_t n, int64_t batch, uint64_t seed) {
+  data::RandomAccessSource src;
+  src.size = n;
+  src.get = [seed](int64_t i) {
+    Generator g(seed * 7919 + static_cast<uint64_t>(i));
+    std::vector<int32_t> tokens(128);
+    for (auto& t : tokens) t = static_cast<int32_t>(g.next_int(1000));
+    return data::Row{from_vector(tokens, {128}), full({}, tokens[0] % 10, DType::kI32)};
+  };
+  return std::make_shared<data::GeneratorDataset>(src, std::vector<std::string>{"tokens", "label"})->batch(batch);
+}
+
 Job make_job(const ParsedArgs& args) {
   Job job;
   job.model_key = model_key(args.get("model"));
   int64_t batch = args.get_int("batch-size");
-  if (batch <= 0) batch = job.model_key == "A" ? 32 : job.model_key == "B" ? 128 : 256;
+  if (batch <= 0) batch = job.model_key == "A" ? 32 : job.model_key == "B" ? 128 : job.model_key == "C" ? 256 : 32;
   int64_t limit = args.get_int("train-samples");
   uint64_t seed = static_cast<uint64_t>(args.get_int("seed"));
   std::string data = args.get("data");
-  if (data == "default") data = job.model_key == "A" ? "synthetic" : "fashion-mnist";
+  if (data == "default") data = job.model_key == "A" || job.model_key == "D" ? "synthetic" : "fashion-mnist";
   job.data_name = data;
   set_seed(seed);
   if (job.model_key == "A") job.net = std::make_shared<nn::SimpleCNN>();
   if (job.model_key == "B") job.net = std::make_shared<nn::LeNet>();
   if (job.model_key == "C") job.net = std::make_shared<nn::MLP>();
+  if (job.model_key == "D") {
+    job.net = std::make_shared<nn::TransformerClassifier>();
+    if (data != "synthetic") throw UsageError("--model D trains on --data synthetic (random tokens)");
+    int64_t n = limit > 0 ? limit : 1024;
+    job.train_ds = token_dataset(n, batch, seed);
+    job.test_ds = token_dataset(std::max<int64_t>(n / 4, batch), batch, seed + 1);
+    job.data_name = "synthetic tokens";
+    return job;
+  }
   if (data == "synthetic") {
     data::SeedDataOptions o;
     if (job.model_key != "A") o.channels = 1, o.height = 28, o.width = 28;
@@ -390,7 +414,7 @@ int run_compare(const ParsedArgs& args) {
 
 std::vector<Option> training_options() {
   return {
-      {"model", "M", "A (simplecnn), B (lenet) or C (mlp)", "A"},
+      {"model", "M", "A (simplecnn), B (lenet), C (mlp) or D (transformer)", "A"},
       {"data", "D", "synthetic, fashion-mnist, mnist:DIR, cifar10:DIR (default: synthetic for A, fashion-mnist)",
        "default"},
       {"epochs", "N", "epochs", "1"},
