@@ -79,7 +79,11 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   // The output is saved only when a fused ReLU needs its mask: otherwise it would stay alive until
   // backward for nothing (the largest activation of a conv network).
   Tensor y_saved = p.relu ? y : Tensor();
-  return d.finish(y, [x, w, y = y_saved, p, has_bias, need_dx](const TensorList& g) {
+  // An input that needs no gradient (the data batch) but was cast for AMP is saved as the caller's tensor,
+  // which the caller holds anyway, and cast again in backward: the low-precision copy dies right after
+  // forward instead of living through the step.
+  Tensor x_saved = !need_dx && !x.is_same(x_in) ? x_in : x;
+  return d.finish(y, [x = x_saved, w, y = y_saved, p, has_bias, need_dx](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);
     if (p.relu) {
       Tensor masked = empty(gy.shape(), gy.dtype());
@@ -98,7 +102,8 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
     q.bias_dtype = master_dtype(p.bias_dtype);
     Tensor dw = empty(w.shape(), q.w_dtype);
     Tensor db = has_bias ? empty({p.oc}, q.bias_dtype) : Tensor();
-    kernels::onednn::conv2d_backward_weights(q, x.raw_data(), gy.raw_data(), dw.raw_data(),
+    Tensor xc = x.dtype() == p.x_dtype ? x : x.to(p.x_dtype);
+    kernels::onednn::conv2d_backward_weights(q, xc.raw_data(), gy.raw_data(), dw.raw_data(),
                                              has_bias ? db.raw_data() : nullptr);
     return TensorList{dx, dw, db};
   });

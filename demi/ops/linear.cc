@@ -99,7 +99,9 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
   DType b_dtype = has_bias ? b.dtype() : p.y_dtype;
   bool need_dx = d.input_needs_grad(0);
   Tensor y_saved = relu ? y : Tensor();  // saved only for a fused ReLU's mask
-  return d.finish(y, [x, w, y = y_saved, p, has_bias, b_dtype, relu, need_dx](const TensorList& g) {
+  // As in conv2d: a cast input that needs no gradient is saved as the caller's tensor and recast in backward.
+  Tensor x_saved = !need_dx && !x.is_same(x_in) ? x_in : x;
+  return d.finish(y, [x = x_saved, w, y = y_saved, p, has_bias, b_dtype, relu, need_dx](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);
     if (relu) {
       Tensor masked = empty(gy.shape(), gy.dtype());
@@ -118,7 +120,8 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
     q.bias_dtype = master_dtype(b_dtype);
     Tensor dw = empty(w.shape(), q.w_dtype);
     Tensor db = has_bias ? empty({p.n}, q.bias_dtype) : Tensor();
-    kernels::onednn::dense_backward_weights(q, x.raw_data(), gy.raw_data(), dw.raw_data(),
+    Tensor xc = x.dtype() == p.x_dtype ? x : x.to(p.x_dtype);
+    kernels::onednn::dense_backward_weights(q, xc.raw_data(), gy.raw_data(), dw.raw_data(),
                                             has_bias ? db.raw_data() : nullptr);
     return TensorList{dx, dw, db};
   });
