@@ -128,9 +128,18 @@ ops::TensorList AccumulateGrad::apply(const ops::TensorList& grad_outputs) {
   AutogradMeta& meta = leaf.autograd_meta();
   MemCategoryScope cat(MemCategory::kGradient);
   if (!meta.grad || !meta.grad->defined()) {
-    Tensor fresh = empty(leaf.shape(), leaf.dtype(), MemCategory::kGradient);
-    fresh.copy_(g);
-    meta.grad = std::make_shared<Tensor>(fresh);
+    // A gradient nothing else refers to (the engine handed over its only handle, and no other tensor
+    // shares its storage) becomes .grad as it is: no copy, no second buffer. Anything shared is copied,
+    // because optimizers and the loss-scale unscale write .grad in place.
+    bool owned = g.dtype() == leaf.dtype() && g.impl_ptr().use_count() == 1 && g.impl().storage &&
+                 g.impl().storage.use_count() == 1 && g.impl().offset == 0 && g.category() == MemCategory::kGradient;
+    if (owned) {
+      meta.grad = std::make_shared<Tensor>(g.reshape(leaf.shape()));
+    } else {
+      Tensor fresh = empty(leaf.shape(), leaf.dtype(), MemCategory::kGradient);
+      fresh.copy_(g);
+      meta.grad = std::make_shared<Tensor>(fresh);
+    }
   } else {
     Tensor& acc = *meta.grad;
     Tensor gg = g.dtype() == acc.dtype() ? g : g.to(acc.dtype());
