@@ -16,8 +16,8 @@ namespace {
 
 using test_util::expect_error;
 using test_util::list_dir;
-using test_util::slurp;
-using test_util::spit;
+using test_util::read_bytes;
+using test_util::write_bytes;
 using test_util::TempDir;
 
 TEST(AtomicFile, WritesReadsAndReplaces) {
@@ -46,11 +46,11 @@ class AtomicSave : public ::testing::Test {
     old_ = {{"w", uniform({100}, -1, 1, gen)}};
     new_ = {{"w", uniform({100}, -1, 1, gen)}, {"v", uniform({50}, -1, 1, gen, DType::kF16)}};
     save_safetensors(path(), old_);
-    old_bytes_ = slurp(path());
+    old_bytes_ = read_bytes(path());
   }
   std::filesystem::path path() const { return dir_ / "model.safetensors"; }
   void expect_old_intact() {
-    EXPECT_EQ(slurp(path()), old_bytes_) << "the previous checkpoint must stay byte-identical";
+    EXPECT_EQ(read_bytes(path()), old_bytes_) << "the previous checkpoint must stay byte-identical";
     EXPECT_EQ(list_dir(dir_.path()), std::vector<std::string>{"model.safetensors"}) << "no temporary file left";
   }
 
@@ -122,8 +122,8 @@ TEST_F(AtomicSave, OverwriteReplacesTheFileAndStaleTempsAreCleaned) {
   save_safetensors(path(), new_);
   EXPECT_EQ(load_safetensors(path()).tensors.size(), 2u);
   // A temporary file left by a dead process (pid 0x7ffffffe cannot be running) and one of ours.
-  spit(dir_ / ".model.safetensors.tmp-2147483646-0", {1, 2, 3});
-  spit(dir_ / str_cat(".model.safetensors.tmp-", getpid(), "-99"), {1});
+  write_bytes(dir_ / ".model.safetensors.tmp-2147483646-0", {1, 2, 3});
+  write_bytes(dir_ / str_cat(".model.safetensors.tmp-", getpid(), "-99"), {1});
   EXPECT_TRUE(is_atomic_temp_name(".model.safetensors.tmp-1-0"));
   EXPECT_FALSE(is_atomic_temp_name("model.safetensors"));
   EXPECT_EQ(remove_stale_temp_files(dir_.path()), 1);

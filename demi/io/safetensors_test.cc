@@ -13,8 +13,8 @@ namespace demi::io {
 namespace {
 
 using test_util::expect_error;
-using test_util::slurp;
-using test_util::spit;
+using test_util::read_bytes;
+using test_util::write_bytes;
 using test_util::TempDir;
 
 // A raw file: the 8-byte length, the header text as given, then `data`.
@@ -67,7 +67,7 @@ TEST(Safetensors, EveryDTypeRoundTripsThroughMemoryAndFile) {
 
   TempDir dir;
   save_safetensors(dir / "a.safetensors", ts, md);
-  EXPECT_EQ(slurp(dir / "a.safetensors"), bytes) << "save_safetensors and encode_safetensors must agree";
+  EXPECT_EQ(read_bytes(dir / "a.safetensors"), bytes) << "save_safetensors and encode_safetensors must agree";
 
   for (const SafetensorsFile& f : {decode_safetensors(bytes, "mem"), load_safetensors(dir / "a.safetensors")}) {
     EXPECT_TRUE(f.checksum_verified);
@@ -208,7 +208,7 @@ TEST(Safetensors, EveryMalformedInputIsAnErrorNamingFileAndTensor) {
     }
     for (const auto& p : m.pieces) EXPECT_NE(msg.find(p), std::string::npos) << "missing \"" << p << "\" in: " << msg;
     // The file reader runs the same checks.
-    spit(dir / "bad.st", m.bytes);
+    write_bytes(dir / "bad.st", m.bytes);
     EXPECT_THROW(load_safetensors(dir / "bad.st"), Error);
   }
 }

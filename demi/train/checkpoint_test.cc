@@ -23,7 +23,7 @@ namespace {
 
 using io::test_util::expect_error;
 using io::test_util::list_dir;
-using io::test_util::slurp;
+using io::test_util::read_bytes;
 using io::test_util::TempDir;
 
 std::shared_ptr<nn::SequentialCell> small_net() {
@@ -272,7 +272,7 @@ TEST(ModelCheckpoint, KeepsTheLastKAndPointsAtTheLatest) {
   // Saved: 1_2 1_4 1_5(epoch end) 2_1(step 6) 2_3(step 8) 2_5(step 10 and epoch end); the last 3 stay.
   EXPECT_EQ(list_dir(dir.path()), (std::vector<std::string>{"net-2_1.safetensors", "net-2_3.safetensors",
                                                             "net-2_5.safetensors", "net-latest"}));
-  auto pointer = slurp(dir / "net-latest");
+  auto pointer = read_bytes(dir / "net-latest");
   EXPECT_EQ(std::string(pointer.begin(), pointer.end()), "net-2_5.safetensors\n");
   EXPECT_EQ(latest_checkpoint(dir.path(), "net"), dir / "net-2_5.safetensors");
   EXPECT_EQ(latest_checkpoint(dir.path()), dir / "net-2_5.safetensors");
@@ -329,11 +329,11 @@ TEST(ModelCheckpoint, AFailedSaveLeavesOlderCheckpointsIntact) {
   cb.set_state_source([&] { return TrainState{.network = loop.net.get()}; });
   loop.cb = &cb;
   loop.run(1, 2);
-  auto good = slurp(dir / "f-1_2.safetensors");
+  auto good = read_bytes(dir / "f-1_2.safetensors");
   faults.fail_after_bytes = 100;  // the disk fills up
   expect_error([&] { loop.run(1, 2); }, {"ModelCheckpoint: cannot write", "No space left on device",
                                          "the previous file is unchanged"});
-  EXPECT_EQ(slurp(dir / "f-1_2.safetensors"), good);
+  EXPECT_EQ(read_bytes(dir / "f-1_2.safetensors"), good);
   EXPECT_EQ(list_dir(dir.path()), (std::vector<std::string>{"f-1_2.safetensors", "f-latest"}));
 
   std::ostringstream log;
@@ -347,7 +347,7 @@ TEST(ModelCheckpoint, AFailedSaveLeavesOlderCheckpointsIntact) {
   set_callback_stream(nullptr);
   EXPECT_EQ(lenient.failures(), 1);
   EXPECT_NE(log.str().find("checkpoint not saved (training continues)"), std::string::npos) << log.str();
-  EXPECT_EQ(slurp(dir / "f-1_2.safetensors"), good);
+  EXPECT_EQ(read_bytes(dir / "f-1_2.safetensors"), good);
 }
 
 TEST(ModelCheckpoint, WithAModel) {

@@ -15,39 +15,16 @@
 #include <string>
 #include <vector>
 
-#include "demi/core/error.h"
+#include "demi/core/test_support.h"
 #include "demi/data/dataset.h"
 #include "demi/data/iterator.h"
 
 namespace demi::data::test_util {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("demi_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::string str() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
-
-inline void write_bytes(const std::filesystem::path& p, const std::vector<uint8_t>& bytes) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(f.good()) << "could not write " << p;
-}
+using test_support::error_message;
+using test_support::expect_error;
+using test_support::TempDir;
+using test_support::write_bytes;
 
 inline std::vector<uint8_t> gzip(const std::vector<uint8_t>& data) {
   z_stream zs{};
@@ -75,25 +52,6 @@ inline std::vector<uint8_t> idx_file(const std::vector<uint32_t>& dims, const st
   for (uint32_t d : dims) put_be32(v, d);
   v.insert(v.end(), data.begin(), data.end());
   return v;
-}
-
-// Runs f and returns the demi::Error's message; fails the test when f does not throw one.
-template <typename F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const demi::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a demi::Error, none was thrown";
-  return "";
-}
-
-// Expects f to throw a demi::Error whose message contains every piece.
-template <typename F>
-void expect_error(F&& f, std::initializer_list<std::string> pieces) {
-  std::string msg = error_message(std::forward<F>(f));
-  for (const auto& p : pieces) EXPECT_NE(msg.find(p), std::string::npos) << "missing \"" << p << "\" in: " << msg;
 }
 
 // Every row of one epoch.

@@ -1,0 +1,76 @@
+// Helpers shared by the modules' tests (header-only; only *_test.cc and test helpers include it): a
+// temporary directory removed on scope exit, whole-file byte reads and writes, and checks that a callable
+// throws a demi::Error whose message names what it should.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "demi/core/error.h"
+
+namespace demi::test_support {
+
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "demi_test") {
+    static std::atomic<int> counter{0};
+    path_ = std::filesystem::temp_directory_path() /
+            (prefix + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string str() const { return path_.string(); }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline std::vector<uint8_t> read_bytes(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+inline void write_bytes(const std::filesystem::path& p, const std::vector<uint8_t>& bytes) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(f.good()) << "could not write " << p;
+}
+
+// Runs f and returns the demi::Error's message; fails the test when f does not throw one.
+template <typename F>
+std::string error_message(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a demi::Error, none was thrown";
+  return "";
+}
+
+// Expects f to throw a demi::Error whose message contains every piece; returns the message.
+template <typename F>
+std::string expect_error(F&& f, std::initializer_list<std::string> pieces) {
+  std::string msg = error_message(std::forward<F>(f));
+  for (const auto& p : pieces) EXPECT_NE(msg.find(p), std::string::npos) << "missing \"" << p << "\" in: " << msg;
+  return msg;
+}
+
+}  // namespace demi::test_support
