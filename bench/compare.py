@@ -21,14 +21,18 @@ TORCH_ENV = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "10
              "MALLOC_TOP_PAD_": "268435456", "OPENBLAS_NUM_THREADS": "2"}
 
 
-def run_json(cmd, env=None):
+def run_json_lines(cmd, env=None):
+    """Every JSON line the command prints ([] when it fails, with its stderr passed on)."""
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if out.returncode != 0:
         sys.stderr.write(f"failed: {' '.join(cmd)}\n{out.stderr}\n")
-        return None
-    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
-    for l in reversed(lines):
-        d = json.loads(l)
+        return []
+    return [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+
+
+def run_json(cmd, env=None):
+    """The command's summary line (the last JSON line of kind "summary", or without a kind)."""
+    for d in reversed(run_json_lines(cmd, env)):
         if d.get("kind", "summary") == "summary":
             return d
     return None

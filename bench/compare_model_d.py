@@ -6,23 +6,11 @@ autocast, repeated; prints the median samples/s of each, the ratios, and demi's 
                                               [--no-torch-fp32]
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TORCH_ENV = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "1073741824",
-             "MALLOC_TOP_PAD_": "268435456", "OPENBLAS_NUM_THREADS": "2"}
-
-
-def run_json(cmd, env=None):
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if out.returncode != 0:
-        sys.stderr.write(f"failed: {' '.join(cmd)}\n{out.stderr}\n")
-        return []
-    return [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+from compare import ROOT, TORCH_ENV, run_json_lines as run_json
 
 
 def main():

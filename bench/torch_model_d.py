@@ -10,12 +10,12 @@ forward + loss + backward + update with zero-grad); prints one JSON line.
 import argparse
 import json
 import resource
-import statistics
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from torch_models import median_step
 
 
 class ModelD(nn.Module):
@@ -46,26 +46,11 @@ def main():
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     xs = [torch.randint(0, 1000, (args.batch, 128)) for _ in range(4)]
     ys = [torch.randint(0, 10, (args.batch,)) for _ in range(4)]
-    times = []
-    for i in range(args.warmup + args.steps):
-        x, y = xs[i % 4], ys[i % 4]
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        if args.precision == "bf16":
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = F.cross_entropy(net(x), y)
-        else:
-            loss = F.cross_entropy(net(x), y)
-        loss.backward()
-        opt.step()
-        t = time.perf_counter() - t0
-        if i >= args.warmup:
-            times.append(t)
-    med = statistics.median(times)
+    med, loss = median_step(net, opt, xs, ys, args.precision, args.warmup, args.steps)
     print(json.dumps({"framework": "pytorch", "model": "D", "setting": args.precision, "batch": args.batch,
                       "samples_per_second": args.batch / med, "median_step_ms": med * 1e3,
                       "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                      "final_loss": float(loss)}))
+                      "final_loss": loss}))
 
 
 if __name__ == "__main__":

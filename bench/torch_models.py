@@ -33,6 +33,26 @@ def model_c():
                          nn.Linear(1024, 10))
 
 
+def median_step(net, opt, xs, ys, precision, warmup, steps):
+    """Median seconds of a train step (zero-grad, forward and loss — under bf16 autocast if asked —,
+    backward, update) after `warmup` steps, cycling over the batches; and the last loss."""
+    times = []
+    for i in range(warmup + steps):
+        x, y = xs[i % len(xs)], ys[i % len(ys)]
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        if precision == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(net(x), y)
+        else:
+            loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times), float(loss)
+
+
 MODELS = {"A": (model_a, (3, 32, 32), 32), "B": (model_b, (1, 28, 28), 128), "C": (model_c, (1, 28, 28), 256)}
 
 
@@ -51,26 +71,11 @@ def main():
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     xs = [torch.randn(batch, *shape) for _ in range(4)]
     ys = [torch.randint(0, 10, (batch,)) for _ in range(4)]
-    times = []
-    for i in range(args.warmup + args.steps):
-        x, y = xs[i % 4], ys[i % 4]
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        if args.precision == "bf16":
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = F.cross_entropy(net(x), y)
-        else:
-            loss = F.cross_entropy(net(x), y)
-        loss.backward()
-        opt.step()
-        t = time.perf_counter() - t0
-        if i >= args.warmup:
-            times.append(t)
-    med = statistics.median(times)
+    med, loss = median_step(net, opt, xs, ys, args.precision, args.warmup, args.steps)
     print(json.dumps({"framework": "pytorch", "model": args.model, "setting": args.precision, "batch": batch,
                       "samples_per_second": batch / med, "median_step_ms": med * 1e3,
                       "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                      "final_loss": float(loss)}))
+                      "final_loss": loss}))
 
 
 if __name__ == "__main__":
