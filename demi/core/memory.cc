@@ -105,6 +105,7 @@ struct ScopeEntry {
   int id;
   std::array<int64_t, kNumMemCategories> peak;
   int64_t total_peak;
+  std::array<int64_t, kNumMemCategories> at_peak;
 };
 
 // Everything below is guarded by `mu`.
@@ -160,10 +161,16 @@ struct Allocator {
     stats.current[c] += b;
     stats.total_current += b;
     if (stats.current[c] > stats.peak[c]) stats.peak[c] = stats.current[c];
-    if (stats.total_current > stats.total_peak) stats.total_peak = stats.total_current;
+    if (stats.total_current > stats.total_peak) {
+      stats.total_peak = stats.total_current;
+      stats.at_peak = stats.current;
+    }
     for (ScopeEntry& s : scopes) {
       if (stats.current[c] > s.peak[c]) s.peak[c] = stats.current[c];
-      if (stats.total_current > s.total_peak) s.total_peak = stats.total_current;
+      if (stats.total_current > s.total_peak) {
+        s.total_peak = stats.total_current;
+        s.at_peak = stats.current;
+      }
     }
   }
 
@@ -293,6 +300,7 @@ void mem_reset_peak() {
   std::lock_guard<std::mutex> lock(a.mu);
   a.stats.peak = a.stats.current;
   a.stats.total_peak = a.stats.total_current;
+  a.stats.at_peak = a.stats.current;
 }
 
 void mem_empty_cache() {
@@ -335,7 +343,7 @@ ScopedPeak::ScopedPeak() {
   Allocator& a = allocator();
   std::lock_guard<std::mutex> lock(a.mu);
   id_ = a.next_scope_id++;
-  a.scopes.push_back({id_, a.stats.current, a.stats.total_current});
+  a.scopes.push_back({id_, a.stats.current, a.stats.total_current, a.stats.current});
 }
 
 ScopedPeak::~ScopedPeak() {
@@ -357,6 +365,7 @@ MemStats ScopedPeak::peak() const {
     if (e.id == id_) {
       s.peak = e.peak;
       s.total_peak = e.total_peak;
+      s.at_peak = e.at_peak;
       return s;
     }
   }

@@ -33,6 +33,7 @@ struct MemStats {
   std::array<int64_t, kNumMemCategories> peak{};     // highest `current` per category since reset
   int64_t total_current = 0;
   int64_t total_peak = 0;       // highest sum over categories (not the sum of per-category peaks)
+  std::array<int64_t, kNumMemCategories> at_peak{};  // `current` per category when total_peak was reached
   int64_t cached_free = 0;      // bytes the caching allocator holds for reuse
   int64_t reserved = 0;         // bytes obtained from the system and not yet returned
   int64_t system_allocs = 0;    // calls into the system allocator (mmap / aligned_alloc) so far
@@ -41,6 +42,7 @@ struct MemStats {
 
   int64_t cur(MemCategory c) const { return current[static_cast<int>(c)]; }
   int64_t pk(MemCategory c) const { return peak[static_cast<int>(c)]; }
+  int64_t at_pk(MemCategory c) const { return at_peak[static_cast<int>(c)]; }
 };
 
 inline constexpr size_t kAlignment = 64;

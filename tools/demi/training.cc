@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -260,6 +261,11 @@ int run_train(const ParsedArgs& args) {
         {"peak_data", num(static_cast<double>(pk(MemCategory::kData)))},
         {"peak_rss", num(static_cast<double>(s.peak_rss_bytes))},
     };
+    for (int c = 0; c < kNumMemCategories; ++c) {
+      std::string key = std::string("at_peak_") + mem_category_name(static_cast<MemCategory>(c));
+      std::replace(key.begin(), key.end(), ' ', '_');  // "optimizer state" -> at_peak_optimizer_state
+      f.emplace(key, num(static_cast<double>(s.peak.at_peak[c])));
+    }
     std::printf("%s\n", json_object(f).c_str());
   } else {
     std::printf("model %s on %s, %s %s: %lld steps, %.0f samples/s (median step %.2f ms), data wait %.2f%%\n",
@@ -406,6 +412,15 @@ int run_compare(const ParsedArgs& args) {
                 m("peak_workspace"), m("peak_data"), m("peak_total"));
   }
   std::printf("(each column is that category's own peak; total is the peak of the sum)\n");
+  std::printf("\nat the moment of the total peak, MiB\n%-9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "setting",
+              "param", "grad", "optim", "activ.", "cast", "work", "data", "total");
+  for (const auto& r : rows) {
+    std::string name = r.level == "O0" ? "O0-fp32" : r.level + "-" + r.dtype;
+    auto m = [&](const char* k) { return as_double(r.s, std::string("at_peak_") + k) / (1 << 20); };
+    std::printf("%-9s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", name.c_str(), m("parameter"),
+                m("gradient"), m("optimizer_state"), m("activation"), m("cast_cache"), m("workspace"), m("data"),
+                as_double(r.s, "peak_total") / (1 << 20));
+  }
   std::printf("\npeak MiB: tracked tensor memory (parameters, gradients, optimizer state, activations, cast cache,\n"
               "workspace, data); activ./cast/work: its activation, cast-cache and workspace parts; RSS: the\n"
               "process's peak resident set (each setting runs in its own process).\n");
