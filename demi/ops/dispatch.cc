@@ -225,6 +225,14 @@ Tensor Dispatch::input_as(size_t i, DType dtype) const {
   return cast(*t, dtype);
 }
 
+Tensor Dispatch::input_uncached(size_t i) const {
+  DEMI_ASSERT(i < inputs_.size(), "op ", op_name(op_), " has ", inputs_.size(), " inputs, asked for ", i);
+  const Tensor* t = inputs_[i];
+  if (t == nullptr || !t->defined()) return Tensor();
+  if (!is_floating(t->dtype()) || !is_floating(compute_) || t->dtype() == compute_) return *t;
+  return cast(*t, compute_);
+}
+
 TensorList Dispatch::finish(TensorList outputs, BackwardFn backward) {
   if (needs_grad_ && backward) {
     g_recorder->record(op_, inputs_, outputs, std::move(backward));

@@ -166,6 +166,9 @@ class Dispatch {
   Tensor input(size_t i) const;
   // Input i cast to `dtype` (for ops that keep some inputs, e.g. BatchNorm's gamma, in FP32).
   Tensor input_as(size_t i, DType dtype) const;
+  // Input i cast to the compute dtype, bypassing the cast cache: for an op that does not keep the copy
+  // past the forward call (it recasts the caller's tensor in backward), so that the copy is freed at once.
+  Tensor input_uncached(size_t i) const;
   bool needs_grad() const { return needs_grad_; }
   // Whether input i (as given by the caller) needs a gradient: a backward rule skips the work for the
   // others (the first layer's input-gradient convolution, say).

@@ -83,7 +83,14 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
     DEMI_CHECK(b_in.rank() == 1 && b_in.dim(0) == w_in.dim(0), "Dense: expected bias (", w_in.dim(0), "), got ",
                b_in.describe());
   Dispatch d(Op::kDense, {&x_in, &w_in, &b_in});
-  Tensor x = d.input(0), w = d.input(1), b = d.input(2);
+  // A weight cast to the low dtype is kept for backward (in the per-step cast cache) only when recasting
+  // it would cost a noticeable share of the layer: with M rows the three products take 6·M·N·K flops and
+  // a recast one pass over N·K elements, so from kRecastRows rows on (recast < ~1% of the products, e.g.
+  // a Transformer's 4096 tokens) the copy is freed after the forward product and the parameter recast in
+  // backward — O2 then holds no low-precision copy of these weights between forward and backward.
+  constexpr int64_t kRecastRows = 2048;
+  const bool recast_w = x_in.dim(0) >= kRecastRows && w_in.dtype() != d.compute_dtype();
+  Tensor x = d.input(0), w = recast_w ? d.input_uncached(1) : d.input(1), b = d.input(2);
   kernels::onednn::DenseParams p;
   p.m = x.dim(0);
   p.k = x.dim(1);
@@ -101,7 +108,8 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
   Tensor y_saved = relu ? y : Tensor();  // saved only for a fused ReLU's mask
   // As in conv2d: a cast input that needs no gradient is saved as the caller's tensor and recast in backward.
   Tensor x_saved = !need_dx && !x.is_same(x_in) ? x_in : x;
-  return d.finish(y, [x = x_saved, w, y = y_saved, p, has_bias, b_dtype, relu, need_dx](const TensorList& g) {
+  Tensor w_saved = recast_w ? w_in : w;
+  return d.finish(y, [x = x_saved, w_saved, y = y_saved, p, has_bias, b_dtype, relu, need_dx](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);
     if (relu) {
       Tensor masked = empty(gy.shape(), gy.dtype());
@@ -113,12 +121,17 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
     q.relu = false;
     Tensor dx;
     if (need_dx) {  // a first layer's input (the data) needs no gradient
+      Tensor wc = w_saved;
+      if (wc.dtype() != p.w_dtype) {
+        MemCategoryScope cat(MemCategory::kWorkspace);
+        wc = w_saved.to(p.w_dtype);
+      }
       dx = empty(x.shape(), x.dtype());
-      kernels::onednn::dense_backward_data(q, gy.raw_data(), w.raw_data(), dx.raw_data());
+      kernels::onednn::dense_backward_data(q, gy.raw_data(), wc.raw_data(), dx.raw_data());
     }
-    q.w_dtype = master_dtype(w.dtype());
+    q.w_dtype = master_dtype(p.w_dtype);
     q.bias_dtype = master_dtype(b_dtype);
-    Tensor dw = empty(w.shape(), q.w_dtype);
+    Tensor dw = empty(w_saved.shape(), q.w_dtype);
     Tensor db = has_bias ? empty({p.n}, q.bias_dtype) : Tensor();
     Tensor xc = x.dtype() == p.x_dtype ? x : x.to(p.x_dtype);
     kernels::onednn::dense_backward_weights(q, xc.raw_data(), gy.raw_data(), dw.raw_data(),
