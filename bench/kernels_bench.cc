@@ -163,6 +163,16 @@ void register_all() {
             (std::string("dense/C_") + l.name + "/b256/" + dtype_tag(t) + "/" + dname).c_str(), bm_dense, 256,
             l.k, l.n, t, dir)
             ->UseRealTime();
+  // Model D: 32 sequences x 128 tokens = 4096 rows; d 256, QKV 768, FFN 1024.
+  const Layer d_layers[] = {{"256->768", 256, 768}, {"256->256", 256, 256}, {"256->1024", 256, 1024},
+                            {"1024->256", 1024, 256}};
+  for (const Layer& l : d_layers)
+    for (DType t : {DType::kF32, DType::kBF16})
+      for (auto [dir, dname] : dirs)
+        benchmark::RegisterBenchmark(
+            (std::string("dense/D_") + l.name + "/b4096/" + dtype_tag(t) + "/" + dname).c_str(), bm_dense,
+            4096, l.k, l.n, t, dir)
+            ->UseRealTime();
 
   struct Conv {
     const char* name;

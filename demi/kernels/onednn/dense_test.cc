@@ -97,6 +97,16 @@ TEST(OnednnDense, ForwardAndBackwardMatchTheFormulas) {
       for (int flags = 0; flags < 2; ++flags) check_dense(s, in, out, flags == 1, flags == 1, seed += 10);
 }
 
+TEST(OnednnDense, ManyRowsTakeTheInnerProductWeightGradientAndMatchTheFormulas) {
+  // From 1024 rows a bf16 weight gradient (f32 dw and db, no accumulation) runs as oneDNN's inner-product
+  // backward; the other combinations here keep the matmul path. Both against the same formulas.
+  const DenseCase cases[] = {{1024, 64, 33}, {1100, 19, 7}};
+  uint64_t seed = 500;
+  for (const DenseCase& s : cases)
+    for (auto [in, out] : {std::pair{BF16, F32}, {BF16, BF16}, {F32, F32}})
+      for (int flags = 0; flags < 2; ++flags) check_dense(s, in, out, flags == 1, flags == 1, seed += 10);
+}
+
 TEST(OnednnDense, BiasGradMatchesReferenceAcrossBlocksAndDtypes) {
   // 300 columns span two column blocks; 1 row and 1 column are the edges.
   struct Rc {
