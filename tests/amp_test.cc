@@ -117,6 +117,47 @@ TEST(CastCache, EachParameterIsCastOncePerStep) {
   EXPECT_EQ(ops::cast_cache_hits() - hits, 2) << "the second use of each is served from the cache";
 }
 
+// From 2048 rows Dense does not keep the low-precision weight (it recasts in backward): the weight goes
+// around the cast cache, and the gradients — including the input gradient that needs the recast weight —
+// still match O0's within bf16 tolerance.
+TEST(CastCache, DenseWithManyRowsRecastsItsWeightInBackward) {
+  class Two : public nn::Cell {
+   public:
+    Two() : Cell("Two") {
+      fc1 = register_cell("fc1", std::make_shared<nn::Dense>(16, 32));
+      fc2 = register_cell("fc2", std::make_shared<nn::Dense>(32, 8));
+    }
+    Tensor construct(const Tensor& x) override { return fc2->call(ops::relu(fc1->call(x))); }
+    std::shared_ptr<nn::Dense> fc1, fc2;
+  };
+  auto run = [](Level level, int64_t* misses) {
+    set_seed(6);
+    auto net = std::make_shared<Two>();
+    auto opt = std::make_shared<optim::SGD>(net->trainable_params(), 0.0);
+    auto step = amp::build_train_network(net, opt, std::make_shared<nn::MSELoss>(), level,
+                                         {.low_dtype = DType::kBF16});
+    Generator g(10);
+    Tensor x = normal({2048, 16}, 0, 1, g), y = normal({2048, 8}, 0, 1, g);
+    int64_t before = ops::cast_cache_misses();
+    (*step)(x, y);
+    *misses = ops::cast_cache_misses() - before;
+    return std::vector<Tensor>{net->fc1->weight.grad().clone(), net->fc2->weight.grad().clone()};
+  };
+  int64_t misses_o0 = 0, misses_o2 = 0;
+  auto ref = run(Level::kO0, &misses_o0);
+  auto got = run(Level::kO2, &misses_o2);
+  EXPECT_EQ(misses_o2, 2) << "only the two biases go through the cast cache";
+  for (size_t t = 0; t < ref.size(); ++t) {
+    double max_ref = 0, max_err = 0;
+    for (int64_t i = 0; i < ref[t].numel(); ++i) {
+      max_ref = std::max(max_ref, std::abs(ref[t].get(i)));
+      max_err = std::max(max_err, std::abs(ref[t].get(i) - got[t].get(i)));
+    }
+    EXPECT_GT(max_ref, 0.0);
+    EXPECT_LT(max_err, 0.03 * max_ref) << "weight gradient " << t << " at O2-bf16 against O0";
+  }
+}
+
 // A network whose true gradients are ~1e-8: below FP16's smallest subnormal (6e-8) they flush to zero
 // without loss scaling; with it, O2-fp16 matches O0.
 class Tiny : public nn::Cell {
