@@ -47,7 +47,9 @@ def demi_run(demi, model, amp, dtype):
     batch = {"A": 32, "B": 128, "C": 256}[model]
     return {"framework": "demi", "model": model, "setting": "O0" if amp == "O0" else f"{amp}-{dtype}",
             "samples_per_second": batch / (d["median_step_ms"] / 1e3), "median_step_ms": d["median_step_ms"],
-            "peak_rss": d["peak_rss"], "peak_tracked": d["peak_total"], "peak_activation": d["peak_activation"]}
+            "peak_rss": d["peak_rss"], "peak_tracked": d["peak_total"], "peak_train": d["peak_train"],
+            "peak_activation": d["peak_activation"], "system_allocs_per_step": d["system_allocs_per_step"],
+            "page_faults_per_step": d["page_faults_per_step"]}
 
 
 def torch_run(model, precision):
@@ -102,11 +104,18 @@ def main():
         r3 = med(m, "demi", "O2-bf16") / med(m, "demi", "O0")
         r4 = med(m, "demi", "O2-fp16") / med(m, "demi", "O0")
         print(f"{m:5} " + " ".join(f"{c:>16}" for c in cells) + f" {r1:6.2f}x {r2:7.2f}x {r3:6.2f}x {r4:6.2f}x")
-    print("\ndemi tracked peak memory, O2 / O0 (activations O2 / O0):")
+    print("\ndemi tracked peak memory O2-bf16 / O0: all tracked memory; training (all but the data set held in"
+          " memory); activations")
     for m in models:
         t = med(m, "demi", "O2-bf16", "peak_tracked") / med(m, "demi", "O0", "peak_tracked")
+        tr = med(m, "demi", "O2-bf16", "peak_train") / med(m, "demi", "O0", "peak_train")
         a = med(m, "demi", "O2-bf16", "peak_activation") / med(m, "demi", "O0", "peak_activation")
-        print(f"  {m}: {t:.2f} ({a:.2f})")
+        print(f"  {m}: {t:.3f}  {tr:.3f}  {a:.3f}")
+    print("\ndemi steady-state steps (after the warm-up epoch): system allocations / page faults per step")
+    for m in models:
+        cells = [f"{s} {med(m, 'demi', s, 'system_allocs_per_step'):.2f} / {med(m, 'demi', s, 'page_faults_per_step'):.2f}"
+                 for s in ("O0", "O2-bf16", "O2-fp16")]
+        print(f"  {m}: " + ",  ".join(cells))
 
 
 if __name__ == "__main__":

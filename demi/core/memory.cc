@@ -106,6 +106,8 @@ struct ScopeEntry {
   std::array<int64_t, kNumMemCategories> peak;
   int64_t total_peak;
   std::array<int64_t, kNumMemCategories> at_peak;
+  int64_t train_peak;
+  std::array<int64_t, kNumMemCategories> at_train_peak;
 };
 
 // Everything below is guarded by `mu`.
@@ -165,11 +167,20 @@ struct Allocator {
       stats.total_peak = stats.total_current;
       stats.at_peak = stats.current;
     }
+    const int64_t train = stats.total_current - stats.current[static_cast<int>(MemCategory::kData)];
+    if (train > stats.train_peak) {
+      stats.train_peak = train;
+      stats.at_train_peak = stats.current;
+    }
     for (ScopeEntry& s : scopes) {
       if (stats.current[c] > s.peak[c]) s.peak[c] = stats.current[c];
       if (stats.total_current > s.total_peak) {
         s.total_peak = stats.total_current;
         s.at_peak = stats.current;
+      }
+      if (train > s.train_peak) {
+        s.train_peak = train;
+        s.at_train_peak = stats.current;
       }
     }
   }
@@ -301,6 +312,8 @@ void mem_reset_peak() {
   a.stats.peak = a.stats.current;
   a.stats.total_peak = a.stats.total_current;
   a.stats.at_peak = a.stats.current;
+  a.stats.train_peak = a.stats.total_current - a.stats.cur(MemCategory::kData);
+  a.stats.at_train_peak = a.stats.current;
 }
 
 void mem_empty_cache() {
@@ -343,7 +356,8 @@ ScopedPeak::ScopedPeak() {
   Allocator& a = allocator();
   std::lock_guard<std::mutex> lock(a.mu);
   id_ = a.next_scope_id++;
-  a.scopes.push_back({id_, a.stats.current, a.stats.total_current, a.stats.current});
+  const int64_t train = a.stats.total_current - a.stats.cur(MemCategory::kData);
+  a.scopes.push_back({id_, a.stats.current, a.stats.total_current, a.stats.current, train, a.stats.current});
 }
 
 ScopedPeak::~ScopedPeak() {
@@ -366,6 +380,8 @@ MemStats ScopedPeak::peak() const {
       s.peak = e.peak;
       s.total_peak = e.total_peak;
       s.at_peak = e.at_peak;
+      s.train_peak = e.train_peak;
+      s.at_train_peak = e.at_train_peak;
       return s;
     }
   }

@@ -102,6 +102,27 @@ TEST(Memory, TotalPeakIsThePeakOfTheSum) {
   EXPECT_EQ(s.pk(kAct), s.cur(kAct));
 }
 
+TEST(Memory, PeakCompositionAndTheTrainingPeakWithoutData) {
+  constexpr MemCategory kData = MemCategory::kData;
+  ScopedPeak scope;
+  MemStats base = mem_stats();
+  void* d = mem_allocate(50000, kData);   // a loaded data set: the highest total...
+  void* a = mem_allocate(8000, kAct);
+  mem_free(d, 50000, kData);
+  void* g = mem_allocate(20000, kGrad);   // ...but the training's own peak is activations + gradients
+  MemStats s = scope.peak();
+  EXPECT_EQ(s.total_peak - base.total_current, 58000);
+  EXPECT_EQ(s.at_pk(kData) - base.cur(kData), 50000);
+  EXPECT_EQ(s.at_pk(kAct) - base.cur(kAct), 8000);
+  EXPECT_EQ(s.at_pk(kGrad), base.cur(kGrad));
+  const int64_t base_train = base.total_current - base.cur(kData);
+  EXPECT_EQ(s.train_peak - base_train, 28000);
+  EXPECT_EQ(s.at_train_peak[static_cast<int>(kGrad)] - base.cur(kGrad), 20000);
+  EXPECT_EQ(s.at_train_peak[static_cast<int>(kData)], base.cur(kData));
+  mem_free(a, 8000, kAct);
+  mem_free(g, 20000, kGrad);
+}
+
 TEST(Memory, NestedScopedPeaksStayCorrect) {
   mem_reset_peak();
   int64_t base = mem_stats().total_current;

@@ -1,5 +1,7 @@
 #include "demi/train/model.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,6 +15,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Minor page faults of the whole process so far (every thread).
+int64_t minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
 
 // The column, element and value of the first non-finite value in a batch's floating columns, if any.
 void check_finite(const data::Row& row, const std::vector<std::string>& names, int epoch, int64_t step) {
@@ -78,6 +87,7 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   double wait_total = 0, busy_total = 0;
   int64_t steady_samples = 0;
   double steady_seconds = 0;
+  int64_t steady_allocs = 0, steady_faults = 0;
   bool stop = false;
   for (int e = 0; e < epoch && !stop; ++e) {
     ctx.epoch = static_cast<int>(epochs_done_) + 1;
@@ -100,9 +110,16 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
       ctx.batch_size = (*row)[0].rank() > 0 ? (*row)[0].dim(0) : 1;
       ctx.data_wait_seconds = wait;
       for (auto& cb : callbacks) cb->on_step_begin(ctx);
+      const bool steady = epoch > 1 ? e > 0 : ctx.cur_step_num - steps_done_ > 3;
+      const int64_t allocs0 = steady ? mem_stats().system_allocs : 0, faults0 = steady ? minor_faults() : 0;
       auto step_start = Clock::now();
       amp::StepResult r = (*train_step_)((*row)[0], (*row)[1]);
       double step_s = seconds_since(step_start);
+      if (steady) {
+        ++summary_.steady_steps;
+        steady_allocs += mem_stats().system_allocs - allocs0;
+        steady_faults += minor_faults() - faults0;
+      }
       if (options_.stop_on_nonfinite_loss && loss_scale_manager() == nullptr)
         DEMI_CHECK(std::isfinite(r.loss), "the loss became ", r.loss, " at epoch ", ctx.epoch, " step ",
                    ctx.step_in_epoch, " (", amp::level_name(options_.amp_level),
@@ -158,6 +175,10 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   summary_.final_loss_scale = loss_scale_manager() ? loss_scale_manager()->get_loss_scale() : 1.0;
   summary_.peak = peak.peak();
   summary_.peak_rss_bytes = process_peak_rss_bytes();
+  if (summary_.steady_steps > 0) {
+    summary_.system_allocs_per_step = static_cast<double>(steady_allocs) / static_cast<double>(summary_.steady_steps);
+    summary_.page_faults_per_step = static_cast<double>(steady_faults) / static_cast<double>(summary_.steady_steps);
+  }
 }
 
 std::map<std::string, double> Model::eval(const std::shared_ptr<const data::Dataset>& dataset, bool dataset_sink_mode) {

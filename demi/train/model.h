@@ -53,6 +53,12 @@ struct TrainSummary {
   double mean_last_epoch_loss = 0;
   int64_t skipped_steps = 0;
   double final_loss_scale = 1;
+  // Steady state (the steps after the first epoch when there are several, else after the third step):
+  // calls into the system allocator and minor page faults of the whole process (every thread: compute,
+  // prefetch) during those steps, per step. Both are 0 when nothing is allocated or touched afresh.
+  int64_t steady_steps = 0;
+  double system_allocs_per_step = 0;
+  double page_faults_per_step = 0;
   MemStats peak;                      // tracked memory: peaks per category during train()
   int64_t peak_rss_bytes = 0;         // the process's peak RSS (VmHWM) at the end
 };

@@ -282,11 +282,16 @@ int run_train(const ParsedArgs& args) {
         {"peak_workspace", num(static_cast<double>(pk(MemCategory::kWorkspace)))},
         {"peak_data", num(static_cast<double>(pk(MemCategory::kData)))},
         {"peak_rss", num(static_cast<double>(s.peak_rss_bytes))},
+        {"steady_steps", num(static_cast<double>(s.steady_steps))},
+        {"system_allocs_per_step", num(s.system_allocs_per_step)},
+        {"page_faults_per_step", num(s.page_faults_per_step)},
     };
+    f.emplace("peak_train", num(static_cast<double>(s.peak.train_peak)));
     for (int c = 0; c < kNumMemCategories; ++c) {
-      std::string key = std::string("at_peak_") + mem_category_name(static_cast<MemCategory>(c));
-      std::replace(key.begin(), key.end(), ' ', '_');  // "optimizer state" -> at_peak_optimizer_state
-      f.emplace(key, num(static_cast<double>(s.peak.at_peak[c])));
+      std::string name = mem_category_name(static_cast<MemCategory>(c));
+      std::replace(name.begin(), name.end(), ' ', '_');  // "optimizer state" -> optimizer_state
+      f.emplace("at_peak_" + name, num(static_cast<double>(s.peak.at_peak[c])));
+      f.emplace("at_train_peak_" + name, num(static_cast<double>(s.peak.at_train_peak[c])));
     }
     std::printf("%s\n", json_object(f).c_str());
   } else {
@@ -297,6 +302,8 @@ int run_train(const ParsedArgs& args) {
                 100 * s.data_wait_fraction);
     std::printf("final train loss %.4f, test accuracy %.4f, %lld step(s) skipped, loss scale %g\n",
                 s.mean_last_epoch_loss, metrics["Accuracy"], static_cast<long long>(s.skipped_steps), s.final_loss_scale);
+    std::printf("steady state (%lld steps): %.2f system allocations and %.2f page faults per step\n",
+                static_cast<long long>(s.steady_steps), s.system_allocs_per_step, s.page_faults_per_step);
     std::printf("peak tracked memory %s MiB (activations %s, cast cache %s, workspace %s), process peak RSS %s MiB\n",
                 mib(s.peak.total_peak).c_str(), mib(pk(MemCategory::kActivation)).c_str(),
                 mib(pk(MemCategory::kCastCache)).c_str(), mib(pk(MemCategory::kWorkspace)).c_str(),
@@ -434,14 +441,16 @@ int run_compare(const ParsedArgs& args) {
                 m("peak_workspace"), m("peak_data"), m("peak_total"));
   }
   std::printf("(each column is that category's own peak; total is the peak of the sum)\n");
-  std::printf("\nat the moment of the total peak, MiB\n%-9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "setting",
-              "param", "grad", "optim", "activ.", "cast", "work", "data", "total");
+  std::printf("\nthe training's own peak (every category but data) and what it is made of, MiB\n"
+              "%-9s %9s %9s %9s %9s %9s %9s %9s %7s\n", "setting", "param", "grad", "optim", "activ.", "cast", "work",
+              "train", "x O0");
   for (const auto& r : rows) {
     std::string name = r.level == "O0" ? "O0-fp32" : r.level + "-" + r.dtype;
-    auto m = [&](const char* k) { return as_double(r.s, std::string("at_peak_") + k) / (1 << 20); };
-    std::printf("%-9s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", name.c_str(), m("parameter"),
-                m("gradient"), m("optimizer_state"), m("activation"), m("cast_cache"), m("workspace"), m("data"),
-                as_double(r.s, "peak_total") / (1 << 20));
+    auto m = [&](const char* k) { return as_double(r.s, std::string("at_train_peak_") + k) / (1 << 20); };
+    double train = as_double(r.s, "peak_train"), btrain = base ? as_double(base->s, "peak_train") : 0;
+    std::printf("%-9s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %6.2fx\n", name.c_str(), m("parameter"),
+                m("gradient"), m("optimizer_state"), m("activation"), m("cast_cache"), m("workspace"),
+                train / (1 << 20), btrain > 0 ? train / btrain : 0);
   }
   std::printf("\npeak MiB: tracked tensor memory (parameters, gradients, optimizer state, activations, cast cache,\n"
               "workspace, data); activ./cast/work: its activation, cast-cache and workspace parts; RSS: the\n"
