@@ -1,11 +1,13 @@
 #include "demi/kernels/onednn/matmul.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <unordered_map>
 
 #include "demi/core/convert.h"
 #include "demi/core/error.h"
+#include "demi/kernels/cpu/f16_split.h"
 #include "demi/kernels/onednn/internal/onednn_util.h"
 #include "demi/kernels/onednn/primitive_cache.h"
 #include "demi/kernels/reference/matmul.h"
@@ -109,10 +111,50 @@ void matmul_f32_bf16(const MatmulParams& p, const void* a, const void* b, void* 
   if (out != c) convert(out, DType::kF32, c, p.c_dtype, c_numel);
 }
 
-// The f16 path: oneDNN 2.6 has no f16 kernels here, so f16 operands are converted to f32 in tracked
-// workspace (F16C-fast, parallel) and the f32 product runs; an f16 output is converted back by
-// matmul_f32_bf16. A kernel that converts while packing panels would replace exactly this function.
+std::atomic<F16Matmul> g_f16_mode{F16Matmul::kAuto};
+
+bool onednn_has_amx() {
+  static const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
+  return amx;
+}
+
+// Writes the operand's four segments along K (f16_split.h): a (M, K) or a^T stored (K, M), b (K, N) or
+// b^T stored (N, K). K along a stored row: the segments sit side by side in each row (rows of 4K);
+// K down the stored rows: the four split copies are stacked (4K rows).
+void split_operand(const Half* src, int64_t batch, int64_t stored_rows, int64_t stored_cols, bool k_along_row,
+                   unsigned pattern, BFloat16* dst) {
+  const int64_t per = stored_rows * stored_cols;
+  for (int64_t i = 0; i < batch; ++i) {
+    if (k_along_row)
+      split_f16_bf16(src + i * per, stored_rows, stored_cols, dst + 4 * i * per, 4 * stored_cols, stored_cols,
+                     pattern);
+    else
+      split_f16_bf16(src + i * per, stored_rows, stored_cols, dst + 4 * i * per, stored_cols, per, pattern);
+  }
+}
+
+// f16 x f16 as one bf16 product over 4K: A' = [ah ah al al], B' = [bh; bl; bh; bl] (f16_split.h).
+void matmul_f16_split(const MatmulParams& p, const void* a, const void* b, void* c) {
+  CallContext ctx(0);
+  const int64_t a_numel = p.batch * p.m * p.k, b_numel = p.batch * p.k * p.n;
+  auto* a4 = static_cast<BFloat16*>(ctx.scratch_buffer(static_cast<size_t>(4 * a_numel) * sizeof(BFloat16)));
+  auto* b4 = static_cast<BFloat16*>(ctx.scratch_buffer(static_cast<size_t>(4 * b_numel) * sizeof(BFloat16)));
+  // a stored (M, K) has K along its rows; a^T stored (K, M) has K down them. b: the other way round.
+  split_operand(static_cast<const Half*>(a), p.batch, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, !p.trans_a,
+                kSplitLhs, a4);
+  split_operand(static_cast<const Half*>(b), p.batch, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.trans_b,
+                kSplitRhs, b4);
+  MatmulParams q = p;
+  q.k = 4 * p.k;
+  q.a_dtype = q.b_dtype = DType::kBF16;
+  matmul_f32_bf16(q, a4, b4, c);
+}
+
+// The f16 path: both operands f16 and a product worth it -> the exact bf16 split on AMX; otherwise f16
+// operands are converted to f32 in tracked workspace (F16C-fast, parallel) and the f32 product runs. An
+// f16 output is converted back by matmul_f32_bf16.
 void matmul_f16(const MatmulParams& p, const void* a, const void* b, void* c) {
+  if (f16_matmul_splits(p)) return matmul_f16_split(p, a, b, c);
   CallContext ctx(0);
   MatmulParams q = p;
   if (q.a_dtype == DType::kF16) {
@@ -127,6 +169,24 @@ void matmul_f16(const MatmulParams& p, const void* a, const void* b, void* c) {
 }
 
 }  // namespace
+
+void set_f16_matmul(F16Matmul mode) { g_f16_mode.store(mode); }
+F16Matmul f16_matmul() { return g_f16_mode.load(); }
+
+bool f16_matmul_splits(const MatmulParams& p) {
+  if (p.a_dtype != DType::kF16 || p.b_dtype != DType::kF16) return false;
+  switch (g_f16_mode.load(std::memory_order_relaxed)) {
+    case F16Matmul::kSplitBf16: return true;
+    case F16Matmul::kConvertF32: return false;
+    case F16Matmul::kAuto: break;
+  }
+  // The 4K bf16 product itself runs 1.7-3x faster than the f32 one on AMX (model C's and D's shapes), but
+  // the split operands are 4x the f16 bytes, written and packed again: end to end (kernels_bench, ms,
+  // f16 split / f32) it wins only with many rows and a plain a: model D forward 5.2/6.1, 1.7/2.0, 6.3/7.6,
+  // backward-data 1.7/2.2, 6.9/7.6 (others even); model C's 256 rows lose (1.78/1.43), and so do weight
+  // gradients (a^T: 8.8/8.5, 11.7/10.6). A convert-while-packing GEMM would not pay the 4x traffic.
+  return onednn_has_amx() && p.m >= 1024 && p.n >= 32 && !p.trans_a;
+}
 
 void matmul(const MatmulParams& p, const void* a, const void* b, void* c) {
   check_matmul_params(p, "matmul");

@@ -4,9 +4,11 @@
 // ref::matmul (../reference/matmul.h).
 //
 // How each dtype runs here: bf16 x bf16 in oneDNN's bf16 kernels (AMX or AVX512-BF16, f32 accumulation),
-// writing f32 or bf16 directly; f32 and mixed operands in f32; f16 operands are converted to f32 in
-// tracked workspace (oneDNN 2.6 has no f16 kernels on these CPUs), computed in f32 and, for an f16 output,
-// converted back — one seam (matmul_f16 in matmul.cc) that a convert-while-packing kernel can replace;
+// writing f32 or bf16 directly; f32 and mixed operands in f32; f16 x f16 (oneDNN 2.6 has no f16 kernels)
+// either as one bf16 product over 4K of the operands split exactly into bf16 pairs (../cpu/f16_split.h:
+// the f32 product of the f16 values, up to summation order) where oneDNN runs bf16 on AMX and the product
+// has >= 1024 rows and a plain a (where that measured faster), else converted to f32 in tracked workspace
+// and computed in f32; an f16 output is converted back from f32.
 // f64 runs the reference kernel (gradient checks). Primitives are created once per shape, dtypes and flags
 // and cached (primitive_cache.h).
 #pragma once
@@ -20,6 +22,13 @@ namespace demi::kernels::onednn {
 // a (batch, M, K) | a^T (batch, K, M), b (batch, K, N) | b^T (batch, N, K), bias (N) -> c (batch, M, N);
 // f32|bf16|f16 (or all f64) in any combination, c = act(op(a) op(b) + bias [+ c]).
 void matmul(const MatmulParams& p, const void* a, const void* b, void* c);
+
+// How f16 x f16 products run: kAuto as above, or forced (tests, benchmarks). Process-wide.
+enum class F16Matmul { kAuto, kSplitBf16, kConvertF32 };
+void set_f16_matmul(F16Matmul mode);
+F16Matmul f16_matmul();
+// Whether a product with these parameters takes the split-bf16 path under the current mode.
+bool f16_matmul_splits(const MatmulParams& p);
 
 // For benchmarks and diagnostics: oneDNN's implementation for a product ("brg:avx512_core_amx_bf16", ...),
 // or "reference" for f64. Creates (and caches) the primitive if needed.
