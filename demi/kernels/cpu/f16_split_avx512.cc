@@ -1,9 +1,8 @@
 // AVX-512 split of f16 values into bf16 hi + lo (f16_split.h): 16 values per step, widened with vcvtph2ps
 // (which quiets NaNs as the scalar conversion does), hi truncated to 16 bits, lo = x - hi masked to 0
 // where hi is not finite, both narrowed with vpmovdw.
-#include <immintrin.h>
-
 #include "demi/kernels/cpu/f16_split.h"
+#include "demi/kernels/cpu/internal/vec_avx512.h"  // <immintrin.h>, with GCC 12's false warnings silenced
 
 namespace demi::kernels::cpu_internal {
 

@@ -111,6 +111,46 @@ TEST(OnednnMatmul, Float16PathAtEveryCpuLevel) {
   }
 }
 
+struct ScopedF16Matmul {
+  F16Matmul saved = f16_matmul();
+  explicit ScopedF16Matmul(F16Matmul m) { set_f16_matmul(m); }
+  ~ScopedF16Matmul() { set_f16_matmul(saved); }
+};
+
+// f16 x f16 both ways — split into bf16 pairs over 4K, and converted to f32 — against the f32 reference
+// at the output dtype's tolerance: f32 outputs hold the split path to f32 accuracy (its products are
+// exact). Every transpose, batched, with bias, ReLU and accumulation.
+TEST(OnednnMatmul, Float16SplitAndConvertPathsMatchTheReference) {
+  struct Mnk {
+    int64_t m, n, k;
+  };
+  const Mnk shapes[] = {{1, 10, 3}, {7, 65, 17}, {33, 40, 300}, {64, 48, 80}};
+  uint64_t seed = 9000;
+  for (F16Matmul mode : {F16Matmul::kSplitBf16, F16Matmul::kConvertF32}) {
+    ScopedF16Matmul scoped(mode);
+    for (DType c : {F16, F32})
+      for (const Mnk& s : shapes)
+        for (int t = 0; t < 4; ++t)
+          for (int flags = 0; flags < 4; ++flags) {
+            MatmulParams p;
+            p.batch = flags == 3 ? 3 : 1;
+            p.m = s.m;
+            p.n = s.n;
+            p.k = s.k;
+            p.trans_a = t & 1;
+            p.trans_b = t & 2;
+            p.a_dtype = p.b_dtype = F16;
+            p.c_dtype = c;
+            p.bias_dtype = flags == 1 ? F16 : F32;
+            p.relu = flags == 2;
+            p.accumulate = flags == 1;
+            SCOPED_TRACE(mode == F16Matmul::kSplitBf16 ? "split" : "convert");
+            EXPECT_EQ(f16_matmul_splits(p), mode == F16Matmul::kSplitBf16);
+            check(p, flags != 0, seed += 10);
+          }
+  }
+}
+
 TEST(OnednnMatmul, Float64RunsTheReferenceExactly) {
   MatmulParams p;
   p.m = 5;
@@ -153,7 +193,8 @@ TEST(OnednnMatmul, ScratchIsTrackedWorkspaceAndReturned) {
   p.m = 64;
   p.n = 48;
   p.k = 80;
-  p.a_dtype = p.b_dtype = p.c_dtype = F16;  // converted to f32 in workspace
+  p.a_dtype = p.b_dtype = p.c_dtype = F16;
+  ScopedF16Matmul convert(F16Matmul::kConvertF32);  // operands converted to f32 in workspace
   Operand a = random_operand(F16, 64 * 80, 1), b = random_operand(F16, 80 * 48, 2);
   std::vector<Half> c(64 * 48);
   const int64_t before = mem_stats().cur(MemCategory::kWorkspace);
