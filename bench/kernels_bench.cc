@@ -16,6 +16,7 @@
 #include "demi/core/convert.h"
 #include "demi/core/dtype.h"
 #include "demi/kernels/conv_params.h"
+#include "demi/kernels/cpu/pool.h"
 #include "demi/kernels/onednn/conv.h"
 #include "demi/kernels/onednn/dense.h"
 #include "demi/kernels/onednn/matmul.h"
@@ -25,6 +26,10 @@ namespace {
 
 using kernels::Conv2dParams;
 using kernels::MatmulParams;
+using kernels::max_pool2d_backward;
+using kernels::PadMode;
+using kernels::Pool2dParams;
+using kernels::relu_max_pool2d_forward;
 namespace onednn = kernels::onednn;
 
 constexpr double kCeilingF32 = 427.0;   // GFLOP/s, BENCHMARKS.md
@@ -137,6 +142,48 @@ void bm_conv(benchmark::State& state, int64_t n, int64_t c, int64_t hw, int64_t 
   report(state, flops, t, onednn::conv2d_implementation(p, dir, with_bias));
 }
 
+// ---- Conv2d -> ReLU -> MaxPool2d 2x2: the fused op against the three steps (conv to NCHW, pool, and the
+// same backward), in the storage dtype t (f16 computes the convolution in f32) ----
+
+void bm_conv_pool(benchmark::State& state, int64_t n, int64_t c, int64_t hw, int64_t oc, int64_t pad, DType t,
+                  bool fused, bool backward) {
+  Conv2dParams p;
+  p.n = n;
+  p.c = c;
+  p.h = p.w = hw;
+  p.oc = oc;
+  p.kh = p.kw = 3;
+  p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = pad;
+  p.x_dtype = p.w_dtype = t;
+  const DType ct = t == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  p.y_dtype = fused ? ct : t;
+  const Pool2dParams pool = kernels::make_pool2d_params(n, oc, p.out_h(), p.out_w(), 2, 2, 2, 2, PadMode::kValid);
+  Buffer x(t, p.x_numel(), 1), w(t, p.w_numel(), 2), b(DType::kF32, oc, 3), y(t, pool.y_numel(), 4);
+  Buffer conv(t, p.y_numel(), 5), dy(t, pool.y_numel(), 6), dw(DType::kF32, p.w_numel(), 7), db(DType::kF32, oc, 8);
+  Buffer dx(t, p.x_numel(), 9);
+  std::vector<uint8_t> argmax(pool.y_numel());
+  void* dxp = c > 3 ? dx.data() : nullptr;  // the first layer's input needs no gradient
+  Conv2dParams q = p;
+  q.w_dtype = DType::kF32;
+  for (auto _ : state) {
+    if (fused) {
+      if (!backward) {
+        onednn::conv2d_relu_max_pool2d_forward(p, pool, x.data(), w.data(), b.data(), t, y.data(), argmax.data());
+      } else {
+        onednn::conv2d_relu_max_pool2d_backward(p, pool, x.data(), w.data(), t, dy.data(), argmax.data(), dxp,
+                                                dw.data(), DType::kF32, db.data(), DType::kF32);
+      }
+    } else if (!backward) {
+      onednn::conv2d_forward(p, x.data(), w.data(), b.data(), conv.data());
+      relu_max_pool2d_forward(pool, t, conv.data(), y.data(), argmax.data());
+    } else {
+      max_pool2d_backward(pool, t, dy.data(), argmax.data(), conv.data());
+      onednn::conv2d_backward_weights(q, x.data(), conv.data(), dw.data(), db.data());
+      if (dxp) onednn::conv2d_backward_data(p, conv.data(), w.data(), dxp);
+    }
+  }
+}
+
 const char* dtype_tag(DType t) { return t == DType::kF32 ? "f32" : t == DType::kBF16 ? "bf16" : "f16"; }
 
 void register_all() {
@@ -188,6 +235,17 @@ void register_all() {
       {onednn::ConvDirection::kForward, "fwd"},
       {onednn::ConvDirection::kBackwardData, "bwd_data"},
       {onednn::ConvDirection::kBackwardWeights, "bwd_weights"}};
+  for (const Conv& c : convs) {
+    if (c.c == 64) continue;  // the anchor has no pooling after it
+    for (DType t : {DType::kF32, DType::kBF16, DType::kF16})
+      for (bool backward : {false, true})
+        for (bool fused : {false, true})
+          benchmark::RegisterBenchmark((std::string("convpool/") + c.name + "/" + dtype_tag(t) + "/" +
+                                        (backward ? "bwd" : "fwd") + (fused ? "/fused" : "/3-step"))
+                                           .c_str(),
+                                       bm_conv_pool, c.n, c.c, c.hw, c.oc, c.pad, t, fused, backward)
+              ->UseRealTime();
+  }
   for (const Conv& c : convs)
     for (DType t : {DType::kF32, DType::kBF16, DType::kF16})
       for (auto [dir, dname] : cdirs) {

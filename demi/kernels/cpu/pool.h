@@ -31,6 +31,34 @@ void relu_max_pool2d_forward(const Pool2dParams& p, DType dtype, const void* x, 
 // dy (N, C, OH, OW), argmax (N, C, OH, OW) u8 from either forward -> dx (N, C, H, W), overwritten
 void max_pool2d_backward(const Pool2dParams& p, DType dtype, const void* dy, const uint8_t* argmax, void* dx);
 
+// ---- pooling straight from a convolution's own layout (the fused Conv2d -> ReLU -> MaxPool2d) ----
+//
+// oneDNN's convolutions write channel-blocked (nChw16c, f32) or channels-last (NHWC, bf16 on AMX) layouts;
+// reordering their full-size output to NCHW and back for the gradient cost as much as the convolution itself
+// on models A and B. These kernels read (forward) and write (backward) the tensor in that layout directly.
+//
+// Element (n, c, h, w) of a strided 4-D tensor lives at n sn + (c / cb) scb + (c % cb) sc + h sh + w sw:
+// NCHW is {C H W, 0, H W, W, 1, C}, NHWC {H W C, 0, 1, W C, C, C}, nChw16c {Cp H W, 16 H W, 1, 16 W, 16, 16}.
+struct StridedLayout4 {
+  int64_t sn = 0, scb = 0, sc = 0, sh = 0, sw = 0, cb = 1;
+  int64_t offset(int64_t n, int64_t c, int64_t h, int64_t w) const {
+    return n * sn + (c / cb) * scb + (c % cb) * sc + h * sh + w * sw;
+  }
+};
+
+// The pool these kernels serve: windows that neither overlap nor reach padding.
+bool strided_pool_supported(const Pool2dParams& p);
+
+// y = max_pool2d(relu(x)): x (N, C, H, W) in `xl`, f32|bf16 -> y (N, C, OH, OW) NCHW in y_dtype
+// (f32|bf16|f16, rounded once), argmax NCHW (nullable) as relu_max_pool2d_forward writes it.
+void relu_max_pool2d_forward_strided(const Pool2dParams& p, DType x_dtype, const void* x, const StridedLayout4& xl,
+                                     DType y_dtype, void* y, uint8_t* argmax);
+
+// The gradient of that pooling: dy (N, C, OH, OW) NCHW (f32|bf16|f16) and argmax -> dx (N, C, H, W) in `dxl`,
+// f32|bf16: the whole buffer (dx_bytes, padding included) is zeroed, then each selected element gets its dy.
+void max_pool2d_backward_strided(const Pool2dParams& p, DType dy_dtype, const void* dy, const uint8_t* argmax,
+                                 DType dx_dtype, void* dx, const StridedLayout4& dxl, int64_t dx_bytes);
+
 // x (N, C, H, W) -> y (N, C, OH, OW): window means (p.count_include_pad picks the divisor)
 void avg_pool2d_forward(const Pool2dParams& p, DType dtype, const void* x, void* y);
 

@@ -7,12 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
 
+#include "demi/core/convert.h"
+#include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/core/parallel.h"
 #include "demi/kernels/cpu/activation.h"
@@ -381,6 +384,105 @@ TEST(PoolGradient, MaxAvgAndFusedMatchFiniteDifferences) {
         },
         "avg_pool2d " + what);
   }
+}
+
+// ---- pooling from a convolution's layout (the fused Conv2d -> ReLU -> MaxPool2d) ----
+
+StridedLayout4 nchw_layout(const Pool2dParams& p) { return {p.c * p.h * p.w, 0, p.h * p.w, p.w, 1, p.c}; }
+StridedLayout4 nhwc_layout(const Pool2dParams& p) { return {p.h * p.w * p.c, 0, 1, p.w * p.c, p.c, p.c}; }
+// nChw16c with the channels padded up to a multiple of 16.
+StridedLayout4 blocked16_layout(const Pool2dParams& p) {
+  const int64_t cp = (p.c + 15) / 16 * 16;
+  return {cp * p.h * p.w, 16 * p.h * p.w, 1, 16 * p.w, 16, 16};
+}
+int64_t layout_elems(const Pool2dParams& p, const StridedLayout4& l) {
+  return l.cb == 16 && l.sc == 1 ? p.n * l.sn : p.x_numel();
+}
+
+// Forward against the reference on the NCHW copy (values and window indices bit for bit), backward against
+// the reference's dx read back through the layout (padding and unselected positions 0), for every layout,
+// input and output dtype, ISA level, ties and NaNs, and geometries with uncovered tails and stride gaps.
+TEST(PoolStrided, ForwardAndBackwardMatchTheReferenceInEveryLayout) {
+  const Pool2dParams geoms[] = {make_pool2d_params(2, 32, 30, 30, 2, 2, 2, 2, PadMode::kValid),
+                                make_pool2d_params(3, 16, 7, 6, 2, 2, 2, 2, PadMode::kValid),
+                                make_pool2d_params(1, 5, 9, 9, 3, 3, 3, 3, PadMode::kValid),
+                                make_pool2d_params(2, 32, 8, 8, 2, 2, 3, 3, PadMode::kValid)};
+  uint64_t seed = 40;
+  for (const Pool2dParams& p : geoms) {
+    ASSERT_TRUE(strided_pool_supported(p)) << describe(p);
+    for (CpuLevel level : supported_cpu_levels()) {
+      ScopedCpuLevel scoped(level);
+      for (DType xt : {DType::kF32, DType::kBF16})
+        for (DType yt : {DType::kF32, DType::kBF16, DType::kF16})
+          for (bool ties : {false, true})
+            for (int which = 0; which < 3; ++which) {
+              const StridedLayout4 l = which == 0 ? nchw_layout(p) : which == 1 ? nhwc_layout(p) : blocked16_layout(p);
+              SCOPED_TRACE(name_of(p, level) + " x " + std::string(dtype_name(xt)) + " y " +
+                           std::string(dtype_name(yt)) + (ties ? " ties" : "") + " layout " + std::to_string(which));
+              // x in NCHW as f32 values exactly representable in xt.
+              std::vector<float> xv = pool_input<float>(p.x_numel(), seed += 3, ties);
+              for (auto& v : xv)
+                if (xt == DType::kBF16) v = static_cast<float>(BFloat16(v));
+              std::vector<uint16_t> x16(static_cast<size_t>(layout_elems(p, l)), 0);
+              std::vector<float> x32(static_cast<size_t>(layout_elems(p, l)), 0.0f);
+              for (int64_t n = 0; n < p.n; ++n)
+                for (int64_t c = 0; c < p.c; ++c)
+                  for (int64_t h = 0; h < p.h; ++h)
+                    for (int64_t w = 0; w < p.w; ++w) {
+                      const float v = xv[((n * p.c + c) * p.h + h) * p.w + w];
+                      x32[l.offset(n, c, h, w)] = v;
+                      x16[l.offset(n, c, h, w)] = BFloat16(v).bits;
+                    }
+              const void* xs = xt == DType::kF32 ? static_cast<const void*>(x32.data()) : x16.data();
+              std::vector<float> want_y(p.y_numel());
+              std::vector<uint8_t> want_a(p.y_numel()), got_a(p.y_numel(), 7);
+              ref::relu_max_pool2d_forward(p, xv.data(), want_y.data(), want_a.data());
+              std::vector<char> got_y(p.y_numel() * dtype_size(yt));
+              relu_max_pool2d_forward_strided(p, xt, xs, l, yt, got_y.data(), got_a.data());
+              std::vector<char> want_yt(got_y.size());
+              convert(want_y.data(), DType::kF32, want_yt.data(), yt, p.y_numel());
+              ASSERT_EQ(got_y, want_yt) << "forward values";
+              ASSERT_EQ(got_a, want_a) << "window indices";
+
+              // Backward: dy in yt, dx in xt (the conv's dtype) and layout l.
+              std::vector<float> dyv = random_values<float>(p.y_numel(), seed + 1);
+              std::vector<char> dy(p.y_numel() * dtype_size(yt));
+              convert(dyv.data(), DType::kF32, dy.data(), yt, p.y_numel());
+              std::vector<float> dy_back(p.y_numel()), want_dx(p.x_numel());
+              convert(dy.data(), yt, dy_back.data(), DType::kF32, p.y_numel());
+              ref::max_pool2d_backward(p, dy_back.data(), want_a.data(), want_dx.data());
+              const int64_t elems = layout_elems(p, l);
+              std::vector<char> dx(elems * dtype_size(xt), 0x5a);  // garbage that must be overwritten
+              max_pool2d_backward_strided(p, yt, dy.data(), want_a.data(), xt, dx.data(), l,
+                                          elems * static_cast<int64_t>(dtype_size(xt)));
+              std::vector<float> dx32(elems);
+              convert(dx.data(), xt, dx32.data(), DType::kF32, elems);
+              std::vector<float> want_l(elems, 0.0f);
+              for (int64_t n = 0; n < p.n; ++n)
+                for (int64_t c = 0; c < p.c; ++c)
+                  for (int64_t h = 0; h < p.h; ++h)
+                    for (int64_t w = 0; w < p.w; ++w) {
+                      float v = want_dx[((n * p.c + c) * p.h + h) * p.w + w];
+                      if (xt == DType::kBF16) v = static_cast<float>(BFloat16(v));
+                      want_l[l.offset(n, c, h, w)] = v;
+                    }
+              for (int64_t i = 0; i < elems; ++i)
+                ASSERT_EQ(std::memcmp(&dx32[i], &want_l[i], 4), 0) << "dx element " << i << ": " << dx32[i]
+                                                                   << " want " << want_l[i];
+            }
+    }
+  }
+}
+
+TEST(PoolStrided, OverlappingOrPaddedWindowsAreRefused) {
+  const Pool2dParams overlap = make_pool2d_params(1, 16, 8, 8, 3, 3, 2, 2, PadMode::kValid);
+  const Pool2dParams padded = make_pool2d_params(1, 16, 7, 7, 2, 2, 2, 2, PadMode::kSame);
+  EXPECT_FALSE(strided_pool_supported(overlap));
+  EXPECT_FALSE(strided_pool_supported(padded));
+  std::vector<float> x(16 * 64), y(16 * 16);
+  EXPECT_THROW(relu_max_pool2d_forward_strided(overlap, DType::kF32, x.data(), nchw_layout(overlap), DType::kF32,
+                                               y.data(), nullptr),
+               Error);
 }
 
 }  // namespace

@@ -23,10 +23,12 @@
 #include <algorithm>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "demi/core/error.h"
+#include "demi/kernels/cpu/pool.h"
 #include "demi/kernels/onednn/internal/onednn_util.h"
 #include "demi/kernels/onednn/primitive_cache.h"
 #include "demi/kernels/reference/conv.h"
@@ -293,6 +295,138 @@ void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* d
     if (db) ctx.finish_output(e->db, db_dst, db, p.oc);
   } catch (const dnnl::error& err) {
     rethrow_dnnl(err, p, dir);
+  }
+}
+
+namespace {
+
+// The primitive's layout of a 4-D tensor as a StridedLayout4: plain strides, or one block of channels.
+std::optional<StridedLayout4> strided_layout(const memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.ndims != 4 || d.format_kind != dnnl_blocked || d.offset0 != 0) return std::nullopt;
+  const auto& b = d.format_desc.blocking;
+  StridedLayout4 l;
+  l.sn = b.strides[0];
+  l.sh = b.strides[2];
+  l.sw = b.strides[3];
+  if (b.inner_nblks == 0) {
+    l.sc = b.strides[1];
+    l.cb = d.dims[1];
+    return l;
+  }
+  if (b.inner_nblks == 1 && b.inner_idxs[0] == 1) {
+    l.scb = b.strides[1];
+    l.sc = 1;
+    l.cb = b.inner_blks[0];
+    return l;
+  }
+  return std::nullopt;
+}
+
+DType dtype_of(const memory::desc& md) {
+  return md.data_type() == memory::data_type::bf16 ? DType::kBF16 : DType::kF32;
+}
+
+void check_fused(const Conv2dParams& p, const Pool2dParams& pool, const char* what) {
+  check_conv2d_params(p, what);
+  DEMI_CHECK(p.y_dtype == DType::kF32 || p.y_dtype == DType::kBF16, what, ": the convolution's output dtype must ",
+             "be float32 or bfloat16, got ", dtype_name(p.y_dtype), " (", describe(p), ")");
+  DEMI_CHECK(!p.relu && !p.accumulate, what, ": ReLU is the pooling's and nothing accumulates (", describe(p), ")");
+  DEMI_CHECK(pool.n == p.n && pool.c == p.oc && pool.h == p.out_h() && pool.w == p.out_w() &&
+                 strided_pool_supported(pool),
+             what, ": the pooling ", describe(pool), " does not fit the convolution's output (", p.n, ", ", p.oc, ", ",
+             p.out_h(), ", ", p.out_w(), ") or its windows overlap or reach padding");
+}
+
+// Writes the pooling's gradient into `dst` laid out as `md` (the primitive's diff_dst), or, for a layout
+// the strided kernels cannot address, into NCHW scratch that `plan` reorders into the primitive's layout.
+const void* pooled_gradient(CallContext& ctx, const InputPlan& plan, const Pool2dParams& pool, DType dy_dtype,
+                            const void* dy, const uint8_t* argmax) {
+  const memory::desc& md = plan.prim_md;
+  const DType ct = dtype_of(md);
+  if (auto l = strided_layout(md)) {
+    void* buf = ctx.scratch_buffer(md.get_size());
+    max_pool2d_backward_strided(pool, dy_dtype, dy, argmax, ct, buf, *l, static_cast<int64_t>(md.get_size()));
+    return buf;
+  }
+  const StridedLayout4 nchw{pool.c * pool.h * pool.w, 0, pool.h * pool.w, pool.w, 1, pool.c};
+  const int64_t bytes = pool.x_numel() * static_cast<int64_t>(dtype_size(ct));
+  void* buf = ctx.scratch_buffer(static_cast<size_t>(bytes));
+  max_pool2d_backward_strided(pool, dy_dtype, dy, argmax, ct, buf, nchw, bytes);
+  return ctx.input(plan, buf, pool.x_numel());
+}
+
+}  // namespace
+
+void conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dParams& pool, const void* x, const void* w,
+                                    const void* bias, DType y_dtype, void* y, uint8_t* argmax) {
+  const char* what = "conv2d + relu + max_pool2d forward";
+  check_fused(p, pool, what);
+  try {
+    auto e = entry_for(p, ConvDirection::kForward, bias != nullptr);
+    CallContext ctx(e->scratch_bytes);
+    const void* xs = ctx.input(e->in0, x, p.x_numel());
+    const void* ws = ctx.input(e->in1, w, p.w_numel());
+    const memory::desc& ymd = e->out.prim_md;
+    void* conv_out = ctx.scratch_buffer(ymd.get_size());
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, internal::make_memory(e->in0.prim_md, xs)},
+                                         {DNNL_ARG_WEIGHTS, internal::make_memory(e->in1.prim_md, ws)},
+                                         {DNNL_ARG_DST, internal::make_memory(ymd, conv_out)}};
+    if (bias)
+      args.emplace(DNNL_ARG_BIAS,
+                   internal::make_memory(e->bias_md, internal::to_f32(ctx, bias, p.bias_dtype, p.oc)));
+    ctx.execute(e->prim, std::move(args));
+    if (auto l = strided_layout(ymd)) {
+      relu_max_pool2d_forward_strided(pool, dtype_of(ymd), conv_out, *l, y_dtype, y, argmax);
+      return;
+    }
+    // A layout the strided kernels cannot address: NCHW first, as conv2d_forward would.
+    void* plain = ctx.scratch_buffer(static_cast<size_t>(p.y_numel()) * dtype_size(p.y_dtype));
+    ctx.finish_output(e->out, conv_out, plain, p.y_numel());
+    const StridedLayout4 nchw{pool.c * pool.h * pool.w, 0, pool.h * pool.w, pool.w, 1, pool.c};
+    relu_max_pool2d_forward_strided(pool, p.y_dtype, plain, nchw, y_dtype, y, argmax);
+  } catch (const dnnl::error& err) {
+    rethrow_dnnl(err, p, ConvDirection::kForward);
+  }
+}
+
+void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& pool, const void* x, const void* w,
+                                     DType dy_dtype, const void* dy, const uint8_t* argmax, void* dx, void* dw,
+                                     DType dw_dtype, void* db, DType db_dtype) {
+  const char* what = "conv2d + relu + max_pool2d backward";
+  check_fused(p, pool, what);
+  try {
+    Conv2dParams q = p;
+    q.w_dtype = dw_dtype;
+    q.bias_dtype = db ? db_dtype : p.bias_dtype;
+    auto e = entry_for(q, ConvDirection::kBackwardWeights, db != nullptr);
+    CallContext ctx(e->scratch_bytes);
+    const void* xs = ctx.input(e->in0, x, p.x_numel());
+    const void* dys = pooled_gradient(ctx, e->in1, pool, dy_dtype, dy, argmax);
+    void* dw_dst = ctx.output(e->out, dw, q.w_numel());
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, internal::make_memory(e->in0.prim_md, xs)},
+                                         {DNNL_ARG_DIFF_DST, internal::make_memory(e->in1.prim_md, dys)},
+                                         {DNNL_ARG_DIFF_WEIGHTS, internal::make_memory(e->out.prim_md, dw_dst)}};
+    void* db_dst = nullptr;
+    if (db) {
+      db_dst = ctx.output(e->db, db, p.oc);
+      args.emplace(DNNL_ARG_DIFF_BIAS, internal::make_memory(e->db.prim_md, db_dst));
+    }
+    ctx.execute(e->prim, std::move(args));
+    ctx.finish_output(e->out, dw_dst, dw, q.w_numel());
+    if (db) ctx.finish_output(e->db, db_dst, db, p.oc);
+    if (dx == nullptr) return;
+    auto d = entry_for(p, ConvDirection::kBackwardData, false);
+    CallContext dctx(d->scratch_bytes);
+    const void* ddy = d->in0.prim_md == e->in1.prim_md ? dys : pooled_gradient(dctx, d->in0, pool, dy_dtype, dy, argmax);
+    const void* ws = dctx.input(d->in1, w, p.w_numel());
+    void* dx_dst = dctx.output(d->out, dx, p.x_numel());
+    dctx.execute(d->prim, {{DNNL_ARG_DIFF_DST, internal::make_memory(d->in0.prim_md, ddy)},
+                           {DNNL_ARG_WEIGHTS, internal::make_memory(d->in1.prim_md, ws)},
+                           {DNNL_ARG_DIFF_SRC, internal::make_memory(d->out.prim_md, dx_dst)}});
+    dctx.finish_output(d->out, dx_dst, dx, p.x_numel());
+  } catch (const dnnl::error& err) {
+    rethrow_dnnl(err, p, ConvDirection::kBackwardWeights);
   }
 }
 

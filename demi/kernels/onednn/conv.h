@@ -11,9 +11,11 @@
 // the reference. Primitives and their reorders are created once per geometry, dtypes and flags, and cached.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "demi/kernels/conv_params.h"
+#include "demi/kernels/pool_params.h"
 
 namespace demi::kernels::onednn {
 
@@ -29,6 +31,27 @@ void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, 
 // nullptr, db (OC) bias_dtype = sums of dy over N, OH, OW (both += with p.accumulate). f32 dw from bf16 x
 // and dy is AMP's master gradient, written without an extra pass when nothing is accumulated.
 void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db);
+
+// ---- Conv2d -> ReLU -> MaxPool2d, fused ----
+// The convolution writes its full-size output in its own layout (nChw16c for f32, NHWC for bf16 on AMX)
+// into workspace and the pooling reads it there (cpu/pool.h, strided kernels): the output is never
+// reordered to NCHW, nor, for f16 storage, converted — on models A and B those reorders cost as much as the
+// convolutions. Backward writes the pooling's gradient straight into the layout the weight-gradient (and
+// data-gradient) primitives read. The values are exactly those of conv2d_forward then
+// relu_max_pool2d_forward (and their backward), since max and ReLU commute with rounding.
+//
+// p: the convolution with y_dtype its output's dtype (f32 or bf16: the compute dtype; p.relu false), x and
+// w f32|bf16|f16 as in conv2d_forward. pool: its geometry over (N, OC, OH, OW), windows that neither
+// overlap nor reach padding (strided_pool_supported). y (N, OC, PH, PW) NCHW in y_dtype (f32|bf16|f16),
+// argmax (nullable) one byte per y element as relu_max_pool2d_forward writes it.
+void conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dParams& pool, const void* x, const void* w,
+                                    const void* bias, DType y_dtype, void* y, uint8_t* argmax);
+
+// dy (N, OC, PH, PW) NCHW in dy_dtype and the forward's argmax -> dw (dw_dtype), db (db_dtype; nullable) and
+// dx (p.x_dtype; nullable: the data needs none), overwritten. x and w as the forward read them.
+void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& pool, const void* x, const void* w,
+                                     DType dy_dtype, const void* dy, const uint8_t* argmax, void* dx, void* dw,
+                                     DType dw_dtype, void* db, DType db_dtype);
 
 // For benchmarks and diagnostics: oneDNN's implementation for a call ("brgconv:avx512_core_amx_bf16",
 // "gemm:jit", ...), or "reference" for f64. Creates (and caches) the primitive if needed.

@@ -7,9 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "demi/core/convert.h"
 #include "demi/core/error.h"
 #include "demi/core/memory.h"
 #include "demi/kernels/internal/matmul_conv_test_util.h"
+#include "demi/kernels/cpu/pool.h"
 #include "demi/kernels/onednn/primitive_cache.h"
 #include "demi/kernels/reference/conv.h"
 #include "demi/kernels/tolerance.h"
@@ -21,6 +23,7 @@ using kernels::testing::all_close;
 using kernels::testing::cast_operand;
 using kernels::testing::dyadic_operand;
 using kernels::testing::Operand;
+using kernels::testing::random_operand;
 
 constexpr DType F32 = DType::kF32, BF16 = DType::kBF16, F16 = DType::kF16, F64 = DType::kF64;
 
@@ -238,6 +241,83 @@ TEST(OnednnConv, ErrorsNameTheOpAndShapes) {
     EXPECT_NE(msg.find("groups (4)"), std::string::npos) << msg;
     EXPECT_NE(msg.find("x(2, 6, 9, 9) float32"), std::string::npos) << msg;
   }
+}
+
+// The fused Conv2d -> ReLU -> MaxPool2d gives exactly what the three steps give — forward values and window
+// indices, and dw, db, dx from the same pooled gradient — for models A's and B's convolutions (and an odd
+// size whose last row and column no window covers), in f32, bf16 (AMX: channels-last) and f16 storage
+// (computed in f32).
+TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
+  struct Case {
+    Geometry g;
+    DType in, conv;  // x and w; the convolution's output (compute) dtype
+    bool need_dx;
+  };
+  const Geometry odd = {"odd output 9x9 (3->16)", 2, 3, 11, 11, 16, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1};
+  const Case cases[] = {{kGeometries[0], F32, F32, false}, {kGeometries[0], BF16, BF16, false},
+                        {kGeometries[0], F16, F32, false}, {kGeometries[1], F32, F32, false},
+                        {kGeometries[1], BF16, BF16, false}, {kGeometries[2], F32, F32, true},
+                        {kGeometries[2], BF16, BF16, true}, {kGeometries[2], F16, F32, true},
+                        {odd, F32, F32, true},           {odd, BF16, BF16, true}};
+  uint64_t seed = 300;
+  for (const Case& k : cases) {
+    Conv2dParams p = params_of(k.g);
+    p.x_dtype = p.w_dtype = k.in;
+    p.y_dtype = k.conv;
+    p.bias_dtype = F32;
+    const DType out = k.in;  // the pooled output and its gradient, in the storage dtype
+    SCOPED_TRACE(std::string(k.g.name) + " " + std::string(dtype_name(k.in)));
+    const Pool2dParams pool = make_pool2d_params(p.n, p.oc, p.out_h(), p.out_w(), 2, 2, 2, 2, PadMode::kValid);
+    Operand x = random_operand(k.in, p.x_numel(), seed += 10), w = random_operand(k.in, p.w_numel(), seed + 1);
+    Operand b = random_operand(F32, p.oc, seed + 2), dy = random_operand(out, pool.y_numel(), seed + 3);
+
+    // Three steps: conv to NCHW, ReLU + pool, and back.
+    Operand conv = random_operand(k.conv, p.y_numel(), 1);
+    conv2d_forward(p, x.data(), w.data(), b.data(), conv.data());
+    Operand conv_out = random_operand(out, p.y_numel(), 1);
+    convert(conv.data(), k.conv, conv_out.data(), out, p.y_numel());  // exact for f32 -> f32, bf16 -> bf16
+    Operand want_y = random_operand(out, pool.y_numel(), 2);
+    std::vector<uint8_t> want_a(pool.y_numel()), got_a(pool.y_numel());
+    if (k.conv == out) {
+      relu_max_pool2d_forward(pool, out, conv_out.data(), want_y.data(), want_a.data());
+    } else {  // f16 storage: pool the f32 output, round once (max and ReLU commute with rounding)
+      Operand pooled = random_operand(F32, pool.y_numel(), 3);
+      relu_max_pool2d_forward(pool, F32, conv.data(), pooled.data(), want_a.data());
+      convert(pooled.data(), F32, want_y.data(), out, pool.y_numel());
+    }
+    Operand got_y = random_operand(out, pool.y_numel(), 4);
+    conv2d_relu_max_pool2d_forward(p, pool, x.data(), w.data(), b.data(), out, got_y.data(), got_a.data());
+    EXPECT_EQ(got_y.bytes, want_y.bytes) << "forward values";
+    EXPECT_EQ(got_a, want_a) << "window indices";
+
+    Operand dconv = random_operand(k.conv, p.y_numel(), 5);
+    {
+      Operand dy_c = random_operand(k.conv, pool.y_numel(), 6);
+      convert(dy.data(), out, dy_c.data(), k.conv, pool.y_numel());
+      max_pool2d_backward(pool, k.conv, dy_c.data(), want_a.data(), dconv.data());
+    }
+    Conv2dParams q = p;
+    q.w_dtype = F32;
+    Operand want_dw = random_operand(F32, p.w_numel(), 7), want_db = random_operand(F32, p.oc, 8);
+    conv2d_backward_weights(q, x.data(), dconv.data(), want_dw.data(), want_db.data());
+    Operand want_dx = random_operand(k.in, p.x_numel(), 9), got_dx = random_operand(k.in, p.x_numel(), 10);
+    if (k.need_dx) conv2d_backward_data(p, dconv.data(), w.data(), want_dx.data());
+    Operand got_dw = random_operand(F32, p.w_numel(), 11), got_db = random_operand(F32, p.oc, 12);
+    conv2d_relu_max_pool2d_backward(p, pool, x.data(), w.data(), out, dy.data(), want_a.data(),
+                                    k.need_dx ? got_dx.data() : nullptr, got_dw.data(), F32, got_db.data(), F32);
+    EXPECT_EQ(got_dw.bytes, want_dw.bytes) << "dw";
+    EXPECT_EQ(got_db.bytes, want_db.bytes) << "db";
+    if (k.need_dx) {
+      EXPECT_EQ(got_dx.bytes, want_dx.bytes) << "dx";
+    }
+  }
+}
+
+TEST(OnednnConv, FusedReluMaxPoolRefusesAPoolThatDoesNotFit) {
+  Conv2dParams p = params_of(kGeometries[0]);
+  const Pool2dParams wrong = make_pool2d_params(p.n, p.oc, 16, 16, 2, 2, 2, 2, PadMode::kValid);
+  std::vector<float> x(p.x_numel()), w(p.w_numel()), y(wrong.y_numel());
+  EXPECT_THROW(conv2d_relu_max_pool2d_forward(p, wrong, x.data(), w.data(), nullptr, F32, y.data(), nullptr), Error);
 }
 
 }  // namespace
