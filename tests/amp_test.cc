@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "demi/amp/numerics.h"
+#include "demi/amp/policy.h"
 #include "demi/amp/train_step.h"
 #include "demi/autograd/autograd.h"
 #include "demi/core/rng.h"
@@ -156,6 +158,51 @@ TEST(CastCache, DenseWithManyRowsRecastsItsWeightInBackward) {
     EXPECT_GT(max_ref, 0.0);
     EXPECT_LT(max_err, 0.03 * max_ref) << "weight gradient " << t << " at O2-bf16 against O0";
   }
+}
+
+// The fused Conv2d -> ReLU -> MaxPool2d op gives bit for bit the values and gradients of conv2d then
+// relu_max_pool2d, at every level and low dtype (x, w and b all differentiated; 16 channels, odd sizes), and
+// a custom white list naming only "Conv2d" lowers the fused op too.
+TEST(FusedConvPool, MatchesTheTwoOpsBitForBitAtEveryLevel) {
+  struct Setting {
+    Level level;
+    DType low;
+  };
+  for (Setting st : {Setting{Level::kO0, DType::kBF16}, Setting{Level::kO1, DType::kBF16},
+                     Setting{Level::kO2, DType::kBF16}, Setting{Level::kO2, DType::kF16},
+                     Setting{Level::kO3, DType::kF16}}) {
+    SCOPED_TRACE(std::string(amp::level_name(st.level)) + " " + std::string(dtype_name(st.low)));
+    amp::AmpPolicy policy(st.level, st.low);
+    ops::Conv2dOptions co;
+    co.pad_mode = ops::PadMode::kPad;
+    co.padding = {1, 1, 1, 1};
+    ops::Pool2dOptions po;
+    po.kernel = {2, 2};
+    po.stride = {2, 2};
+    auto run = [&](bool fused) {
+      Generator g(77);
+      Tensor x = normal({3, 5, 11, 9}, 0, 1, g), w = normal({16, 5, 3, 3}, 0, 0.3, g), b = normal({16}, 0, 0.1, g);
+      for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+      Tensor y;
+      {
+        ops::PrecisionScope scope(st.level == Level::kO0 ? nullptr : &policy);
+        y = fused ? ops::conv2d_relu_max_pool2d(x, w, b, co, po) : ops::relu_max_pool2d(ops::conv2d(x, w, b, co), po);
+      }
+      Tensor r = normal(y.shape(), 0, 1, g).to(y.dtype());
+      autograd::backward(y, r);
+      return std::vector<Tensor>{y.to(DType::kF32), x.grad(), w.grad(), b.grad()};
+    };
+    auto fused = run(true), two = run(false);
+    const char* names[] = {"y", "dx", "dw", "db"};
+    for (size_t i = 0; i < fused.size(); ++i) {
+      ASSERT_EQ(fused[i].shape(), two[i].shape()) << names[i];
+      ASSERT_EQ(fused[i].dtype(), two[i].dtype()) << names[i];
+      EXPECT_EQ(std::memcmp(fused[i].raw_data(), two[i].raw_data(), fused[i].nbytes()), 0) << names[i];
+    }
+  }
+  amp::AmpPolicy conv_only(amp::AmpPolicy::Mode::kWhiteList, amp::ops_from_names({"Conv2d"}), DType::kBF16);
+  EXPECT_EQ(conv_only.compute_dtype(ops::Op::kConv2dReluMaxPool2d, DType::kF32), DType::kBF16);
+  EXPECT_TRUE(conv_only.outputs_to_fp32(ops::Op::kConv2dReluMaxPool2d));
 }
 
 // A network whose true gradients are ~1e-8: below FP16's smallest subnormal (6e-8) they flush to zero

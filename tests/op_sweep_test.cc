@@ -174,6 +174,13 @@ std::vector<SweepCase> make_cases() {
        },
        {true, true, true, false},
        [](const V& x) { return ops::scaled_dot_product_attention(x[0], x[1], x[2], x[3], 0.6, 2); }, true, 6},
+      // 16 output channels, so the fast (16-channel) pooling runs in low precision; the 6x7 ("same") convolution output
+      // leaves its last column outside every 2x2 window. (f64 runs the two ops; the fused kernels are checked
+      // against them bit for bit in kernels/onednn/conv_test.cc.)
+      {Op::kConv2dReluMaxPool2d,
+       [](Generator& g) { return V{rnd(g, {2, 3, 6, 7}), rnd(g, {16, 3, 3, 3}), rnd(g, {16})}; }, {true, true, true},
+       [](const V& x) { return ops::conv2d_relu_max_pool2d(x[0], x[1], x[2], ops::Conv2dOptions{}, pool(2, 2)); },
+       true, 5},
   };
   static_assert(std::extent_v<decltype(table)> == ops::kNumOps,
                 "every op in the op table needs its case in this sweep (one per Op, in enum order)");

@@ -60,7 +60,14 @@ AmpPolicy::AmpPolicy(Mode mode, std::set<ops::Op> op_list, DType low_dtype)
   check_low(low_dtype);
 }
 
-DType AmpPolicy::compute_dtype(ops::Op op, DType natural) const {
+namespace {
+// The fused Conv2d -> ReLU -> MaxPool2d is listed (and so lowered or kept) as its convolution is, so that a
+// custom list naming "Conv2d" means the same whether SequentialCell fuses the layers or not.
+ops::Op listed_as(ops::Op op) { return op == ops::Op::kConv2dReluMaxPool2d ? ops::Op::kConv2d : op; }
+}  // namespace
+
+DType AmpPolicy::compute_dtype(ops::Op op_in, DType natural) const {
+  const ops::Op op = listed_as(op_in);
   // Only FP32 work is lowered: f64 (gradient checks) and integers are left as they are.
   if (natural == DType::kF64 || !is_floating(natural)) return natural;
   switch (mode_) {
@@ -72,7 +79,9 @@ DType AmpPolicy::compute_dtype(ops::Op op, DType natural) const {
   return natural;
 }
 
-bool AmpPolicy::outputs_to_fp32(ops::Op op) const { return mode_ == Mode::kWhiteList && list_.count(op) > 0; }
+bool AmpPolicy::outputs_to_fp32(ops::Op op) const {
+  return mode_ == Mode::kWhiteList && list_.count(listed_as(op)) > 0;
+}
 
 std::string AmpPolicy::describe() const {
   std::ostringstream os;

@@ -103,7 +103,17 @@ Tensor Conv2d::construct(const Tensor& x) {
   DEMI_CHECK(x.rank() == 4, "expected a 4-D input (N, C, H, W) with C=", in_channels, ", got ", x.describe());
   DEMI_CHECK(x.dim(1) == in_channels, "expected ", in_channels, " input channels (N, ", in_channels,
              ", H, W), got ", x.describe());
+  if (fused_pool_ != nullptr) return ops::conv2d_relu_max_pool2d(x, weight, bias, op_options, *fused_pool_);
   return ops::conv2d(x, weight, bias, op_options);
+}
+
+Tensor Conv2d::call_relu_max_pool(const Tensor& x, const ops::Pool2dOptions& pool) {
+  struct Reset {
+    const ops::Pool2dOptions*& slot;
+    ~Reset() { slot = nullptr; }
+  } reset{fused_pool_};
+  fused_pool_ = &pool;
+  return (*this)(x);
 }
 
 // ---- pooling ----
@@ -166,6 +176,17 @@ SequentialCell& SequentialCell::append(CellPtr cell) {
 Tensor SequentialCell::construct(const Tensor& x) {
   Tensor y = x;
   for (size_t i = 0; i < cells_.size(); ++i) {
+    // Conv2d, ReLU, MaxPool2d run as one fused op: the convolution's full-size output is never stored
+    // (nor reordered to NCHW), only the pooled result and one-byte window indices.
+    auto* conv = dynamic_cast<Conv2d*>(cells_[i].get());
+    auto* conv_relu = conv != nullptr && i + 1 < cells_.size() ? dynamic_cast<ReLU*>(cells_[i + 1].get()) : nullptr;
+    auto* conv_pool = conv_relu != nullptr && i + 2 < cells_.size() ? dynamic_cast<MaxPool2d*>(cells_[i + 2].get())
+                                                                     : nullptr;
+    if (conv_pool != nullptr && !conv_relu->pinned_dtype() && !conv_pool->pinned_dtype() && y.rank() == 4) {
+      y = conv->call_relu_max_pool(y, conv_pool->options);
+      i += 2;
+      continue;
+    }
     // ReLU then MaxPool2d runs as one fused op: one pass instead of two, and backward needs only the
     // pool's one-byte window indices, not the ReLU's output. (Pinned cells keep their own path.)
     auto* relu = dynamic_cast<ReLU*>(cells_[i].get());

@@ -57,12 +57,18 @@ class Conv2d : public Cell {
   Conv2d(int64_t in, int64_t out, int64_t kernel, const Conv2dOptions& options = {})
       : Conv2d(in, out, std::array<int64_t, 2>{kernel, kernel}, options) {}
   Tensor construct(const Tensor& x) override;
+  // This convolution followed by ReLU and a max-pool with `pool` as one fused op (ops::conv2d_relu_max_pool2d:
+  // the same values, the full-size output never stored), run as this cell (its path in errors, its pin).
+  Tensor call_relu_max_pool(const Tensor& x, const ops::Pool2dOptions& pool);
   // The output shape for an input shape, or a demi::Error naming both (used for early diagnosis).
   Shape output_shape(const Shape& input) const;
   Tensor weight, bias;
   int64_t in_channels, out_channels;
   std::array<int64_t, 2> kernel_size;
   ops::Conv2dOptions op_options;
+
+ private:
+  const ops::Pool2dOptions* fused_pool_ = nullptr;  // set only during call_relu_max_pool
 };
 
 // MindSpore: MaxPool2d(kernel_size=1, stride=1, pad_mode="valid").

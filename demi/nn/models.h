@@ -23,9 +23,9 @@ class SimpleCNN : public Cell {
     flatten = register_cell("flatten", std::make_shared<Flatten>());
     fc = register_cell("fc", std::make_shared<Dense>(32 * 15 * 15, num_classes));
   }
-  // ReLU and MaxPool2d run as one fused op (the same values, one pass; see SequentialCell).
+  // Conv2d, ReLU and MaxPool2d run as one fused op (the same values; see SequentialCell).
   Tensor construct(const Tensor& x) override {
-    return fc->call(flatten->call(ops::relu_max_pool2d(conv1->call(x), max_pool->options)));
+    return fc->call(flatten->call(conv1->call_relu_max_pool(x, max_pool->options)));
   }
   std::shared_ptr<Conv2d> conv1;
   std::shared_ptr<ReLU> relu;

@@ -1,5 +1,6 @@
 // Conv2d (bias and ReLU optionally fused) through oneDNN, and max/avg pooling, including the fused
-// ReLU -> MaxPool2d that models A and B use. MindSpore's pad_mode is resolved here into explicit padding.
+// ReLU -> MaxPool2d and the fused Conv2d -> ReLU -> MaxPool2d that models A and B use. MindSpore's pad_mode
+// is resolved here into explicit padding.
 #include "demi/kernels/cpu/activation.h"
 #include "demi/kernels/cpu/pool.h"
 #include "demi/kernels/onednn/conv.h"
@@ -41,13 +42,13 @@ Tensor max_pool_impl(Op op, const Tensor& x_in, const Pool2dOptions& o, bool fus
   });
 }
 
-}  // namespace
-
-Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Conv2dOptions& o) {
-  internal::check_floating(Op::kConv2d, x_in, "x");
-  internal::check_floating(Op::kConv2d, w_in, "weight");
-  internal::check_rank(Op::kConv2d, x_in, 4, "x", "(N, C, H, W)");
-  internal::check_rank(Op::kConv2d, w_in, 4, "weight", "(OC, C/groups, KH, KW)");
+// Checks a convolution's operands (naming `op`) and resolves its padding.
+kernels::Conv2dPadding conv_padding(Op op, const Tensor& x_in, const Tensor& w_in, const Tensor& b_in,
+                                    const Conv2dOptions& o) {
+  internal::check_floating(op, x_in, "x");
+  internal::check_floating(op, w_in, "weight");
+  internal::check_rank(op, x_in, 4, "x", "(N, C, H, W)");
+  internal::check_rank(op, w_in, 4, "weight", "(OC, C/groups, KH, KW)");
   DEMI_CHECK(o.groups >= 1 && x_in.dim(1) % o.groups == 0 && w_in.dim(0) % o.groups == 0 &&
                  w_in.dim(1) * o.groups == x_in.dim(1),
              "Conv2d: input ", x_in.describe(), " has ", x_in.dim(1), " channels but weight ", w_in.describe(),
@@ -55,11 +56,14 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   if (b_in.defined())
     DEMI_CHECK(b_in.rank() == 1 && b_in.dim(0) == w_in.dim(0), "Conv2d: expected bias (", w_in.dim(0), "), got ",
                b_in.describe());
-  kernels::Conv2dPadding pad = kernels::resolve_conv2d_padding(
+  return kernels::resolve_conv2d_padding(
       o.pad_mode, x_in.dim(2), x_in.dim(3), w_in.dim(2), w_in.dim(3), o.stride[0], o.stride[1], o.dilation[0],
       o.dilation[1], o.padding[0], o.padding[1], o.padding[2], o.padding[3]);
-  Dispatch d(Op::kConv2d, {&x_in, &w_in, &b_in});
-  Tensor x = d.input(0), w = d.input(1), b = d.input(2);
+}
+
+// The convolution's geometry from its (cast) operands and options; dtypes left to the caller.
+kernels::Conv2dParams conv_params(const Tensor& x, const Tensor& w, const Conv2dOptions& o,
+                                  const kernels::Conv2dPadding& pad) {
   kernels::Conv2dParams p;
   p.n = x.dim(0), p.c = x.dim(1), p.h = x.dim(2), p.w = x.dim(3);
   p.oc = w.dim(0), p.kh = w.dim(2), p.kw = w.dim(3);
@@ -67,6 +71,16 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   p.pad_top = pad.top, p.pad_bottom = pad.bottom, p.pad_left = pad.left, p.pad_right = pad.right;
   p.dilation_h = o.dilation[0], p.dilation_w = o.dilation[1];
   p.groups = o.groups;
+  return p;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Conv2dOptions& o) {
+  kernels::Conv2dPadding pad = conv_padding(Op::kConv2d, x_in, w_in, b_in, o);
+  Dispatch d(Op::kConv2d, {&x_in, &w_in, &b_in});
+  Tensor x = d.input(0), w = d.input(1), b = d.input(2);
+  kernels::Conv2dParams p = conv_params(x, w, o, pad);
   p.x_dtype = x.dtype();
   p.w_dtype = w.dtype();
   p.y_dtype = d.compute_dtype();
@@ -113,6 +127,48 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o) { return max_pool_imp
 
 Tensor relu_max_pool2d(const Tensor& x, const Pool2dOptions& o) {
   return max_pool_impl(Op::kReluMaxPool2d, x, o, true);
+}
+
+Tensor conv2d_relu_max_pool2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Conv2dOptions& o,
+                              const Pool2dOptions& po) {
+  const Op op = Op::kConv2dReluMaxPool2d;
+  kernels::Conv2dPadding pad = conv_padding(op, x_in, w_in, b_in, o);
+  kernels::Conv2dParams p = conv_params(x_in, w_in, o, pad);
+  DEMI_CHECK(p.out_h() >= 1 && p.out_w() >= 1, op_name(op), ": the convolution's output is empty for input ",
+             x_in.describe(), " and weight ", w_in.describe());
+  const kernels::Pool2dParams pool =
+      kernels::make_pool2d_params(p.n, p.oc, p.out_h(), p.out_w(), po.kernel[0], po.kernel[1], po.stride[0],
+                                  po.stride[1], po.pad_mode, po.padding[0], po.padding[2], true, op_name(op));
+  if (x_in.dtype() == DType::kF64 || w_in.dtype() == DType::kF64 || o.relu || !kernels::strided_pool_supported(pool))
+    return relu_max_pool2d(conv2d(x_in, w_in, b_in, o), po);
+  Dispatch d(op, {&x_in, &w_in, &b_in});
+  Tensor x = d.input(0), w = d.input(1), b = d.input(2);
+  const DType out = d.compute_dtype();  // the pooled output's dtype, as the two ops would store it
+  p.x_dtype = x.dtype();
+  p.w_dtype = w.dtype();
+  p.y_dtype = out == DType::kBF16 ? DType::kBF16 : DType::kF32;  // the convolution's own output (f16: f32)
+  p.bias_dtype = b.defined() ? b.dtype() : DType::kF32;
+  Tensor y = empty({pool.n, pool.c, pool.oh, pool.ow}, out);
+  Tensor argmax;
+  if (d.needs_grad()) argmax = empty({pool.n, pool.c, pool.oh, pool.ow}, DType::kU8);
+  kernels::onednn::conv2d_relu_max_pool2d_forward(p, pool, x.raw_data(), w.raw_data(),
+                                                  b.defined() ? b.raw_data() : nullptr, out, y.raw_data(),
+                                                  argmax.defined() ? argmax.data<uint8_t>() : nullptr);
+  const bool has_bias = b.defined(), need_dx = d.input_needs_grad(0);
+  Tensor x_saved = !need_dx && !x.is_same(x_in) ? x_in : x;  // as in conv2d: the data batch is recast
+  return d.finish(y, [x = x_saved, w, argmax, p, pool, out, has_bias, need_dx](const TensorList& g) {
+    Tensor gy = grad_as(g[0], out);
+    Tensor dx = need_dx ? empty(x.shape(), x.dtype()) : Tensor();
+    const DType dw_dtype = master_dtype(p.w_dtype), db_dtype = master_dtype(p.bias_dtype);
+    Tensor dw = empty(w.shape(), dw_dtype);
+    Tensor db = has_bias ? empty({p.oc}, db_dtype) : Tensor();
+    Tensor xc = x.dtype() == p.x_dtype ? x : x.to(p.x_dtype);
+    kernels::onednn::conv2d_relu_max_pool2d_backward(p, pool, xc.raw_data(), w.raw_data(), gy.dtype(), gy.raw_data(),
+                                                     argmax.data<uint8_t>(), need_dx ? dx.raw_data() : nullptr,
+                                                     dw.raw_data(), dw_dtype, has_bias ? db.raw_data() : nullptr,
+                                                     db_dtype);
+    return TensorList{dx, dw, db};
+  });
 }
 
 Tensor avg_pool2d(const Tensor& x_in, const Pool2dOptions& o) {

@@ -48,8 +48,9 @@ enum class Op : uint16_t {
   kTranspose,
   kSplit,
   kAttention,
+  kConv2dReluMaxPool2d,
 };
-inline constexpr int kNumOps = static_cast<int>(Op::kAttention) + 1;
+inline constexpr int kNumOps = static_cast<int>(Op::kConv2dReluMaxPool2d) + 1;
 
 // How automatic mixed precision treats an op (demi/amp turns a level into a compute dtype per class).
 enum class AmpClass : uint8_t {
@@ -109,6 +110,7 @@ inline constexpr std::array<OpInfo, kNumOps> kOpTable = {{
     {Op::kTranspose, "Transpose", AmpClass::kFollow, true},
     {Op::kSplit, "Split", AmpClass::kFollow, true},
     {Op::kAttention, "ScaledDotProductAttention", AmpClass::kWhite, true},
+    {Op::kConv2dReluMaxPool2d, "Conv2dReLUMaxPool2d", AmpClass::kWhite, true},
 }};
 
 constexpr bool op_table_in_enum_order() {

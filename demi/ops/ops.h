@@ -71,6 +71,11 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options);
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options);
 // max_pool2d(relu(x)) in one pass, forward and backward
 Tensor relu_max_pool2d(const Tensor& x, const Pool2dOptions& options);
+// relu_max_pool2d(conv2d(x, w, b, conv), pool) as one op: the convolution's full-size output stays in
+// workspace in oneDNN's own layout and only the pooled result is stored (kernels/onednn/conv.h); the values
+// are the two ops'. Pools whose windows overlap or reach padding, and f64, run the two ops.
+Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& conv,
+                              const Pool2dOptions& pool);
 
 // ---- activations ----
 Tensor relu(const Tensor& x);
