@@ -1,5 +1,6 @@
 #include "demi/kernels/onednn/matmul.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -133,44 +134,127 @@ void split_operand(const Half* src, int64_t batch, int64_t stored_rows, int64_t 
   }
 }
 
-// f16 x f16 as one bf16 product over 4K: A' = [ah ah al al], B' = [bh; bl; bh; bl] (f16_split.h).
-void matmul_f16_split(const MatmulParams& p, const void* a, const void* b, void* c) {
-  CallContext ctx(0);
-  const int64_t a_numel = p.batch * p.m * p.k, b_numel = p.batch * p.k * p.n;
-  auto* a4 = static_cast<BFloat16*>(ctx.scratch_buffer(static_cast<size_t>(4 * a_numel) * sizeof(BFloat16)));
-  auto* b4 = static_cast<BFloat16*>(ctx.scratch_buffer(static_cast<size_t>(4 * b_numel) * sizeof(BFloat16)));
-  // a stored (M, K) has K along its rows; a^T stored (K, M) has K down them. b: the other way round.
-  split_operand(static_cast<const Half*>(a), p.batch, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, !p.trans_a,
-                kSplitLhs, a4);
-  split_operand(static_cast<const Half*>(b), p.batch, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.trans_b,
-                kSplitRhs, b4);
-  MatmulParams q = p;
-  q.k = 4 * p.k;
-  q.a_dtype = q.b_dtype = DType::kBF16;
-  matmul_f32_bf16(q, a4, b4, c);
+// Rows of an f16 operand prepared at a time: about 2^20 elements (4 MiB of f32), at least 256 rows (fewer
+// make the product's own blocking inefficient), so that the workspace stays bounded (model D's 4096 x 1024
+// activations: 16 MiB of f32 in one piece otherwise).
+std::atomic<int64_t> g_chunk_min_rows{256}, g_chunk_elements{int64_t{1} << 20};
+
+int64_t chunk_rows(int64_t row_len) {
+  return std::max<int64_t>(g_chunk_min_rows.load(std::memory_order_relaxed),
+                           g_chunk_elements.load(std::memory_order_relaxed) / std::max<int64_t>(1, row_len));
 }
 
-// The f16 path: both operands f16 and a product worth it -> the exact bf16 split on AMX; otherwise f16
-// operands are converted to f32 in tracked workspace (F16C-fast, parallel) and the f32 product runs. An
-// f16 output is converted back by matmul_f32_bf16.
-void matmul_f16(const MatmulParams& p, const void* a, const void* b, void* c) {
-  if (f16_matmul_splits(p)) return matmul_f16_split(p, a, b, c);
+// An operand as the primitive reads it: f32 or bf16 passed through, f16 widened to f32.
+const void* widen(CallContext& ctx, const void* src, DType t, int64_t n, float* buf = nullptr) {
+  if (t != DType::kF16) return src;
+  float* dst = buf ? buf : static_cast<float*>(ctx.scratch_buffer(static_cast<size_t>(n) * sizeof(float)));
+  convert(src, DType::kF16, dst, DType::kF32, n);
+  return dst;
+}
+
+// a plain (M, K), batch 1: b prepared once (split into [bh; bl; bh; bl], or widened), then a in row chunks,
+// each split into [ah ah al al] (four times K) or widened, and multiplied into its rows of c.
+void matmul_f16_row_chunks(const MatmulParams& p, const void* a, const void* b, void* c, bool split) {
   CallContext ctx(0);
+  const int64_t k4 = split ? 4 * p.k : p.k;
+  const void* bp = nullptr;
+  if (split) {
+    auto* b4 = static_cast<BFloat16*>(ctx.scratch_buffer(static_cast<size_t>(4 * p.k * p.n) * sizeof(BFloat16)));
+    split_operand(static_cast<const Half*>(b), 1, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.trans_b,
+                  kSplitRhs, b4);
+    bp = b4;
+  } else {
+    bp = widen(ctx, b, p.b_dtype, p.k * p.n);
+  }
+  const int64_t rows = std::min(p.m, chunk_rows(k4));
+  const size_t a_elem = dtype_size(p.a_dtype), c_elem = dtype_size(p.c_dtype);
+  void* abuf = split || p.a_dtype == DType::kF16
+                   ? ctx.scratch_buffer(static_cast<size_t>(rows * k4) * (split ? sizeof(BFloat16) : sizeof(float)))
+                   : nullptr;
   MatmulParams q = p;
-  if (q.a_dtype == DType::kF16) {
-    a = internal::to_f32(ctx, a, DType::kF16, p.batch * p.m * p.k);
-    q.a_dtype = DType::kF32;
+  q.k = k4;
+  q.a_dtype = split ? DType::kBF16 : (p.a_dtype == DType::kF16 ? DType::kF32 : p.a_dtype);
+  q.b_dtype = split ? DType::kBF16 : (p.b_dtype == DType::kF16 ? DType::kF32 : p.b_dtype);
+  for (int64_t m0 = 0; m0 < p.m; m0 += rows) {
+    q.m = std::min(rows, p.m - m0);
+    const void* a_rows = static_cast<const char*>(a) + static_cast<size_t>(m0 * p.k) * a_elem;
+    const void* ap = a_rows;
+    if (split) {
+      split_f16_bf16(static_cast<const Half*>(a_rows), q.m, p.k, static_cast<BFloat16*>(abuf), 4 * p.k, p.k,
+                     kSplitLhs);
+      ap = abuf;
+    } else {
+      ap = widen(ctx, a_rows, p.a_dtype, q.m * p.k, static_cast<float*>(abuf));
+    }
+    matmul_f32_bf16(q, ap, bp, static_cast<char*>(c) + static_cast<size_t>(m0 * p.n) * c_elem);
   }
-  if (q.b_dtype == DType::kF16) {
-    b = internal::to_f32(ctx, b, DType::kF16, p.batch * p.k * p.n);
-    q.b_dtype = DType::kF32;
+}
+
+// a^T b with a stored (K, M) and b (K, N), batch 1, f32 c, no bias or ReLU (a weight gradient, K = the
+// batch's rows): K in chunks, each pair of row blocks widened and the partial products summed into c by
+// the primitive's sum post-op.
+void matmul_f16_k_chunks(const MatmulParams& p, const void* a, const void* b, void* c) {
+  CallContext ctx(0);
+  const int64_t rows = std::min(p.k, chunk_rows(std::max(p.m, p.n)));
+  float* abuf = p.a_dtype == DType::kF16
+                    ? static_cast<float*>(ctx.scratch_buffer(static_cast<size_t>(rows * p.m) * sizeof(float)))
+                    : nullptr;
+  float* bbuf = p.b_dtype == DType::kF16
+                    ? static_cast<float*>(ctx.scratch_buffer(static_cast<size_t>(rows * p.n) * sizeof(float)))
+                    : nullptr;
+  MatmulParams q = p;
+  q.a_dtype = p.a_dtype == DType::kF16 ? DType::kF32 : p.a_dtype;
+  q.b_dtype = p.b_dtype == DType::kF16 ? DType::kF32 : p.b_dtype;
+  for (int64_t k0 = 0; k0 < p.k; k0 += rows) {
+    q.k = std::min(rows, p.k - k0);
+    q.accumulate = p.accumulate || k0 > 0;
+    const void* ap = widen(ctx, static_cast<const char*>(a) + static_cast<size_t>(k0 * p.m) * dtype_size(p.a_dtype),
+                           p.a_dtype, q.k * p.m, abuf);
+    const void* bp = widen(ctx, static_cast<const char*>(b) + static_cast<size_t>(k0 * p.n) * dtype_size(p.b_dtype),
+                           p.b_dtype, q.k * p.n, bbuf);
+    matmul_f32_bf16(q, ap, bp, c);
   }
+}
+
+// The f16 path. Both operands f16 and a product worth it: the exact bf16 split on AMX; otherwise f16
+// operands widened to f32 and the f32 product. A plain a runs in row chunks, a weight gradient (a^T b into
+// f32) in K chunks, anything else (batched, a^T with an f16 output) widened whole. An f16 output is
+// converted back by matmul_f32_bf16.
+void matmul_f16(const MatmulParams& p, const void* a, const void* b, void* c) {
+  const bool split = f16_matmul_splits(p);
+  if (p.batch == 1 && !p.trans_a) return matmul_f16_row_chunks(p, a, b, c, split);
+  if (p.batch == 1 && p.trans_a && !p.trans_b && !split && p.c_dtype == DType::kF32 && p.bias == nullptr && !p.relu)
+    return matmul_f16_k_chunks(p, a, b, c);
+  CallContext ctx(0);
+  if (split) {
+    const int64_t a_numel = p.batch * p.m * p.k, b_numel = p.batch * p.k * p.n;
+    auto* a4 = static_cast<BFloat16*>(ctx.scratch_buffer(static_cast<size_t>(4 * a_numel) * sizeof(BFloat16)));
+    auto* b4 = static_cast<BFloat16*>(ctx.scratch_buffer(static_cast<size_t>(4 * b_numel) * sizeof(BFloat16)));
+    // a stored (M, K) has K along its rows; a^T stored (K, M) has K down them. b: the other way round.
+    split_operand(static_cast<const Half*>(a), p.batch, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, !p.trans_a,
+                  kSplitLhs, a4);
+    split_operand(static_cast<const Half*>(b), p.batch, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.trans_b,
+                  kSplitRhs, b4);
+    MatmulParams q = p;
+    q.k = 4 * p.k;
+    q.a_dtype = q.b_dtype = DType::kBF16;
+    return matmul_f32_bf16(q, a4, b4, c);
+  }
+  MatmulParams q = p;
+  a = widen(ctx, a, p.a_dtype, p.batch * p.m * p.k);
+  b = widen(ctx, b, p.b_dtype, p.batch * p.k * p.n);
+  q.a_dtype = p.a_dtype == DType::kF16 ? DType::kF32 : p.a_dtype;
+  q.b_dtype = p.b_dtype == DType::kF16 ? DType::kF32 : p.b_dtype;
   matmul_f32_bf16(q, a, b, c);
 }
 
 }  // namespace
 
 void set_f16_matmul(F16Matmul mode) { g_f16_mode.store(mode); }
+void set_f16_matmul_chunking(int64_t min_rows, int64_t target_elements) {
+  g_chunk_min_rows.store(std::max<int64_t>(1, min_rows));
+  g_chunk_elements.store(std::max<int64_t>(1, target_elements));
+}
 F16Matmul f16_matmul() { return g_f16_mode.load(); }
 
 bool f16_matmul_splits(const MatmulParams& p) {
@@ -181,11 +265,12 @@ bool f16_matmul_splits(const MatmulParams& p) {
     case F16Matmul::kAuto: break;
   }
   // The 4K bf16 product itself runs 1.7-3x faster than the f32 one on AMX (model C's and D's shapes), but
-  // the split operands are 4x the f16 bytes, written and packed again: end to end (kernels_bench, ms,
-  // f16 split / f32) it wins only with many rows and a plain a: model D forward 5.2/6.1, 1.7/2.0, 6.3/7.6,
-  // backward-data 1.7/2.2, 6.9/7.6 (others even); model C's 256 rows lose (1.78/1.43), and so do weight
-  // gradients (a^T: 8.8/8.5, 11.7/10.6). A convert-while-packing GEMM would not pay the 4x traffic.
-  return onednn_has_amx() && p.m >= 1024 && p.n >= 32 && !p.trans_a;
+  // the split operands are 4x the f16 bytes, written and packed again: end to end (kernels_bench, Dense,
+  // ms, f16 / f32) it wins only with many rows, a plain a and a short K: model D's K = 256 products
+  // 5.6/5.9, 1.9/1.9, 6.5/8.0, 7.8/8.4, while K = 768-1024 lose (9.2/5.7, 12.2/8.8, 11.2/7.8), as do
+  // model C's 256 rows (1.78/1.43) and weight gradients (a^T). A convert-while-packing GEMM would not pay
+  // the 4x traffic.
+  return onednn_has_amx() && p.m >= 1024 && p.n >= 32 && p.k <= 512 && !p.trans_a;
 }
 
 void matmul(const MatmulParams& p, const void* a, const void* b, void* c) {

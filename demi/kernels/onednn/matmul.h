@@ -7,8 +7,9 @@
 // writing f32 or bf16 directly; f32 and mixed operands in f32; f16 x f16 (oneDNN 2.6 has no f16 kernels)
 // either as one bf16 product over 4K of the operands split exactly into bf16 pairs (../cpu/f16_split.h:
 // the f32 product of the f16 values, up to summation order) where oneDNN runs bf16 on AMX and the product
-// has >= 1024 rows and a plain a (where that measured faster), else converted to f32 in tracked workspace
-// and computed in f32; an f16 output is converted back from f32.
+// has >= 1024 rows, K <= 512 and a plain a (where that measured faster), else widened to f32 in tracked
+// workspace and computed in f32 — a plain a (or a weight gradient's K) a chunk of rows at a time, so the
+// workspace stays bounded; an f16 output is converted back from f32.
 // f64 runs the reference kernel (gradient checks). Primitives are created once per shape, dtypes and flags
 // and cached (primitive_cache.h).
 #pragma once
@@ -27,6 +28,9 @@ void matmul(const MatmulParams& p, const void* a, const void* b, void* c);
 enum class F16Matmul { kAuto, kSplitBf16, kConvertF32 };
 void set_f16_matmul(F16Matmul mode);
 F16Matmul f16_matmul();
+// f16 operands are prepared max(min_rows, target_elements / row length) rows at a time (default 256 and
+// 2^20, which bounds the workspace); tests set small values to cover many chunks on small products.
+void set_f16_matmul_chunking(int64_t min_rows, int64_t target_elements);
 // Whether a product with these parameters takes the split-bf16 path under the current mode.
 bool f16_matmul_splits(const MatmulParams& p);
 

@@ -126,8 +126,11 @@ TEST(OnednnMatmul, Float16SplitAndConvertPathsMatchTheReference) {
   };
   const Mnk shapes[] = {{1, 10, 3}, {7, 65, 17}, {33, 40, 300}, {64, 48, 80}};
   uint64_t seed = 9000;
+  for (int chunking = 0; chunking < 2; ++chunking)
   for (F16Matmul mode : {F16Matmul::kSplitBf16, F16Matmul::kConvertF32}) {
     ScopedF16Matmul scoped(mode);
+    // Chunks of 5+ rows (or ~400 elements): M and, for a^T b into f32, K run in several chunks.
+    set_f16_matmul_chunking(chunking ? 5 : 256, chunking ? 400 : int64_t{1} << 20);
     for (DType c : {F16, F32})
       for (const Mnk& s : shapes)
         for (int t = 0; t < 4; ++t)
@@ -149,6 +152,7 @@ TEST(OnednnMatmul, Float16SplitAndConvertPathsMatchTheReference) {
             check(p, flags != 0, seed += 10);
           }
   }
+  set_f16_matmul_chunking(256, int64_t{1} << 20);
 }
 
 TEST(OnednnMatmul, Float64RunsTheReferenceExactly) {
