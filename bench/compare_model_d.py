@@ -1,11 +1,14 @@
 #!/usr/bin/python3
 """Model D (BENCHMARKS.md), demi against PyTorch, interleaved: demi O0, PyTorch fp32, demi O2-bf16, PyTorch bf16
-autocast, repeated; prints the median samples/s of each, the ratios, and demi's tracked peak memory O2 / O0.
+autocast, demi O2-fp16, repeated; prints the median samples/s of each, the ratios, and demi's tracked peak memory
+O2 / O0. Every measurement is appended to bench/results/compare.jsonl, as bench/compare.py does.
 
     /usr/bin/python3 bench/compare_model_d.py [--reps 3] [--steps 8] [--bench build/release/bench/transformer_bench]
                                               [--no-torch-fp32]
 """
 import argparse
+import datetime
+import json
 import os
 import statistics
 import sys
@@ -22,8 +25,11 @@ def main():
     args = ap.parse_args()
     env = dict(os.environ, **TORCH_ENV)
     results = {}
+    stamp = datetime.datetime.utcnow().isoformat(timespec="seconds")
+    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
+    log = open(os.path.join(ROOT, "bench", "results", "compare.jsonl"), "a")
     for rep in range(args.reps):
-        runs = [("demi", ["O0"]), ("torch", "fp32"), ("demi", ["O2-bf16"]), ("torch", "bf16")]
+        runs = [("demi", ["O0"]), ("torch", "fp32"), ("demi", ["O2-bf16"]), ("torch", "bf16"), ("demi", ["O2-fp16"])]
         for fw, setting in runs:
             if fw == "demi":
                 rows = run_json([args.bench, "--settings", ",".join(setting), "--steps", str(args.steps)])
@@ -34,6 +40,8 @@ def main():
                 rows = run_json(["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_model_d.py"), "--precision",
                                  setting, "--steps", str(args.steps)], e)
             for r in rows:
+                r["rep"], r["time"], r["model"] = rep, stamp, "D"
+                log.write(json.dumps(r) + "\n")
                 results.setdefault((r["framework"], r["setting"]), []).append(r)
                 print(f"  rep {rep} {r['framework']:7s} {r['setting']:8s} {r['samples_per_second']:8.1f} samples/s",
                       file=sys.stderr)
@@ -42,14 +50,17 @@ def main():
         rs = results.get((fw, s))
         return statistics.median(r[key] for r in rs) if rs else float("nan")
 
+    log.close()
     print(f"model D, median of {args.reps} interleaved repetitions, samples/s")
-    for fw, s in [("pytorch", "fp32"), ("pytorch", "bf16"), ("demi", "O0"), ("demi", "O2-bf16")]:
+    for fw, s in [("pytorch", "fp32"), ("pytorch", "bf16"), ("demi", "O0"), ("demi", "O2-bf16"), ("demi", "O2-fp16")]:
         print(f"  {fw:8s} {s:8s} {med(fw, s):8.1f}")
     print(f"  demi O0 / PyTorch fp32:           {med('demi', 'O0') / med('pytorch', 'fp32'):.2f}x")
     print(f"  demi O2-bf16 / PyTorch bf16:      {med('demi', 'O2-bf16') / med('pytorch', 'bf16'):.2f}x")
     print(f"  demi O2-bf16 / demi O0:           {med('demi', 'O2-bf16') / med('demi', 'O0'):.2f}x")
+    print(f"  demi O2-fp16 / demi O0:           {med('demi', 'O2-fp16') / med('demi', 'O0'):.2f}x")
     print(f"  demi tracked peak O2 / O0:        {med('demi', 'O2-bf16', 'peak_tracked') / med('demi', 'O0', 'peak_tracked'):.3f}"
-          f" (activations {med('demi', 'O2-bf16', 'peak_activation') / med('demi', 'O0', 'peak_activation'):.3f})")
+          f" (activations {med('demi', 'O2-bf16', 'peak_activation') / med('demi', 'O0', 'peak_activation'):.3f};"
+          f" O2-fp16 / O0 {med('demi', 'O2-fp16', 'peak_tracked') / med('demi', 'O0', 'peak_tracked'):.3f})")
 
 
 if __name__ == "__main__":
