@@ -338,8 +338,8 @@ void check_fused(const Conv2dParams& p, const Pool2dParams& pool, const char* wh
              p.out_h(), ", ", p.out_w(), ") or its windows overlap or reach padding");
 }
 
-// Writes the pooling's gradient into `dst` laid out as `md` (the primitive's diff_dst), or, for a layout
-// the strided kernels cannot address, into NCHW scratch that `plan` reorders into the primitive's layout.
+// The pooling's gradient in the layout a primitive reads as diff_dst (plan.prim_md), in workspace: written
+// there directly, or, for a layout the strided kernels cannot address, written as NCHW and reordered by plan.
 const void* pooled_gradient(CallContext& ctx, const InputPlan& plan, const Pool2dParams& pool, DType dy_dtype,
                             const void* dy, const uint8_t* argmax) {
   const memory::desc& md = plan.prim_md;
@@ -418,7 +418,8 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
     if (dx == nullptr) return;
     auto d = entry_for(p, ConvDirection::kBackwardData, false);
     CallContext dctx(d->scratch_bytes);
-    const void* ddy = d->in0.prim_md == e->in1.prim_md ? dys : pooled_gradient(dctx, d->in0, pool, dy_dtype, dy, argmax);
+    const void* ddy =
+        d->in0.prim_md == e->in1.prim_md ? dys : pooled_gradient(dctx, d->in0, pool, dy_dtype, dy, argmax);
     const void* ws = dctx.input(d->in1, w, p.w_numel());
     void* dx_dst = dctx.output(d->out, dx, p.x_numel());
     dctx.execute(d->prim, {{DNNL_ARG_DIFF_DST, internal::make_memory(d->in0.prim_md, ddy)},
