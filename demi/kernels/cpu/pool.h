@@ -44,6 +44,8 @@ struct StridedLayout4 {
   int64_t offset(int64_t n, int64_t c, int64_t h, int64_t w) const {
     return n * sn + (c / cb) * scb + (c % cb) * sc + h * sh + w * sw;
   }
+  // Plain NCHW with C channels of H x W.
+  static StridedLayout4 nchw(int64_t c, int64_t h, int64_t w) { return {c * h * w, 0, h * w, w, 1, c}; }
 };
 
 // The pool these kernels serve: windows that neither overlap nor reach padding.

@@ -388,7 +388,7 @@ TEST(PoolGradient, MaxAvgAndFusedMatchFiniteDifferences) {
 
 // ---- pooling from a convolution's layout (the fused Conv2d -> ReLU -> MaxPool2d) ----
 
-StridedLayout4 nchw_layout(const Pool2dParams& p) { return {p.c * p.h * p.w, 0, p.h * p.w, p.w, 1, p.c}; }
+StridedLayout4 nchw_layout(const Pool2dParams& p) { return StridedLayout4::nchw(p.c, p.h, p.w); }
 StridedLayout4 nhwc_layout(const Pool2dParams& p) { return {p.h * p.w * p.c, 0, 1, p.w * p.c, p.c, p.c}; }
 // nChw16c with the channels padded up to a multiple of 16.
 StridedLayout4 blocked16_layout(const Pool2dParams& p) {

@@ -227,6 +227,52 @@ const char* op_name(ConvDirection dir) {
   throw;  // unreachable: DEMI_ASSERT(false) throws
 }
 
+// Each direction's execution, shared by the plain calls and the fused Conv2d -> ReLU -> MaxPool2d: the
+// caller brings the operand a call prepares differently (y's or dy's buffer, in the primitive's layout);
+// the rest goes through the entry's plans.
+
+// x, w (and bias) through their plans; the output into `dst`, laid out as e.out.prim_md.
+void run_forward(CallContext& ctx, const ConvEntry& e, const Conv2dParams& p, const void* x, const void* w,
+                 const void* bias, void* dst) {
+  const void* xs = ctx.input(e.in0, x, p.x_numel());
+  const void* ws = ctx.input(e.in1, w, p.w_numel());
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, internal::make_memory(e.in0.prim_md, xs)},
+                                       {DNNL_ARG_WEIGHTS, internal::make_memory(e.in1.prim_md, ws)},
+                                       {DNNL_ARG_DST, internal::make_memory(e.out.prim_md, dst)}};
+  if (bias)
+    args.emplace(DNNL_ARG_BIAS, internal::make_memory(e.bias_md, internal::to_f32(ctx, bias, p.bias_dtype, p.oc)));
+  ctx.execute(e.prim, std::move(args));
+}
+
+// dys already laid out as e.in0.prim_md; w through its plan; dx (and its conversion) through e.out.
+void run_backward_data(CallContext& ctx, const ConvEntry& e, const Conv2dParams& p, const void* dys, const void* w,
+                       void* dx) {
+  const void* ws = ctx.input(e.in1, w, p.w_numel());
+  void* dst = ctx.output(e.out, dx, p.x_numel());
+  ctx.execute(e.prim, {{DNNL_ARG_DIFF_DST, internal::make_memory(e.in0.prim_md, dys)},
+                       {DNNL_ARG_WEIGHTS, internal::make_memory(e.in1.prim_md, ws)},
+                       {DNNL_ARG_DIFF_SRC, internal::make_memory(e.out.prim_md, dst)}});
+  ctx.finish_output(e.out, dst, dx, p.x_numel());
+}
+
+// x through its plan, dys already laid out as e.in1.prim_md; dw and db through e.out and e.db.
+void run_backward_weights(CallContext& ctx, const ConvEntry& e, const Conv2dParams& p, const void* x,
+                          const void* dys, void* dw, void* db) {
+  const void* xs = ctx.input(e.in0, x, p.x_numel());
+  void* dw_dst = ctx.output(e.out, dw, p.w_numel());
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, internal::make_memory(e.in0.prim_md, xs)},
+                                       {DNNL_ARG_DIFF_DST, internal::make_memory(e.in1.prim_md, dys)},
+                                       {DNNL_ARG_DIFF_WEIGHTS, internal::make_memory(e.out.prim_md, dw_dst)}};
+  void* db_dst = nullptr;
+  if (db) {
+    db_dst = ctx.output(e.db, db, p.oc);
+    args.emplace(DNNL_ARG_DIFF_BIAS, internal::make_memory(e.db.prim_md, db_dst));
+  }
+  ctx.execute(e.prim, std::move(args));
+  ctx.finish_output(e.out, dw_dst, dw, p.w_numel());
+  if (db) ctx.finish_output(e.db, db_dst, db, p.oc);
+}
+
 }  // namespace
 
 void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {
@@ -236,16 +282,8 @@ void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const v
   try {
     auto e = entry_for(p, dir, bias != nullptr);
     CallContext ctx(e->scratch_bytes);
-    const void* xs = ctx.input(e->in0, x, p.x_numel());
-    const void* ws = ctx.input(e->in1, w, p.w_numel());
     void* dst = ctx.output(e->out, y, p.y_numel());
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, internal::make_memory(e->in0.prim_md, xs)},
-                                         {DNNL_ARG_WEIGHTS, internal::make_memory(e->in1.prim_md, ws)},
-                                         {DNNL_ARG_DST, internal::make_memory(e->out.prim_md, dst)}};
-    if (bias)
-      args.emplace(DNNL_ARG_BIAS,
-                   internal::make_memory(e->bias_md, internal::to_f32(ctx, bias, p.bias_dtype, p.oc)));
-    ctx.execute(e->prim, std::move(args));
+    run_forward(ctx, *e, p, x, w, bias, dst);
     ctx.finish_output(e->out, dst, y, p.y_numel());
   } catch (const dnnl::error& err) {
     rethrow_dnnl(err, p, dir);
@@ -259,13 +297,7 @@ void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, 
   try {
     auto e = entry_for(p, dir, false);
     CallContext ctx(e->scratch_bytes);
-    const void* dys = ctx.input(e->in0, dy, p.y_numel());
-    const void* ws = ctx.input(e->in1, w, p.w_numel());
-    void* dst = ctx.output(e->out, dx, p.x_numel());
-    ctx.execute(e->prim, {{DNNL_ARG_DIFF_DST, internal::make_memory(e->in0.prim_md, dys)},
-                          {DNNL_ARG_WEIGHTS, internal::make_memory(e->in1.prim_md, ws)},
-                          {DNNL_ARG_DIFF_SRC, internal::make_memory(e->out.prim_md, dst)}});
-    ctx.finish_output(e->out, dst, dx, p.x_numel());
+    run_backward_data(ctx, *e, p, ctx.input(e->in0, dy, p.y_numel()), w, dx);
   } catch (const dnnl::error& err) {
     rethrow_dnnl(err, p, dir);
   }
@@ -278,21 +310,7 @@ void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* d
   try {
     auto e = entry_for(p, dir, db != nullptr);
     CallContext ctx(e->scratch_bytes);
-    const void* xs = ctx.input(e->in0, x, p.x_numel());
-    const void* dys = ctx.input(e->in1, dy, p.y_numel());
-    void* dw_dst = ctx.output(e->out, dw, p.w_numel());
-    std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, internal::make_memory(e->in0.prim_md, xs)},
-        {DNNL_ARG_DIFF_DST, internal::make_memory(e->in1.prim_md, dys)},
-        {DNNL_ARG_DIFF_WEIGHTS, internal::make_memory(e->out.prim_md, dw_dst)}};
-    void* db_dst = nullptr;
-    if (db) {
-      db_dst = ctx.output(e->db, db, p.oc);
-      args.emplace(DNNL_ARG_DIFF_BIAS, internal::make_memory(e->db.prim_md, db_dst));
-    }
-    ctx.execute(e->prim, std::move(args));
-    ctx.finish_output(e->out, dw_dst, dw, p.w_numel());
-    if (db) ctx.finish_output(e->db, db_dst, db, p.oc);
+    run_backward_weights(ctx, *e, p, x, ctx.input(e->in1, dy, p.y_numel()), dw, db);
   } catch (const dnnl::error& err) {
     rethrow_dnnl(err, p, dir);
   }
@@ -323,7 +341,7 @@ std::optional<StridedLayout4> strided_layout(const memory::desc& md) {
   return std::nullopt;
 }
 
-DType dtype_of(const memory::desc& md) {
+DType md_dtype(const memory::desc& md) {
   return md.data_type() == memory::data_type::bf16 ? DType::kBF16 : DType::kF32;
 }
 
@@ -343,16 +361,16 @@ void check_fused(const Conv2dParams& p, const Pool2dParams& pool, const char* wh
 const void* pooled_gradient(CallContext& ctx, const InputPlan& plan, const Pool2dParams& pool, DType dy_dtype,
                             const void* dy, const uint8_t* argmax) {
   const memory::desc& md = plan.prim_md;
-  const DType ct = dtype_of(md);
+  const DType ct = md_dtype(md);
   if (auto l = strided_layout(md)) {
     void* buf = ctx.scratch_buffer(md.get_size());
     max_pool2d_backward_strided(pool, dy_dtype, dy, argmax, ct, buf, *l, static_cast<int64_t>(md.get_size()));
     return buf;
   }
-  const StridedLayout4 nchw{pool.c * pool.h * pool.w, 0, pool.h * pool.w, pool.w, 1, pool.c};
   const int64_t bytes = pool.x_numel() * static_cast<int64_t>(dtype_size(ct));
   void* buf = ctx.scratch_buffer(static_cast<size_t>(bytes));
-  max_pool2d_backward_strided(pool, dy_dtype, dy, argmax, ct, buf, nchw, bytes);
+  max_pool2d_backward_strided(pool, dy_dtype, dy, argmax, ct, buf, StridedLayout4::nchw(pool.c, pool.h, pool.w),
+                              bytes);
   return ctx.input(plan, buf, pool.x_numel());
 }
 
@@ -365,26 +383,18 @@ void conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dParams& p
   try {
     auto e = entry_for(p, ConvDirection::kForward, bias != nullptr);
     CallContext ctx(e->scratch_bytes);
-    const void* xs = ctx.input(e->in0, x, p.x_numel());
-    const void* ws = ctx.input(e->in1, w, p.w_numel());
     const memory::desc& ymd = e->out.prim_md;
     void* conv_out = ctx.scratch_buffer(ymd.get_size());
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, internal::make_memory(e->in0.prim_md, xs)},
-                                         {DNNL_ARG_WEIGHTS, internal::make_memory(e->in1.prim_md, ws)},
-                                         {DNNL_ARG_DST, internal::make_memory(ymd, conv_out)}};
-    if (bias)
-      args.emplace(DNNL_ARG_BIAS,
-                   internal::make_memory(e->bias_md, internal::to_f32(ctx, bias, p.bias_dtype, p.oc)));
-    ctx.execute(e->prim, std::move(args));
+    run_forward(ctx, *e, p, x, w, bias, conv_out);
     if (auto l = strided_layout(ymd)) {
-      relu_max_pool2d_forward_strided(pool, dtype_of(ymd), conv_out, *l, y_dtype, y, argmax);
+      relu_max_pool2d_forward_strided(pool, md_dtype(ymd), conv_out, *l, y_dtype, y, argmax);
       return;
     }
     // A layout the strided kernels cannot address: NCHW first, as conv2d_forward would.
     void* plain = ctx.scratch_buffer(static_cast<size_t>(p.y_numel()) * dtype_size(p.y_dtype));
     ctx.finish_output(e->out, conv_out, plain, p.y_numel());
-    const StridedLayout4 nchw{pool.c * pool.h * pool.w, 0, pool.h * pool.w, pool.w, 1, pool.c};
-    relu_max_pool2d_forward_strided(pool, p.y_dtype, plain, nchw, y_dtype, y, argmax);
+    relu_max_pool2d_forward_strided(pool, p.y_dtype, plain, StridedLayout4::nchw(pool.c, pool.h, pool.w), y_dtype, y,
+                                    argmax);
   } catch (const dnnl::error& err) {
     rethrow_dnnl(err, p, ConvDirection::kForward);
   }
@@ -401,31 +411,14 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
     q.bias_dtype = db ? db_dtype : p.bias_dtype;
     auto e = entry_for(q, ConvDirection::kBackwardWeights, db != nullptr);
     CallContext ctx(e->scratch_bytes);
-    const void* xs = ctx.input(e->in0, x, p.x_numel());
     const void* dys = pooled_gradient(ctx, e->in1, pool, dy_dtype, dy, argmax);
-    void* dw_dst = ctx.output(e->out, dw, q.w_numel());
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, internal::make_memory(e->in0.prim_md, xs)},
-                                         {DNNL_ARG_DIFF_DST, internal::make_memory(e->in1.prim_md, dys)},
-                                         {DNNL_ARG_DIFF_WEIGHTS, internal::make_memory(e->out.prim_md, dw_dst)}};
-    void* db_dst = nullptr;
-    if (db) {
-      db_dst = ctx.output(e->db, db, p.oc);
-      args.emplace(DNNL_ARG_DIFF_BIAS, internal::make_memory(e->db.prim_md, db_dst));
-    }
-    ctx.execute(e->prim, std::move(args));
-    ctx.finish_output(e->out, dw_dst, dw, q.w_numel());
-    if (db) ctx.finish_output(e->db, db_dst, db, p.oc);
+    run_backward_weights(ctx, *e, q, x, dys, dw, db);
     if (dx == nullptr) return;
     auto d = entry_for(p, ConvDirection::kBackwardData, false);
     CallContext dctx(d->scratch_bytes);
     const void* ddy =
         d->in0.prim_md == e->in1.prim_md ? dys : pooled_gradient(dctx, d->in0, pool, dy_dtype, dy, argmax);
-    const void* ws = dctx.input(d->in1, w, p.w_numel());
-    void* dx_dst = dctx.output(d->out, dx, p.x_numel());
-    dctx.execute(d->prim, {{DNNL_ARG_DIFF_DST, internal::make_memory(d->in0.prim_md, ddy)},
-                           {DNNL_ARG_WEIGHTS, internal::make_memory(d->in1.prim_md, ws)},
-                           {DNNL_ARG_DIFF_SRC, internal::make_memory(d->out.prim_md, dx_dst)}});
-    dctx.finish_output(d->out, dx_dst, dx, p.x_numel());
+    run_backward_data(dctx, *d, p, ddy, w, dx);
   } catch (const dnnl::error& err) {
     rethrow_dnnl(err, p, ConvDirection::kBackwardWeights);
   }
