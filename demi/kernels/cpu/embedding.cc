@@ -2,6 +2,7 @@
 
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/kernels/cpu/internal/checks.h"
 #include "demi/kernels/cpu/internal/embedding_impl.h"
 #include "demi/kernels/cpu/internal/vec_scalar.h"
 
@@ -22,7 +23,7 @@ const cpu_internal::EmbeddingKernels& kernels() {
                                                                                : cpu_internal::embedding_kernels_scalar();
 }
 
-bool is_fast_float(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+using cpu_internal::is_fast_float;
 
 template <typename Id>
 void check_ids_typed(const Id* ids, int64_t n, int64_t vocab) {

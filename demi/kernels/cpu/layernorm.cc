@@ -2,6 +2,7 @@
 
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/kernels/cpu/internal/checks.h"
 #include "demi/kernels/cpu/internal/layernorm_impl.h"
 #include "demi/kernels/cpu/internal/vec_scalar.h"
 #include "demi/kernels/cpu/internal/workspace.h"
@@ -24,13 +25,7 @@ const cpu_internal::LayerNormKernels& kernels() {
 }
 
 void check(std::string_view op, DType dtype, const LayerNormParams& p, bool want_f64) {
-  if (want_f64) {
-    DEMI_CHECK(dtype == DType::kF64, op, ": the double* overload takes float64 data, got ", dtype_name(dtype));
-  } else {
-    DEMI_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16, op,
-               ": expected x of dtype float32, bfloat16 or float16 (float64 takes the double* overload), got ",
-               dtype_name(dtype));
-  }
+  cpu_internal::check_float_entry(op, "x", dtype, want_f64);
   DEMI_CHECK(p.rows >= 0 && p.dim >= 1, op, ": expected x of shape (R, D) with D >= 1, got (", p.rows, ", ", p.dim,
              ")");
   DEMI_CHECK(p.eps > 0.0f, op, ": eps must be positive, got ", p.eps);

@@ -2,6 +2,7 @@
 
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/kernels/cpu/internal/checks.h"
 #include "demi/kernels/cpu/internal/loss_impl.h"
 #include "demi/kernels/cpu/internal/vec_scalar.h"
 #include "demi/kernels/cpu/internal/workspace.h"
@@ -26,11 +27,10 @@ const cpu_internal::LossKernels& kernels() {
                                                                                : cpu_internal::loss_kernels_scalar();
 }
 
-bool is_fast_float(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+using cpu_internal::is_fast_float;
 
 void check_logits(std::string_view op, DType dtype, CrossEntropyParams p) {
-  DEMI_CHECK(is_fast_float(dtype), op, ": expected logits of dtype float32, bfloat16 or float16 (float64 takes the ",
-             "double* overload), got ", dtype_name(dtype));
+  cpu_internal::check_float_entry(op, "logits", dtype, false);
   DEMI_CHECK(p.n >= 0 && p.c >= 1, op, ": expected logits of shape (n, c) with c >= 1, got (", p.n, ", ", p.c, ")");
 }
 
@@ -84,9 +84,7 @@ RowGrad row_grad(const float* dloss, Reduction r, int64_t count) {
   return {dloss, 0, r == Reduction::kMean ? dloss[0] / static_cast<float>(count) : dloss[0]};
 }
 
-void check_f64(std::string_view op, DType dtype) {
-  DEMI_CHECK(dtype == DType::kF64, op, ": the double* overload takes float64 data, got ", dtype_name(dtype));
-}
+void check_f64(std::string_view op, DType dtype) { cpu_internal::check_float_entry(op, "", dtype, true); }
 
 }  // namespace
 

@@ -8,21 +8,18 @@
 #include "demi/core/error.h"
 #include "demi/core/half.h"
 #include "demi/core/parallel.h"
+#include "demi/kernels/cpu/internal/checks.h"
+#include "demi/kernels/cpu/internal/common_impl.h"
 #include "demi/kernels/cpu/internal/pool_strided_kernels.h"
+#include "demi/kernels/cpu/internal/vec_scalar.h"
 #include "demi/kernels/cpu/pool.h"
 
 namespace demi::kernels {
 namespace {
 
-template <typename F>
-void visit_float(DType t, F&& f) {
-  switch (t) {
-    case DType::kF32: return f(float{});
-    case DType::kBF16: return f(BFloat16{});
-    case DType::kF16: return f(Half{});
-    default: DEMI_ASSERT(false, "strided pooling: unexpected dtype ", dtype_name(t));
-  }
-}
+using cpu_internal::VecScalar;
+using cpu_internal::is_fast_float;
+using cpu_internal::visit_float;
 
 // The reference's window rule (reference/pool.cc): the first maximum wins a tie, a NaN wins over numbers;
 // then ReLU: kArgmaxNone where the maximum is not > 0, the value clamped at 0 from below.
@@ -93,6 +90,8 @@ void relu_max_pool2d_forward_strided(const Pool2dParams& p, DType x_dtype, const
              describe(p));
   DEMI_CHECK(x_dtype == DType::kF32 || x_dtype == DType::kBF16, "relu_max_pool2d (strided): x must be float32 or ",
              "bfloat16, got ", dtype_name(x_dtype));
+  DEMI_CHECK(is_fast_float(y_dtype), "relu_max_pool2d (strided): y must be float32, bfloat16 or float16, got ",
+             dtype_name(y_dtype));
   const int64_t rows = p.n * p.oh;
   if (vector_layout(xl, p.c)) {
     parallel_for(0, rows, row_grain(p), [&](int64_t r0, int64_t r1) {
@@ -100,8 +99,8 @@ void relu_max_pool2d_forward_strided(const Pool2dParams& p, DType x_dtype, const
     });
     return;
   }
-  visit_float(x_dtype, [&](auto tx) {
-    visit_float(y_dtype, [&](auto ty) {
+  visit_float<VecScalar>(x_dtype, [&](auto tx) {
+    visit_float<VecScalar>(y_dtype, [&](auto ty) {
       using TX = decltype(tx);
       using TY = decltype(ty);
       parallel_for(0, rows, row_grain(p), [&](int64_t r0, int64_t r1) {
@@ -117,6 +116,8 @@ void max_pool2d_backward_strided(const Pool2dParams& p, DType dy_dtype, const vo
              "padding, got ", describe(p));
   DEMI_CHECK(dx_dtype == DType::kF32 || dx_dtype == DType::kBF16, "max_pool2d backward (strided): dx must be ",
              "float32 or bfloat16, got ", dtype_name(dx_dtype));
+  DEMI_CHECK(is_fast_float(dy_dtype), "max_pool2d backward (strided): dy must be float32, bfloat16 or float16, got ",
+             dtype_name(dy_dtype));
   const int64_t rows = p.n * p.oh;
   const bool vec = vector_layout(dxl, p.c);
   // The windows tile dx exactly: no stride gaps, no uncovered tail rows or columns, no padding in the buffer.
@@ -126,8 +127,8 @@ void max_pool2d_backward_strided(const Pool2dParams& p, DType dy_dtype, const vo
   parallel_for(0, rows, row_grain(p), [&](int64_t r0, int64_t r1) {
     if (vec) return cpu_internal::max_pool_backward_strided_rows_avx512(p, dy_dtype, dy, argmax, dx_dtype, dx, dxl,
                                                                          tiles, r0, r1);
-    visit_float(dy_dtype, [&](auto tdy) {
-      visit_float(dx_dtype, [&](auto tdx) {
+    visit_float<VecScalar>(dy_dtype, [&](auto tdy) {
+      visit_float<VecScalar>(dx_dtype, [&](auto tdx) {
         using TDY = decltype(tdy);
         using TDX = decltype(tdx);
         backward_rows_scalar(p, static_cast<const TDY*>(dy), argmax, static_cast<TDX*>(dx), dxl, r0, r1);

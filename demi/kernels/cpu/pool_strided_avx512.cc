@@ -3,6 +3,7 @@
 // reference's tie and NaN rules, then ReLU; the 16 results go to their NCHW planes. Backward: each window's
 // kh x kw positions are written (the selected one gets dy, the others 0) when the windows tile dx exactly,
 // so no separate zeroing pass is needed; otherwise only the selected positions (dx was zeroed).
+#include "demi/kernels/cpu/internal/common_impl.h"
 #include "demi/kernels/cpu/internal/pool_strided_kernels.h"
 #include "demi/kernels/cpu/internal/vec_avx512.h"
 
@@ -103,20 +104,13 @@ void backward_rows(const Pool2dParams& p, const TDY* dy, const uint8_t* argmax, 
   }
 }
 
-template <typename F>
-void visit_float(DType t, F&& f) {
-  if (t == DType::kF32) return f(float{});
-  if (t == DType::kBF16) return f(BFloat16{});
-  return f(Half{});
-}
-
 }  // namespace
 
 void relu_max_pool_strided_rows_avx512(const Pool2dParams& p, DType x_dtype, const void* x,
                                        const StridedLayout4& xl, DType y_dtype, void* y, uint8_t* argmax,
                                        int64_t r0, int64_t r1) {
-  visit_float(x_dtype, [&](auto tx) {
-    visit_float(y_dtype, [&](auto ty) {
+  visit_float<V>(x_dtype, [&](auto tx) {
+    visit_float<V>(y_dtype, [&](auto ty) {
       using TX = decltype(tx);
       using TY = decltype(ty);
       forward_rows(p, static_cast<const TX*>(x), xl, static_cast<TY*>(y), argmax, r0, r1);
@@ -127,8 +121,8 @@ void relu_max_pool_strided_rows_avx512(const Pool2dParams& p, DType x_dtype, con
 void max_pool_backward_strided_rows_avx512(const Pool2dParams& p, DType dy_dtype, const void* dy,
                                            const uint8_t* argmax, DType dx_dtype, void* dx,
                                            const StridedLayout4& dxl, bool tiles, int64_t r0, int64_t r1) {
-  visit_float(dy_dtype, [&](auto tdy) {
-    visit_float(dx_dtype, [&](auto tdx) {
+  visit_float<V>(dy_dtype, [&](auto tdy) {
+    visit_float<V>(dx_dtype, [&](auto tdx) {
       using TDY = decltype(tdy);
       using TDX = decltype(tdx);
       backward_rows(p, static_cast<const TDY*>(dy), argmax, static_cast<TDX*>(dx), dxl, tiles, r0, r1);

@@ -5,6 +5,7 @@
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/kernels/cpu/elementwise.h"
+#include "demi/kernels/cpu/internal/checks.h"
 #include "demi/kernels/cpu/internal/reduce_impl.h"
 #include "demi/kernels/cpu/internal/vec_scalar.h"
 
@@ -27,7 +28,7 @@ const cpu_internal::ReduceKernels& kernels() {
                                                                                : cpu_internal::reduce_kernels_scalar();
 }
 
-bool is_fast_float(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+using cpu_internal::is_fast_float;
 
 void check_dtypes(std::string_view op, DType x, DType y) {
   DEMI_CHECK(is_fast_float(x) || x == DType::kF64, op,
