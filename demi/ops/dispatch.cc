@@ -204,12 +204,16 @@ bool Dispatch::input_needs_grad(size_t i) const {
   return t != nullptr && t->defined() && t->requires_grad();
 }
 
-Tensor Dispatch::input_as(size_t i, DType dtype) const {
+Tensor Dispatch::input_as(size_t i, DType dtype) const { return cast_input(i, dtype, true); }
+
+Tensor Dispatch::input_uncached(size_t i) const { return cast_input(i, compute_, false); }
+
+Tensor Dispatch::cast_input(size_t i, DType dtype, bool use_cache) const {
   DEMI_ASSERT(i < inputs_.size(), "op ", op_name(op_), " has ", inputs_.size(), " inputs, asked for ", i);
   const Tensor* t = inputs_[i];
   if (t == nullptr || !t->defined()) return Tensor();
   if (!is_floating(t->dtype()) || !is_floating(dtype) || t->dtype() == dtype) return *t;
-  if (t_cast_cache.depth > 0 && is_parameter_like(*t)) {
+  if (use_cache && t_cast_cache.depth > 0 && is_parameter_like(*t)) {
     CastKey key{&t->impl(), t->impl().autograd->version, dtype};
     auto it = t_cast_cache.entries.find(key);
     if (it != t_cast_cache.entries.end()) {
@@ -223,14 +227,6 @@ Tensor Dispatch::input_as(size_t i, DType dtype) const {
     return c;
   }
   return cast(*t, dtype);
-}
-
-Tensor Dispatch::input_uncached(size_t i) const {
-  DEMI_ASSERT(i < inputs_.size(), "op ", op_name(op_), " has ", inputs_.size(), " inputs, asked for ", i);
-  const Tensor* t = inputs_[i];
-  if (t == nullptr || !t->defined()) return Tensor();
-  if (!is_floating(t->dtype()) || !is_floating(compute_) || t->dtype() == compute_) return *t;
-  return cast(*t, compute_);
 }
 
 TensorList Dispatch::finish(TensorList outputs, BackwardFn backward) {

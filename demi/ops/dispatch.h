@@ -178,6 +178,8 @@ class Dispatch {
   TensorList finish(TensorList outputs, BackwardFn backward = nullptr);
 
  private:
+  Tensor cast_input(size_t i, DType dtype, bool use_cache) const;
+
   Op op_;
   std::vector<const Tensor*> inputs_;
   DType compute_;

@@ -144,12 +144,13 @@ int64_t chunk_rows(int64_t row_len) {
                            g_chunk_elements.load(std::memory_order_relaxed) / std::max<int64_t>(1, row_len));
 }
 
-// An operand as the primitive reads it: f32 or bf16 passed through, f16 widened to f32.
+// An operand as the primitive reads it: f32 or bf16 passed through, f16 widened to f32 (into `buf`, reused
+// across chunks, or into fresh workspace).
 const void* widen(CallContext& ctx, const void* src, DType t, int64_t n, float* buf = nullptr) {
   if (t != DType::kF16) return src;
-  float* dst = buf ? buf : static_cast<float*>(ctx.scratch_buffer(static_cast<size_t>(n) * sizeof(float)));
-  convert(src, DType::kF16, dst, DType::kF32, n);
-  return dst;
+  if (buf == nullptr) return internal::to_f32(ctx, src, t, n);
+  convert(src, DType::kF16, buf, DType::kF32, n);
+  return buf;
 }
 
 // a plain (M, K), batch 1: b prepared once (split into [bh; bl; bh; bl], or widened), then a in row chunks,
