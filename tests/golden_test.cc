@@ -3,7 +3,6 @@
 // first five training losses of model A from fixed weights.
 #include <gtest/gtest.h>
 
-#include <cmath>
 
 #include "demi/autograd/autograd.h"
 #include "demi/kernels/tolerance.h"
@@ -15,6 +14,7 @@
 namespace demi {
 namespace {
 
+using testing::expect_close;
 using testing::read_golden;
 
 class Golden : public ::testing::TestWithParam<DType> {
@@ -23,24 +23,8 @@ class Golden : public ::testing::TestWithParam<DType> {
   // A leaf in the test's dtype that requires grad.
   Tensor leaf(const Tensor& t) const { return t.to(dt(), true).set_requires_grad(true); }
   // Tolerance for a result built from sums of up to `terms` products.
-  Tolerance tol(int terms = 1) const {
-    Tolerance t = tolerance_for(dt());
-    double k = std::sqrt(static_cast<double>(terms));
-    return {t.rtol * k, t.atol * k};
-  }
+  Tolerance tol(int terms = 1) const { return testing::tolerance_for_terms(dt(), terms); }
 };
-
-void expect_close(const Tensor& got, const Tensor& want, Tolerance tol, const std::string& what) {
-  ASSERT_TRUE(got.defined()) << what << ": undefined";
-  ASSERT_EQ(got.numel(), want.numel()) << what << ": shape " << got.shape() << " vs " << want.shape();
-  int bad = 0;
-  for (int64_t i = 0; i < want.numel() && bad < 5; ++i) {
-    if (!tol.close(got.get(i), want.get(i))) {
-      ++bad;
-      ADD_FAILURE() << what << "[" << i << "]: got " << got.get(i) << ", want " << want.get(i);
-    }
-  }
-}
 
 TEST_P(Golden, Dense) {
   auto g = read_golden("dense");

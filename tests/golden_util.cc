@@ -1,5 +1,8 @@
 #include "golden_util.h"
 
+#include <gtest/gtest.h>
+
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -7,6 +10,24 @@
 namespace demi::testing {
 
 std::string golden_dir() { return std::string(DEMI_SOURCE_DIR) + "/tests/golden"; }
+
+Tolerance tolerance_for_terms(DType dtype, int terms) {
+  Tolerance t = tolerance_for(dtype);
+  double k = std::sqrt(static_cast<double>(terms));
+  return {t.rtol * k, t.atol * k};
+}
+
+void expect_close(const Tensor& got, const Tensor& want, Tolerance tol, const std::string& what) {
+  ASSERT_TRUE(got.defined()) << what << ": undefined";
+  ASSERT_EQ(got.numel(), want.numel()) << what << ": shape " << got.shape() << " vs " << want.shape();
+  int bad = 0;
+  for (int64_t i = 0; i < want.numel() && bad < 5; ++i) {
+    if (!tol.close(got.get(i), want.get(i))) {
+      ++bad;
+      ADD_FAILURE() << what << "[" << i << "]: got " << got.get(i) << ", want " << want.get(i);
+    }
+  }
+}
 
 std::map<std::string, Tensor> read_golden(const std::string& name) {
   std::string path = golden_dir() + "/" + name + ".txt";

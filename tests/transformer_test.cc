@@ -24,25 +24,11 @@ namespace {
 
 using amp::Level;
 using ops::Op;
+using testing::expect_close;
 using testing::read_golden;
 
 // f32 results of a chain of ops against PyTorch's f64: the f32 tolerance grown with the number of terms.
-Tolerance f32_tol(int terms) {
-  Tolerance t = tolerance_for(DType::kF32);
-  double k = std::sqrt(static_cast<double>(terms));
-  return {t.rtol * k, t.atol * k};
-}
-
-void expect_close(const Tensor& got, const Tensor& want, Tolerance tol, const std::string& what) {
-  ASSERT_TRUE(got.defined()) << what << ": undefined";
-  ASSERT_EQ(got.numel(), want.numel()) << what << ": shape " << got.shape() << " vs " << want.shape();
-  int bad = 0;
-  for (int64_t i = 0; i < want.numel() && bad < 5; ++i)
-    if (!tol.close(got.get(i), want.get(i))) {
-      ++bad;
-      ADD_FAILURE() << what << "[" << i << "]: got " << got.get(i) << ", want " << want.get(i);
-    }
-}
+Tolerance f32_tol(int terms) { return testing::tolerance_for_terms(DType::kF32, terms); }
 
 // A boolean tensor from the fixtures' 0/1 integers.
 Tensor as_bool(const Tensor& t) {
