@@ -11,8 +11,7 @@ namespace demi::ops {
 namespace {
 
 using internal::grad_as;
-
-DType master_dtype(DType t) { return is_low_precision(t) ? DType::kF32 : t; }
+using internal::master_dtype;
 
 kernels::Pool2dParams pool_params(Op op, const Tensor& x, const Pool2dOptions& o) {
   internal::check_rank(op, x, 4, "x", "(N, C, H, W)");

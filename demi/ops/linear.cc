@@ -14,8 +14,7 @@ namespace {
 
 using internal::grad_as;
 
-// The dtype a parameter gradient is written in: FP32 for low-precision operands (the master gradient).
-DType master_dtype(DType t) { return is_low_precision(t) ? DType::kF32 : t; }
+using internal::master_dtype;
 
 Tensor product(const Tensor& a, const Tensor& b, bool ta, bool tb, int64_t batch, Shape out_shape, DType out_dtype,
                bool accumulate_into, Tensor* into) {
