@@ -13,7 +13,6 @@ namespace demi::ops {
 namespace {
 
 using internal::grad_as;
-
 using internal::master_dtype;
 
 Tensor product(const Tensor& a, const Tensor& b, bool ta, bool tb, int64_t batch, Shape out_shape, DType out_dtype,
