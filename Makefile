@@ -2,6 +2,7 @@
 #   make demo   the main job: build, then train the seed's network and real ones, O0 against O2
 #   make test   build and run every test (ctest prints its summary)
 #   make bench  build in release mode and run the benchmarks
+#   make fresh-check  the two commands above on a brand-new Debian 12 root (scripts/fresh-check)
 JOBS ?= $(shell nproc)
 PRESET ?= release
 CMAKE_FLAGS ?=
@@ -9,7 +10,7 @@ ifeq ($(CI),true)
 CMAKE_FLAGS += -DDEMI_WERROR=ON
 endif
 
-.PHONY: all setup build test demo bench asan clean
+.PHONY: all setup build test demo bench asan fresh-check clean
 
 all: build
 
@@ -31,6 +32,9 @@ bench:
 	@scripts/setup --bench
 	@$(MAKE) --no-print-directory build PRESET=release
 	@bench/run
+
+fresh-check:
+	@scripts/fresh-check
 
 asan:
 	@$(MAKE) --no-print-directory test PRESET=asan

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "demi/data/internal/formats.h"
-#include "fuzz/fuzz_target.h"
+#include "fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   return demi::fuzz::run_one(data, size, [](std::span<const uint8_t> bytes) {

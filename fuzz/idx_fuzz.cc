@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "demi/data/internal/formats.h"
-#include "fuzz/fuzz_target.h"
+#include "fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int rank : {1, 3}) {

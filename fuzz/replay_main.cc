@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "fuzz/fuzz_target.h"
+#include "fuzz_target.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "demi/io/safetensors.h"
-#include "fuzz/fuzz_target.h"
+#include "fuzz_target.h"
 
 namespace {
 

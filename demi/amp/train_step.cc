@@ -4,7 +4,6 @@
 #include <span>
 
 #include "demi/autograd/autograd.h"
-#include "demi/kernels/cpu/amp_kernels.h"
 #include "demi/ops/dispatch.h"
 #include "demi/ops/ops.h"
 
@@ -106,14 +105,7 @@ StepResult TrainStep::step() {
 
 double clip_grad_norm(std::vector<Tensor>& grads, double max_norm) {
   DEMI_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive, got ", max_norm);
-  std::vector<std::span<const float>> bufs;
-  for (const Tensor& g : grads) {
-    if (!g.defined()) continue;
-    DEMI_CHECK(g.dtype() == DType::kF32, "clip_grad_norm: gradients must be FP32 (master gradients), got ",
-               g.describe());
-    bufs.emplace_back(g.data<float>(), static_cast<size_t>(g.numel()));
-  }
-  const double norm = std::sqrt(kernels::sum_of_squares(bufs));
+  const double norm = std::sqrt(ops::sum_of_squares(grads, "clip_grad_norm"));
   if (norm > max_norm) unscale_and_check(grads, static_cast<float>(max_norm / (norm + 1e-6)));
   return norm;
 }

@@ -6,7 +6,7 @@
 #include <unordered_map>
 
 #include "demi/core/convert.h"
-#include "demi/ops/internal/helpers.h"
+#include "demi/ops/ops.h"
 
 namespace demi::autograd {
 namespace {
@@ -23,7 +23,7 @@ Tensor accumulate(const Tensor& a, const Tensor& b) {
   DType t = promote_types(a.dtype(), b.dtype());
   Tensor aa = a.dtype() == t ? a : a.to(t);
   Tensor bb = b.dtype() == t ? b : b.to(t);
-  return ops::internal::binary(kernels::BinaryOp::kAdd, aa, bb.reshape(aa.shape()));
+  return ops::accumulate(aa, bb);
 }
 
 std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
@@ -143,7 +143,7 @@ ops::TensorList AccumulateGrad::apply(const ops::TensorList& grad_outputs) {
   } else {
     Tensor& acc = *meta.grad;
     Tensor gg = g.dtype() == acc.dtype() ? g : g.to(acc.dtype());
-    acc = ops::internal::binary(kernels::BinaryOp::kAdd, acc, gg.reshape(acc.shape()));
+    acc = ops::accumulate(acc, gg);
   }
   return {};
 }

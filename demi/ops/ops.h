@@ -9,13 +9,14 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "demi/core/rng.h"
 #include "demi/core/tensor.h"
 #include "demi/kernels/conv_params.h"
-#include "demi/kernels/reference/loss.h"
+#include "demi/kernels/reduction.h"
 #include "demi/ops/dispatch.h"
 
 namespace demi::ops {
@@ -139,5 +140,18 @@ std::vector<Tensor> split(const Tensor& x, int axis, int64_t sections);
 // means 1 / sqrt(Dk). The mask gets no gradient.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = Tensor(),
                                     double scale = 0, int64_t heads = 1);
+
+// ---- engine and multi-tensor helpers: the kernels run directly (not recorded, no AMP policy, no trace) ----
+// a + b, both of one dtype and one number of elements (b is read in a's shape): how the autograd engine
+// sums the gradients that reach one tensor along several paths.
+Tensor accumulate(const Tensor& a, const Tensor& b);
+// grads: FP32 tensors (undefined ones skipped) -> each g becomes g * inv_scale in place (read only when
+// inv_scale == 1) in one fused, vectorised pass; returns -1 when every unscaled value is finite, else the
+// index in grads of the first tensor holding an inf or NaN (every tensor is processed either way). A finite
+// g whose product overflows counts as non-finite. `op` names the caller in the error for a non-FP32 g.
+int64_t unscale_and_check_finite(std::span<const Tensor> grads, float inv_scale, const char* op);
+// The sum of the squares of every value of the FP32 `tensors` (undefined ones skipped): f32 within fixed
+// blocks, f64 across them, so the result does not depend on the thread count.
+double sum_of_squares(std::span<const Tensor> tensors, const char* op);
 
 }  // namespace demi::ops

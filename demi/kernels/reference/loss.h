@@ -15,12 +15,10 @@
 #include <cstdint>
 #include <string_view>
 
+#include "demi/kernels/reduction.h"
 #include "demi/kernels/reference/acc.h"
 
 namespace demi::kernels {
-
-enum class Reduction : uint8_t { kNone, kMean, kSum };
-std::string_view reduction_name(Reduction r);  // "none", "mean", "sum"
 
 // logits (n, c): n rows (the batch), c classes.
 struct CrossEntropyParams {
