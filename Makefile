@@ -25,7 +25,10 @@ build: setup
 test: build
 	@OMP_WAIT_POLICY=PASSIVE ctest --preset $(PRESET) -j $(JOBS)
 
-demo: build
+# The main job builds only what it runs (the library and the demi command), not the tests.
+demo: setup
+	@cmake --preset $(PRESET) $(CMAKE_FLAGS) > /dev/null
+	@cmake --build --preset $(PRESET) -j $(JOBS) --target demi_tool
 	@build/$(PRESET)/tools/demi/demi demo
 
 bench:

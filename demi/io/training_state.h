@@ -57,6 +57,9 @@ struct TrainingMeta {
   int64_t epochs_done = 0;  // epochs completed when the checkpoint was taken
   int64_t data_epoch = 0;   // where the data pipeline resumes: IteratorOptions{.epoch, .position}
   int64_t data_position = 0;
+  // Batches per epoch of the training set the run had (0: unknown, or a file from before demi wrote
+  // it): a mid-epoch resume on another count would not continue at the same data position.
+  int64_t steps_per_epoch = 0;
   std::map<std::string, GeneratorState> generators;
   Metadata extra;  // the caller's own string pairs; keys must not start with "demi."
 };

@@ -151,6 +151,7 @@ Progress progress_of(const RunContext& ctx, bool at_epoch_end) {
   // A Model's iterator counts epochs from 0 and its epoch k is the (k+1)-th of the run.
   p.data_epoch = p.epochs_done;
   p.data_position = complete ? 0 : ctx.step_in_epoch;
+  p.steps_per_epoch = std::max<int64_t>(ctx.steps_per_epoch, 0);  // kInfiniteSize (-1): unknown
   return p;
 }
 
@@ -180,6 +181,7 @@ io::TrainingState capture_training_state(const TrainState& state, const Progress
   m.step = progress.step;
   m.epochs_done = progress.epochs_done;
   m.data_epoch = progress.data_epoch;
+  m.steps_per_epoch = progress.steps_per_epoch;
   m.data_position = progress.data_position;
   for (const auto& [name, g] : state.generators) {
     DEMI_CHECK(g != nullptr, "save_checkpoint: generator '", name, "' is null");
@@ -283,7 +285,10 @@ LoadReport restore_checkpoint(const io::TrainingState& ckpt, const TrainState& s
 
 LoadReport restore_checkpoint(const io::TrainingState& ckpt, Model& model, const RestoreOptions& options) {
   LoadReport r = restore_checkpoint(ckpt, train_state_of(model), options);
-  if (ckpt.meta.is_training_state) model.set_epochs_done(ckpt.meta.epochs_done);
+  if (ckpt.meta.is_training_state) {
+    model.set_epochs_done(ckpt.meta.epochs_done);
+    model.set_resume_position(ckpt.meta.data_position, ckpt.meta.step, ckpt.meta.steps_per_epoch);
+  }
   return r;
 }
 
@@ -345,6 +350,29 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
   return all.back().second;
 }
 
+std::optional<LoadedCheckpoint> latest_loadable_checkpoint(const std::filesystem::path& dir, const std::string& prefix,
+                                                           std::vector<SkippedCheckpoint>* skipped, bool set_aside) {
+  auto all = list_checkpoints(dir, prefix);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      return LoadedCheckpoint{it->second, load_checkpoint(it->second)};
+    } catch (const Error& e) {
+      std::filesystem::path where = it->second;
+      if (set_aside) {
+        std::filesystem::path aside = where;
+        aside += ".damaged";
+        std::error_code ec;
+        std::filesystem::rename(where, aside, ec);
+        DEMI_CHECK(!ec, "cannot set the damaged checkpoint ", where.string(), " aside as ", aside.string(), ": ",
+                   ec.message(), " (its error: ", e.what(), ")");
+        where = aside;
+      }
+      if (skipped) skipped->push_back({where, e.what()});
+    }
+  }
+  return std::nullopt;
+}
+
 // ---- ModelCheckpoint ----
 
 ModelCheckpoint::ModelCheckpoint(std::string prefix, std::filesystem::path directory, CheckpointConfig config)
@@ -402,6 +430,7 @@ TrainState ModelCheckpoint::state(RunContext& ctx) {
 bool ModelCheckpoint::write(const std::filesystem::path& path, RunContext& ctx, bool at_epoch_end, bool best) {
   try {
     io::TrainingState s = capture_training_state(state(ctx), progress_of(ctx, at_epoch_end));
+    for (const auto& [k, v] : config_.extra) s.meta.extra[k] = v;
     if (best && best_value_) {
       s.meta.extra["monitor"] = config_.monitor;
       s.meta.extra["monitor_value"] = metric_string(*best_value_);

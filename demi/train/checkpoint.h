@@ -63,6 +63,7 @@ struct Progress {
   int64_t epochs_done = 0;      // epochs completed
   int64_t data_epoch = 0;       // the data iterator's epoch and rows consumed in it (IteratorOptions)
   int64_t data_position = 0;
+  int64_t steps_per_epoch = 0;  // batches per epoch of the training set (0: unknown)
 };
 // The progress after a step or at the end of an epoch, as a Model's train loop reports it: a checkpoint
 // taken after the last step of an epoch resumes at the start of the next one.
@@ -106,7 +107,8 @@ struct RestoreOptions {
 // generator states. Checks everything before changing anything: an error leaves the run untouched.
 LoadReport restore_checkpoint(const io::TrainingState& checkpoint, const TrainState& state,
                               const RestoreOptions& options = {});
-// The same for a Model; also sets its epochs_done so that train() continues with the next epoch.
+// The same for a Model; also sets its epochs_done and resume position (Model::set_resume_position), so
+// that train() continues where the checkpoint was taken.
 LoadReport restore_checkpoint(const io::TrainingState& checkpoint, Model& model, const RestoreOptions& options = {});
 // The iterator options that resume the data pipeline where the checkpoint was taken.
 data::IteratorOptions resume_iterator_options(const io::TrainingMeta& meta);
@@ -126,6 +128,9 @@ struct CheckpointConfig {
   // reports it on the callback stream and trains on (the previous checkpoints are intact either way).
   bool continue_on_error = false;
   io::SaveOptions save;                // checksum, fsync, fault injection for tests
+  // The caller's own string pairs, written into every checkpoint (TrainingMeta::extra): e.g. the run's
+  // settings, so that a resume can check them. Keys must not start with "demi.".
+  io::Metadata extra;
 };
 
 // Saves "<directory>/<prefix>-<epoch>_<step>.safetensors" (MindSpore's naming; step is the step within
@@ -176,6 +181,23 @@ class ModelCheckpoint : public Callback {
 // prefix matches any prefix. Only complete files are ever visible under these names (atomic writes), so
 // the newest one is always loadable unless the disk itself corrupted it (the checksum tells).
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& dir, const std::string& prefix = "");
+
+// The newest checkpoint in `dir` (as latest_checkpoint) that loads and verifies, loaded; nullopt when none
+// does. Each newer one that fails (a damaged file: bad checksum, truncated, malformed) is skipped, with its
+// error, into `skipped`. With set_aside, each skipped file is renamed to "<name>.damaged" — kept, never
+// deleted, and out of reach of the run's checkpoint names (a resumed run would otherwise write over it,
+// or rotate it away as one of its last K).
+struct LoadedCheckpoint {
+  std::filesystem::path path;
+  io::TrainingState state;
+};
+struct SkippedCheckpoint {
+  std::filesystem::path path;  // where it is now ("<name>.damaged" when set aside)
+  std::string error;
+};
+std::optional<LoadedCheckpoint> latest_loadable_checkpoint(const std::filesystem::path& dir, const std::string& prefix,
+                                                           std::vector<SkippedCheckpoint>* skipped = nullptr,
+                                                           bool set_aside = false);
 
 // Parses "<prefix>-<epoch>_<step>.safetensors": the prefix, epoch and step, or nullopt.
 struct CheckpointName {

@@ -25,6 +25,8 @@ using io::test_util::expect_error;
 using io::test_util::list_dir;
 using io::test_util::read_bytes;
 using io::test_util::TempDir;
+using io::test_util::write_bytes;
+namespace fs = std::filesystem;
 
 std::shared_ptr<nn::SequentialCell> small_net() {
   auto net = std::make_shared<nn::SequentialCell>();
@@ -160,6 +162,81 @@ TEST(Checkpoint, ProgressFromRunContext) {
   EXPECT_EQ(p.epochs_done, 3);
   EXPECT_EQ(p.data_epoch, 3);
   EXPECT_EQ(p.data_position, 0);
+  EXPECT_EQ(p.steps_per_epoch, 10);
+}
+
+// 64 rows of 16 features and a label in [0, 4), as a data set in memory.
+std::shared_ptr<data::Dataset> rows64() {
+  Generator g(11);
+  Tensor x = normal({64, 16}, 0.0, 1.0, g);
+  std::vector<int32_t> y(64);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int32_t>(i % 4);
+  return std::make_shared<data::NumpySlicesDataset>(std::vector<Tensor>{x, from_vector(y, {64})},
+                                                    std::vector<std::string>{"x", "label"});
+}
+
+Model small_model() {
+  set_seed(3);
+  auto net = small_net();
+  auto opt = std::make_shared<optim::Momentum>(net->trainable_params(), 0.05, 0.9);
+  return Model(net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt);
+}
+
+TEST(Checkpoint, MidEpochResumeOnAnotherBatchCountIsRefused) {
+  TempDir dir;
+  Model a = small_model();
+  a.train(1, rows64()->batch(16),
+          {std::make_shared<ModelCheckpoint>("m", dir.path(), CheckpointConfig{.save_checkpoint_steps = 2})});
+  auto mid = load_checkpoint(dir / "m-1_2.safetensors");
+  EXPECT_EQ(mid.meta.data_position, 2);
+  EXPECT_EQ(mid.meta.steps_per_epoch, 4);
+
+  Model b = small_model();
+  restore_checkpoint(mid, b);
+  expect_error([&] { b.train(1, rows64()->batch(32)); },
+               {"taken mid-epoch, after batch 2 of 4", "this training set has 2 batches per epoch", "batch(32)"});
+  restore_checkpoint(mid, b);  // the refusal changed nothing: the same batch size resumes
+  b.train(1, rows64()->batch(16));
+  EXPECT_EQ(b.last_summary().steps, 4) << "steps 3 and 4 of the epoch, counted from the checkpoint's 2";
+
+  Model c = small_model();  // at an epoch's end the position is 0: another batch size is fine
+  restore_checkpoint(load_checkpoint(dir / "m-1_4.safetensors"), c);
+  EXPECT_NO_THROW(c.train(2, rows64()->batch(32)));
+}
+
+TEST(Checkpoint, LatestLoadableSkipsADamagedNewestAndSetsItAside) {
+  TempDir dir;
+  Model a = small_model();
+  a.train(1, rows64()->batch(16),
+          {std::make_shared<ModelCheckpoint>("m", dir.path(), CheckpointConfig{.save_checkpoint_steps = 2})});
+  fs::path newest = dir / "m-1_4.safetensors";
+  std::vector<uint8_t> bytes = read_bytes(newest);
+  bytes[bytes.size() - 5] ^= 0x40;  // one bit of the tensor data
+  write_bytes(newest, bytes);
+
+  std::vector<SkippedCheckpoint> skipped;
+  auto found = latest_loadable_checkpoint(dir.path(), "m", &skipped);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->path, dir / "m-1_2.safetensors");
+  EXPECT_EQ(found->state.meta.data_position, 2);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].path, newest) << "not set aside unless asked";
+  EXPECT_NE(skipped[0].error.find("checksum"), std::string::npos) << skipped[0].error;
+
+  skipped.clear();
+  found = latest_loadable_checkpoint(dir.path(), "m", &skipped, /*set_aside=*/true);
+  ASSERT_TRUE(found.has_value());
+  ASSERT_EQ(skipped.size(), 1u);
+  fs::path aside = dir / "m-1_4.safetensors.damaged";
+  EXPECT_EQ(skipped[0].path, aside);
+  EXPECT_FALSE(fs::exists(newest));
+  EXPECT_EQ(read_bytes(aside), bytes) << "kept byte for byte";
+  EXPECT_EQ(latest_checkpoint(dir.path(), "m"), dir / "m-1_2.safetensors");
+
+  write_bytes(dir / "m-1_2.safetensors", std::vector<uint8_t>(100, 7));  // none loads now
+  skipped.clear();
+  EXPECT_FALSE(latest_loadable_checkpoint(dir.path(), "m", &skipped).has_value());
+  EXPECT_EQ(skipped.size(), 1u);
 }
 
 TEST(LoadParamIntoNet, StrictListsEveryProblemByNameAndLoadsNothing) {

@@ -75,6 +75,14 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   ctx.model = this;
   ctx.epochs = static_cast<int>(epochs_done_) + epoch;
   ctx.steps_per_epoch = train_dataset->get_dataset_size();
+  DEMI_CHECK(ctx.steps_per_epoch != 0, "Model.train: the training set yields no batch per epoch (",
+             train_dataset->describe(), "), so nothing would be trained: the data set is empty, or smaller than ",
+             "one batch with drop_remainder");
+  DEMI_CHECK(resume_position_ == 0 || resume_steps_per_epoch_ <= 0 || ctx.steps_per_epoch == resume_steps_per_epoch_,
+             "Model.train: the checkpoint was taken mid-epoch, after batch ", resume_position_, " of ",
+             resume_steps_per_epoch_, ", but this training set has ", ctx.steps_per_epoch, " batches per epoch (",
+             train_dataset->describe(), "): resuming there would not continue the same run. Resume with the ",
+             "checkpointed run's batch size and data, or from a checkpoint taken at the end of an epoch");
   data::IteratorOptions io;
   io.prefetch = dataset_sink_mode ? options_.prefetch_depth : 0;
   io.epoch = epochs_done_;
@@ -89,7 +97,14 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   double steady_seconds = 0;
   int64_t steady_allocs = 0, steady_faults = 0;
   bool stop = false;
+  // The last kSkipWindow steps' overflow skips: when most of them were skipped the run is barely
+  // training, and the user hears it then, not from a count at the end (once per epoch).
+  constexpr int kSkipWindow = 50, kSkipWarn = 40;
+  std::vector<uint8_t> skip_ring(kSkipWindow, 0);
+  int skips_in_window = 0;
+  int64_t window_steps = 0;
   for (int e = 0; e < epoch && !stop; ++e) {
+    bool skip_warned = false;
     ctx.epoch = static_cast<int>(epochs_done_) + 1;
     ctx.step_in_epoch = e == 0 ? resume_position_ : 0;
     ctx.metrics.clear();
@@ -131,6 +146,21 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
       ctx.skipped = r.skipped;
       ctx.step_seconds = step_s;
       summary_.skipped_steps += r.skipped;
+      uint8_t& slot = skip_ring[static_cast<size_t>(window_steps++ % kSkipWindow)];
+      skips_in_window += static_cast<int>(r.skipped) - slot;
+      slot = r.skipped;
+      if (!skip_warned && window_steps >= kSkipWindow && skips_in_window >= kSkipWarn) {
+        skip_warned = true;
+        ++summary_.skip_warnings;
+        amp::LossScaleManager* m = loss_scale_manager();
+        callback_stream() << "Model.train: warning: " << skips_in_window << " of the last " << kSkipWindow
+                          << " steps were skipped for non-finite gradients (epoch " << ctx.epoch << ", step "
+                          << ctx.step_in_epoch << ", loss scale " << r.loss_scale << ", "
+                          << (m ? m->describe() : std::string("no loss-scale manager"))
+                          << "): the run is barely training. Lower the (fixed) loss scale or use a "
+                             "DynamicLossScaleManager; check the learning rate and the input data."
+                          << std::endl;
+      }
       step_times.push_back(step_s);
       wait_total += wait;
       busy_total += step_s;
@@ -161,6 +191,7 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   }
   for (auto& cb : callbacks) cb->on_train_end(ctx);
   resume_position_ = 0;
+  resume_steps_per_epoch_ = 0;
   steps_done_ = ctx.cur_step_num;
   summary_.steps = ctx.cur_step_num;
   summary_.seconds = seconds_since(run_start);

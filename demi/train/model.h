@@ -52,6 +52,9 @@ struct TrainSummary {
   float final_loss = 0;
   double mean_last_epoch_loss = 0;
   int64_t skipped_steps = 0;
+  // Epochs in which at least 40 of 50 consecutive steps were skipped for overflow: each was warned about
+  // on the callback stream as it happened.
+  int64_t skip_warnings = 0;
   double final_loss_scale = 1;
   // Steady state (the steps after the first epoch when there are several, else after the third step):
   // calls into the system allocator and minor page faults of the whole process (every thread: compute,
@@ -88,10 +91,14 @@ class Model {
   int64_t epochs_done() const { return epochs_done_; }
   void set_epochs_done(int64_t e) { epochs_done_ = e; }
   // A resumed run: the next train() starts its first epoch `position` batches in (the data pipeline
-  // skips them without drawing different random numbers) and counts steps from `steps_done`.
-  void set_resume_position(int64_t position, int64_t steps_done) {
+  // skips them without drawing different random numbers) and counts steps from `steps_done`. When
+  // steps_per_epoch (the checkpointed run's batches per epoch) is known and the position is mid-epoch,
+  // train() refuses a training set with another count (another batch size, data set or sample count):
+  // the position would no longer continue the same run.
+  void set_resume_position(int64_t position, int64_t steps_done, int64_t steps_per_epoch = 0) {
     resume_position_ = position;
     steps_done_ = steps_done;
+    resume_steps_per_epoch_ = steps_per_epoch;
   }
 
  private:
@@ -104,6 +111,7 @@ class Model {
   TrainSummary summary_;
   int64_t epochs_done_ = 0;
   int64_t resume_position_ = 0;
+  int64_t resume_steps_per_epoch_ = 0;
   int64_t steps_done_ = 0;
 };
 

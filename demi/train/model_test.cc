@@ -35,12 +35,13 @@ struct Captured {
   ~Captured() { set_callback_stream(nullptr); }
 };
 
-Model make_model(amp::Level level, std::map<std::string, MetricPtr> metrics = {}, ModelOptions o = {}) {
+Model make_model(amp::Level level, std::map<std::string, MetricPtr> metrics = {}, ModelOptions o = {},
+                 DType low = DType::kBF16) {
   set_seed(4);
   auto net = std::make_shared<nn::SimpleCNN>(3);
   auto opt = std::make_shared<optim::Momentum>(net->trainable_params(), 0.001, 0.9);
   o.amp_level = level;
-  o.low_dtype = DType::kBF16;
+  o.low_dtype = low;
   return Model(net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt, std::move(metrics), o);
 }
 
@@ -112,6 +113,47 @@ TEST(Model, NonFiniteInputIsReportedWithBatchAndColumn) {
     EXPECT_NE(what.find("step 3"), std::string::npos) << what;  // row 37 is in the third batch of 16
     EXPECT_NE(what.find("sample 5"), std::string::npos) << what;
   }
+}
+
+TEST(Model, ATrainingSetWithNoBatchIsAnErrorNotZeroSteps) {
+  Model model = make_model(amp::Level::kO0);
+  data::RandomAccessSource src;
+  src.size = 40;
+  src.get = [](int64_t i) {
+    return data::Row{full({3, 32, 32}, 0.0), full({}, static_cast<double>(i % 3), DType::kI32)};
+  };
+  auto forty = std::make_shared<data::GeneratorDataset>(src, std::vector<std::string>{"image", "label"});
+  for (const auto& ds : {forty->batch(64, /*drop_remainder=*/true), forty->take(0)->batch(16)}) {
+    try {
+      model.train(1, ds);
+      FAIL() << "expected an error for " << ds->describe();
+    } catch (const Error& e) {
+      std::string what = e.what();
+      EXPECT_NE(what.find("yields no batch"), std::string::npos) << what;
+      EXPECT_NE(what.find(ds->describe()), std::string::npos) << what;
+    }
+  }
+  EXPECT_EQ(model.last_summary().steps, 0);
+  model.train(1, forty->batch(64));  // the remainder kept: one batch of 40
+  EXPECT_EQ(model.last_summary().steps, 1);
+}
+
+TEST(Model, MostStepsSkippedIsWarnedAboutWhileItHappens) {
+  ModelOptions o;
+  // 2^40 overflows float16 on every step: nothing is ever applied, the fixed scale never comes down.
+  o.loss_scale_manager = std::make_shared<amp::FixedLossScaleManager>(1099511627776.0, /*drop_overflow_update=*/true);
+  Model model = make_model(amp::Level::kO2, {}, o, DType::kF16);
+  Captured out;
+  model.train(1, toy_dataset(16 * 55, 4));
+  EXPECT_EQ(model.last_summary().skipped_steps, 55);
+  EXPECT_EQ(model.last_summary().skip_warnings, 1);
+  EXPECT_NE(out.os.str().find("50 of the last 50 steps were skipped"), std::string::npos) << out.os.str();
+
+  Model fine = make_model(amp::Level::kO2);  // bf16, no loss scale: no step skipped, no warning
+  Captured quiet;
+  fine.train(1, toy_dataset(16 * 55, 4));
+  EXPECT_EQ(fine.last_summary().skip_warnings, 0);
+  EXPECT_EQ(quiet.os.str().find("skipped for non-finite"), std::string::npos) << quiet.os.str();
 }
 
 TEST(Model, NanLossAtO0StopsInsteadOfTrainingOnGarbage) {

@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <sstream>
+
+#include "demi/core/error.h"
 
 namespace demi::cli {
 namespace {
@@ -50,25 +53,91 @@ std::string ParsedArgs::get(std::string_view name) const {
   return "";
 }
 
-int64_t ParsedArgs::get_int(std::string_view name) const {
-  std::string v = get(name);
-  std::string_view digits = v;
+Option int_option(std::string name, std::string value_name, std::string help, std::string default_value,
+                  double min, double max) {
+  return {std::move(name), std::move(value_name), std::move(help), std::move(default_value), ValueKind::kInt, min, max};
+}
+
+Option real_option(std::string name, std::string value_name, std::string help, std::string default_value,
+                   double min, double max) {
+  return {std::move(name), std::move(value_name), std::move(help), std::move(default_value), ValueKind::kReal, min,
+          max};
+}
+
+std::optional<int64_t> parse_int(std::string_view s) {
   int base = 10;
-  if (digits.starts_with("0x")) {
-    digits.remove_prefix(2);
+  if (s.starts_with("0x")) {
+    s.remove_prefix(2);
     base = 16;
   }
   int64_t out = 0;
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), out, base);
-  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
-    throw UsageError("demi " + command_ + ": --" + std::string(name) + " expects an integer, got '" + v +
-                     "'");
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out, base);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
   return out;
+}
+
+std::optional<double> parse_real(std::string_view s) {
+  if (s.starts_with('+')) s.remove_prefix(1);  // from_chars takes no sign but '-'
+  double out = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(out)) return std::nullopt;
+  return out;
+}
+
+namespace {
+
+// 1000000 as "1000000", 1e-12 as "1e-12".
+std::string number_text(double v) {
+  std::ostringstream os;
+  if (v == std::floor(v) && std::fabs(v) < 1e15)
+    os << static_cast<int64_t>(v);
+  else
+    os << v;
+  return os.str();
+}
+
+// "an integer in [1, 1000000]", "a number in [1e-12, 1000]".
+std::string range_text(const Option& o) {
+  return std::string(o.kind == ValueKind::kInt ? "an integer" : "a number") + " in [" + number_text(o.min) + ", " +
+         number_text(o.max) + "]";
+}
+
+// A UsageError unless `value` is what o accepts.
+void check_value(const std::string& command, const Option& o, const std::string& value) {
+  bool ok = true;
+  if (o.kind == ValueKind::kInt) {
+    std::optional<int64_t> v = parse_int(value);
+    ok = v && static_cast<double>(*v) >= o.min && static_cast<double>(*v) <= o.max;
+  } else if (o.kind == ValueKind::kReal) {
+    std::optional<double> v = parse_real(value);
+    ok = v && *v >= o.min && *v <= o.max;
+  }
+  if (!ok)
+    throw UsageError("demi " + command + ": --" + o.name + " expects " + range_text(o) + ", got '" + value + "'");
+}
+
+}  // namespace
+
+int64_t ParsedArgs::get_int(std::string_view name) const {
+  const Option* o = cmd_ ? find_option(*cmd_, name) : nullptr;
+  DEMI_ASSERT(o && o->kind == ValueKind::kInt, "demi ", command_, ": --", name, " is not an integer option");
+  std::string v = get(name);
+  check_value(command_, *o, v);  // a default is checked too
+  return *parse_int(v);
+}
+
+double ParsedArgs::get_real(std::string_view name) const {
+  const Option* o = cmd_ ? find_option(*cmd_, name) : nullptr;
+  DEMI_ASSERT(o && o->kind == ValueKind::kReal, "demi ", command_, ": --", name, " is not a number option");
+  std::string v = get(name);
+  check_value(command_, *o, v);
+  return *parse_real(v);
 }
 
 ParsedArgs parse_options(const Command& cmd, std::span<const std::string> args) {
   ParsedArgs out;
   out.command_ = cmd.name;
+  out.cmd_ = &cmd;
   for (const Option& o : cmd.options)
     if (!o.value_name.empty()) out.defaults_[o.name] = o.default_value;
   bool options_done = false;
@@ -106,6 +175,7 @@ ParsedArgs parse_options(const Command& cmd, std::span<const std::string> args) 
       throw UsageError("demi " + cmd.name + ": --" + opt->name + " expects a value (" + opt->value_name +
                        ")");
     }
+    check_value(cmd.name, *opt, value);
     out.given_[opt->name] = value;
   }
   if (static_cast<int>(out.positional_.size()) > cmd.max_positional && !out.has("help")) {
@@ -125,6 +195,7 @@ std::string command_help(const Command& cmd) {
   for (const Option& o : cmd.options) {
     std::string left = "--" + o.name + (o.value_name.empty() ? "" : " " + o.value_name);
     std::string right = o.help;
+    if (o.kind != ValueKind::kText) right += "; " + range_text(o);
     if (!o.default_value.empty()) right += " (default: " + o.default_value + ")";
     rows.emplace_back(std::move(left), std::move(right));
   }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -20,12 +21,29 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What an option's value must be. Numbers are parsed whole and range-checked when the command line is
+// read, so `--lr fast`, `--epochs 4294967297` or `--train-samples -5` stop there with exit 2 and a message
+// naming the option, the value and the accepted range; no command parses a number itself.
+enum class ValueKind : uint8_t { kText, kInt, kReal };
+
 struct Option {
   std::string name{};           // "threads" for --threads
   std::string value_name{};     // "N" when the option takes a value; empty for a flag
   std::string help{};
   std::string default_value{};  // shown in the help; what get() returns when the option is absent
+  ValueKind kind = ValueKind::kText;
+  double min = 0, max = 0;      // kInt, kReal: the accepted closed range
 };
+
+// A numeric option: Option with kind kInt or kReal and its range.
+Option int_option(std::string name, std::string value_name, std::string help, std::string default_value,
+                  double min, double max);
+Option real_option(std::string name, std::string value_name, std::string help, std::string default_value,
+                   double min, double max);
+
+// s parsed whole as an integer (decimal or 0x hex) or a finite real number; nullopt when it is not one.
+std::optional<int64_t> parse_int(std::string_view s);
+std::optional<double> parse_real(std::string_view s);
 
 struct Command;
 
@@ -35,13 +53,15 @@ class ParsedArgs {
  public:
   bool has(std::string_view name) const;  // given on the command line
   std::string get(std::string_view name) const;
-  int64_t get_int(std::string_view name) const;  // a UsageError when the value is not an integer
+  int64_t get_int(std::string_view name) const;   // a kInt option's value (checked when parsed)
+  double get_real(std::string_view name) const;    // a kReal option's value (checked when parsed)
   bool flag(std::string_view name) const { return has(name); }
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:
   friend ParsedArgs parse_options(const Command&, std::span<const std::string>);
   std::string command_;
+  const Command* cmd_ = nullptr;
   std::map<std::string, std::string, std::less<>> given_;
   std::map<std::string, std::string, std::less<>> defaults_;
   std::vector<std::string> positional_;

@@ -40,15 +40,13 @@ namespace {
 // Options every command that runs kernels accepts.
 std::vector<Option> machine_options() {
   return {
-      {"threads", "N", "threads for demi and oneDNN (0: every core)", "0"},
+      int_option("threads", "N", "threads for demi and oneDNN (0: every core)", "0", 0, 4096),
       {"cpu-level", "LEVEL", "lower the kernel dispatch level: scalar, avx2, avx512, avx512_bf16", ""},
   };
 }
 
 void apply_machine_options(const ParsedArgs& args) {
-  ContextOptions ctx = get_context();
-  ctx.num_threads = static_cast<int>(args.get_int("threads"));
-  set_context(ctx);
+  apply_thread_option(args);
   if (args.has("cpu-level")) set_cpu_level(parse_cpu_level(args.get("cpu-level")));
 }
 
@@ -177,8 +175,8 @@ std::vector<Command> commands() {
                   .options = machine_options(),
                   .run = run_info});
   std::vector<Option> demo_options = machine_options();
-  demo_options.push_back({"elements", "N", "values to convert", "1048576"});
-  demo_options.push_back({"seed", "S", "random seed", "1"});
+  demo_options.push_back(int_option("elements", "N", "values to convert", "1048576", 1, 1 << 30));
+  demo_options.push_back(int_option("seed", "S", "random seed", "1", 0, 1e18));
   cmds.push_back({.name = "formats",
                   .summary = "Convert a tensor f32 -> f16/bf16 -> f32 and show the memory tracker's report.",
                   .options = std::move(demo_options),

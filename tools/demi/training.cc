@@ -13,6 +13,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "demi/amp/numerics.h"
 #include "demi/core/context.h"
@@ -33,6 +34,7 @@ struct Job {
   std::shared_ptr<nn::Cell> net;
   std::shared_ptr<data::Dataset> train_ds, test_ds;
   std::string data_name;
+  int64_t batch_size = 0;  // resolved (0 on the command line: the model's reference batch)
 };
 
 std::string model_key(const std::string& m) {
@@ -48,9 +50,9 @@ std::shared_ptr<amp::LossScaleManager> parse_loss_scale(const std::string& s) {
   if (s == "none") return nullptr;
   if (s == "dynamic") return std::make_shared<amp::DynamicLossScaleManager>();
   if (s.rfind("fixed:", 0) == 0) {
-    double v = std::atof(s.c_str() + 6);
-    if (!(v > 0)) throw UsageError("--loss-scale fixed:N needs N > 0, got '" + s + "'");
-    return std::make_shared<amp::FixedLossScaleManager>(v, true);
+    std::optional<double> v = parse_real(std::string_view(s).substr(6));
+    if (!v || !(*v > 0)) throw UsageError("--loss-scale fixed:N needs a number N > 0, got '" + s + "'");
+    return std::make_shared<amp::FixedLossScaleManager>(*v, true);
   }
   throw UsageError("unknown --loss-scale '" + s + "'; expected default, none, fixed:N or dynamic");
 }
@@ -95,6 +97,7 @@ Job make_job(const ParsedArgs& args) {
   job.model_key = model_key(args.get("model"));
   int64_t batch = args.get_int("batch-size");
   if (batch <= 0) batch = job.model_key == "A" ? 32 : job.model_key == "B" ? 128 : job.model_key == "C" ? 256 : 32;
+  job.batch_size = batch;
   int64_t limit = args.get_int("train-samples");
   uint64_t seed = static_cast<uint64_t>(args.get_int("seed"));
   std::string data = args.get("data");
@@ -192,16 +195,46 @@ class JsonEpochs : public train::Callback {
   }
 };
 
+// The settings a checkpoint's state depends on, stored in every checkpoint the CLI writes ("cli.*").
+io::Metadata run_settings(const ParsedArgs& args, const Job& job) {
+  return {{"cli.model", job.model_key},
+          {"cli.data", job.data_name},
+          {"cli.batch_size", std::to_string(job.batch_size)},
+          {"cli.train_samples", args.get("train-samples")},
+          {"cli.lr", args.get("lr")},
+          {"cli.seed", args.get("seed")}};
+}
+
+// A resume checks the settings the checkpoint was taken with: mid-epoch, another data set, sample count
+// or batch size would misalign the data position (refused, exit 2); another learning rate or seed, or
+// those at an epoch's end, merely change the run (a warning).
+void check_resume_settings(const io::TrainingMeta& meta, const io::Metadata& now, const std::string& file) {
+  const bool mid_epoch = meta.data_position > 0;
+  for (const auto& [key, value] : now) {
+    auto it = meta.extra.find(key);
+    if (it == meta.extra.end() || it->second == value) continue;  // older checkpoints have no cli.* keys
+    if (key == "cli.lr" && parse_real(it->second) == parse_real(value)) continue;  // 0.01 and 1e-2
+    const std::string option = key == "cli.batch_size" ? "--batch-size" : key == "cli.train_samples" ? "--train-samples"
+                               : "--" + key.substr(4);
+    const bool positional = key == "cli.data" || key == "cli.batch_size" || key == "cli.train_samples";
+    if (positional && mid_epoch)
+      throw UsageError("--resume: " + file + " was taken mid-epoch (after batch " + std::to_string(meta.data_position) +
+                       ") with " + option + " " + it->second + "; resuming with " + value +
+                       " would not continue at the same data position. Resume with " + option + " " + it->second +
+                       ", or start a new --ckpt-dir");
+    std::fprintf(stderr, "demi: warning: resuming %s, taken with %s %s, with %s %s: the run changes from here\n",
+                 file.c_str(), option.c_str(), it->second.c_str(), option.c_str(), value.c_str());
+  }
+}
+
 int run_train(const ParsedArgs& args) {
-  ContextOptions ctx = get_context();
-  ctx.num_threads = static_cast<int>(args.get_int("threads"));
-  set_context(ctx);
+  apply_thread_option(args);
   bool json = args.flag("json");
   Job job = make_job(args);
   amp::Level level = amp::parse_level(args.get("amp"));
   DType low = parse_dtype(args.get("dtype"));
   if (!is_low_precision(low)) throw UsageError("--dtype must be fp16 or bf16, got '" + args.get("dtype") + "'");
-  double lr = std::atof(args.get("lr").c_str());
+  double lr = args.get_real("lr");
   auto opt = std::make_shared<optim::Momentum>(job.net->trainable_params(), lr, 0.9);
   train::ModelOptions mo;
   mo.amp_level = level;
@@ -226,17 +259,24 @@ int run_train(const ParsedArgs& args) {
     cbs.push_back(std::make_shared<train::ProgressBar>(50));
   if (args.flag("profile")) ops::set_profiling(true);
   int epochs = static_cast<int>(args.get_int("epochs"));
-  if (epochs < 1) throw UsageError("--epochs must be >= 1");
   std::string ckpt_dir = args.get("ckpt-dir");
   if (args.flag("resume")) {
     if (ckpt_dir.empty()) throw UsageError("--resume needs --ckpt-dir DIR (where the run's checkpoints are)");
-    auto last = train::latest_checkpoint(ckpt_dir, "model" + job.model_key);
+    // The newest checkpoint that verifies: a damaged newer one is skipped (and kept), with the reason.
+    std::vector<train::SkippedCheckpoint> skipped;
+    auto last = train::latest_loadable_checkpoint(ckpt_dir, "model" + job.model_key, &skipped, /*set_aside=*/true);
+    for (const train::SkippedCheckpoint& s : skipped)
+      std::fprintf(stderr, "demi: warning: --resume skips a checkpoint that does not load, kept as %s: %s\n",
+                   s.path.string().c_str(), s.error.c_str());
+    if (!last && !skipped.empty())
+      throw Error("--resume: no checkpoint in " + ckpt_dir + " loads (" + std::to_string(skipped.size()) +
+                  " damaged); move them away to start from the beginning");
     if (last) {
-      io::TrainingState state = train::load_checkpoint(*last);
+      const io::TrainingState& state = last->state;
+      check_resume_settings(state.meta, run_settings(args, job), last->path.string());
       train::restore_checkpoint(state, model);
-      model.set_resume_position(state.meta.data_position, state.meta.step);
       if (!json)
-        std::printf("resumed from %s: epoch %lld, step %lld\n", last->string().c_str(),
+        std::printf("resumed from %s: epoch %lld, step %lld\n", last->path.string().c_str(),
                     static_cast<long long>(state.meta.epochs_done + 1), static_cast<long long>(state.meta.step));
     } else if (!json) {
       std::printf("no checkpoint in %s yet: starting from the beginning\n", ckpt_dir.c_str());
@@ -247,6 +287,7 @@ int run_train(const ParsedArgs& args) {
     cc.save_checkpoint_steps = args.get_int("ckpt-every");
     cc.save_checkpoint_epochs = 1;  // and at the end of every epoch
     cc.keep_checkpoint_max = static_cast<int>(args.get_int("keep-ckpt"));
+    cc.extra = run_settings(args, job);
     cbs.push_back(std::make_shared<train::ModelCheckpoint>("model" + job.model_key, ckpt_dir, cc));
   }
   int remaining = epochs - static_cast<int>(model.epochs_done());
@@ -271,6 +312,7 @@ int run_train(const ParsedArgs& args) {
         {"data_wait_fraction", num(s.data_wait_fraction)},
         {"final_loss", num(s.mean_last_epoch_loss)},
         {"skipped_steps", num(static_cast<double>(s.skipped_steps))},
+        {"skip_warnings", num(static_cast<double>(s.skip_warnings))},
         {"loss_scale", num(s.final_loss_scale)},
         {"test_accuracy", num(metrics["Accuracy"])},
         {"peak_total", num(static_cast<double>(s.peak.total_peak))},
@@ -314,13 +356,33 @@ int run_train(const ParsedArgs& args) {
 }
 
 int run_eval(const ParsedArgs& args) {
-  ContextOptions ctx = get_context();
-  ctx.num_threads = static_cast<int>(args.get_int("threads"));
-  set_context(ctx);
+  apply_thread_option(args);
   if (!args.has("checkpoint")) throw UsageError("eval needs --checkpoint FILE (a demi or PyTorch safetensors file)");
   Job job = make_job(args);
   io::TrainingState state = train::load_checkpoint(args.get("checkpoint"));
-  train::load_param_into_net(*job.net, state.tensors, /*strict=*/false);
+  // Every parameter and buffer must come from the file: another model's checkpoint, or one with unrelated
+  // tensors, would otherwise report the accuracy of random weights. --allow-partial loads what matches
+  // and says what did not.
+  const bool partial = args.flag("allow-partial");
+  train::LoadReport report;
+  try {
+    report = train::load_param_into_net(*job.net, state.tensors, /*strict=*/!partial);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + "; 'demi eval --allow-partial' loads what matches and lists the rest");
+  }
+  if (partial) {
+    auto list = [](const std::vector<std::string>& names) {
+      std::string out;
+      for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+      return out.empty() ? std::string("none") : out;
+    };
+    std::printf("--allow-partial: %zu tensor(s) loaded; not in the file (left at their initial values): %s; in the "
+                "file but not in model %s: %s\n",
+                report.loaded.size(), list(report.missing).c_str(), job.model_key.c_str(),
+                list(report.unexpected).c_str());
+    if (report.loaded.empty()) throw Error("--allow-partial: nothing in '" + args.get("checkpoint") +
+                                           "' matches a parameter of model " + job.model_key);
+  }
   amp::Level level = amp::parse_level(args.get("amp"));
   DType low = parse_dtype(args.get("dtype"));
   if (level != amp::Level::kO0) amp::auto_mixed_precision(*job.net, level, low);
@@ -463,17 +525,33 @@ std::vector<Option> training_options() {
       {"model", "M", "A (simplecnn), B (lenet), C (mlp) or D (transformer)", "A"},
       {"data", "D", "synthetic, fashion-mnist, mnist:DIR, cifar10:DIR (default: synthetic for A, fashion-mnist)",
        "default"},
-      {"epochs", "N", "epochs", "1"},
-      {"batch-size", "N", "batch size (0: the model's reference batch: A 32, B 128, C 256)", "0"},
-      {"lr", "LR", "learning rate (Momentum 0.9)", "0.01"},
-      {"seed", "S", "random seed (weights, data order, synthetic data)", "1"},
-      {"threads", "N", "threads (0: every core)", "0"},
-      {"train-samples", "N", "use only the first N training samples (0: all)", "0"},
+      int_option("epochs", "N", "epochs", "1", 1, 1e6),
+      int_option("batch-size", "N", "batch size (0: the model's reference batch: A 32, B 128, C 256, D 32)", "0", 0,
+                 1 << 20),
+      real_option("lr", "LR", "learning rate (Momentum 0.9)", "0.01", 1e-12, 1e3),
+      int_option("seed", "S", "random seed (weights, data order, synthetic data)", "1", 0, 1e18),
+      int_option("threads", "N", "threads (0: every core)", "0", 0, 4096),
+      int_option("train-samples", "N", "use only the first N training samples (0: all)", "0", 0, 1e12),
       {"loss-scale", "S", "default (the level's), none, fixed:N or dynamic", "default"},
   };
 }
 
 }  // namespace
+
+void apply_thread_option(const ParsedArgs& args) {
+  ContextOptions ctx = get_context();
+  int64_t threads = args.get_int("threads");
+  const int64_t hardware = std::max<unsigned>(std::thread::hardware_concurrency(), 1);
+  if (threads > hardware) {
+    std::fprintf(stderr,
+                 "demi: --threads %lld is more than the %lld hardware threads of this machine; using %lld "
+                 "(oversubscribed workers would make every step wait)\n",
+                 static_cast<long long>(threads), static_cast<long long>(hardware), static_cast<long long>(hardware));
+    threads = hardware;
+  }
+  ctx.num_threads = static_cast<int>(threads);
+  set_context(ctx);
+}
 
 int run_training_demo(const ParsedArgs& args) {
   (void)args;
@@ -494,8 +572,8 @@ void add_training_commands(std::vector<Command>& cmds) {
   train_opts.push_back({"json", "", "print one JSON object per epoch and a summary", ""});
   train_opts.push_back({"profile", "", "print time, calls and bytes per op, forward and backward", ""});
   train_opts.push_back({"ckpt-dir", "DIR", "save checkpoints (safetensors) in DIR", ""});
-  train_opts.push_back({"ckpt-every", "N", "save every N steps (0: at the end of each epoch)", "0"});
-  train_opts.push_back({"keep-ckpt", "K", "keep the last K checkpoints (0: all)", "3"});
+  train_opts.push_back(int_option("ckpt-every", "N", "save every N steps (0: at the end of each epoch)", "0", 0, 1e12));
+  train_opts.push_back(int_option("keep-ckpt", "K", "keep the last K checkpoints (0: all)", "3", 0, 1e6));
   train_opts.push_back({"resume", "", "continue from the latest checkpoint in --ckpt-dir", ""});
   train_opts.push_back({"numerics", "", "before training, report FP16 overflow per layer and gradient underflow "
                                         "per parameter at the loss scale", ""});
@@ -507,6 +585,8 @@ void add_training_commands(std::vector<Command>& cmds) {
   eval_opts.push_back({"checkpoint", "FILE", "weights to evaluate (a demi checkpoint or PyTorch safetensors)", ""});
   eval_opts.push_back({"amp", "LEVEL", "AMP level to evaluate at", "O0"});
   eval_opts.push_back({"dtype", "T", "low-precision dtype: fp16 or bf16", "bf16"});
+  eval_opts.push_back({"allow-partial", "", "load what matches when the file lacks some parameters (listed) "
+                                            "instead of refusing it", ""});
   cmds.push_back({.name = "eval",
                   .summary = "Evaluate saved weights on the test split (accuracy and loss).",
                   .options = std::move(eval_opts),

@@ -7,6 +7,10 @@
 
 namespace demi::cli {
 
+// Sets demi's thread count from --threads (0: every core). More threads than the machine has hardware
+// threads would make each step wait on oversubscribed workers (hundreds of times slower): clamped to the
+// hardware threads, with a warning on stderr.
+void apply_thread_option(const ParsedArgs& args);
 // Appends train, eval and compare to the command list.
 void add_training_commands(std::vector<Command>& cmds);
 // `demi demo`: the seed's comparison, O0 against O2, on model A (random data) and model B (Fashion-MNIST).

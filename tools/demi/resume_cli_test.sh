@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# `demi train --resume` against what changed and what broke: resume_cli_test.sh DEMI WORKDIR
+#   1. a mid-epoch checkpoint resumed with another --batch-size is refused (exit 2, naming both sizes)
+#   2. resumed with another --lr it trains on, with a warning naming both values
+#   3. a damaged newest checkpoint is skipped, named with its error and kept as NAME.damaged; the one
+#      before it is resumed
+set -euo pipefail
+demi=$1
+work=$2
+rm -rf "$work"
+mkdir -p "$work"
+train=("$demi" train --model C --data synthetic --train-samples 1024 --batch-size 256 --ckpt-every 2 --keep-ckpt 0
+       --ckpt-dir "$work/ckpt")
+"${train[@]}" > "$work/first.log" 2>&1
+ls "$work/ckpt"
+rm "$work/ckpt/modelC-1_4.safetensors"  # the newest is now the mid-epoch modelC-1_2
+
+check() {  # check NAME STATUS REGEX COMMAND...: the command's exit status and output
+  local name=$1 expected=$2 regex=$3 status=0
+  shift 3
+  "$@" > "$work/$name.log" 2>&1 || status=$?
+  cat "$work/$name.log"
+  if [[ $status -ne $expected ]]; then echo "$name: exit status $status, expected $expected"; exit 1; fi
+  if ! grep -Eq -e "$regex" "$work/$name.log"; then echo "$name: no line matches: $regex"; exit 1; fi
+  echo "$name: OK"
+}
+
+check batch_size 2 "taken mid-epoch \(after batch 2\) with --batch-size 256; resuming with 128" \
+  "${train[@]}" --epochs 2 --batch-size 128 --resume
+check lr 0 "warning: resuming .*modelC-1_2.safetensors, taken with --lr 0.01, with --lr 0.02" \
+  "${train[@]}" --epochs 1 --lr 0.02 --resume
+
+# Damage the newest checkpoint (modelC-1_4, written by the run above): one byte in its tensor data.
+newest="$work/ckpt/modelC-1_4.safetensors"
+[[ -f $newest ]] || { echo "expected $newest"; exit 1; }
+size=$(stat -c %s "$newest")
+printf '\xff' | dd of="$newest" bs=1 seek=$((size - 9)) conv=notrunc status=none
+cp "$newest" "$work/damaged.copy"
+check damaged 0 "skips a checkpoint that does not load, kept as .*modelC-1_4.safetensors.damaged: .*checksum" \
+  "${train[@]}" --epochs 2 --resume
+grep -q "resumed from .*modelC-1_2.safetensors" "$work/damaged.log" || { echo "damaged: did not resume from 1_2"; exit 1; }
+cmp -s "$work/damaged.copy" "$newest.damaged" || { echo "damaged: the damaged checkpoint was not kept as it was"; exit 1; }
+[[ -f $newest ]] || { echo "damaged: the resumed run did not write its own modelC-1_4 again"; exit 1; }
+echo "resume_cli_test: all OK"
