@@ -10,7 +10,7 @@ ifeq ($(CI),true)
 CMAKE_FLAGS += -DDEMI_WERROR=ON
 endif
 
-.PHONY: all setup build test demo bench asan fresh-check clean
+.PHONY: all setup build test demo bench asan tsan fresh-check clean
 
 all: build
 
@@ -41,6 +41,9 @@ fresh-check:
 
 asan:
 	@$(MAKE) --no-print-directory test PRESET=asan
+
+tsan:
+	@$(MAKE) --no-print-directory test PRESET=tsan
 
 clean:
 	rm -rf build

@@ -21,9 +21,14 @@ function(demi_include_link root path)
   set(link ${DEMI_INCLUDE_ROOTS}/${root}/${path})
   get_filename_component(dir ${link} DIRECTORY)
   file(MAKE_DIRECTORY ${dir})
-  if(NOT IS_SYMLINK ${link})
-    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${path} ${link} SYMBOLIC)
+  if(IS_SYMLINK ${link})
+    file(READ_SYMLINK ${link} target)
+    if(target STREQUAL ${PROJECT_SOURCE_DIR}/${path})
+      return()
+    endif()
+    file(REMOVE ${link})  # left by a source tree that has moved
   endif()
+  file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${path} ${link} SYMBOLIC)
 endfunction()
 
 # The flags demi's own targets compile with (warnings, -Werror in CI, sanitizers): never a usage

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "demi/core/error.h"
 
@@ -42,7 +44,18 @@ void set_num_threads(int n) {
   omp_set_num_threads(n);
 }
 
+#ifdef DEMI_STD_THREAD_POOL
+// The ThreadSanitizer build's pool (cmake/sanitizer_subsets.cmake): each parallel loop runs its chunks on
+// std::threads started for it, the caller taking chunk 0, so that every synchronization is one TSan sees
+// (it cannot see libgomp's barriers). Chunking is the same as the OpenMP pool's.
+namespace {
+thread_local bool t_in_parallel = false;
+}  // namespace
+
+bool in_parallel_region() { return t_in_parallel; }
+#else
 bool in_parallel_region() { return omp_in_parallel() != 0; }
+#endif
 
 namespace internal {
 
@@ -55,14 +68,11 @@ void parallel_run(int64_t n, int64_t grain, void (*fn)(void*, int64_t, int64_t),
     fn(ctx, 0, n);
     return;
   }
-  // An exception must not leave an OpenMP region (it would terminate the process): keep the first and
-  // rethrow it on the calling thread.
+  // An exception must not leave a parallel region (out of an OpenMP one it would terminate the process):
+  // keep the first and rethrow it on the calling thread.
   std::exception_ptr error;
   std::mutex error_mutex;
-#pragma omp parallel num_threads(static_cast<int>(threads))
-  {
-    int64_t t = omp_get_thread_num();
-    int64_t nt = omp_get_num_threads();
+  auto run_chunk = [&](int64_t t, int64_t nt) {
     int64_t chunk = (n + nt - 1) / nt;
     int64_t b = t * chunk;
     int64_t e = b + chunk < n ? b + chunk : n;
@@ -74,7 +84,22 @@ void parallel_run(int64_t n, int64_t grain, void (*fn)(void*, int64_t, int64_t),
         if (!error) error = std::current_exception();
       }
     }
-  }
+  };
+#ifdef DEMI_STD_THREAD_POOL
+  std::vector<std::thread> team;
+  for (int64_t t = 1; t < threads; ++t)
+    team.emplace_back([&, t] {
+      t_in_parallel = true;
+      run_chunk(t, threads);
+    });
+  t_in_parallel = true;
+  run_chunk(0, threads);
+  t_in_parallel = false;
+  for (std::thread& th : team) th.join();
+#else
+#pragma omp parallel num_threads(static_cast<int>(threads))
+  run_chunk(omp_get_thread_num(), omp_get_num_threads());
+#endif
   if (error) std::rethrow_exception(error);
 }
 

@@ -1,0 +1,59 @@
+# The sanitizer subsets that `make test` runs, each a small build of the modules it checks with their own
+# tests, in a fraction of a full sanitizer preset's time (the presets asan and tsan cover everything):
+#
+# - AddressSanitizer + UndefinedBehaviorSanitizer over core (allocator, tensors, conversions), data
+#   (IDX/CIFAR/gzip readers, the prefetch thread) and io (safetensors, atomic writes): the modules that
+#   parse untrusted input or manage memory by hand.
+# - ThreadSanitizer over core (the thread pool) and data (the prefetch thread, map's worker team, the
+#   pipeline). libgomp is not instrumented and TSan cannot see its barriers, so this build runs demi's
+#   parallel loops on its own std::thread pool (DEMI_STD_THREAD_POOL: the same chunking, every
+#   synchronization visible) instead of suppressing reports wholesale; the one test that checks the pool
+#   is shared with oneDNN's OpenMP team is filtered out.
+#
+# demi_sanitizer_subset(NAME FLAGS f... MODULES m... [DEFINES d...] [FILTER gtest-filter])
+function(demi_sanitizer_subset name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "FILTER" "FLAGS;MODULES;DEFINES")
+  set(lib_srcs)
+  set(test_srcs)
+  set(include_roots)
+  foreach(module IN LISTS arg_MODULES)
+    list(APPEND include_roots ${DEMI_INCLUDE_ROOTS}/${module})
+    file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/demi/${module}/*.cc)
+    foreach(src IN LISTS srcs)
+      if(src MATCHES "_test\\.cc$")
+        list(APPEND test_srcs ${src})
+      else()
+        list(APPEND lib_srcs ${src})
+      endif()
+    endforeach()
+  endforeach()
+  add_library(demi_${name} STATIC ${lib_srcs})
+  target_include_directories(demi_${name} PUBLIC ${include_roots})
+  target_compile_features(demi_${name} PUBLIC cxx_std_20)
+  target_compile_options(demi_${name} PUBLIC ${arg_FLAGS})
+  target_compile_definitions(demi_${name} PUBLIC ${arg_DEFINES})
+  target_link_options(demi_${name} PUBLIC ${arg_FLAGS})
+  # Warnings are checked (and -Werror applied) in the main build; GCC 12 raises false ones at -O1 here.
+  target_link_libraries(demi_${name} PUBLIC OpenMP::OpenMP_CXX Threads::Threads ZLIB::ZLIB DNNL::dnnl)
+  # ISA-specific sources keep their flags.
+  foreach(src IN LISTS lib_srcs)
+    foreach(isa avx2 avx512 avx512bf16)
+      if(src MATCHES "_${isa}\\.cc$")
+        set_source_files_properties(${src} TARGET_DIRECTORY demi_${name} PROPERTIES COMPILE_OPTIONS "${DEMI_ISA_FLAGS_${isa}}")
+      endif()
+    endforeach()
+  endforeach()
+  add_executable(demi_${name}_test ${test_srcs})
+  target_link_libraries(demi_${name}_test PRIVATE demi_${name} GTest::gtest GTest::gtest_main)
+  string(JOIN "_" modules ${arg_MODULES})
+  add_test(NAME sanitizers.${name}.${modules} COMMAND demi_${name}_test --gtest_filter=${arg_FILTER})
+  set_tests_properties(sanitizers.${name}.${modules} PROPERTIES LABELS sanitizers ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE")
+endfunction()
+
+# The exhaustive and 10^7-random conversion tests are slow under the sanitizers; they run uninstrumented
+# in the main suite and are filtered out here.
+set(demi_slow_tests "*RandomBitPatterns:*EdgesAndRandom:*EveryTieAndBoundary:ConvertKernels.*EveryPattern")
+demi_sanitizer_subset(san FLAGS -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -O1 -g
+                      MODULES core data io FILTER -${demi_slow_tests})
+demi_sanitizer_subset(tsan FLAGS -fsanitize=thread -O1 -g MODULES core data DEFINES DEMI_STD_THREAD_POOL
+                      FILTER -${demi_slow_tests}:ParallelFor.DemiAndOneDnnShareOneThreadPool)
