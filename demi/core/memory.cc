@@ -101,6 +101,12 @@ using internal::kHugePage;
 using internal::kLargeBlock;
 using internal::kNumClasses;
 
+// The composition of the training's own memory: every category but the data set.
+std::array<int64_t, kNumMemCategories> without_data(std::array<int64_t, kNumMemCategories> current) {
+  current[static_cast<int>(MemCategory::kData)] = 0;
+  return current;
+}
+
 struct ScopeEntry {
   int id;
   std::array<int64_t, kNumMemCategories> peak;
@@ -170,7 +176,7 @@ struct Allocator {
     const int64_t train = stats.total_current - stats.current[static_cast<int>(MemCategory::kData)];
     if (train > stats.train_peak) {
       stats.train_peak = train;
-      stats.at_train_peak = stats.current;
+      stats.at_train_peak = without_data(stats.current);
     }
     for (ScopeEntry& s : scopes) {
       if (stats.current[c] > s.peak[c]) s.peak[c] = stats.current[c];
@@ -180,7 +186,7 @@ struct Allocator {
       }
       if (train > s.train_peak) {
         s.train_peak = train;
-        s.at_train_peak = stats.current;
+        s.at_train_peak = without_data(stats.current);
       }
     }
   }
@@ -313,7 +319,7 @@ void mem_reset_peak() {
   a.stats.total_peak = a.stats.total_current;
   a.stats.at_peak = a.stats.current;
   a.stats.train_peak = a.stats.total_current - a.stats.cur(MemCategory::kData);
-  a.stats.at_train_peak = a.stats.current;
+  a.stats.at_train_peak = without_data(a.stats.current);
 }
 
 void mem_empty_cache() {

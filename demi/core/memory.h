@@ -35,7 +35,8 @@ struct MemStats {
   int64_t total_peak = 0;       // highest sum over categories (not the sum of per-category peaks)
   std::array<int64_t, kNumMemCategories> at_peak{};  // `current` per category when total_peak was reached
   // The same over every category but kData: the training's own memory, without the data set and its
-  // batches (which do not depend on the AMP level: a data set loaded whole is tens of MiB).
+  // batches (which do not depend on the AMP level: a data set loaded whole is tens of MiB). Its
+  // composition leaves kData at 0, so at_train_peak sums to train_peak.
   int64_t train_peak = 0;
   std::array<int64_t, kNumMemCategories> at_train_peak{};
   int64_t cached_free = 0;      // bytes the caching allocator holds for reuse
