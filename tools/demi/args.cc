@@ -118,25 +118,20 @@ void check_value(const std::string& command, const Option& o, const std::string&
 
 }  // namespace
 
-int64_t ParsedArgs::get_int(std::string_view name) const {
+std::string ParsedArgs::checked(std::string_view name, ValueKind kind) const {
   const Option* o = cmd_ ? find_option(*cmd_, name) : nullptr;
-  DEMI_ASSERT(o && o->kind == ValueKind::kInt, "demi ", command_, ": --", name, " is not an integer option");
+  DEMI_ASSERT(o && o->kind == kind, "--", name, " is not an option of that kind in this command");
   std::string v = get(name);
-  check_value(command_, *o, v);  // a default is checked too
-  return *parse_int(v);
+  check_value(cmd_->name, *o, v);  // a default is checked too
+  return v;
 }
 
-double ParsedArgs::get_real(std::string_view name) const {
-  const Option* o = cmd_ ? find_option(*cmd_, name) : nullptr;
-  DEMI_ASSERT(o && o->kind == ValueKind::kReal, "demi ", command_, ": --", name, " is not a number option");
-  std::string v = get(name);
-  check_value(command_, *o, v);
-  return *parse_real(v);
-}
+int64_t ParsedArgs::get_int(std::string_view name) const { return *parse_int(checked(name, ValueKind::kInt)); }
+
+double ParsedArgs::get_real(std::string_view name) const { return *parse_real(checked(name, ValueKind::kReal)); }
 
 ParsedArgs parse_options(const Command& cmd, std::span<const std::string> args) {
   ParsedArgs out;
-  out.command_ = cmd.name;
   out.cmd_ = &cmd;
   for (const Option& o : cmd.options)
     if (!o.value_name.empty()) out.defaults_[o.name] = o.default_value;

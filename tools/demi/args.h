@@ -60,7 +60,9 @@ class ParsedArgs {
 
  private:
   friend ParsedArgs parse_options(const Command&, std::span<const std::string>);
-  std::string command_;
+  // The value of `name` (given or default), checked against its option of kind `kind`.
+  std::string checked(std::string_view name, ValueKind kind) const;
+
   const Command* cmd_ = nullptr;
   std::map<std::string, std::string, std::less<>> given_;
   std::map<std::string, std::string, std::less<>> defaults_;

@@ -13,10 +13,10 @@
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
 
 #include "demi/amp/numerics.h"
 #include "demi/core/context.h"
+#include "demi/core/parallel.h"
 #include "demi/data/iterator.h"
 #include "demi/data/data.h"
 #include "demi/nn/models.h"
@@ -541,7 +541,7 @@ std::vector<Option> training_options() {
 void apply_thread_option(const ParsedArgs& args) {
   ContextOptions ctx = get_context();
   int64_t threads = args.get_int("threads");
-  const int64_t hardware = std::max<unsigned>(std::thread::hardware_concurrency(), 1);
+  const int64_t hardware = hardware_threads();
   if (threads > hardware) {
     std::fprintf(stderr,
                  "demi: --threads %lld is more than the %lld hardware threads of this machine; using %lld "
