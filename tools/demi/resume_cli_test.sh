@@ -7,6 +7,7 @@
 set -euo pipefail
 demi=$1
 work=$2
+here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work"
 mkdir -p "$work"
 train=("$demi" train --model C --data synthetic --train-samples 1024 --batch-size 256 --ckpt-every 2 --keep-ckpt 0
@@ -15,13 +16,10 @@ train=("$demi" train --model C --data synthetic --train-samples 1024 --batch-siz
 ls "$work/ckpt"
 rm "$work/ckpt/modelC-1_4.safetensors"  # the newest is now the mid-epoch modelC-1_2
 
-check() {  # check NAME STATUS REGEX COMMAND...: the command's exit status and output
-  local name=$1 expected=$2 regex=$3 status=0
-  shift 3
-  "$@" > "$work/$name.log" 2>&1 || status=$?
-  cat "$work/$name.log"
-  if [[ $status -ne $expected ]]; then echo "$name: exit status $status, expected $expected"; exit 1; fi
-  if ! grep -Eq -e "$regex" "$work/$name.log"; then echo "$name: no line matches: $regex"; exit 1; fi
+check() {  # check NAME STATUS REGEX COMMAND...: cli_test.sh's exit status and output check, logged
+  local name=$1
+  shift
+  bash "$here/cli_test.sh" "$@" > "$work/$name.log" || { cat "$work/$name.log"; echo "$name: failed"; exit 1; }
   echo "$name: OK"
 }
 

@@ -195,12 +195,13 @@ class JsonEpochs : public train::Callback {
   }
 };
 
-// The settings a checkpoint's state depends on, stored in every checkpoint the CLI writes ("cli.*").
+// The settings a checkpoint's state depends on, stored in every checkpoint the CLI writes, each under
+// "cli." and its option's name.
 io::Metadata run_settings(const ParsedArgs& args, const Job& job) {
   return {{"cli.model", job.model_key},
           {"cli.data", job.data_name},
-          {"cli.batch_size", std::to_string(job.batch_size)},
-          {"cli.train_samples", args.get("train-samples")},
+          {"cli.batch-size", std::to_string(job.batch_size)},
+          {"cli.train-samples", args.get("train-samples")},
           {"cli.lr", args.get("lr")},
           {"cli.seed", args.get("seed")}};
 }
@@ -214,9 +215,8 @@ void check_resume_settings(const io::TrainingMeta& meta, const io::Metadata& now
     auto it = meta.extra.find(key);
     if (it == meta.extra.end() || it->second == value) continue;  // older checkpoints have no cli.* keys
     if (key == "cli.lr" && parse_real(it->second) == parse_real(value)) continue;  // 0.01 and 1e-2
-    const std::string option = key == "cli.batch_size" ? "--batch-size" : key == "cli.train_samples" ? "--train-samples"
-                               : "--" + key.substr(4);
-    const bool positional = key == "cli.data" || key == "cli.batch_size" || key == "cli.train_samples";
+    const std::string option = "--" + key.substr(4);
+    const bool positional = key == "cli.data" || key == "cli.batch-size" || key == "cli.train-samples";
     if (positional && mid_epoch)
       throw UsageError("--resume: " + file + " was taken mid-epoch (after batch " + std::to_string(meta.data_position) +
                        ") with " + option + " " + it->second + "; resuming with " + value +
