@@ -35,14 +35,7 @@ function(demi_sanitizer_subset name)
   target_link_options(demi_${name} PUBLIC ${arg_FLAGS})
   # Warnings are checked (and -Werror applied) in the main build; GCC 12 raises false ones at -O1 here.
   target_link_libraries(demi_${name} PUBLIC OpenMP::OpenMP_CXX Threads::Threads ZLIB::ZLIB DNNL::dnnl)
-  # ISA-specific sources keep their flags.
-  foreach(src IN LISTS lib_srcs)
-    foreach(isa avx2 avx512 avx512bf16)
-      if(src MATCHES "_${isa}\\.cc$")
-        set_source_files_properties(${src} TARGET_DIRECTORY demi_${name} PROPERTIES COMPILE_OPTIONS "${DEMI_ISA_FLAGS_${isa}}")
-      endif()
-    endforeach()
-  endforeach()
+  # ISA-specific sources keep their flags: demi_module set them on these files, in this same directory.
   add_executable(demi_${name}_test ${test_srcs})
   target_link_libraries(demi_${name}_test PRIVATE demi_${name} GTest::gtest GTest::gtest_main)
   string(JOIN "_" modules ${arg_MODULES})
