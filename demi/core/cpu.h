@@ -12,7 +12,7 @@
 
 namespace demi {
 
-enum class CpuLevel : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
+enum class CpuLevel : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3, kLast = kAvx512Bf16 };
 
 struct CpuFeatures {
   bool avx2 = false;

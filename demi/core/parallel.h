@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 namespace demi {
 
@@ -31,7 +32,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
     return;
   }
   struct Ctx {
-    F* f;
+    std::remove_reference_t<F>* f;
     int64_t base;
   } ctx{&f, begin};
   internal::parallel_run(

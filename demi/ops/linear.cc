@@ -5,7 +5,7 @@
 // rounded to the low dtype on its way.
 #include "demi/kernels/cpu/activation.h"
 #include "demi/kernels/onednn/dense.h"
-#include "demi/kernels/onednn/matmul.h"
+#include "demi/kernels/matmul.h"
 #include "demi/ops/internal/helpers.h"
 #include "demi/ops/ops.h"
 
@@ -30,7 +30,7 @@ Tensor product(const Tensor& a, const Tensor& b, bool ta, bool tb, int64_t batch
   p.c_dtype = out_dtype;
   p.accumulate = accumulate_into;
   Tensor c = into ? *into : empty(out_shape, out_dtype);
-  kernels::onednn::matmul(p, a.raw_data(), b.raw_data(), c.raw_data());
+  kernels::matmul(p, a.raw_data(), b.raw_data(), c.raw_data());
   return c;
 }
 

@@ -8,7 +8,7 @@
 #include "demi/kernels/cpu/embedding.h"
 #include "demi/kernels/cpu/layernorm.h"
 #include "demi/kernels/cpu/transpose.h"
-#include "demi/kernels/onednn/matmul.h"
+#include "demi/kernels/matmul.h"
 #include "demi/ops/internal/helpers.h"
 #include "demi/ops/ops.h"
 
@@ -35,7 +35,7 @@ Tensor bmm(const Tensor& a, const Tensor& b, bool ta, bool tb, DType out) {
   p.b_dtype = b.dtype();
   p.c_dtype = out;
   Tensor c = empty({p.batch, p.m, p.n}, out);
-  kernels::onednn::matmul(p, a.raw_data(), b.raw_data(), c.raw_data());
+  kernels::matmul(p, a.raw_data(), b.raw_data(), c.raw_data());
   return c;
 }
 

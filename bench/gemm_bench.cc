@@ -1,0 +1,141 @@
+// demi's GEMM (demi/kernels/cpu/gemm.h) against oneDNN's matmul (demi/kernels/onednn/matmul.h) on the
+// reference models' product shapes and 1024^3, per dtype and direction, interleaved in one run (each
+// pair alternates; best of the rounds), with the f32 FMA and bf16 ceilings measured in the same run.
+// f16 through oneDNN includes widening the operands (it has no f16 kernels); demi converts in packing.
+//
+//   build/release/bench/gemm_bench [--rounds N] [--filter SUBSTRING]
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "demi/core/convert.h"
+#include "demi/core/cpu.h"
+#include "demi/core/dtype.h"
+#include "demi/core/parallel.h"
+#include "demi/kernels/cpu/gemm.h"
+#include "demi/kernels/cpu/peak.h"
+#include "demi/kernels/onednn/matmul.h"
+
+namespace demi {
+namespace {
+
+using kernels::MatmulParams;
+
+struct Buffer {
+  std::vector<double> storage;
+  Buffer(DType t, int64_t n, uint64_t seed) {
+    storage.resize(static_cast<size_t>((n * static_cast<int64_t>(dtype_size(t)) + 7) / 8 + 8));
+    std::vector<float> v(static_cast<size_t>(n));
+    std::mt19937 gen(static_cast<uint32_t>(seed));
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (float& x : v) x = dist(gen);
+    convert(v.data(), DType::kF32, storage.data(), t, n);
+  }
+  void* data() { return storage.data(); }
+};
+
+const char* tag(DType t) { return t == DType::kF32 ? "f32" : t == DType::kBF16 ? "bf16" : "f16"; }
+
+struct Case {
+  std::string name;
+  MatmulParams p;
+};
+
+// The three products of a Dense layer x (m, k) -> y (m, n) in dtype t: forward (x w^T + bias, ReLU),
+// input gradient (dy w) and weight gradient (dy^T x into f32, AMP's master gradient).
+void dense_cases(std::vector<Case>& out, const char* model, int64_t m, int64_t k, int64_t n, DType t) {
+  const std::string base = std::string(model) + " " + std::to_string(k) + "->" + std::to_string(n) + " " + tag(t);
+  MatmulParams f;
+  f.m = m;
+  f.n = n;
+  f.k = k;
+  f.trans_b = true;
+  f.a_dtype = f.b_dtype = f.c_dtype = t;
+  f.relu = true;
+  out.push_back({base + " fwd", f});
+  MatmulParams d;
+  d.m = m;
+  d.n = k;
+  d.k = n;
+  d.a_dtype = d.b_dtype = d.c_dtype = t;
+  out.push_back({base + " dx", d});
+  MatmulParams w;
+  w.m = n;
+  w.n = k;
+  w.k = m;
+  w.trans_a = true;
+  w.a_dtype = w.b_dtype = t;
+  w.c_dtype = DType::kF32;
+  out.push_back({base + " dw", w});
+}
+
+double seconds_of(const std::function<void()>& f, int reps) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
+}  // namespace
+}  // namespace demi
+
+int main(int argc, char** argv) {
+  using namespace demi;
+  int rounds = 5;
+  std::string filter;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
+    if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
+    if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) set_num_threads(std::max(1, std::atoi(argv[++i])));
+  }
+  std::vector<Case> cases;
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    MatmulParams p;
+    p.m = p.n = p.k = 1024;
+    p.a_dtype = p.b_dtype = p.c_dtype = t;
+    cases.push_back({std::string("1024^3 ") + tag(t), p});
+    dense_cases(cases, "C", 256, 784, 1024, t);
+    dense_cases(cases, "C", 256, 1024, 1024, t);
+    dense_cases(cases, "B", 128, 3136, 128, t);
+    for (auto [k, n] : {std::pair<int64_t, int64_t>{256, 768}, {256, 256}, {256, 1024}, {1024, 256}})
+      dense_cases(cases, "D", 4096, k, n, t);
+  }
+  const double fma = kernels::cpu::fma_peak_gflops(0.3), bf16 = kernels::cpu::bf16_peak_gflops(0.3);
+  std::printf("threads %d, cpu level %s; measured ceilings: f32 FMA %.0f GFLOP/s, bf16 vdpbf16ps %.0f GFLOP/s\n",
+              num_threads(), std::string(cpu_level_name(cpu_level())).c_str(), fma, bf16);
+  std::printf("%-30s %8s %8s %8s %7s %7s %7s\n", "product (GFLOP/s)", "oneDNN", "demi-f32", "demi-dot",
+              "best/o", "o %pk", "best%pk");
+  for (Case& c : cases) {
+    if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
+    const MatmulParams& p = c.p;
+    Buffer a(p.a_dtype, p.m * p.k, 1), b(p.b_dtype, p.k * p.n, 2), out(p.c_dtype, p.m * p.n, 3), bias(DType::kF32, p.n, 4);
+    MatmulParams q = p;
+    q.bias = p.trans_b ? bias.data() : nullptr;
+    const double flops = 2.0 * p.m * p.n * p.k;
+    const bool bf16_in = p.a_dtype == DType::kBF16 && p.b_dtype == DType::kBF16;
+    std::vector<std::function<void()>> runs = {
+        [&] { kernels::onednn::matmul(q, a.data(), b.data(), out.data()); },
+        [&] { kernels::cpu::gemm(q, a.data(), b.data(), out.data(), kernels::cpu::GemmPath::kF32); }};
+    if (bf16_in && kernels::cpu::gemm_has_bf16_dot())
+      runs.push_back([&] { kernels::cpu::gemm(q, a.data(), b.data(), out.data(), kernels::cpu::GemmPath::kBf16Dot); });
+    for (auto& r : runs) r();
+    const int reps = std::max(1, static_cast<int>(0.03 / std::max(1e-6, seconds_of(runs[1], 1))));
+    std::vector<double> best(runs.size(), 1e30);
+    for (int r = 0; r < rounds; ++r)
+      for (size_t i = 0; i < runs.size(); ++i) best[i] = std::min(best[i], seconds_of(runs[i], reps));
+    std::vector<double> g;
+    for (double t : best) g.push_back(flops / t / 1e9);
+    const double demi_best = *std::max_element(g.begin() + 1, g.end());
+    // The ceiling of the fastest kernel available for the dtype: bf16 pairs where they beat the FMA rate.
+    const double peak = bf16_in ? std::max(fma, bf16) : fma;
+    std::printf("%-30s %8.1f %8.1f %8s %7.2f %6.0f%% %6.0f%%  %s\n", c.name.c_str(), g[0], g[1],
+                g.size() > 2 ? std::to_string(static_cast<int>(g[2])).c_str() : "-", demi_best / g[0],
+                100 * g[0] / peak, 100 * demi_best / peak, kernels::onednn::matmul_implementation(q).c_str());
+  }
+  return 0;
+}

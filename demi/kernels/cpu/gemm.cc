@@ -1,0 +1,307 @@
+#include "demi/kernels/cpu/gemm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "demi/core/convert.h"
+#include "demi/core/cpu.h"
+#include "demi/core/error.h"
+#include "demi/core/parallel.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
+#include "demi/kernels/cpu/internal/gemm_kernels.h"
+#include "demi/kernels/cpu/internal/workspace.h"
+
+namespace demi::kernels {
+namespace cpu_internal {
+namespace {
+
+// The portable variant: a 4 x 16 tile in plain loops (the compiler vectorizes what it can), packing by
+// the scalar conversions. The fallback for CPUs without AVX2, and the reference for the tile logic.
+constexpr int kScalarMr = 4, kScalarNr = 16;
+
+float to_float(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::kBF16: return static_cast<float>(static_cast<const BFloat16*>(p)[i]);
+    case DType::kF16: return static_cast<float>(static_cast<const Half*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+void store_scalar(const float (&acc)[kScalarMr][kScalarNr], const GemmTile& t) {
+  for (int r = 0; r < t.m; ++r)
+    for (int j = 0; j < t.n; ++j) {
+      const int64_t i = r * t.ldc + j;
+      float v = acc[r][j];
+      if (t.load_c) v += to_float(t.c, t.c_dtype, i);
+      if (t.bias) v += t.bias[j];
+      if (t.relu) v = std::max(v, 0.0f);
+      switch (t.c_dtype) {
+        case DType::kBF16: static_cast<BFloat16*>(t.c)[i] = BFloat16(v); break;
+        case DType::kF16: static_cast<Half*>(t.c)[i] = Half(v); break;
+        default: static_cast<float*>(t.c)[i] = v; break;
+      }
+    }
+}
+
+void ukr_f32_scalar(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b, const GemmTile& t) {
+  float acc[kScalarMr][kScalarNr] = {};
+  for (int64_t k = 0; k < kc; ++k, a += cs, b += kScalarNr)
+    for (int r = 0; r < kScalarMr; ++r) {
+      const float x = a[std::min(r, t.m - 1) * rs];
+      for (int j = 0; j < kScalarNr; ++j) acc[r][j] += x * b[j];
+    }
+  store_scalar(acc, t);
+}
+
+void pack_b_f32_scalar(const void* b, DType t, bool trans, int64_t ld, int64_t k0, int64_t kc, int64_t j0,
+                       int64_t nc, float* dst) {
+  for (int64_t k = 0; k < kc; ++k)
+    for (int64_t j = 0; j < kScalarNr; ++j)
+      dst[k * kScalarNr + j] =
+          j < nc ? to_float(b, t, trans ? (j0 + j) * ld + k0 + k : (k0 + k) * ld + j0 + j) : 0.0f;
+}
+
+void to_f32_scalar(const void* src, DType t, int64_t sld, int64_t rows, int64_t cols, float* dst, int64_t dld) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) dst[i * dld + j] = to_float(src, t, i * sld + j);
+}
+
+}  // namespace
+
+const GemmKernels& gemm_kernels_scalar() {
+  static const GemmKernels k = [] {
+    GemmKernels g;
+    g.name = "scalar";
+    g.mr = kScalarMr;
+    g.nr = kScalarNr;
+    g.f32 = ukr_f32_scalar;
+    g.pack_b_f32 = pack_b_f32_scalar;
+    g.to_f32 = to_f32_scalar;
+    return g;
+  }();
+  return k;
+}
+
+}  // namespace cpu_internal
+
+namespace cpu {
+namespace {
+
+using cpu_internal::GemmKernels;
+using cpu_internal::GemmTile;
+using cpu_internal::Workspace;
+
+const GemmKernels& kernels() {
+  static const cpu_internal::KernelTable<GemmKernels> table{
+      {CpuLevel::kScalar, cpu_internal::gemm_kernels_scalar},
+      {CpuLevel::kAvx2, cpu_internal::gemm_kernels_avx2},
+      {CpuLevel::kAvx512, cpu_internal::gemm_kernels_avx512},
+      {CpuLevel::kAvx512Bf16, cpu_internal::gemm_kernels_avx512bf16}};
+  return table.get();
+}
+
+GemmBlocking blocking_from_env() {
+  GemmBlocking b;
+  if (const char* s = std::getenv("DEMI_GEMM_BLOCKING")) {
+    long long mc = 0, kc = 0, nc = 0;
+    if (std::sscanf(s, "%lld,%lld,%lld", &mc, &kc, &nc) == 3 && mc > 0 && kc > 0 && nc > 0) b = {mc, kc, nc};
+  }
+  return b;
+}
+
+std::mutex g_blocking_mutex;
+GemmBlocking& blocking_slot() {
+  static GemmBlocking b = blocking_from_env();
+  return b;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+// Below this many multiply-adds a product runs on one thread: fork/join would cost more than it saves.
+constexpr int64_t kParallelMacs = int64_t{1} << 18;
+
+const char* elem(const void* p, int64_t i, DType t) {
+  return static_cast<const char*>(p) + i * static_cast<int64_t>(dtype_size(t));
+}
+
+// One (batch-1) product. bias is f32 (converted by the caller) or null; c is p.c_dtype.
+void product(const MatmulParams& p, const GemmKernels& g, bool bf16, const void* a, const void* b, void* c,
+             const float* bias, bool may_parallel) {
+  const GemmBlocking blk = gemm_blocking();
+  const int64_t M = p.m, N = p.n, K = p.k, MR = g.mr, NR = g.nr;
+  const int64_t lda = p.trans_a ? M : K, ldb = p.trans_b ? K : N;
+  const int threads = may_parallel && M * N * K >= kParallelMacs ? num_threads() : 1;
+
+  const int64_t nk = ceil_div(K, std::max<int64_t>(2, blk.kc));
+  int64_t kc = ceil_div(K, nk);
+  if (bf16 && nk > 1) kc = round_up(kc, 2);  // every block but the last starts at an even k
+  const int64_t nc_max = round_up(std::max<int64_t>(1, blk.nc), NR);
+  // Row blocks of at most MC, as many as a multiple of the threads (equal shares), each a multiple of MR.
+  const int64_t ic_target = round_up(ceil_div(M, std::max<int64_t>(MR, blk.mc)), threads);
+  const int64_t mc = round_up(ceil_div(M, ic_target), MR);
+
+  // Several K blocks into a low-precision c: accumulate in f32, round once at the end.
+  const bool staged = nk > 1 && p.c_dtype != DType::kF32;
+  Workspace stage(staged ? static_cast<size_t>(M * N) * sizeof(float) : 0);
+  if (staged && p.accumulate) convert(c, p.c_dtype, stage.f32(), DType::kF32, M * N);
+  void* target = staged ? static_cast<void*>(stage.f32()) : c;
+  const DType target_dtype = staged ? DType::kF32 : p.c_dtype;
+
+  const int64_t kc_pad = round_up(kc, 2);
+  const size_t panel_elems = static_cast<size_t>(kc_pad * NR);  // per packed panel (bf16 pairs: same count)
+  const size_t panel_bytes = panel_elems * (bf16 ? sizeof(BFloat16) : sizeof(float));
+  Workspace bpack(static_cast<size_t>(ceil_div(std::min(N, nc_max), NR)) * panel_bytes);
+
+  // a as the micro-kernel reads it: in place (f32, or bf16 pairs of a plain a), or converted per task.
+  // A transposed a is always packed: read in place its rows would be lda apart, often a multiple of 4 KiB,
+  // which maps a micro-panel's every k onto the same L1 sets.
+  const bool a_in_place = !p.trans_a && (bf16 || p.a_dtype == DType::kF32);
+  const size_t a_block_bytes = a_in_place ? 0
+                               : bf16     ? static_cast<size_t>(kc_pad * mc) * sizeof(BFloat16)
+                                          : static_cast<size_t>(kc * mc) * sizeof(float);
+
+  for (int64_t jc = 0; jc < N; jc += nc_max) {
+    const int64_t nc = std::min(nc_max, N - jc), panels = ceil_div(nc, NR);
+    for (int64_t pc = 0; pc < K; pc += kc) {
+      const int64_t kcur = std::min(kc, K - pc);
+      const bool first = pc == 0, last = pc + kcur == K;
+      char* bp = static_cast<char*>(static_cast<void*>(bpack.f32()));
+      parallel_for(0, panels, threads > 1 ? 1 : panels, [&](int64_t p0, int64_t p1) {
+        for (int64_t pn = p0; pn < p1; ++pn) {
+          const int64_t j = jc + pn * NR, w = std::min(NR, N - j);
+          if (bf16)
+            g.pack_b_bf16(static_cast<const BFloat16*>(b), p.trans_b, ldb, pc, kcur, j, w,
+                          reinterpret_cast<BFloat16*>(bp + pn * panel_bytes));
+          else
+            g.pack_b_f32(b, p.b_dtype, p.trans_b, ldb, pc, kcur, j, w, reinterpret_cast<float*>(bp + pn * panel_bytes));
+        }
+      });
+
+      const int64_t ic_blocks = ceil_div(M, mc);
+      const int64_t n_split = ic_blocks >= threads ? 1 : std::min(panels, ceil_div(threads, ic_blocks));
+      const int64_t tasks = ic_blocks * n_split;
+      parallel_for(0, tasks, threads > 1 ? 1 : tasks, [&](int64_t t0, int64_t t1) {
+        Workspace ablock(a_block_bytes);
+        for (int64_t task = t0; task < t1; ++task) {
+          const int64_t ib = task / n_split, ns = task % n_split;
+          const int64_t i0 = ib * mc, mcur = std::min(mc, M - i0);
+          const int64_t pn0 = ns * panels / n_split, pn1 = (ns + 1) * panels / n_split;
+          // The block's a: pointer and strides (elements) as the micro-kernel reads it.
+          const void* ap = nullptr;
+          int64_t rs = 0, cs = 0;
+          if (bf16) {
+            if (!p.trans_a) {
+              ap = elem(a, i0 * lda + pc, p.a_dtype);
+              rs = lda;
+              cs = 2;
+            } else {
+              auto* dst = reinterpret_cast<BFloat16*>(ablock.f32());
+              g.pack_a_pairs(static_cast<const BFloat16*>(a), lda, pc, kcur, i0, mcur, dst);
+              ap = dst;
+              rs = 2;
+              cs = 2 * mcur;
+            }
+          } else if (a_in_place) {
+            ap = elem(a, i0 * lda + pc, p.a_dtype);
+            rs = lda;
+            cs = 1;
+          } else {
+            float* dst = ablock.f32();
+            if (!p.trans_a) {
+              g.to_f32(elem(a, i0 * lda + pc, p.a_dtype), p.a_dtype, lda, mcur, kcur, dst, kcur);
+              rs = kcur;
+              cs = 1;
+            } else {
+              g.to_f32(elem(a, pc * lda + i0, p.a_dtype), p.a_dtype, lda, kcur, mcur, dst, mcur);
+              rs = 1;
+              cs = mcur;
+            }
+            ap = dst;
+          }
+          for (int64_t pn = pn0; pn < pn1; ++pn) {
+            const int64_t j = jc + pn * NR;
+            GemmTile t;
+            t.ldc = N;
+            t.c_dtype = target_dtype;
+            t.n = static_cast<int>(std::min(NR, N - j));
+            t.load_c = p.accumulate || !first;
+            t.bias = last && bias ? bias + j : nullptr;
+            t.relu = last && p.relu;
+            const char* panel = bp + pn * panel_bytes;
+            for (int64_t ir = 0; ir < mcur; ir += MR) {
+              t.m = static_cast<int>(std::min(MR, mcur - ir));
+              t.c = const_cast<char*>(elem(target, (i0 + ir) * N + j, target_dtype));
+              if (bf16)
+                g.bf16(kcur, static_cast<const BFloat16*>(ap) + ir * rs, rs, cs,
+                       reinterpret_cast<const BFloat16*>(panel), t);
+              else
+                g.f32(kcur, static_cast<const float*>(ap) + ir * rs, rs, cs, reinterpret_cast<const float*>(panel),
+                      t);
+            }
+          }
+        }
+      });
+    }
+  }
+  if (staged) convert(stage.f32(), DType::kF32, c, p.c_dtype, M * N);
+}
+
+bool uses_bf16(const MatmulParams& p, const GemmKernels& g, GemmPath path) {
+  return path == GemmPath::kBf16Dot && g.bf16 != nullptr && p.a_dtype == DType::kBF16 && p.b_dtype == DType::kBF16;
+}
+
+}  // namespace
+
+GemmBlocking gemm_blocking() {
+  std::lock_guard<std::mutex> lock(g_blocking_mutex);
+  return blocking_slot();
+}
+
+void set_gemm_blocking(const GemmBlocking& b) {
+  DEMI_CHECK(b.mc >= 1 && b.kc >= 1 && b.nc >= 1, "set_gemm_blocking: block sizes must be positive, got MC=", b.mc,
+             " KC=", b.kc, " NC=", b.nc);
+  std::lock_guard<std::mutex> lock(g_blocking_mutex);
+  blocking_slot() = b;
+}
+
+void gemm(const MatmulParams& p, const void* a, const void* b, void* c, GemmPath path) {
+  check_matmul_params(p, "gemm");
+  DEMI_CHECK(p.c_dtype != DType::kF64, "gemm: float64 products run the reference kernel, got ", describe(p));
+  const GemmKernels& g = kernels();
+  const bool bf16 = uses_bf16(p, g, path);
+  Workspace bias_ws(p.bias && p.bias_dtype != DType::kF32 ? static_cast<size_t>(p.n) * sizeof(float) : 0);
+  const float* bias = static_cast<const float*>(p.bias);
+  if (p.bias && p.bias_dtype != DType::kF32) {
+    convert(p.bias, p.bias_dtype, bias_ws.f32(), DType::kF32, p.n);
+    bias = bias_ws.f32();
+  }
+  const int64_t sa = p.m * p.k, sb = p.k * p.n, sc = p.m * p.n;
+  if (p.batch == 1) return product(p, g, bf16, a, b, c, bias, true);
+  // Many small products: one per thread at a time. Few large ones: each across the threads.
+  const bool per_item = p.batch >= 4 * num_threads() || p.m * p.n * p.k < kParallelMacs;
+  MatmulParams q = p;
+  q.batch = 1;
+  auto run = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      product(q, g, bf16, elem(a, i * sa, p.a_dtype), elem(b, i * sb, p.b_dtype),
+              const_cast<char*>(elem(c, i * sc, p.c_dtype)), bias, !per_item);
+  };
+  if (per_item)
+    parallel_for(0, p.batch, 1, run);
+  else
+    run(0, p.batch);
+}
+
+std::string gemm_implementation(const MatmulParams& p, GemmPath path) {
+  const GemmKernels& g = kernels();
+  return str_cat("demi:", g.name, ":", uses_bf16(p, g, path) ? "bf16" : "f32");
+}
+
+bool gemm_has_bf16_dot() { return kernels().bf16 != nullptr; }
+
+}  // namespace cpu
+}  // namespace demi::kernels

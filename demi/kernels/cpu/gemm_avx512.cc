@@ -1,0 +1,124 @@
+// The AVX-512 pieces of demi's GEMM (internal/gemm_kernels.h): a 6 x 64 f32 micro-kernel (24 zmm
+// accumulators, 4 vector loads of packed b and 6 broadcasts of a per k: FMA-bound, as AOCL's 6x64 f32
+// kernel), its fused store, and packing that converts bf16/f16 to f32 on the way in.
+#include <algorithm>
+#include <cstring>
+
+#include "demi/kernels/cpu/internal/gemm_avx512_impl.h"
+
+namespace demi::kernels::cpu_internal {
+namespace {
+
+using namespace gemm512;
+using V = VecAvx512;
+
+void ukr_f32(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b, const GemmTile& t) {
+  Acc acc;
+#pragma GCC unroll 6
+  for (int r = 0; r < kMr; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_setzero_ps();
+  // Rows past the tile's last read the last valid row again (their results are dropped).
+  int64_t off[kMr];
+  for (int r = 0; r < kMr; ++r) off[r] = std::min(r, t.m - 1) * rs;
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16), b2 = _mm512_load_ps(b + 32),
+                 b3 = _mm512_load_ps(b + 48);
+    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr + 32), _MM_HINT_T0);
+    b += kNr;
+#pragma GCC unroll 6
+    for (int r = 0; r < kMr; ++r) {
+      const __m512 x = _mm512_set1_ps(a[off[r]]);
+      acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+      acc[r][2] = _mm512_fmadd_ps(x, b2, acc[r][2]);
+      acc[r][3] = _mm512_fmadd_ps(x, b3, acc[r][3]);
+    }
+    a += cs;
+  }
+  store_tile(acc, t);
+}
+
+template <typename T>
+void pack_b_plain(const T* b, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
+  for (int64_t k = 0; k < kc; ++k) {
+    const T* row = b + (k0 + k) * ld + j0;
+    float* out = dst + k * kNr;
+    for (int v = 0; v < kVecs; ++v) {
+      const int64_t j = v * 16, w = std::clamp<int64_t>(nc - j, 0, 16);
+      _mm512_store_ps(out + j, w == 16 ? V::load(row + j) : w > 0 ? V::load_n(row + j, w) : _mm512_setzero_ps());
+    }
+  }
+}
+
+// b stored (N, K): 16 columns x 16 k at a time, loaded as 16 rows of k and transposed in registers.
+template <typename T>
+void pack_b_trans(const T* b, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
+  __m512 r[16];
+  for (int v = 0; v < kVecs; ++v) {
+    const int64_t jv = v * 16;
+    const int64_t cols = std::clamp<int64_t>(nc - jv, 0, 16);
+    for (int64_t k = 0; k < kc; k += 16) {
+      const int64_t w = std::min<int64_t>(16, kc - k);
+      for (int i = 0; i < 16; ++i) {
+        const T* src = b + (j0 + jv + i) * ld + k0 + k;
+        r[i] = i >= cols ? _mm512_setzero_ps() : w == 16 ? V::load(src) : V::load_n(src, w);
+      }
+      transpose16(r);
+      for (int64_t i = 0; i < w; ++i) _mm512_store_ps(dst + (k + i) * kNr + jv, r[i]);
+    }
+  }
+}
+
+void pack_b_f32(const void* b, DType t, bool trans, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
+                float* dst) {
+  switch (t) {
+    case DType::kBF16:
+      return trans ? pack_b_trans(static_cast<const BFloat16*>(b), ld, k0, kc, j0, nc, dst)
+                   : pack_b_plain(static_cast<const BFloat16*>(b), ld, k0, kc, j0, nc, dst);
+    case DType::kF16:
+      return trans ? pack_b_trans(static_cast<const Half*>(b), ld, k0, kc, j0, nc, dst)
+                   : pack_b_plain(static_cast<const Half*>(b), ld, k0, kc, j0, nc, dst);
+    default:
+      return trans ? pack_b_trans(static_cast<const float*>(b), ld, k0, kc, j0, nc, dst)
+                   : pack_b_plain(static_cast<const float*>(b), ld, k0, kc, j0, nc, dst);
+  }
+}
+
+template <typename T>
+void rows_to_f32(const T* src, int64_t sld, int64_t rows, int64_t cols, float* dst, int64_t dld) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* s = src + i * sld;
+    float* d = dst + i * dld;
+    int64_t j = 0;
+    for (; j + 16 <= cols; j += 16) _mm512_storeu_ps(d + j, V::load(s + j));
+    if (j < cols) V::store_n(d + j, V::load_n(s + j, cols - j), cols - j);
+  }
+}
+
+void to_f32(const void* src, DType t, int64_t sld, int64_t rows, int64_t cols, float* dst, int64_t dld) {
+  switch (t) {
+    case DType::kBF16: return rows_to_f32(static_cast<const BFloat16*>(src), sld, rows, cols, dst, dld);
+    case DType::kF16: return rows_to_f32(static_cast<const Half*>(src), sld, rows, cols, dst, dld);
+    default: return rows_to_f32(static_cast<const float*>(src), sld, rows, cols, dst, dld);
+  }
+}
+
+}  // namespace
+
+const GemmKernels& gemm_kernels_avx512() {
+  static const GemmKernels k = [] {
+    GemmKernels g;
+    g.name = "avx512";
+    g.mr = kMr;
+    g.nr = kNr;
+    g.f32 = ukr_f32;
+    g.pack_b_f32 = pack_b_f32;
+    g.to_f32 = to_f32;
+    return g;
+  }();
+  return k;
+}
+
+}  // namespace demi::kernels::cpu_internal

@@ -1,0 +1,173 @@
+#include "demi/kernels/cpu/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "demi/core/convert.h"
+#include "demi/core/cpu.h"
+#include "demi/core/error.h"
+#include "demi/core/parallel.h"
+#include "demi/kernels/internal/matmul_conv_test_util.h"
+#include "demi/kernels/reference/matmul.h"
+#include "demi/kernels/tolerance.h"
+
+namespace demi::kernels::cpu {
+namespace {
+
+using kernels::testing::all_close;
+using kernels::testing::dyadic_operand;
+using kernels::testing::Operand;
+using kernels::testing::random_operand;
+using kernels::testing::widen;
+
+constexpr DType F32 = DType::kF32, BF16 = DType::kBF16, F16 = DType::kF16;
+
+// Blocks small enough that the shapes below cross every block boundary (several K blocks, row blocks
+// and column panels), restored afterwards.
+class ScopedBlocking {
+ public:
+  explicit ScopedBlocking(GemmBlocking b) : saved_(gemm_blocking()) { set_gemm_blocking(b); }
+  ~ScopedBlocking() { set_gemm_blocking(saved_); }
+
+ private:
+  GemmBlocking saved_;
+};
+
+// gemm on random operands in p's dtypes against ref::matmul in f32 on the same (rounded) values; with
+// dyadic operands the f32 product is exact and the comparison is exact too (any summation order).
+void check(MatmulParams p, bool with_bias, uint64_t seed, bool exact = false) {
+  SCOPED_TRACE(describe(p) + " at " + std::string(cpu_level_name(cpu_level())) + (exact ? " (dyadic)" : ""));
+  auto make = [&](DType t, int64_t n, uint64_t s) { return exact ? dyadic_operand(t, n, s) : random_operand(t, n, s); };
+  Operand a = make(p.a_dtype, p.batch * p.m * p.k, seed);
+  Operand b = make(p.b_dtype, p.batch * p.k * p.n, seed + 1);
+  Operand bias = make(p.bias_dtype, p.n, seed + 2);
+  Operand c = make(p.c_dtype, p.batch * p.m * p.n, seed + 3);  // what accumulate adds to
+  std::vector<float> want = c.f32;
+  MatmulParams r = p;
+  r.a_dtype = r.b_dtype = r.c_dtype = r.bias_dtype = F32;
+  r.bias = with_bias ? bias.f32.data() : nullptr;
+  ref::matmul(r, a.f32.data(), b.f32.data(), want.data());
+  p.bias = with_bias ? bias.data() : nullptr;
+  gemm(p, a.data(), b.data(), c.data());
+  // Exact inputs: the only rounding is the output's (and bf16/f16 outputs of an exact f32 value agree).
+  std::vector<double> expect = widen(want.data(), F32, c.n);
+  if (exact && p.c_dtype != F32) {
+    std::vector<char> tmp(static_cast<size_t>(c.n) * dtype_size(p.c_dtype));
+    convert(want.data(), F32, tmp.data(), p.c_dtype, c.n);
+    expect = widen(tmp.data(), p.c_dtype, c.n);
+  }
+  const Tolerance tol = exact ? Tolerance{0, 0} : tolerance_for_sum(p.c_dtype, p.k, 1.0);
+  EXPECT_TRUE(all_close(c.data(), p.c_dtype, expect, tol));
+}
+
+struct Dtypes {
+  DType a, b, c;
+};
+const Dtypes kDtypes[] = {{F32, F32, F32}, {BF16, BF16, BF16}, {BF16, BF16, F32}, {F16, F16, F16},
+                          {F16, F16, F32}, {F32, BF16, F32},   {BF16, F32, BF16}, {F16, BF16, F16},
+                          {F16, F32, BF16}};
+
+struct Mnk {
+  int64_t m, n, k;
+};
+// Below, at and past the tiles (MR 4 or 6, NR 16 or 64) and the test's blocks (MC 12, KC 10, NC 128).
+const Mnk kShapes[] = {{1, 1, 1}, {1, 10, 3}, {7, 65, 17}, {33, 1, 31}, {6, 64, 10}, {13, 129, 21}, {25, 200, 9}};
+
+MatmulParams params(const Mnk& s, int t, int64_t batch, const Dtypes& d) {
+  MatmulParams p;
+  p.batch = batch;
+  p.m = s.m;
+  p.n = s.n;
+  p.k = s.k;
+  p.trans_a = t & 1;
+  p.trans_b = t & 2;
+  p.a_dtype = d.a;
+  p.b_dtype = d.b;
+  p.c_dtype = d.c;
+  return p;
+}
+
+TEST(Gemm, MatchesReferenceAtEveryLevelShapeTransposeAndDtype) {
+  ScopedBlocking small({12, 10, 128});
+  uint64_t seed = 1;
+  for (CpuLevel level : supported_cpu_levels()) {
+    ScopedCpuLevel scoped(level);
+    for (const Dtypes& d : kDtypes)
+      for (const Mnk& s : kShapes)
+        for (int t = 0; t < 4; ++t)
+          for (int64_t batch : {int64_t{1}, int64_t{3}}) check(params(s, t, batch, d), false, seed += 10);
+  }
+}
+
+TEST(Gemm, EpiloguesFuseBiasReluAndAccumulate) {
+  ScopedBlocking small({12, 10, 128});
+  uint64_t seed = 5000;
+  for (CpuLevel level : supported_cpu_levels()) {
+    ScopedCpuLevel scoped(level);
+    for (const Dtypes& d : kDtypes)
+      for (const Mnk& s : {Mnk{7, 65, 17}, Mnk{13, 129, 21}, Mnk{2, 3, 40}})
+        for (int t = 0; t < 4; ++t)
+          for (int flags = 1; flags < 8; ++flags) {
+            MatmulParams p = params(s, t, 1, d);
+            p.relu = flags & 2;
+            p.accumulate = flags & 4;
+            p.bias_dtype = d.c == F32 ? F32 : d.c;
+            check(p, flags & 1, seed += 10);
+          }
+  }
+}
+
+// With dyadic operands every partial sum is exact in f32, so the result is exact whatever the
+// summation order: the f16 product equals the f32 product of the f16 values, bit for bit, and so does
+// bf16's (vdpbf16ps included), at the default blocks and at small ones.
+TEST(Gemm, ExactOnDyadicOperandsAtDefaultAndSmallBlocks) {
+  uint64_t seed = 9000;
+  for (GemmBlocking blk : {GemmBlocking{}, GemmBlocking{12, 10, 128}}) {
+    ScopedBlocking scoped_blk(blk);
+    for (CpuLevel level : supported_cpu_levels()) {
+      ScopedCpuLevel scoped(level);
+      for (const Dtypes& d : kDtypes)
+        for (const Mnk& s : {Mnk{37, 130, 45}, Mnk{6, 64, 300}, Mnk{200, 70, 33}})
+          for (int t = 0; t < 4; ++t) {
+            MatmulParams p = params(s, t, 1, d);
+            p.accumulate = t == 3;
+            p.relu = t == 2;
+            p.bias_dtype = F32;
+            check(p, t == 1, seed += 10, /*exact=*/true);
+          }
+    }
+  }
+}
+
+// Larger products across both threads: row blocks split, and too few rows (column panels split).
+TEST(Gemm, ThreadedProductsMatch) {
+  uint64_t seed = 12000;
+  for (const Dtypes& d : {Dtypes{F32, F32, F32}, Dtypes{BF16, BF16, BF16}, Dtypes{F16, F16, F32}})
+    for (const Mnk& s : {Mnk{256, 300, 129}, Mnk{5, 1000, 200}, Mnk{130, 70, 1100}})
+      for (int t = 0; t < 4; ++t) check(params(s, t, 1, d), t == 0, seed += 10);
+  // A batch of many small products runs one per thread.
+  check(params({17, 33, 20}, 2, 40, {F16, F16, F16}), false, seed + 1);
+}
+
+TEST(Gemm, RejectsFloat64AndBadSizes) {
+  MatmulParams p = params({2, 2, 2}, 0, 1, {DType::kF64, DType::kF64, DType::kF64});
+  std::vector<double> x(8);
+  EXPECT_THROW(gemm(p, x.data(), x.data(), x.data()), Error);
+  p = params({0, 2, 2}, 0, 1, {F32, F32, F32});
+  EXPECT_THROW(gemm(p, x.data(), x.data(), x.data()), Error);
+}
+
+TEST(Gemm, NamesItsVariant) {
+  MatmulParams p = params({2, 2, 2}, 0, 1, {BF16, BF16, F32});
+  const std::string name = gemm_implementation(p);
+  EXPECT_EQ(name.rfind("demi:", 0), 0u) << name;
+  if (cpu_level() == CpuLevel::kAvx512Bf16) {
+    EXPECT_EQ(name, "demi:avx512_bf16:bf16");
+  }
+  ScopedCpuLevel scalar(CpuLevel::kScalar);
+  EXPECT_EQ(gemm_implementation(p), "demi:scalar:f32");
+}
+
+}  // namespace
+}  // namespace demi::kernels::cpu

@@ -1,0 +1,81 @@
+// The AVX-512 pieces shared by gemm_avx512.cc and gemm_avx512bf16.cc: the 6 x 64 tile's fused store and
+// the 16 x 16 transpose of 32-bit lanes that packs transposed operands. Included by AVX-512 files only.
+#pragma once
+
+#include <algorithm>
+
+#include "demi/kernels/cpu/internal/gemm_kernels.h"
+#include "demi/kernels/cpu/internal/vec_avx512.h"
+
+namespace demi::kernels::cpu_internal::gemm512 {
+
+inline constexpr int kMr = 6;
+inline constexpr int kNr = 64;  // four vectors of 16 f32
+inline constexpr int kVecs = kNr / 16;
+
+using Acc = __m512[kMr][kVecs];
+
+template <typename T>
+inline void store_rows(Acc& acc, const GemmTile& t) {
+  using V = VecAvx512;
+  T* c = static_cast<T*>(t.c);
+  const __m512 zero = _mm512_setzero_ps();
+  for (int r = 0; r < t.m; ++r) {
+    T* row = c + r * t.ldc;
+    for (int v = 0; v < kVecs; ++v) {
+      const int j = v * 16;
+      if (j >= t.n) break;
+      const int w = std::min(16, t.n - j);
+      __m512 x = acc[r][v];
+      if (w == 16) {
+        if (t.load_c) x = _mm512_add_ps(x, V::load(row + j));
+        if (t.bias) x = _mm512_add_ps(x, _mm512_loadu_ps(t.bias + j));
+        if (t.relu) x = _mm512_max_ps(x, zero);
+        V::store(row + j, x);
+      } else {
+        if (t.load_c) x = _mm512_add_ps(x, V::load_n(row + j, w));
+        if (t.bias) x = _mm512_add_ps(x, V::load_n(t.bias + j, w));
+        if (t.relu) x = _mm512_max_ps(x, zero);
+        V::store_n(row + j, x, w);
+      }
+    }
+  }
+}
+
+// The epilogue at the micro-kernel's store, for every output dtype.
+inline void store_tile(Acc& acc, const GemmTile& t) {
+  switch (t.c_dtype) {
+    case DType::kBF16: return store_rows<BFloat16>(acc, t);
+    case DType::kF16: return store_rows<Half>(acc, t);
+    default: return store_rows<float>(acc, t);
+  }
+}
+
+// r[i] (16 lanes each) <- column i of the 16 x 16 matrix whose rows are r[0..15].
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // Within each 128-bit lane L: r[4g + j] = column 4L + j of rows 4g .. 4g+3.
+  for (int g = 0; g < 4; ++g) {
+    r[4 * g + 0] = _mm512_shuffle_ps(t[4 * g + 0], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * g + 1] = _mm512_shuffle_ps(t[4 * g + 0], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512 u0 = _mm512_shuffle_f32x4(r[j], r[4 + j], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 u1 = _mm512_shuffle_f32x4(r[j], r[4 + j], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512 v0 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 v1 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], _MM_SHUFFLE(3, 2, 3, 2));
+    t[j] = _mm512_shuffle_f32x4(u0, v0, _MM_SHUFFLE(2, 0, 2, 0));
+    t[4 + j] = _mm512_shuffle_f32x4(u0, v0, _MM_SHUFFLE(3, 1, 3, 1));
+    t[8 + j] = _mm512_shuffle_f32x4(u1, v1, _MM_SHUFFLE(2, 0, 2, 0));
+    t[12 + j] = _mm512_shuffle_f32x4(u1, v1, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+}  // namespace demi::kernels::cpu_internal::gemm512

@@ -1,0 +1,63 @@
+// The pieces of demi's packing GEMM (../gemm.h) that differ per ISA: the register-blocked micro-kernels
+// with their fused store (the epilogue) and the packing routines that convert on the way in. The blocking,
+// threading and epilogue bookkeeping are portable and live in ../gemm.cc.
+//
+// Layouts (MR x NR is the micro-kernel's register tile):
+//   f32 path:  a micro-panel is read in place through strides: a(r, k) = a[r * rs + k * cs] (a plain f32 a,
+//              a transposed f32 a, or a block converted to f32 rows or columns); b is packed as panels of
+//              NR columns, [k][NR] f32, zero beyond the last column.
+//   bf16 path: (vdpbf16ps, AVX512-BF16 only) a(r, k..k+1) is the 32-bit pair at a + r * rs + (k / 2) * cs
+//              (elements of 16 bits; an odd last k is read alone, its partner taken as +0); b is packed
+//              as [k / 2][NR][2] bf16 ("VNNI-2"), zero beyond the last column and for the odd last k.
+#pragma once
+
+#include <cstdint>
+
+#include "demi/core/dtype.h"
+#include "demi/core/half.h"
+
+namespace demi::kernels::cpu_internal {
+
+// Where one micro-kernel call's tile goes and what its store does, in this order:
+//   v = acc (+ c if load_c) (+ bias[j]) (max(v, 0) if relu), rounded once into c's dtype.
+struct GemmTile {
+  void* c = nullptr;       // the tile's (0, 0)
+  int64_t ldc = 0;         // c's row stride, in elements
+  DType c_dtype = DType::kF32;
+  int m = 0, n = 0;        // valid rows (1..MR) and columns (1..NR); the rest of the tile is dropped
+  bool load_c = false;     // accumulate onto c (beta = 1, or a later K block)
+  const float* bias = nullptr;  // the tile's n bias values, or nullptr
+  bool relu = false;
+};
+
+struct GemmKernels {
+  const char* name = nullptr;  // "avx512", ... (for diagnostics)
+  int mr = 0, nr = 0;
+
+  // tile = a(0:MR, 0:kc) . b(0:kc, 0:NR) with a read through (rs, cs); rows >= t.m are not read.
+  void (*f32)(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b, const GemmTile& t) = nullptr;
+  // The bf16 pair product (nullptr where the CPU has no AVX512-BF16).
+  void (*bf16)(int64_t kc, const BFloat16* a, int64_t rs, int64_t cs, const BFloat16* b, const GemmTile& t) = nullptr;
+
+  // b(k0 : k0+kc, j0 : j0+nc), nc <= NR, of an operand stored (K, N) with row stride ld, or stored (N, K)
+  // when trans, in dtype t (f32|bf16|f16) -> one f32 panel [kc][NR], zero beyond nc.
+  void (*pack_b_f32)(const void* b, DType t, bool trans, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
+                     float* dst) = nullptr;
+  // The same into one VNNI-2 bf16 panel [ceil(kc / 2)][NR][2] (bf16 b only).
+  void (*pack_b_bf16)(const BFloat16* b, bool trans, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
+                      BFloat16* dst) = nullptr;
+  // rows x cols of src (dtype t, row stride sld) -> f32 dst (row stride dld): the conversion that packs
+  // a low-precision a (either orientation) for the f32 path.
+  void (*to_f32)(const void* src, DType t, int64_t sld, int64_t rows, int64_t cols, float* dst, int64_t dld) = nullptr;
+  // A transposed bf16 a, stored (K, M) with row stride ld: the block k0 : k0+kc, i0 : i0+mc -> pairs
+  // [ceil(kc / 2)][mc][2] (the odd last k's partner +0), read by the bf16 kernel with rs = 2, cs = 2 * mc.
+  void (*pack_a_pairs)(const BFloat16* a, int64_t ld, int64_t k0, int64_t kc, int64_t i0, int64_t mc,
+                       BFloat16* dst) = nullptr;
+};
+
+const GemmKernels& gemm_kernels_scalar();
+const GemmKernels& gemm_kernels_avx2();
+const GemmKernels& gemm_kernels_avx512();
+const GemmKernels& gemm_kernels_avx512bf16();
+
+}  // namespace demi::kernels::cpu_internal

@@ -1,0 +1,47 @@
+#include "demi/kernels/cpu/peak.h"
+
+#include <atomic>
+#include <chrono>
+
+#include "demi/core/cpu.h"
+#include "demi/core/parallel.h"
+#include "demi/kernels/cpu/internal/peak_kernels.h"
+
+namespace demi::kernels::cpu {
+namespace {
+
+// Every thread runs `loop` in rounds until `seconds` have passed; GFLOP/s = all FLOPs / wall time.
+double measure(double (*loop)(int64_t, float*), double seconds) {
+  using Clock = std::chrono::steady_clock;
+  const int threads = num_threads();
+  std::atomic<double> flops{0};
+  float sink = 0;
+  loop(1 << 12, &sink);  // warm up (clock ramp, the vector unit's power-up)
+  const auto start = Clock::now();
+  parallel_for(0, threads, 0, [&](int64_t, int64_t) {
+    float s = 0;
+    double done = 0;
+    while (std::chrono::duration<double>(Clock::now() - start).count() < seconds) done += loop(1 << 16, &s);
+    double cur = flops.load();
+    while (!flops.compare_exchange_weak(cur, cur + done)) {
+    }
+    if (s == 12345.0f) flops.store(0);  // never true; keeps s alive
+  });
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  return sink == 12345.0f ? 0 : flops.load() / wall / 1e9;
+}
+
+}  // namespace
+
+double fma_peak_gflops(double seconds) {
+  if (cpu_level() >= CpuLevel::kAvx512) return measure(cpu_internal::fma_loop_avx512, seconds);
+  if (cpu_level() >= CpuLevel::kAvx2) return measure(cpu_internal::fma_loop_avx2, seconds);
+  return 0;
+}
+
+double bf16_peak_gflops(double seconds) {
+  if (cpu_level() >= CpuLevel::kAvx512Bf16) return measure(cpu_internal::bf16_loop_avx512bf16, seconds);
+  return 0;
+}
+
+}  // namespace demi::kernels::cpu

@@ -1,0 +1,14 @@
+// The machine's arithmetic ceilings, measured rather than assumed: dependency-free register loops of
+// vfmadd231ps (f32 FMA) and vdpbf16ps (bf16 pair dot products) on every thread of demi's pool, for about
+// `seconds` each. Benchmarks report kernels as a share of these, measured in the same run (clocks differ
+// between machines and periods). Returns 0 where the CPU lacks the instruction (bf16 without AVX512-BF16).
+#pragma once
+
+namespace demi::kernels::cpu {
+
+// f32 GFLOP/s (2 per lane per FMA) at the widest vectors cpu_level() allows (AVX-512, AVX2, or 0 below).
+double fma_peak_gflops(double seconds = 0.2);
+// bf16 GFLOP/s of vdpbf16ps (4 per lane per instruction), or 0.
+double bf16_peak_gflops(double seconds = 0.2);
+
+}  // namespace demi::kernels::cpu

@@ -1,0 +1,265 @@
+#include "demi/kernels/matmul.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cctype>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "demi/core/cpu.h"
+#include "demi/core/error.h"
+#include "demi/core/parallel.h"
+#include "demi/kernels/cpu/gemm.h"
+#include "demi/kernels/cpu/internal/workspace.h"
+#include "demi/kernels/onednn/matmul.h"
+#include "demi/kernels/reference/matmul.h"
+
+namespace demi::kernels {
+namespace {
+
+enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16 };
+constexpr const char* kKernelNames[] = {"onednn", "demi-f32", "demi-bf16"};
+
+bool parse_kernel(const std::string& s, Kernel* k) {
+  for (int i = 0; i < 3; ++i)
+    if (s == kKernelNames[i]) {
+      *k = static_cast<Kernel>(i);
+      return true;
+    }
+  return false;
+}
+
+MatmulPolicy policy_from_env() {
+  const char* s = std::getenv("DEMI_MATMUL");
+  if (s == nullptr || std::strcmp(s, "auto") == 0 || *s == '\0') return MatmulPolicy::kAuto;
+  if (std::strcmp(s, "demi") == 0) return MatmulPolicy::kDemi;
+  if (std::strcmp(s, "onednn") == 0) return MatmulPolicy::kOnednn;
+  DEMI_CHECK(false, "DEMI_MATMUL must be auto, demi or onednn, got \"", s, "\"");
+  return MatmulPolicy::kAuto;
+}
+
+std::atomic<MatmulPolicy>& policy_slot() {
+  static std::atomic<MatmulPolicy> p{policy_from_env()};
+  return p;
+}
+
+// What decides the fastest kernel: the product's sizes, layout, dtypes and epilogue, and where it runs.
+std::string key_of(const MatmulParams& p) {
+  return str_cat(cpu_level_name(cpu_level()), " t", num_threads(), " b", p.batch, " ", p.m, "x", p.n, "x", p.k,
+                 p.trans_a ? " ta" : " a", p.trans_b ? " tb" : " b", " ", dtype_name(p.a_dtype), ",",
+                 dtype_name(p.b_dtype), "->", dtype_name(p.c_dtype), p.bias ? " bias" : "", p.relu ? " relu" : "",
+                 p.accumulate ? " acc" : "");
+}
+
+// "Intel_R_Xeon_R_Processor-6-207": the model name with family and model (a VM's generic name alone
+// would let different CPUs share one file).
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, name, family, model;
+  auto value = [](const std::string& l) {
+    const size_t colon = l.find(':');
+    std::string v = colon == std::string::npos ? "" : l.substr(colon + 1);
+    std::string out;
+    for (char ch : v)
+      if (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '.') out += ch;
+      else if (!out.empty() && out.back() != '_') out += '_';
+    while (!out.empty() && out.back() == '_') out.pop_back();
+    return out;
+  };
+  while (std::getline(in, line) && (name.empty() || family.empty() || model.empty())) {
+    if (line.rfind("model name", 0) == 0) name = value(line);
+    else if (line.rfind("cpu family", 0) == 0) family = value(line);
+    else if (line.rfind("model", 0) == 0 && line.find(':') != std::string::npos &&
+             line.substr(0, line.find(':')).find_first_not_of("model \t") == std::string::npos)
+      model = value(line);
+  }
+  return str_cat(name.empty() ? "unknown-cpu" : name, "-", family, "-", model);
+}
+
+std::string default_cache_dir() {
+  if (const char* d = std::getenv("DEMI_CACHE_DIR"); d && *d) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/demi";
+  if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/demi";
+  return str_cat("/tmp/demi-", ::getuid());
+}
+
+struct Choices {
+  std::mutex mu;
+  std::unordered_map<std::string, Kernel> map;
+  std::string dir;   // set_matmul_cache_dir's, or "" for the default
+  std::string path;  // "" = memory only
+  bool path_checked = false;
+};
+
+Choices& choices() {
+  static auto& c = *new Choices;  // never destroyed: used until the process ends
+  return c;
+}
+
+// The cache file, created (with its folder) on first use; "" if that is not possible.
+const std::string& cache_path(Choices& c) {
+  if (!c.path_checked) {
+    c.path_checked = true;
+    const std::string dir = c.dir.empty() ? default_cache_dir() : c.dir;
+    std::error_code ec;
+    if (!dir.empty() && (std::filesystem::create_directories(dir, ec), std::filesystem::is_directory(dir, ec))) {
+      const std::string path = dir + "/matmul-" + cpu_model() + ".txt";
+      const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::close(fd);
+        c.path = path;
+      }
+    }
+  }
+  return c.path;
+}
+
+// Lines "KEY = KERNEL"; a malformed line (a write cut short) is skipped. Entries already in memory stay.
+void merge_file(Choices& c, int fd) {
+  std::string text;
+  char buf[4096];
+  ::lseek(fd, 0, SEEK_SET);
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t eq = line.rfind(" = ");
+    Kernel k;
+    if (eq == std::string::npos || !parse_kernel(line.substr(eq + 3), &k)) continue;
+    c.map.emplace(line.substr(0, eq), k);
+  }
+}
+
+double seconds_of(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c) {
+  switch (k) {
+    case Kernel::kOnednn: return onednn::matmul(p, a, b, c);
+    case Kernel::kDemiF32: return cpu::gemm(p, a, b, c, cpu::GemmPath::kF32);
+    case Kernel::kDemiBf16: return cpu::gemm(p, a, b, c, cpu::GemmPath::kBf16Dot);
+  }
+}
+
+// Each candidate once to warm up (oneDNN creates its primitive), then rounds that alternate between them;
+// the best time of each decides. Output goes to scratch, so an accumulating product's c is untouched.
+Kernel tune(const MatmulParams& p, const void* a, const void* b) {
+  std::vector<Kernel> cand;
+  if (matmul_policy() != MatmulPolicy::kDemi) cand.push_back(Kernel::kOnednn);
+  cand.push_back(Kernel::kDemiF32);
+  if (p.a_dtype == DType::kBF16 && p.b_dtype == DType::kBF16 && cpu::gemm_has_bf16_dot())
+    cand.push_back(Kernel::kDemiBf16);
+  if (cand.size() == 1) return cand[0];
+  cpu_internal::Workspace out(static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(p.c_dtype));
+  std::memset(out.f32(), 0, static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(p.c_dtype));
+  std::vector<double> best(cand.size(), 1e30);
+  double total = 0;
+  for (size_t i = 0; i < cand.size(); ++i) total += seconds_of([&] { run(cand[i], p, a, b, out.f32()); });
+  // About 3 rounds, fewer for products that take long (the tuning stays under ~0.2 s per shape).
+  const int rounds = std::clamp(static_cast<int>(0.2 / std::max(total, 1e-9)), 1, 3);
+  for (int r = 0; r < rounds; ++r)
+    for (size_t i = 0; i < cand.size(); ++i)
+      best[i] = std::min(best[i], seconds_of([&] { run(cand[i], p, a, b, out.f32()); }));
+  return cand[static_cast<size_t>(std::min_element(best.begin(), best.end()) - best.begin())];
+}
+
+// The kernel for p: from memory, else from the cache file, else tuned now (under the file's lock, so that
+// concurrent processes agree) and recorded.
+Kernel choose(const MatmulParams& p, const void* a, const void* b) {
+  if (matmul_policy() == MatmulPolicy::kOnednn) return Kernel::kOnednn;
+  Choices& c = choices();
+  const std::string key = str_cat(matmul_policy() == MatmulPolicy::kDemi ? "demi-only " : "", key_of(p));
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (auto it = c.map.find(key); it != c.map.end()) return it->second;
+  const std::string& path = cache_path(c);
+  const int fd = path.empty() ? -1 : ::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
+  if (fd >= 0 && ::flock(fd, LOCK_EX) == 0) merge_file(c, fd);
+  Kernel k;
+  if (auto it = c.map.find(key); it != c.map.end()) {
+    k = it->second;
+  } else {
+    k = tune(p, a, b);
+    c.map.emplace(key, k);
+    if (fd >= 0) {
+      const std::string line = str_cat(key, " = ", kKernelNames[static_cast<int>(k)], "\n");
+      [[maybe_unused]] ssize_t w = ::write(fd, line.data(), line.size());  // one short append: all or nothing
+    }
+  }
+  if (fd >= 0) ::close(fd);  // releases the lock
+  return k;
+}
+
+}  // namespace
+
+void set_matmul_policy(MatmulPolicy policy) { policy_slot().store(policy); }
+MatmulPolicy matmul_policy() { return policy_slot().load(); }
+
+void matmul(const MatmulParams& p, const void* a, const void* b, void* c) {
+  check_matmul_params(p, "matmul");
+  if (p.c_dtype == DType::kF64) return ref::matmul(p, a, b, c);
+  run(choose(p, a, b), p, a, b, c);
+}
+
+bool matmul_picks_onednn(const MatmulParams& p, const void* a, const void* b) {
+  check_matmul_params(p, "matmul");
+  return p.c_dtype != DType::kF64 && choose(p, a, b) == Kernel::kOnednn;
+}
+
+std::string matmul_kernel(const MatmulParams& p) {
+  check_matmul_params(p, "matmul");
+  if (p.c_dtype == DType::kF64) return "reference";
+  const size_t an = static_cast<size_t>(p.batch * p.m * p.k) * dtype_size(p.a_dtype);
+  const size_t bn = static_cast<size_t>(p.batch * p.k * p.n) * dtype_size(p.b_dtype);
+  cpu_internal::Workspace a(an), b(bn), bias(static_cast<size_t>(p.n) * sizeof(double));
+  std::memset(a.f32(), 0, an);
+  std::memset(b.f32(), 0, bn);
+  std::memset(bias.f32(), 0, static_cast<size_t>(p.n) * sizeof(double));
+  MatmulParams q = p;
+  if (q.bias) q.bias = bias.f32();
+  const Kernel k = choose(q, a.f32(), b.f32());
+  const std::string impl = k == Kernel::kOnednn ? onednn::matmul_implementation(q)
+                                                : cpu::gemm_implementation(q, k == Kernel::kDemiBf16
+                                                                                  ? cpu::GemmPath::kBf16Dot
+                                                                                  : cpu::GemmPath::kF32);
+  return str_cat(kKernelNames[static_cast<int>(k)], " (", impl, ")");
+}
+
+std::string matmul_cache_path() {
+  Choices& c = choices();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return cache_path(c);
+}
+
+void set_matmul_cache_dir(const std::string& dir) {
+  Choices& c = choices();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.dir = dir;
+  c.path.clear();
+  c.path_checked = false;
+  c.map.clear();
+}
+
+void clear_matmul_choices() {
+  Choices& c = choices();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.map.clear();
+}
+
+}  // namespace demi::kernels

@@ -1,0 +1,49 @@
+// The one entry point for matrix products (MatmulParams' contract, matmul_params.h): it runs demi's own
+// GEMM (cpu/gemm.h) or oneDNN's matmul (onednn/matmul.h), whichever measured faster for that product on
+// this machine. Not a table written on one machine: at the first use of a shape (sizes, transposes,
+// dtypes, epilogue, CPU level, thread count) each candidate runs a few times on the call's own operands
+// (into scratch output) and the fastest is kept for the process:
+//   - "onednn"     oneDNN's matmul (f16 widened to f32 there: oneDNN has no f16 kernels);
+//   - "demi-f32"   demi's GEMM on its f32 FMA micro-kernel, low-precision operands converted in packing;
+//   - "demi-bf16"  demi's GEMM on vdpbf16ps pairs (bf16 x bf16, where the CPU has AVX512-BF16).
+// f64 always runs the reference kernel.
+//
+// Choices are also kept on disk, so that another process on the same machine makes the same ones (a run
+// resumed from a checkpoint computes bit for bit what the uninterrupted run did): one line per product in
+// $DEMI_CACHE_DIR (else $XDG_CACHE_HOME/demi, else ~/.cache/demi, else /tmp/demi-UID), file "matmul-<cpu>.txt" keyed by the
+// CPU's model name; a process tunes under an exclusive lock on it and the first choice written wins.
+// Where no cache folder can be written, choices live in memory only.
+//
+// DEMI_MATMUL=auto|demi|onednn (or set_matmul_policy) forces a backend: "demi" takes the faster of demi's
+// two paths by the same measurement, "onednn" always oneDNN.
+#pragma once
+
+#include <string>
+
+#include "demi/kernels/matmul_params.h"
+
+namespace demi::kernels {
+
+// a (batch, M, K) | a^T, b (batch, K, N) | b^T, bias (N) -> c (batch, M, N).
+void matmul(const MatmulParams& p, const void* a, const void* b, void* c);
+
+// Whether matmul(p, a, b, ...) runs oneDNN (tuning the product now if needed): for callers that have a
+// oneDNN-only alternative for the same product (the Dense weight gradient's inner-product primitive).
+bool matmul_picks_onednn(const MatmulParams& p, const void* a, const void* b);
+
+enum class MatmulPolicy { kAuto, kDemi, kOnednn };
+void set_matmul_policy(MatmulPolicy policy);
+MatmulPolicy matmul_policy();
+
+// The kernel a product runs (tuning it now if it has not run yet; a and b are then read from scratch
+// operands): "onednn (brg:avx512_core)", "demi-f32 (demi:avx512_bf16:f32)", "reference".
+std::string matmul_kernel(const MatmulParams& p);
+
+// The cache file in use, or "" when choices are kept in memory only.
+std::string matmul_cache_path();
+// Uses another cache folder from now on ("" = the default) and forgets the in-memory choices (tests).
+void set_matmul_cache_dir(const std::string& dir);
+// Forgets the in-memory choices (tests; the file is left as it is).
+void clear_matmul_choices();
+
+}  // namespace demi::kernels
