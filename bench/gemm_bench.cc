@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "demi/core/convert.h"
 #include "demi/core/cpu.h"
 #include "demi/core/dtype.h"
@@ -27,18 +28,7 @@ namespace {
 
 using kernels::MatmulParams;
 
-struct Buffer {
-  std::vector<double> storage;
-  Buffer(DType t, int64_t n, uint64_t seed) {
-    storage.resize(static_cast<size_t>((n * static_cast<int64_t>(dtype_size(t)) + 7) / 8 + 8));
-    std::vector<float> v(static_cast<size_t>(n));
-    std::mt19937 gen(static_cast<uint32_t>(seed));
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    for (float& x : v) x = dist(gen);
-    convert(v.data(), DType::kF32, storage.data(), t, n);
-  }
-  void* data() { return storage.data(); }
-};
+using bench::Buffer;
 
 const char* tag(DType t) { return t == DType::kF32 ? "f32" : t == DType::kBF16 ? "bf16" : "f16"; }
 

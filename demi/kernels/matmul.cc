@@ -159,30 +159,33 @@ void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c)
 }
 
 // Each candidate once to warm up (oneDNN creates its primitive), then rounds that alternate between them;
-// the best time of each decides. Output goes to scratch, so an accumulating product's c is untouched.
-Kernel tune(const MatmulParams& p, const void* a, const void* b) {
+// the best time of each decides.
+Kernel tune(const MatmulParams& p, const void* a, const void* b, void* c) {
   std::vector<Kernel> cand;
   if (matmul_policy() != MatmulPolicy::kDemi) cand.push_back(Kernel::kOnednn);
   cand.push_back(Kernel::kDemiF32);
   if (p.a_dtype == DType::kBF16 && p.b_dtype == DType::kBF16 && cpu::gemm_has_bf16_dot())
     cand.push_back(Kernel::kDemiBf16);
   if (cand.size() == 1) return cand[0];
-  cpu_internal::Workspace out(static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(p.c_dtype));
-  std::memset(out.f32(), 0, static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(p.c_dtype));
+  // Output: c itself unless the product reads it (accumulate): the chosen kernel's run overwrites it after.
+  const size_t c_bytes = static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(p.c_dtype);
+  cpu_internal::Workspace scratch(p.accumulate || c == nullptr ? c_bytes : 0);
+  void* out = p.accumulate || c == nullptr ? static_cast<void*>(scratch.f32()) : c;
+  if (out != c) std::memset(out, 0, c_bytes);
   std::vector<double> best(cand.size(), 1e30);
   double total = 0;
-  for (size_t i = 0; i < cand.size(); ++i) total += seconds_of([&] { run(cand[i], p, a, b, out.f32()); });
+  for (size_t i = 0; i < cand.size(); ++i) total += seconds_of([&] { run(cand[i], p, a, b, out); });
   // About 3 rounds, fewer for products that take long (the tuning stays under ~0.2 s per shape).
   const int rounds = std::clamp(static_cast<int>(0.2 / std::max(total, 1e-9)), 1, 3);
   for (int r = 0; r < rounds; ++r)
     for (size_t i = 0; i < cand.size(); ++i)
-      best[i] = std::min(best[i], seconds_of([&] { run(cand[i], p, a, b, out.f32()); }));
+      best[i] = std::min(best[i], seconds_of([&] { run(cand[i], p, a, b, out); }));
   return cand[static_cast<size_t>(std::min_element(best.begin(), best.end()) - best.begin())];
 }
 
 // The kernel for p: from memory, else from the cache file, else tuned now (under the file's lock, so that
 // concurrent processes agree) and recorded.
-Kernel choose(const MatmulParams& p, const void* a, const void* b) {
+Kernel choose(const MatmulParams& p, const void* a, const void* b, void* out) {
   if (matmul_policy() == MatmulPolicy::kOnednn) return Kernel::kOnednn;
   Choices& c = choices();
   const std::string key = str_cat(matmul_policy() == MatmulPolicy::kDemi ? "demi-only " : "", key_of(p));
@@ -195,7 +198,7 @@ Kernel choose(const MatmulParams& p, const void* a, const void* b) {
   if (auto it = c.map.find(key); it != c.map.end()) {
     k = it->second;
   } else {
-    k = tune(p, a, b);
+    k = tune(p, a, b, out);
     c.map.emplace(key, k);
     if (fd >= 0) {
       const std::string line = str_cat(key, " = ", kKernelNames[static_cast<int>(k)], "\n");
@@ -214,12 +217,12 @@ MatmulPolicy matmul_policy() { return policy_slot().load(); }
 void matmul(const MatmulParams& p, const void* a, const void* b, void* c) {
   check_matmul_params(p, "matmul");
   if (p.c_dtype == DType::kF64) return ref::matmul(p, a, b, c);
-  run(choose(p, a, b), p, a, b, c);
+  run(choose(p, a, b, c), p, a, b, c);
 }
 
 bool matmul_picks_onednn(const MatmulParams& p, const void* a, const void* b) {
   check_matmul_params(p, "matmul");
-  return p.c_dtype != DType::kF64 && choose(p, a, b) == Kernel::kOnednn;
+  return p.c_dtype != DType::kF64 && choose(p, a, b, nullptr) == Kernel::kOnednn;
 }
 
 std::string matmul_kernel(const MatmulParams& p) {
@@ -233,7 +236,7 @@ std::string matmul_kernel(const MatmulParams& p) {
   std::memset(bias.f32(), 0, static_cast<size_t>(p.n) * sizeof(double));
   MatmulParams q = p;
   if (q.bias) q.bias = bias.f32();
-  const Kernel k = choose(q, a.f32(), b.f32());
+  const Kernel k = choose(q, a.f32(), b.f32(), nullptr);
   const std::string impl = k == Kernel::kOnednn ? onednn::matmul_implementation(q)
                                                 : cpu::gemm_implementation(q, k == Kernel::kDemiBf16
                                                                                   ? cpu::GemmPath::kBf16Dot

@@ -123,6 +123,7 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 // Below this many multiply-adds a product runs on one thread: fork/join would cost more than it saves.
 constexpr int64_t kParallelMacs = int64_t{1} << 18;
+constexpr int64_t kLowOutputKc = 1024;
 
 const char* elem(const void* p, int64_t i, DType t) {
   return static_cast<const char*>(p) + i * static_cast<int64_t>(dtype_size(t));
@@ -136,7 +137,10 @@ void product(const MatmulParams& p, const GemmKernels& g, bool bf16, const void*
   const int64_t lda = p.trans_a ? M : K, ldb = p.trans_b ? K : N;
   const int threads = may_parallel && M * N * K >= kParallelMacs ? num_threads() : 1;
 
-  const int64_t nk = ceil_div(K, std::max<int64_t>(2, blk.kc));
+  // A bf16|f16 output takes K in one block up to kLowOutputKc, so that it is rounded once without an f32
+  // staging buffer; past that it is staged.
+  const int64_t kc_max = p.c_dtype == DType::kF32 ? blk.kc : std::max(blk.kc, kLowOutputKc);
+  const int64_t nk = ceil_div(K, std::max<int64_t>(2, kc_max));
   int64_t kc = ceil_div(K, nk);
   if (bf16 && nk > 1) kc = round_up(kc, 2);  // every block but the last starts at an even k
   const int64_t nc_max = round_up(std::max<int64_t>(1, blk.nc), NR);

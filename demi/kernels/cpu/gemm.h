@@ -9,8 +9,8 @@
 //   - bf16 x bf16 runs a vdpbf16ps micro-kernel where the CPU has AVX512-BF16 (the f32 one elsewhere);
 //   - accumulation is f32 always, the output rounded once; transposed operands are handled by the
 //     packing and the micro-kernel's strides, never by copies.
-// A product with several K blocks and a bf16|f16 output is staged in an f32 workspace (M x N) so that it
-// is rounded once; with one K block (K <= the KC block, 384 by default) the tile goes straight to c.
+// A bf16|f16 output is rounded once: K up to 1024 runs as one block (the tile goes straight to c), a
+// longer K is staged in an f32 workspace (M x N). An f32 output takes K in blocks of KC.
 //
 // Variants: AVX512-BF16, AVX-512 (6 x 64 tiles), AVX2 + FMA (6 x 16) and portable scalar (4 x 16), picked
 // from cpu_level() through one KernelTable (internal/dispatch.h). Threads: demi's pool (parallel_for);

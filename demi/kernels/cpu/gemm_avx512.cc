@@ -14,13 +14,8 @@ using V = VecAvx512;
 
 void ukr_f32(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b, const GemmTile& t) {
   Acc acc;
-#pragma GCC unroll 6
-  for (int r = 0; r < kMr; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_setzero_ps();
-  // Rows past the tile's last read the last valid row again (their results are dropped).
   int64_t off[kMr];
-  for (int r = 0; r < kMr; ++r) off[r] = std::min(r, t.m - 1) * rs;
+  start_tile(acc, off, t, rs);
   for (int64_t k = 0; k < kc; ++k) {
     const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16), b2 = _mm512_load_ps(b + 32),
                  b3 = _mm512_load_ps(b + 48);

@@ -29,12 +29,8 @@ inline int32_t single_at(const BFloat16* p) { return static_cast<int32_t>(p->bit
 
 void ukr_bf16(int64_t kc, const BFloat16* a, int64_t rs, int64_t cs, const BFloat16* b, const GemmTile& t) {
   Acc acc;
-#pragma GCC unroll 6
-  for (int r = 0; r < kMr; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_setzero_ps();
   int64_t off[kMr];
-  for (int r = 0; r < kMr; ++r) off[r] = std::min(r, t.m - 1) * rs;
+  start_tile(acc, off, t, rs);
   const int64_t pairs = kc / 2;
   auto step = [&](auto load_a) {
     const __m512bh b0 = as_bh(_mm512_load_si512(b)), b1 = as_bh(_mm512_load_si512(b + 32)),

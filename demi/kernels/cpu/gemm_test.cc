@@ -15,11 +15,6 @@
 namespace demi::kernels::cpu {
 namespace {
 
-using kernels::testing::all_close;
-using kernels::testing::dyadic_operand;
-using kernels::testing::Operand;
-using kernels::testing::random_operand;
-using kernels::testing::widen;
 
 constexpr DType F32 = DType::kF32, BF16 = DType::kBF16, F16 = DType::kF16;
 
@@ -34,31 +29,11 @@ class ScopedBlocking {
   GemmBlocking saved_;
 };
 
-// gemm on random operands in p's dtypes against ref::matmul in f32 on the same (rounded) values; with
-// dyadic operands the f32 product is exact and the comparison is exact too (any summation order).
-void check(MatmulParams p, bool with_bias, uint64_t seed, bool exact = false) {
+// gemm on operands in p's dtypes against ref::matmul in f32 on the same (rounded) values; dyadic operands
+// (exact) are compared bit for bit.
+void check(const MatmulParams& p, bool with_bias, uint64_t seed, bool exact = false) {
   SCOPED_TRACE(describe(p) + " at " + std::string(cpu_level_name(cpu_level())) + (exact ? " (dyadic)" : ""));
-  auto make = [&](DType t, int64_t n, uint64_t s) { return exact ? dyadic_operand(t, n, s) : random_operand(t, n, s); };
-  Operand a = make(p.a_dtype, p.batch * p.m * p.k, seed);
-  Operand b = make(p.b_dtype, p.batch * p.k * p.n, seed + 1);
-  Operand bias = make(p.bias_dtype, p.n, seed + 2);
-  Operand c = make(p.c_dtype, p.batch * p.m * p.n, seed + 3);  // what accumulate adds to
-  std::vector<float> want = c.f32;
-  MatmulParams r = p;
-  r.a_dtype = r.b_dtype = r.c_dtype = r.bias_dtype = F32;
-  r.bias = with_bias ? bias.f32.data() : nullptr;
-  ref::matmul(r, a.f32.data(), b.f32.data(), want.data());
-  p.bias = with_bias ? bias.data() : nullptr;
-  gemm(p, a.data(), b.data(), c.data());
-  // Exact inputs: the only rounding is the output's (and bf16/f16 outputs of an exact f32 value agree).
-  std::vector<double> expect = widen(want.data(), F32, c.n);
-  if (exact && p.c_dtype != F32) {
-    std::vector<char> tmp(static_cast<size_t>(c.n) * dtype_size(p.c_dtype));
-    convert(want.data(), F32, tmp.data(), p.c_dtype, c.n);
-    expect = widen(tmp.data(), p.c_dtype, c.n);
-  }
-  const Tolerance tol = exact ? Tolerance{0, 0} : tolerance_for_sum(p.c_dtype, p.k, 1.0);
-  EXPECT_TRUE(all_close(c.data(), p.c_dtype, expect, tol));
+  kernels::testing::check_product([](auto&&... args) { cpu::gemm(args...); }, p, with_bias, seed, exact);
 }
 
 struct Dtypes {

@@ -15,6 +15,8 @@
 
 #include "demi/core/convert.h"
 #include "demi/core/dtype.h"
+#include "demi/kernels/matmul_params.h"
+#include "demi/kernels/reference/matmul.h"
 #include "demi/kernels/tolerance.h"
 
 namespace demi::kernels::testing {
@@ -112,6 +114,34 @@ inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
   return s;
+}
+
+// Runs `product` (a matmul kernel with MatmulParams' contract) on operands in p's dtypes — random, or
+// dyadic with `exact` — and compares with ref::matmul in f32 on the same (rounded) values. Random operands
+// are compared within tolerance_for_sum; dyadic ones exactly (every f32 partial sum is exact, so any
+// summation order gives the same f32 value, rounded once into c's dtype).
+template <typename Product>
+void check_product(Product&& product, MatmulParams p, bool with_bias, uint64_t seed, bool exact = false) {
+  auto make = [&](DType t, int64_t n, uint64_t s) { return exact ? dyadic_operand(t, n, s) : random_operand(t, n, s); };
+  Operand a = make(p.a_dtype, p.batch * p.m * p.k, seed);
+  Operand b = make(p.b_dtype, p.batch * p.k * p.n, seed + 1);
+  Operand bias = make(p.bias_dtype, p.n, seed + 2);
+  Operand c = make(p.c_dtype, p.batch * p.m * p.n, seed + 3);  // what accumulate adds to
+  std::vector<float> want = c.f32;
+  MatmulParams r = p;
+  r.a_dtype = r.b_dtype = r.c_dtype = r.bias_dtype = DType::kF32;
+  r.bias = with_bias ? bias.f32.data() : nullptr;
+  ref::matmul(r, a.f32.data(), b.f32.data(), want.data());
+  p.bias = with_bias ? bias.data() : nullptr;
+  product(p, a.data(), b.data(), c.data());
+  std::vector<double> expect = widen(want.data(), DType::kF32, c.n);
+  if (exact && p.c_dtype != DType::kF32) {
+    std::vector<char> rounded(static_cast<size_t>(c.n) * dtype_size(p.c_dtype));
+    convert(want.data(), DType::kF32, rounded.data(), p.c_dtype, c.n);
+    expect = widen(rounded.data(), p.c_dtype, c.n);
+  }
+  const Tolerance tol = exact ? Tolerance{0, 0} : tolerance_for_sum(p.c_dtype, p.k, 1.0);
+  EXPECT_TRUE(all_close(c.data(), p.c_dtype, expect, tol));
 }
 
 }  // namespace demi::kernels::testing

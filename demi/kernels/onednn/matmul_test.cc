@@ -24,23 +24,10 @@ using kernels::testing::widen;
 
 constexpr DType F32 = DType::kF32, BF16 = DType::kBF16, F16 = DType::kF16, F64 = DType::kF64;
 
-// Runs onednn::matmul on random operands in p's dtypes and compares with the f32 reference computed on
-// the same (rounded) values.
-void check(MatmulParams p, bool with_bias, uint64_t seed) {
+// onednn::matmul on random operands in p's dtypes against the f32 reference on the same values.
+void check(const MatmulParams& p, bool with_bias, uint64_t seed) {
   SCOPED_TRACE(describe(p));
-  Operand a = random_operand(p.a_dtype, p.batch * p.m * p.k, seed);
-  Operand b = random_operand(p.b_dtype, p.batch * p.k * p.n, seed + 1);
-  Operand bias = random_operand(p.bias_dtype, p.n, seed + 2);
-  Operand c = random_operand(p.c_dtype, p.batch * p.m * p.n, seed + 3);  // what accumulate adds to
-  std::vector<float> want = c.f32;
-  MatmulParams r = p;
-  r.a_dtype = r.b_dtype = r.c_dtype = r.bias_dtype = F32;
-  r.bias = with_bias ? bias.f32.data() : nullptr;
-  ref::matmul(r, a.f32.data(), b.f32.data(), want.data());
-  p.bias = with_bias ? bias.data() : nullptr;
-  matmul(p, a.data(), b.data(), c.data());
-  EXPECT_TRUE(
-      all_close(c.data(), p.c_dtype, widen(want.data(), F32, c.n), tolerance_for_sum(p.c_dtype, p.k, 1.0)));
+  kernels::testing::check_product([](auto&&... args) { onednn::matmul(args...); }, p, with_bias, seed);
 }
 
 struct Dtypes {

@@ -15,6 +15,16 @@ inline constexpr int kVecs = kNr / 16;
 
 using Acc = __m512[kMr][kVecs];
 
+// Zeroes the accumulators; off[r] = where row r starts (rows past the tile's last read the last valid row
+// again: their results are dropped).
+inline void start_tile(Acc& acc, int64_t (&off)[kMr], const GemmTile& t, int64_t rs) {
+#pragma GCC unroll 6
+  for (int r = 0; r < kMr; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int r = 0; r < kMr; ++r) off[r] = std::min(r, t.m - 1) * rs;
+}
+
 template <typename T>
 inline void store_rows(Acc& acc, const GemmTile& t) {
   using V = VecAvx512;
