@@ -33,10 +33,10 @@ float to_float(const void* p, DType t, int64_t i) {
 void store_scalar(const float (&acc)[kScalarMr][kScalarNr], const GemmTile& t) {
   for (int r = 0; r < t.m; ++r)
     for (int j = 0; j < t.n; ++j) {
-      const int64_t i = r * t.ldc + j;
+      const int64_t i = t.transposed ? j * t.ldc + r : r * t.ldc + j;
       float v = acc[r][j];
       if (t.load_c) v += to_float(t.c, t.c_dtype, i);
-      if (t.bias) v += t.bias[j];
+      if (t.bias) v += t.bias[t.transposed ? r : j];
       if (t.relu) v = std::max(v, 0.0f);
       switch (t.c_dtype) {
         case DType::kBF16: static_cast<BFloat16*>(t.c)[i] = BFloat16(v); break;
@@ -57,11 +57,14 @@ void ukr_f32_scalar(int64_t kc, const float* a, int64_t rs, int64_t cs, const fl
 }
 
 void pack_b_f32_scalar(const void* b, DType t, bool trans, int64_t ld, int64_t k0, int64_t kc, int64_t j0,
-                       int64_t nc, float* dst) {
-  for (int64_t k = 0; k < kc; ++k)
-    for (int64_t j = 0; j < kScalarNr; ++j)
-      dst[k * kScalarNr + j] =
-          j < nc ? to_float(b, t, trans ? (j0 + j) * ld + k0 + k : (k0 + k) * ld + j0 + j) : 0.0f;
+                       int64_t nc, float* dst, int64_t stride) {
+  for (int64_t pn = 0; pn * kScalarNr < nc; ++pn)
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t jj = 0; jj < kScalarNr; ++jj) {
+        const int64_t j = pn * kScalarNr + jj;
+        dst[pn * stride + k * kScalarNr + jj] =
+            j < nc ? to_float(b, t, trans ? (j0 + j) * ld + k0 + k : (k0 + k) * ld + j0 + j) : 0.0f;
+      }
 }
 
 void to_f32_scalar(const void* src, DType t, int64_t sld, int64_t rows, int64_t cols, float* dst, int64_t dld) {
@@ -123,23 +126,49 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 // Below this many multiply-adds a product runs on one thread: fork/join would cost more than it saves.
 constexpr int64_t kParallelMacs = int64_t{1} << 18;
-constexpr int64_t kLowOutputKc = 1024;
+constexpr int64_t kLongKc = 1024;
 
 const char* elem(const void* p, int64_t i, DType t) {
   return static_cast<const char*>(p) + i * static_cast<int64_t>(dtype_size(t));
 }
 
+// Relative cost of preparing the operands (elements moved, a transposing pack weighted higher): b is
+// packed into panels, a copied block by block into compact rows (or columns).
+double prepare_cost(bool trans_b, int64_t m, int64_t n, int64_t k) {
+  return static_cast<double>(k) * n * (trans_b ? 1.5 : 1.0) + 0.7 * static_cast<double>(k) * m;
+}
+
+// Whether computing c^T = op(b)^T op(a)^T (transposed tiles) moves fewer elements than c = op(a) op(b):
+// a Dense layer's forward x w^T with fewer rows than outputs packs x instead of the larger weight.
+bool swap_operands(const MatmulParams& p) {
+  return prepare_cost(!p.trans_a, p.n, p.m, p.k) < 0.9 * prepare_cost(p.trans_b, p.m, p.n, p.k);
+}
+
 // One (batch-1) product. bias is f32 (converted by the caller) or null; c is p.c_dtype.
-void product(const MatmulParams& p, const GemmKernels& g, bool bf16, const void* a, const void* b, void* c,
-             const float* bias, bool may_parallel) {
+void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const void* a_in, const void* b_in,
+             void* c, const float* bias, bool may_parallel) {
+  // Swapped, the product's rows are c's columns: tiles are stored transposed, bias runs down their rows.
+  const bool swapped = swap_operands(p_in);
+  MatmulParams p = p_in;
+  const void* a = a_in;
+  const void* b = b_in;
+  if (swapped) {
+    std::swap(p.m, p.n);
+    std::swap(p.a_dtype, p.b_dtype);
+    p.trans_a = !p_in.trans_b;
+    p.trans_b = !p_in.trans_a;
+    std::swap(a, b);
+  }
   const GemmBlocking blk = gemm_blocking();
   const int64_t M = p.m, N = p.n, K = p.k, MR = g.mr, NR = g.nr;
   const int64_t lda = p.trans_a ? M : K, ldb = p.trans_b ? K : N;
+  const int64_t ldc = p_in.n;  // c's row stride (c is p_in's (M, N) whichever way it is computed)
   const int threads = may_parallel && M * N * K >= kParallelMacs ? num_threads() : 1;
 
-  // A bf16|f16 output takes K in one block up to kLowOutputKc, so that it is rounded once without an f32
-  // staging buffer; past that it is staged.
-  const int64_t kc_max = p.c_dtype == DType::kF32 ? blk.kc : std::max(blk.kc, kLowOutputKc);
+  // A bf16|f16 output takes K in one block up to kLongKc, so that it is rounded once without an f32
+  // staging buffer (past that it is staged); so does a swapped product, whose transposed tile stores
+  // cost more than row stores and are best paid once.
+  const int64_t kc_max = p.c_dtype == DType::kF32 && !swapped ? blk.kc : std::max(blk.kc, kLongKc);
   const int64_t nk = ceil_div(K, std::max<int64_t>(2, kc_max));
   int64_t kc = ceil_div(K, nk);
   if (bf16 && nk > 1) kc = round_up(kc, 2);  // every block but the last starts at an even k
@@ -151,7 +180,7 @@ void product(const MatmulParams& p, const GemmKernels& g, bool bf16, const void*
   // Several K blocks into a low-precision c: accumulate in f32, round once at the end.
   const bool staged = nk > 1 && p.c_dtype != DType::kF32;
   Workspace stage(staged ? static_cast<size_t>(M * N) * sizeof(float) : 0);
-  if (staged && p.accumulate) convert(c, p.c_dtype, stage.f32(), DType::kF32, M * N);
+  if (staged && p.accumulate) convert(c, p.c_dtype, stage.f32(), DType::kF32, M * N);  // (M * N = c's size)
   void* target = staged ? static_cast<void*>(stage.f32()) : c;
   const DType target_dtype = staged ? DType::kF32 : p.c_dtype;
 
@@ -161,12 +190,11 @@ void product(const MatmulParams& p, const GemmKernels& g, bool bf16, const void*
   Workspace bpack(static_cast<size_t>(ceil_div(std::min(N, nc_max), NR)) * panel_bytes);
 
   // a as the micro-kernel reads it: in place (f32, or bf16 pairs of a plain a), or converted per task.
-  // A transposed a is always packed: read in place its rows would be lda apart, often a multiple of 4 KiB,
-  // which maps a micro-panel's every k onto the same L1 sets.
-  const bool a_in_place = !p.trans_a && (bf16 || p.a_dtype == DType::kF32);
-  const size_t a_block_bytes = a_in_place ? 0
-                               : bf16     ? static_cast<size_t>(kc_pad * mc) * sizeof(BFloat16)
-                                          : static_cast<size_t>(kc * mc) * sizeof(float);
+  // a is always copied a block at a time into compact rows (or, transposed, columns): read in place its
+  // rows would be lda apart, often a multiple of 4 KiB, which maps a micro-panel's rows onto the same
+  // cache sets (measured: the in-place f32 block ran 0.7x the converted f16 one on model C's shapes).
+  const size_t a_block_bytes = bf16 ? static_cast<size_t>(kc_pad * mc) * sizeof(BFloat16)
+                                    : static_cast<size_t>(kc * mc) * sizeof(float);
 
   for (int64_t jc = 0; jc < N; jc += nc_max) {
     const int64_t nc = std::min(nc_max, N - jc), panels = ceil_div(nc, NR);
@@ -175,14 +203,14 @@ void product(const MatmulParams& p, const GemmKernels& g, bool bf16, const void*
       const bool first = pc == 0, last = pc + kcur == K;
       char* bp = static_cast<char*>(static_cast<void*>(bpack.f32()));
       parallel_for(0, panels, threads > 1 ? 1 : panels, [&](int64_t p0, int64_t p1) {
-        for (int64_t pn = p0; pn < p1; ++pn) {
-          const int64_t j = jc + pn * NR, w = std::min(NR, N - j);
-          if (bf16)
-            g.pack_b_bf16(static_cast<const BFloat16*>(b), p.trans_b, ldb, pc, kcur, j, w,
-                          reinterpret_cast<BFloat16*>(bp + pn * panel_bytes));
-          else
-            g.pack_b_f32(b, p.b_dtype, p.trans_b, ldb, pc, kcur, j, w, reinterpret_cast<float*>(bp + pn * panel_bytes));
-        }
+        const int64_t j = jc + p0 * NR, w = std::min(N, jc + p1 * NR) - j;
+        const int64_t stride = static_cast<int64_t>(panel_elems);
+        if (bf16)
+          g.pack_b_bf16(static_cast<const BFloat16*>(b), p.trans_b, ldb, pc, kcur, j, w,
+                        reinterpret_cast<BFloat16*>(bp + p0 * panel_bytes), stride);
+        else
+          g.pack_b_f32(b, p.b_dtype, p.trans_b, ldb, pc, kcur, j, w, reinterpret_cast<float*>(bp + p0 * panel_bytes),
+                       stride);
       });
 
       const int64_t ic_blocks = ceil_div(M, mc);
@@ -199,8 +227,12 @@ void product(const MatmulParams& p, const GemmKernels& g, bool bf16, const void*
           int64_t rs = 0, cs = 0;
           if (bf16) {
             if (!p.trans_a) {
-              ap = elem(a, i0 * lda + pc, p.a_dtype);
-              rs = lda;
+              auto* dst = reinterpret_cast<BFloat16*>(ablock.f32());
+              for (int64_t i = 0; i < mcur; ++i)
+                std::memcpy(dst + i * kc_pad, elem(a, (i0 + i) * lda + pc, p.a_dtype),
+                            static_cast<size_t>(kcur) * sizeof(BFloat16));
+              ap = dst;
+              rs = kc_pad;
               cs = 2;
             } else {
               auto* dst = reinterpret_cast<BFloat16*>(ablock.f32());
@@ -209,10 +241,6 @@ void product(const MatmulParams& p, const GemmKernels& g, bool bf16, const void*
               rs = 2;
               cs = 2 * mcur;
             }
-          } else if (a_in_place) {
-            ap = elem(a, i0 * lda + pc, p.a_dtype);
-            rs = lda;
-            cs = 1;
           } else {
             float* dst = ablock.f32();
             if (!p.trans_a) {
@@ -229,16 +257,18 @@ void product(const MatmulParams& p, const GemmKernels& g, bool bf16, const void*
           for (int64_t pn = pn0; pn < pn1; ++pn) {
             const int64_t j = jc + pn * NR;
             GemmTile t;
-            t.ldc = N;
+            t.ldc = ldc;
             t.c_dtype = target_dtype;
             t.n = static_cast<int>(std::min(NR, N - j));
             t.load_c = p.accumulate || !first;
-            t.bias = last && bias ? bias + j : nullptr;
             t.relu = last && p.relu;
+            t.transposed = swapped;
             const char* panel = bp + pn * panel_bytes;
             for (int64_t ir = 0; ir < mcur; ir += MR) {
+              const int64_t i = i0 + ir;
               t.m = static_cast<int>(std::min(MR, mcur - ir));
-              t.c = const_cast<char*>(elem(target, (i0 + ir) * N + j, target_dtype));
+              t.bias = last && bias ? bias + (swapped ? i : j) : nullptr;
+              t.c = const_cast<char*>(elem(target, swapped ? j * ldc + i : i * ldc + j, target_dtype));
               if (bf16)
                 g.bf16(kcur, static_cast<const BFloat16*>(ap) + ir * rs, rs, cs,
                        reinterpret_cast<const BFloat16*>(panel), t);

@@ -43,7 +43,7 @@ bool gemm_has_bf16_dot();
 // "MC,KC,NC" sets them at start-up. Each is rounded up to what the micro-kernel needs.
 struct GemmBlocking {
   int64_t mc = 144;
-  int64_t kc = 384;
+  int64_t kc = 768;
   int64_t nc = 2048;
 };
 GemmBlocking gemm_blocking();

@@ -62,6 +62,27 @@ void ukr_f32(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b,
   }
   const size_t esize = dtype_size(t.c_dtype);
   alignas(32) float v[kNr], old[kNr];
+  if (t.transposed) {  // column j of the tile is t.m values of c's row j
+    alignas(32) float tile[kMr][kNr];
+    for (int r = 0; r < kMr; ++r) {
+      _mm256_store_ps(tile[r], acc[r][0]);
+      _mm256_store_ps(tile[r] + 8, acc[r][1]);
+    }
+    for (int j = 0; j < t.n; ++j) {
+      char* row = static_cast<char*>(t.c) + j * t.ldc * static_cast<int64_t>(esize);
+      for (int r = 0; r < t.m; ++r) v[r] = tile[r][j];
+      if (t.load_c) {
+        row_to_f32(row, t.c_dtype, old, t.m);
+        for (int r = 0; r < t.m; ++r) v[r] += old[r];
+      }
+      if (t.bias)
+        for (int r = 0; r < t.m; ++r) v[r] += t.bias[r];
+      if (t.relu)
+        for (int r = 0; r < t.m; ++r) v[r] = std::max(v[r], 0.0f);
+      row_from_f32(v, row, t.c_dtype, t.m);
+    }
+    return;
+  }
   for (int r = 0; r < t.m; ++r) {
     char* row = static_cast<char*>(t.c) + r * t.ldc * static_cast<int64_t>(esize);
     _mm256_store_ps(v, acc[r][0]);
@@ -79,13 +100,18 @@ void ukr_f32(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b,
 }
 
 void pack_b_f32(const void* b, DType t, bool trans, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
-                float* dst) {
-  if (trans) return gemm_kernels_scalar().pack_b_f32(b, t, trans, ld, k0, kc, j0, nc, dst);
+                float* dst, int64_t stride) {
+  if (trans) return gemm_kernels_scalar().pack_b_f32(b, t, trans, ld, k0, kc, j0, nc, dst, stride);
   const size_t esize = dtype_size(t);
+  const int64_t panels = (nc + kNr - 1) / kNr;
   for (int64_t k = 0; k < kc; ++k) {
-    float* out = dst + k * kNr;
-    row_to_f32(static_cast<const char*>(b) + ((k0 + k) * ld + j0) * static_cast<int64_t>(esize), t, out, nc);
-    std::fill(out + nc, out + kNr, 0.0f);
+    const char* row = static_cast<const char*>(b) + ((k0 + k) * ld + j0) * static_cast<int64_t>(esize);
+    for (int64_t pn = 0; pn < panels; ++pn) {
+      float* out = dst + pn * stride + k * kNr;
+      const int64_t w = std::min<int64_t>(kNr, nc - pn * kNr);
+      row_to_f32(row + pn * kNr * static_cast<int64_t>(esize), t, out, w);
+      std::fill(out + w, out + kNr, 0.0f);
+    }
   }
 }
 

@@ -36,48 +36,59 @@ void ukr_f32(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b,
 }
 
 template <typename T>
-void pack_b_plain(const T* b, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
+void pack_b_plain(const T* b, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst, int64_t stride) {
+  const int64_t panels = (nc + kNr - 1) / kNr;
   for (int64_t k = 0; k < kc; ++k) {
     const T* row = b + (k0 + k) * ld + j0;
-    float* out = dst + k * kNr;
-    for (int v = 0; v < kVecs; ++v) {
-      const int64_t j = v * 16, w = std::clamp<int64_t>(nc - j, 0, 16);
-      _mm512_store_ps(out + j, w == 16 ? V::load(row + j) : w > 0 ? V::load_n(row + j, w) : _mm512_setzero_ps());
+    for (int64_t pn = 0; pn < panels; ++pn) {
+      float* out = dst + pn * stride + k * kNr;
+      const int64_t base = pn * kNr;
+      for (int v = 0; v < kVecs; ++v) {
+        const int64_t j = base + v * 16, w = std::clamp<int64_t>(nc - j, 0, 16);
+        _mm512_store_ps(out + v * 16,
+                        w == 16 ? V::load(row + j) : w > 0 ? V::load_n(row + j, w) : _mm512_setzero_ps());
+      }
     }
   }
 }
 
 // b stored (N, K): 16 columns x 16 k at a time, loaded as 16 rows of k and transposed in registers.
 template <typename T>
-void pack_b_trans(const T* b, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
+void pack_b_trans(const T* b, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst, int64_t stride) {
   __m512 r[16];
-  for (int v = 0; v < kVecs; ++v) {
-    const int64_t jv = v * 16;
-    const int64_t cols = std::clamp<int64_t>(nc - jv, 0, 16);
+  for (int64_t jg = 0; jg < nc; jg += 16) {  // 16 columns: a quarter of a panel
+    float* panel = dst + (jg / kNr) * stride + jg % kNr;
+    const int64_t cols = std::min<int64_t>(16, nc - jg);
     for (int64_t k = 0; k < kc; k += 16) {
       const int64_t w = std::min<int64_t>(16, kc - k);
       for (int i = 0; i < 16; ++i) {
-        const T* src = b + (j0 + jv + i) * ld + k0 + k;
+        const T* src = b + (j0 + jg + i) * ld + k0 + k;
         r[i] = i >= cols ? _mm512_setzero_ps() : w == 16 ? V::load(src) : V::load_n(src, w);
       }
       transpose16(r);
-      for (int64_t i = 0; i < w; ++i) _mm512_store_ps(dst + (k + i) * kNr + jv, r[i]);
+      for (int64_t i = 0; i < w; ++i) _mm512_store_ps(panel + (k + i) * kNr, r[i]);
     }
+  }
+  // The last panel's column groups past nc are zero.
+  const int64_t end = (nc + kNr - 1) / kNr * kNr;
+  for (int64_t jg = (nc + 15) / 16 * 16; jg < end; jg += 16) {
+    float* panel = dst + (jg / kNr) * stride + jg % kNr;
+    for (int64_t k = 0; k < kc; ++k) _mm512_store_ps(panel + k * kNr, _mm512_setzero_ps());
   }
 }
 
 void pack_b_f32(const void* b, DType t, bool trans, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
-                float* dst) {
+                float* dst, int64_t stride) {
   switch (t) {
     case DType::kBF16:
-      return trans ? pack_b_trans(static_cast<const BFloat16*>(b), ld, k0, kc, j0, nc, dst)
-                   : pack_b_plain(static_cast<const BFloat16*>(b), ld, k0, kc, j0, nc, dst);
+      return trans ? pack_b_trans(static_cast<const BFloat16*>(b), ld, k0, kc, j0, nc, dst, stride)
+                   : pack_b_plain(static_cast<const BFloat16*>(b), ld, k0, kc, j0, nc, dst, stride);
     case DType::kF16:
-      return trans ? pack_b_trans(static_cast<const Half*>(b), ld, k0, kc, j0, nc, dst)
-                   : pack_b_plain(static_cast<const Half*>(b), ld, k0, kc, j0, nc, dst);
+      return trans ? pack_b_trans(static_cast<const Half*>(b), ld, k0, kc, j0, nc, dst, stride)
+                   : pack_b_plain(static_cast<const Half*>(b), ld, k0, kc, j0, nc, dst, stride);
     default:
-      return trans ? pack_b_trans(static_cast<const float*>(b), ld, k0, kc, j0, nc, dst)
-                   : pack_b_plain(static_cast<const float*>(b), ld, k0, kc, j0, nc, dst);
+      return trans ? pack_b_trans(static_cast<const float*>(b), ld, k0, kc, j0, nc, dst, stride)
+                   : pack_b_plain(static_cast<const float*>(b), ld, k0, kc, j0, nc, dst, stride);
   }
 }
 

@@ -81,31 +81,33 @@ void interleave(const BFloat16* x, const BFloat16* y, int64_t valid, int64_t tot
 }
 
 void pack_b_bf16(const BFloat16* b, bool trans, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
-                 BFloat16* dst) {
-  const int64_t pairs = (kc + 1) / 2;
+                 BFloat16* dst, int64_t stride) {
+  const int64_t pairs = (kc + 1) / 2, panels = (nc + kNr - 1) / kNr;
   if (!trans) {
     for (int64_t p = 0; p < pairs; ++p) {
       const BFloat16* x = b + (k0 + 2 * p) * ld + j0;
       const BFloat16* y = 2 * p + 1 < kc ? x + ld : nullptr;
-      interleave(x, y, nc, kNr, dst + p * 2 * kNr);
+      for (int64_t pn = 0; pn < panels; ++pn)
+        interleave(x + pn * kNr, y ? y + pn * kNr : nullptr, std::min<int64_t>(kNr, nc - pn * kNr), kNr,
+                   dst + pn * stride + p * 2 * kNr);
     }
     return;
   }
   // b stored (N, K): each column's k pairs are adjacent already; 16 columns x 16 pairs at a time,
   // transposed as 32-bit lanes.
   __m512 r[16];
-  for (int v = 0; v < kVecs; ++v) {
-    const int64_t jv = v * 16;
-    const int64_t cols = std::clamp<int64_t>(nc - jv, 0, 16);
+  for (int64_t jg = 0; jg < panels * kNr; jg += 16) {
+    BFloat16* panel = dst + (jg / kNr) * stride + 2 * (jg % kNr);
+    const int64_t cols = std::clamp<int64_t>(nc - jg, 0, 16);
     for (int64_t p = 0; p < pairs; p += 16) {
       const int64_t k = 2 * p, w = std::min<int64_t>(32, kc - k);  // bf16 elements in this block
       const __mmask32 m = w == 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << w) - 1);
       for (int i = 0; i < 16; ++i)
         r[i] = i >= cols ? _mm512_setzero_ps()
-                         : _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, b + (j0 + jv + i) * ld + k0 + k));
-      transpose16(r);
+                         : _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, b + (j0 + jg + i) * ld + k0 + k));
+      if (cols > 0) transpose16(r);
       const int64_t np = std::min<int64_t>(16, pairs - p);
-      for (int64_t i = 0; i < np; ++i) _mm512_store_ps(reinterpret_cast<float*>(dst + (p + i) * 2 * kNr + 2 * jv), r[i]);
+      for (int64_t i = 0; i < np; ++i) _mm512_store_ps(reinterpret_cast<float*>(panel + (p + i) * 2 * kNr), r[i]);
     }
   }
 }

@@ -52,12 +52,37 @@ inline void store_rows(Acc& acc, const GemmTile& t) {
   }
 }
 
+inline void transpose16(__m512 r[16]);
+
+// The transposed tile: each 16 columns transposed in registers into 16 rows of c of t.m (<= 6) values.
+template <typename T>
+inline void store_columns(Acc& acc, const GemmTile& t) {
+  using V = VecAvx512;
+  T* c = static_cast<T*>(t.c);
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 bias = t.bias ? V::load_n(t.bias, t.m) : zero;
+  __m512 r[16];
+  for (int v = 0; v < kVecs && v * 16 < t.n; ++v) {
+    for (int i = 0; i < 16; ++i) r[i] = i < kMr ? acc[i][v] : zero;
+    transpose16(r);
+    const int cols = std::min(16, t.n - v * 16);
+    for (int jj = 0; jj < cols; ++jj) {
+      T* dst = c + (v * 16 + jj) * t.ldc;
+      __m512 x = r[jj];
+      if (t.load_c) x = _mm512_add_ps(x, V::load_n(dst, t.m));
+      if (t.bias) x = _mm512_add_ps(x, bias);
+      if (t.relu) x = _mm512_max_ps(x, zero);
+      V::store_n(dst, x, t.m);
+    }
+  }
+}
+
 // The epilogue at the micro-kernel's store, for every output dtype.
 inline void store_tile(Acc& acc, const GemmTile& t) {
   switch (t.c_dtype) {
-    case DType::kBF16: return store_rows<BFloat16>(acc, t);
-    case DType::kF16: return store_rows<Half>(acc, t);
-    default: return store_rows<float>(acc, t);
+    case DType::kBF16: return t.transposed ? store_columns<BFloat16>(acc, t) : store_rows<BFloat16>(acc, t);
+    case DType::kF16: return t.transposed ? store_columns<Half>(acc, t) : store_rows<Half>(acc, t);
+    default: return t.transposed ? store_columns<float>(acc, t) : store_rows<float>(acc, t);
   }
 }
 

@@ -19,15 +19,18 @@
 namespace demi::kernels::cpu_internal {
 
 // Where one micro-kernel call's tile goes and what its store does, in this order:
-//   v = acc (+ c if load_c) (+ bias[j]) (max(v, 0) if relu), rounded once into c's dtype.
+//   v = acc (+ c if load_c) (+ bias) (max(v, 0) if relu), rounded once into c's dtype.
+// A transposed tile (the driver computed c^T = op(b)^T op(a)^T, packing the smaller operand) stores its
+// element (r, j) at c[j * ldc + r] and adds bias[r] (c's column is the tile's row).
 struct GemmTile {
   void* c = nullptr;       // the tile's (0, 0)
   int64_t ldc = 0;         // c's row stride, in elements
   DType c_dtype = DType::kF32;
   int m = 0, n = 0;        // valid rows (1..MR) and columns (1..NR); the rest of the tile is dropped
   bool load_c = false;     // accumulate onto c (beta = 1, or a later K block)
-  const float* bias = nullptr;  // the tile's n bias values, or nullptr
+  const float* bias = nullptr;  // the tile's bias values (n of them, or m when transposed), or nullptr
   bool relu = false;
+  bool transposed = false;
 };
 
 struct GemmKernels {
@@ -39,13 +42,15 @@ struct GemmKernels {
   // The bf16 pair product (nullptr where the CPU has no AVX512-BF16).
   void (*bf16)(int64_t kc, const BFloat16* a, int64_t rs, int64_t cs, const BFloat16* b, const GemmTile& t) = nullptr;
 
-  // b(k0 : k0+kc, j0 : j0+nc), nc <= NR, of an operand stored (K, N) with row stride ld, or stored (N, K)
-  // when trans, in dtype t (f32|bf16|f16) -> one f32 panel [kc][NR], zero beyond nc.
+  // b(k0 : k0+kc, j0 : j0+nc) of an operand stored (K, N) with row stride ld, or stored (N, K) when trans,
+  // in dtype t (f32|bf16|f16) -> ceil(nc / NR) f32 panels [kc][NR], `stride` elements apart, zero beyond
+  // nc. A plain b is read a row at a time across all the panels (sequential reads), a transposed one
+  // 16 columns x 16 k at a time.
   void (*pack_b_f32)(const void* b, DType t, bool trans, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
-                     float* dst) = nullptr;
-  // The same into one VNNI-2 bf16 panel [ceil(kc / 2)][NR][2] (bf16 b only).
+                     float* dst, int64_t stride) = nullptr;
+  // The same into VNNI-2 bf16 panels [ceil(kc / 2)][NR][2] (bf16 b only).
   void (*pack_b_bf16)(const BFloat16* b, bool trans, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
-                      BFloat16* dst) = nullptr;
+                      BFloat16* dst, int64_t stride) = nullptr;
   // rows x cols of src (dtype t, row stride sld) -> f32 dst (row stride dld): the conversion that packs
   // a low-precision a (either orientation) for the f32 path.
   void (*to_f32)(const void* src, DType t, int64_t sld, int64_t rows, int64_t cols, float* dst, int64_t dld) = nullptr;
