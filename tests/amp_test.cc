@@ -119,6 +119,47 @@ TEST(CastCache, EachParameterIsCastOncePerStep) {
   EXPECT_EQ(ops::cast_cache_hits() - hits, 2) << "the second use of each is served from the cache";
 }
 
+// At O2 the optimizer rewrites each parameter's low-precision copy in the same pass as its FP32 update, so
+// from the second step on no parameter is cast; the weights are bit for bit those of casting every step.
+TEST(CastCache, TheOptimizerKeepsTheLowCopiesSoLaterStepsCastNoParameter) {
+  class Twice : public nn::Cell {
+   public:
+    Twice() : Cell("Twice") { fc = register_cell("fc", std::make_shared<nn::Dense>(8, 8)); }
+    Tensor construct(const Tensor& x) override { return fc->call(ops::relu(fc->call(x))); }
+    std::shared_ptr<nn::Dense> fc;
+  };
+  for (DType low : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(low));
+    auto run = [&](bool low_copies, std::vector<int64_t>* misses, std::vector<int64_t>* uses) {
+      ops::set_low_copies(low_copies);
+      set_seed(4);
+      auto net = std::make_shared<Twice>();
+      auto opt = std::make_shared<optim::Momentum>(net->trainable_params(), 0.05, 0.9);
+      auto step = amp::build_train_network(net, opt, std::make_shared<nn::MSELoss>(), Level::kO2,
+                                           {.low_dtype = low});
+      Generator g(11);
+      for (int i = 0; i < 4; ++i) {
+        Tensor x = normal({4, 8}, 0, 1, g), y = normal({4, 8}, 0, 1, g);
+        const int64_t m = ops::cast_cache_misses(), u = ops::low_copy_uses();
+        (*step)(x, y);
+        misses->push_back(ops::cast_cache_misses() - m);
+        uses->push_back(ops::low_copy_uses() - u);
+      }
+      ops::set_low_copies(true);
+      return std::vector<Tensor>{net->fc->weight.clone(), net->fc->bias.clone()};
+    };
+    std::vector<int64_t> misses_on, uses_on, misses_off, uses_off;
+    auto on = run(true, &misses_on, &uses_on);
+    auto off = run(false, &misses_off, &uses_off);
+    EXPECT_EQ(misses_on, (std::vector<int64_t>{2, 0, 0, 0})) << "weight and bias cast in the first step only";
+    EXPECT_EQ(uses_on, (std::vector<int64_t>{0, 2, 2, 2})) << "later steps read the optimizer-written copies";
+    EXPECT_EQ(misses_off, (std::vector<int64_t>{2, 2, 2, 2}));
+    EXPECT_EQ(uses_off, (std::vector<int64_t>{0, 0, 0, 0}));
+    for (size_t t = 0; t < on.size(); ++t)
+      for (int64_t i = 0; i < on[t].numel(); ++i) ASSERT_EQ(on[t].get(i), off[t].get(i)) << "tensor " << t << " [" << i << "]";
+  }
+}
+
 // From 2048 rows Dense does not keep the low-precision weight (it recasts in backward): the weight goes
 // around the cast cache, and the gradients — including the input gradient that needs the recast weight —
 // still match O0's within bf16 tolerance.

@@ -54,6 +54,11 @@ struct AutogradMeta {
   int output_nr = 0;                          // which output of grad_fn this is
   int64_t version = 0;                        // bumped by in-place writes; saved tensors check it
   std::weak_ptr<autograd::Node> grad_accumulator;  // a leaf's accumulation node, shared by its uses
+  // A parameter's low-precision copy under AMP (O2/O3), valid while low_version == version: made by the
+  // first cast of the parameter in a train step, then rewritten by the optimizer in the same pass as each
+  // FP32 update (MindSpore's FusedCastAdamWeightDecay idea), so later steps read it instead of casting.
+  std::shared_ptr<Tensor> low_copy;
+  int64_t low_version = -1;
 };
 
 struct TensorImpl {

@@ -36,6 +36,8 @@ struct CastCache {
   int64_t misses = 0;
 };
 thread_local CastCache t_cast_cache;
+thread_local int64_t t_low_copy_uses = 0;
+std::atomic<bool> g_low_copies{true};
 
 // ---- profiler ----
 std::atomic<bool> g_profiling{false};
@@ -94,6 +96,9 @@ CastCacheScope::~CastCacheScope() {
   if (--t_cast_cache.depth == 0) t_cast_cache.entries.clear();
 }
 bool cast_cache_active() { return t_cast_cache.depth > 0; }
+int64_t low_copy_uses() { return t_low_copy_uses; }
+void set_low_copies(bool enabled) { g_low_copies.store(enabled); }
+bool low_copies() { return g_low_copies.load(); }
 int64_t cast_cache_hits() { return t_cast_cache.hits; }
 int64_t cast_cache_misses() { return t_cast_cache.misses; }
 
@@ -213,17 +218,33 @@ Tensor Dispatch::cast_input(size_t i, DType dtype, bool use_cache) const {
   const Tensor* t = inputs_[i];
   if (t == nullptr || !t->defined()) return Tensor();
   if (!is_floating(t->dtype()) || !is_floating(dtype) || t->dtype() == dtype) return *t;
-  if (use_cache && t_cast_cache.depth > 0 && is_parameter_like(*t)) {
-    CastKey key{&t->impl(), t->impl().autograd->version, dtype};
-    auto it = t_cast_cache.entries.find(key);
-    if (it != t_cast_cache.entries.end()) {
-      ++t_cast_cache.hits;
-      return it->second;
+  if (use_cache && is_parameter_like(*t)) {
+    AutogradMeta& meta = *t->impl().autograd;
+    CastKey key{&t->impl(), meta.version, dtype};
+    if (t_cast_cache.depth > 0) {
+      auto it = t_cast_cache.entries.find(key);
+      if (it != t_cast_cache.entries.end()) {
+        ++t_cast_cache.hits;
+        return it->second;
+      }
     }
-    ++t_cast_cache.misses;
-    MemCategoryScope cat(MemCategory::kCastCache);
-    Tensor c = cast(*t, dtype);
-    t_cast_cache.entries.emplace(key, c);
+    // The low copy the optimizer keeps current: this step's Cast node over its bytes, no conversion.
+    const bool low_current = meta.low_copy && meta.low_copy->dtype() == dtype && meta.low_version == meta.version;
+    if (t_cast_cache.depth == 0 && !low_current) return cast(*t, dtype);
+    Tensor c;
+    if (low_current) {
+      ++t_low_copy_uses;
+      c = cast_from_copy(*t, *meta.low_copy);
+    } else {
+      ++t_cast_cache.misses;
+      MemCategoryScope cat(MemCategory::kCastCache);
+      c = cast(*t, dtype);
+      if (g_low_copies.load(std::memory_order_relaxed) && t->dtype() == DType::kF32) {
+        meta.low_copy = std::make_shared<Tensor>(c.reshape(c.shape()));  // the bytes, without c's graph
+        meta.low_version = meta.version;
+      }
+    }
+    if (t_cast_cache.depth > 0) t_cast_cache.entries.emplace(key, c);
     return c;
   }
   return cast(*t, dtype);
@@ -260,6 +281,16 @@ TensorList Dispatch::finish(TensorList outputs, BackwardFn backward) {
 Tensor Dispatch::finish(Tensor output, BackwardFn backward) {
   TensorList outs{std::move(output)};
   return std::move(finish(std::move(outs), std::move(backward))[0]);
+}
+
+Tensor cast_from_copy(const Tensor& x, const Tensor& copy) {
+  Dispatch d(Op::kCast, {&x});
+  Tensor y = copy.reshape(copy.shape());  // a fresh handle on the copy's bytes for this step's graph
+  DType src = x.dtype();
+  return d.finish(y, [src](const TensorList& g) {
+    const Tensor& gy = g[0];
+    return TensorList{gy.dtype() == src ? gy : gy.to(src)};
+  });
 }
 
 Tensor cast(const Tensor& x, DType dtype) {

@@ -101,6 +101,13 @@ class CastCacheScope {
 bool cast_cache_active();
 int64_t cast_cache_hits();    // uses served from the cache in this thread (for tests)
 int64_t cast_cache_misses();  // casts made and stored
+// A parameter's first cast in a scope (with low copies on, the default) is also kept as its persistent
+// low copy (AutogradMeta::low_copy), which the optimizer rewrites in the same pass as each FP32 update;
+// while it is current, casts of that parameter read it (a Cast node over its bytes, no conversion).
+// Turning low copies off (tests comparing both ways) makes every step cast again.
+int64_t low_copy_uses();  // casts served by a current low copy in this thread (for tests)
+void set_low_copies(bool enabled);
+bool low_copies();
 
 // ---- Op trace and profiler ----------------------------------------------------------------------
 
@@ -190,5 +197,8 @@ class Dispatch {
 
 // Casts `x` to `dtype` as a recorded, differentiable op (its gradient is cast back to x's dtype).
 Tensor cast(const Tensor& x, DType dtype);
+// x cast to copy's dtype where copy already holds exactly those values (a parameter's low copy): the
+// same Cast node as cast(), over copy's bytes.
+Tensor cast_from_copy(const Tensor& x, const Tensor& copy);
 
 }  // namespace demi::ops

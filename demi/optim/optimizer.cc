@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "demi/core/convert.h"
 #include "demi/core/parallel.h"
 
 namespace demi::optim {
@@ -72,9 +73,20 @@ void Optimizer::step() {
     const float* gp = g.data<float>();
     double lr = base * group.lr_scale;
     double wd = group.weight_decay;
-    parallel_for(0, p.numel(), kUpdateGrain,
-                 [&](int64_t b, int64_t e) { update(i, b, pp + b, gp + b, e - b, lr, wd); });
-    ++p.autograd_meta().version;
+    // A current low-precision copy (AMP O2/O3) is rewritten chunk by chunk while the chunk is in cache:
+    // the next forward reads it instead of casting the parameter again.
+    AutogradMeta& meta = p.autograd_meta();
+    Tensor* low = meta.low_copy && meta.low_version == meta.version && meta.low_copy->numel() == p.numel()
+                      ? meta.low_copy.get()
+                      : nullptr;
+    char* lp = low ? static_cast<char*>(low->raw_data()) : nullptr;
+    const size_t lsize = low ? dtype_size(low->dtype()) : 0;
+    parallel_for(0, p.numel(), kUpdateGrain, [&](int64_t b, int64_t e) {
+      update(i, b, pp + b, gp + b, e - b, lr, wd);
+      if (low) convert(pp + b, DType::kF32, lp + static_cast<size_t>(b) * lsize, low->dtype(), e - b);
+    });
+    ++meta.version;
+    if (low) meta.low_version = meta.version;
   }
   ++step_;
 }

@@ -4,7 +4,8 @@
 //
 // Gradients are read from each parameter's .grad (accumulated there by autograd). step() applies one
 // update and advances the step counter and the learning-rate schedule; a step that AMP skips for an
-// overflow never calls step(), so weights, state and counters stay untouched.
+// overflow never calls step(), so weights, state and counters stay untouched. A parameter with a current
+// low-precision copy (AMP O2/O3, ops/dispatch.h) gets it rewritten in the same pass as its update.
 #pragma once
 
 #include <cstdint>
