@@ -144,6 +144,8 @@ void merge_file(Choices& c, int fd) {
   }
 }
 
+constexpr double kF16WidenMargin = 1.1;
+
 double seconds_of(const std::function<void()>& f) {
   const auto t0 = std::chrono::steady_clock::now();
   f();
@@ -180,6 +182,10 @@ Kernel tune(const MatmulParams& p, const void* a, const void* b, void* c) {
   for (int r = 0; r < rounds; ++r)
     for (size_t i = 0; i < cand.size(); ++i)
       best[i] = std::min(best[i], seconds_of([&] { run(cand[i], p, a, b, out); }));
+  // oneDNN's f16 path widens whole operands into f32 workspace (demi's converts panel by panel): it has to
+  // be clearly faster, by kF16WidenMargin, to be worth that memory.
+  const bool f16 = p.a_dtype == DType::kF16 || p.b_dtype == DType::kF16;
+  if (f16 && cand[0] == Kernel::kOnednn) best[0] *= kF16WidenMargin;
   return cand[static_cast<size_t>(std::min_element(best.begin(), best.end()) - best.begin())];
 }
 

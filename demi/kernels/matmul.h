@@ -2,7 +2,8 @@
 // GEMM (cpu/gemm.h) or oneDNN's matmul (onednn/matmul.h), whichever measured faster for that product on
 // this machine. Not a table written on one machine: at the first use of a shape (sizes, transposes,
 // dtypes, epilogue, CPU level, thread count) each candidate runs a few times on the call's own operands
-// (into scratch output) and the fastest is kept for the process:
+// and the fastest is kept for the process (for f16 operands oneDNN must be 10% faster: it widens whole
+// operands into f32 workspace, demi converts panel by panel):
 //   - "onednn"     oneDNN's matmul (f16 widened to f32 there: oneDNN has no f16 kernels);
 //   - "demi-f32"   demi's GEMM on its f32 FMA micro-kernel, low-precision operands converted in packing;
 //   - "demi-bf16"  demi's GEMM on vdpbf16ps pairs (bf16 x bf16, where the CPU has AVX512-BF16).

@@ -5,6 +5,7 @@
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/core/parallel.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
 #include "demi/kernels/cpu/internal/activation_impl.h"
 #include "demi/kernels/cpu/internal/vec_scalar.h"
 
@@ -25,9 +26,11 @@ namespace {
 constexpr int64_t kGrain = 1 << 14;
 
 const cpu_internal::ActivationKernels& kernels_for_level() {
-  if (static_cast<int>(cpu_level()) >= static_cast<int>(CpuLevel::kAvx512))
-    return cpu_internal::activation_kernels_avx512();
-  return cpu_internal::activation_kernels_portable();
+  static const cpu_internal::KernelTable<cpu_internal::ActivationKernels> table{
+      {CpuLevel::kScalar, cpu_internal::activation_kernels_portable},
+      {CpuLevel::kAvx2, cpu_internal::activation_kernels_avx2},
+      {CpuLevel::kAvx512, cpu_internal::activation_kernels_avx512}};
+  return table.get();
 }
 
 // The table column of a storage dtype, or -1 for f64 (the reference) / a demi::Error for the rest.

@@ -1,6 +1,7 @@
 #include "demi/kernels/cpu/amp_kernels.h"
 
 #include "demi/core/cpu.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
 #include "demi/kernels/cpu/internal/amp_kernels_impl.h"
 #include "demi/kernels/cpu/internal/vec_scalar.h"
 #include "demi/kernels/cpu/internal/workspace.h"
@@ -21,8 +22,11 @@ using cpu_internal::AmpBlock;
 using cpu_internal::Workspace;
 
 const cpu_internal::AmpKernels& kernels() {
-  return static_cast<int>(cpu_level()) >= static_cast<int>(CpuLevel::kAvx512) ? cpu_internal::amp_kernels_avx512()
-                                                                               : cpu_internal::amp_kernels_scalar();
+  static const cpu_internal::KernelTable<cpu_internal::AmpKernels> table{
+      {CpuLevel::kScalar, cpu_internal::amp_kernels_scalar},
+      {CpuLevel::kAvx2, cpu_internal::amp_kernels_avx2},
+      {CpuLevel::kAvx512, cpu_internal::amp_kernels_avx512}};
+  return table.get();
 }
 
 template <typename Span>

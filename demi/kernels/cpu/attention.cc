@@ -2,6 +2,7 @@
 
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
 #include "demi/kernels/cpu/internal/attention_impl.h"
 #include "demi/kernels/cpu/internal/vec_scalar.h"
 
@@ -18,8 +19,11 @@ const AttentionKernels& attention_kernels_scalar() {
 namespace {
 
 const cpu_internal::AttentionKernels& kernels() {
-  return static_cast<int>(cpu_level()) >= static_cast<int>(CpuLevel::kAvx512) ? cpu_internal::attention_kernels_avx512()
-                                                                               : cpu_internal::attention_kernels_scalar();
+  static const cpu_internal::KernelTable<cpu_internal::AttentionKernels> table{
+      {CpuLevel::kScalar, cpu_internal::attention_kernels_scalar},
+      {CpuLevel::kAvx2, cpu_internal::attention_kernels_avx2},
+      {CpuLevel::kAvx512, cpu_internal::attention_kernels_avx512}};
+  return table.get();
 }
 
 void check(const char* op, DType s_dtype, DType p_dtype, const AttentionSoftmaxParams& p) {

@@ -4,6 +4,7 @@
 
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
 #include "demi/kernels/cpu/internal/checks.h"
 #include "demi/kernels/cpu/internal/batchnorm_impl.h"
 #include "demi/kernels/cpu/internal/vec_scalar.h"
@@ -24,8 +25,11 @@ namespace {
 using cpu_internal::Workspace;
 
 const cpu_internal::BatchNormKernels& kernels() {
-  return static_cast<int>(cpu_level()) >= static_cast<int>(CpuLevel::kAvx512) ? cpu_internal::batchnorm_kernels_avx512()
-                                                                               : cpu_internal::batchnorm_kernels_scalar();
+  static const cpu_internal::KernelTable<cpu_internal::BatchNormKernels> table{
+      {CpuLevel::kScalar, cpu_internal::batchnorm_kernels_scalar},
+      {CpuLevel::kAvx2, cpu_internal::batchnorm_kernels_avx2},
+      {CpuLevel::kAvx512, cpu_internal::batchnorm_kernels_avx512}};
+  return table.get();
 }
 
 void check(std::string_view op, DType dtype, const BatchNormParams& p, bool want_f64) {

@@ -2,6 +2,7 @@
 
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
 #include "demi/kernels/cpu/internal/elementwise_impl.h"
 #include "demi/kernels/cpu/internal/vec_scalar.h"
 
@@ -20,8 +21,11 @@ namespace {
 using cpu_internal::BroadcastPlan;
 
 const cpu_internal::ElementwiseKernels& kernels() {
-  return static_cast<int>(cpu_level()) >= static_cast<int>(CpuLevel::kAvx512) ? cpu_internal::elementwise_kernels_avx512()
-                                                                               : cpu_internal::elementwise_kernels_scalar();
+  static const cpu_internal::KernelTable<cpu_internal::ElementwiseKernels> table{
+      {CpuLevel::kScalar, cpu_internal::elementwise_kernels_scalar},
+      {CpuLevel::kAvx2, cpu_internal::elementwise_kernels_avx2},
+      {CpuLevel::kAvx512, cpu_internal::elementwise_kernels_avx512}};
+  return table.get();
 }
 
 void check_dtype(std::string_view op, DType dtype) {

@@ -2,6 +2,7 @@
 
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
 #include "demi/kernels/cpu/internal/checks.h"
 #include "demi/kernels/cpu/internal/embedding_impl.h"
 #include "demi/kernels/cpu/internal/vec_scalar.h"
@@ -19,8 +20,11 @@ const EmbeddingKernels& embedding_kernels_scalar() {
 namespace {
 
 const cpu_internal::EmbeddingKernels& kernels() {
-  return static_cast<int>(cpu_level()) >= static_cast<int>(CpuLevel::kAvx512) ? cpu_internal::embedding_kernels_avx512()
-                                                                               : cpu_internal::embedding_kernels_scalar();
+  static const cpu_internal::KernelTable<cpu_internal::EmbeddingKernels> table{
+      {CpuLevel::kScalar, cpu_internal::embedding_kernels_scalar},
+      {CpuLevel::kAvx2, cpu_internal::embedding_kernels_avx2},
+      {CpuLevel::kAvx512, cpu_internal::embedding_kernels_avx512}};
+  return table.get();
 }
 
 using cpu_internal::is_fast_float;

@@ -2,6 +2,7 @@
 
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
 #include "demi/kernels/cpu/internal/checks.h"
 #include "demi/kernels/cpu/internal/layernorm_impl.h"
 #include "demi/kernels/cpu/internal/vec_scalar.h"
@@ -20,8 +21,11 @@ const LayerNormKernels& layernorm_kernels_scalar() {
 namespace {
 
 const cpu_internal::LayerNormKernels& kernels() {
-  return static_cast<int>(cpu_level()) >= static_cast<int>(CpuLevel::kAvx512) ? cpu_internal::layernorm_kernels_avx512()
-                                                                               : cpu_internal::layernorm_kernels_scalar();
+  static const cpu_internal::KernelTable<cpu_internal::LayerNormKernels> table{
+      {CpuLevel::kScalar, cpu_internal::layernorm_kernels_scalar},
+      {CpuLevel::kAvx2, cpu_internal::layernorm_kernels_avx2},
+      {CpuLevel::kAvx512, cpu_internal::layernorm_kernels_avx512}};
+  return table.get();
 }
 
 void check(std::string_view op, DType dtype, const LayerNormParams& p, bool want_f64) {

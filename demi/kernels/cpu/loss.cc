@@ -2,6 +2,7 @@
 
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
 #include "demi/kernels/cpu/internal/checks.h"
 #include "demi/kernels/cpu/internal/loss_impl.h"
 #include "demi/kernels/cpu/internal/vec_scalar.h"
@@ -23,8 +24,11 @@ namespace {
 using cpu_internal::Workspace;
 
 const cpu_internal::LossKernels& kernels() {
-  return static_cast<int>(cpu_level()) >= static_cast<int>(CpuLevel::kAvx512) ? cpu_internal::loss_kernels_avx512()
-                                                                               : cpu_internal::loss_kernels_scalar();
+  static const cpu_internal::KernelTable<cpu_internal::LossKernels> table{
+      {CpuLevel::kScalar, cpu_internal::loss_kernels_scalar},
+      {CpuLevel::kAvx2, cpu_internal::loss_kernels_avx2},
+      {CpuLevel::kAvx512, cpu_internal::loss_kernels_avx512}};
+  return table.get();
 }
 
 using cpu_internal::is_fast_float;

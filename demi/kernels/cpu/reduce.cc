@@ -5,6 +5,7 @@
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/kernels/cpu/elementwise.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
 #include "demi/kernels/cpu/internal/checks.h"
 #include "demi/kernels/cpu/internal/reduce_impl.h"
 #include "demi/kernels/cpu/internal/vec_scalar.h"
@@ -24,8 +25,11 @@ namespace {
 using cpu_internal::SumPlan;
 
 const cpu_internal::ReduceKernels& kernels() {
-  return static_cast<int>(cpu_level()) >= static_cast<int>(CpuLevel::kAvx512) ? cpu_internal::reduce_kernels_avx512()
-                                                                               : cpu_internal::reduce_kernels_scalar();
+  static const cpu_internal::KernelTable<cpu_internal::ReduceKernels> table{
+      {CpuLevel::kScalar, cpu_internal::reduce_kernels_scalar},
+      {CpuLevel::kAvx2, cpu_internal::reduce_kernels_avx2},
+      {CpuLevel::kAvx512, cpu_internal::reduce_kernels_avx512}};
+  return table.get();
 }
 
 using cpu_internal::is_fast_float;

@@ -2,6 +2,7 @@
 
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
 #include "demi/kernels/cpu/internal/softmax_impl.h"
 #include "demi/kernels/cpu/internal/vec_scalar.h"
 #include "demi/kernels/reference/softmax.h"
@@ -19,8 +20,11 @@ const SoftmaxKernels& softmax_kernels_scalar() {
 namespace {
 
 const cpu_internal::SoftmaxKernels& kernels() {
-  return static_cast<int>(cpu_level()) >= static_cast<int>(CpuLevel::kAvx512) ? cpu_internal::softmax_kernels_avx512()
-                                                                               : cpu_internal::softmax_kernels_scalar();
+  static const cpu_internal::KernelTable<cpu_internal::SoftmaxKernels> table{
+      {CpuLevel::kScalar, cpu_internal::softmax_kernels_scalar},
+      {CpuLevel::kAvx2, cpu_internal::softmax_kernels_avx2},
+      {CpuLevel::kAvx512, cpu_internal::softmax_kernels_avx512}};
+  return table.get();
 }
 
 // in: the input's dtype (x, or dx); out: the output's (y, or y/dy in backward).

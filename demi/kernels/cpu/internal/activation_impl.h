@@ -95,7 +95,7 @@ struct ActMath {
       // and from z = 1 up, Phi comes from erfc(|z|) instead.
       auto use_erfc = V::mask_or(V::gt(c(-0.25f), z), V::gt(z, c(1.0f)));  // false for NaN: erf keeps it
       F result = V::fmadd(c(0.5f), V::mul(z, poly(V::mul(z, z), kErf)), c(0.5f));
-      if (use_erfc) {
+      if (V::any(use_erfc)) {
         F a = V::min(V::abs(z), c(10.0f));  // erfc(10) = 2e-45: beyond, the result is 0 (or 1) anyway
         F low = poly(V::sub(a, c(0.625f)), kLow);
         F mid = poly(V::sub(a, c(1.5f)), kMid);

@@ -23,6 +23,7 @@ struct ActivationKernels {
 };
 
 const ActivationKernels& activation_kernels_portable();
+const ActivationKernels& activation_kernels_avx2();
 const ActivationKernels& activation_kernels_avx512();
 
 }  // namespace demi::kernels::cpu_internal

@@ -24,6 +24,7 @@ struct AmpKernels {
 };
 
 const AmpKernels& amp_kernels_scalar();
+const AmpKernels& amp_kernels_avx2();
 const AmpKernels& amp_kernels_avx512();
 
 template <class V, bool kScale>

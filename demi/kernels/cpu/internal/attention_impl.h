@@ -24,6 +24,7 @@ struct AttentionKernels {
 };
 
 const AttentionKernels& attention_kernels_scalar();
+const AttentionKernels& attention_kernels_avx2();
 const AttentionKernels& attention_kernels_avx512();
 
 inline constexpr int64_t kAttnScratch = 4096;

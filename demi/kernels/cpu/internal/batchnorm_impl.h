@@ -35,6 +35,7 @@ struct BatchNormKernels {
 };
 
 const BatchNormKernels& batchnorm_kernels_scalar();
+const BatchNormKernels& batchnorm_kernels_avx2();
 const BatchNormKernels& batchnorm_kernels_avx512();
 
 // sum over rows of (x[r, :] - center[:]) * (w[r, :] - wcenter[:]) style column statistics: for rows

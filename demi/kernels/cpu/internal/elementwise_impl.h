@@ -30,6 +30,7 @@ struct ElementwiseKernels {
 };
 
 const ElementwiseKernels& elementwise_kernels_scalar();
+const ElementwiseKernels& elementwise_kernels_avx2();
 const ElementwiseKernels& elementwise_kernels_avx512();
 
 template <class V, BinaryOp kOp>

@@ -26,6 +26,7 @@ struct EmbeddingKernels {
 };
 
 const EmbeddingKernels& embedding_kernels_scalar();
+const EmbeddingKernels& embedding_kernels_avx2();
 const EmbeddingKernels& embedding_kernels_avx512();
 
 template <class V, class Id, class T, class Out>

@@ -28,6 +28,7 @@ struct LayerNormKernels {
 };
 
 const LayerNormKernels& layernorm_kernels_scalar();
+const LayerNormKernels& layernorm_kernels_avx2();
 const LayerNormKernels& layernorm_kernels_avx512();
 
 template <class V, class T>

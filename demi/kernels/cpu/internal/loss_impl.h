@@ -40,6 +40,7 @@ struct LossKernels {
 };
 
 const LossKernels& loss_kernels_scalar();
+const LossKernels& loss_kernels_avx2();
 const LossKernels& loss_kernels_avx512();
 
 // log(sum(exp(x))) of a row, with the maximum subtracted.

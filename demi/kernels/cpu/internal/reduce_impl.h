@@ -41,6 +41,7 @@ struct ReduceKernels {
 };
 
 const ReduceKernels& reduce_kernels_scalar();
+const ReduceKernels& reduce_kernels_avx2();
 const ReduceKernels& reduce_kernels_avx512();
 
 // Splits a flat index over n dims (sizes, strides) into an element offset.

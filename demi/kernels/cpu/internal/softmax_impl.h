@@ -26,6 +26,7 @@ struct SoftmaxKernels {
 };
 
 const SoftmaxKernels& softmax_kernels_scalar();
+const SoftmaxKernels& softmax_kernels_avx2();
 const SoftmaxKernels& softmax_kernels_avx512();
 
 inline constexpr int64_t kSoftmaxScratch = 4096;

@@ -171,6 +171,7 @@ struct VecAvx512 {
   // Masks and index vectors (argmax).
   static M gt(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
   static M is_nan(F a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+  static bool any(M m) { return m != 0; }
   static M mask_or(M a, M b) { return static_cast<M>(a | b); }
   static M mask_andnot(M a, M b) { return static_cast<M>(~a & b); }
   static F select(M m, F a, F b) { return _mm512_mask_blend_ps(m, a, b); }

@@ -69,6 +69,7 @@ struct VecScalar {
   // Masks and index vectors (argmax).
   static M gt(F a, F b) { return a > b; }  // ordered: false when either is NaN
   static M is_nan(F a) { return a != a; }
+  static bool any(M m) { return m; }
   static M mask_or(M a, M b) { return a || b; }
   static M mask_andnot(M a, M b) { return !a && b; }  // ~a & b
   static F select(M m, F a, F b) { return m ? b : a; }
