@@ -10,6 +10,25 @@
 #include "demi/ops/ops.h"
 
 namespace demi::ops {
+
+std::string matmul_kernel(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, DType a, DType b, DType c,
+                          bool bias, bool relu) {
+  kernels::MatmulParams p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.trans_a = trans_a;
+  p.trans_b = trans_b;
+  p.a_dtype = a;
+  p.b_dtype = b;
+  p.c_dtype = c;
+  const float bias_mark = 0;  // matmul_kernel only tests whether a bias is present
+  p.bias = bias ? &bias_mark : nullptr;
+  p.relu = relu;
+  return kernels::matmul_kernel(p);
+}
+
+std::string matmul_kernel_cache() { return kernels::matmul_cache_path(); }
 namespace {
 
 using internal::grad_as;

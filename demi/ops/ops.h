@@ -41,6 +41,13 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 // a (B, M, K) · b (B, K, N) -> (B, M, N), with the same transpose flags per batch
 Tensor batch_matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// The kernel a product of these sizes, layout, dtypes and epilogue runs on this machine, e.g.
+// "demi-f32 (demi:avx512_bf16:f32)" or "onednn (brg:avx512_core)" (kernels/matmul.h: chosen by measurement
+// at first use, tuned now if it has not run yet). For `demi info` and benchmarks.
+std::string matmul_kernel(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, DType a, DType b, DType c,
+                          bool bias = false, bool relu = false);
+// The file those choices are kept in ("" when only in memory).
+std::string matmul_kernel_cache();
 // x (M, K), w (N, K), b (N) or undefined -> y (M, N) = x·wᵀ + b, optionally ReLU fused
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), bool relu = false);
 

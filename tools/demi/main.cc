@@ -28,6 +28,7 @@
 #include "demi/core/parallel.h"
 #include "demi/core/rng.h"
 #include "demi/core/tensor.h"
+#include "demi/ops/ops.h"
 #include "tools/demi/args.h"
 
 #ifndef DEMI_VERSION
@@ -105,9 +106,39 @@ void print_info() {
   std::printf("\n%s", mem_report().c_str());
 }
 
+// Which kernel each reference model's matrix products run on this machine (chosen by measurement at
+// first use and cached, kernels/matmul.h): forward (x w^T + bias, ReLU), input gradient (dy w) and weight
+// gradient (dy^T x into f32) of model C's and D's Dense layers, in each dtype.
+void print_kernel_choices() {
+  struct Layer {
+    const char* model;
+    int64_t rows, in, out;
+  };
+  const Layer layers[] = {{"C", 256, 784, 1024}, {"C", 256, 1024, 1024}, {"D", 4096, 256, 768},
+                          {"D", 4096, 256, 1024}, {"D", 4096, 1024, 256}};
+  std::printf("\nmatrix products (kernel chosen on this machine; f32 | bf16 | f16):\n");
+  for (const Layer& l : layers) {
+    const std::string name = str_cat(l.model, " ", l.in, "->", l.out, " x", l.rows);
+    for (int dir = 0; dir < 3; ++dir) {
+      std::string line;
+      for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+        std::string k = dir == 0   ? ops::matmul_kernel(l.rows, l.out, l.in, false, true, t, t, t, true, true)
+                        : dir == 1 ? ops::matmul_kernel(l.rows, l.in, l.out, false, false, t, t, t)
+                                   : ops::matmul_kernel(l.out, l.in, l.rows, true, false, t, t, DType::kF32);
+        line += (line.empty() ? "" : " | ") + k;
+      }
+      std::printf("  %-18s %-3s %s\n", dir == 0 ? name.c_str() : "", dir == 0 ? "fwd" : dir == 1 ? "dx" : "dw",
+                  line.c_str());
+    }
+  }
+  const std::string cache = ops::matmul_kernel_cache();
+  std::printf("  (choices kept in %s)\n", cache.empty() ? "memory only" : cache.c_str());
+}
+
 int run_info(const ParsedArgs& args) {
   apply_machine_options(args);
   print_info();
+  print_kernel_choices();
   return 0;
 }
 
