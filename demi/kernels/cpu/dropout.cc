@@ -7,6 +7,7 @@
 #include "demi/core/half.h"
 #include "demi/core/parallel.h"
 #include "demi/core/rng.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
 #include "demi/kernels/cpu/internal/dropout_kernels.h"
 
 namespace demi::kernels {
@@ -81,9 +82,10 @@ int slot_of(const char* op, DType dtype, int64_t n) {
 }
 
 const cpu_internal::DropoutKernels& kernels_for(int slot) {
-  if (static_cast<int>(cpu_level()) >= static_cast<int>(CpuLevel::kAvx512))
-    return cpu_internal::dropout_kernels_avx512(slot);
-  return cpu_internal::dropout_kernels_portable(slot);
+  static const cpu_internal::KernelTable<cpu_internal::DropoutKernels, int> table{
+      {CpuLevel::kScalar, cpu_internal::dropout_kernels_portable},
+      {CpuLevel::kAvx512, cpu_internal::dropout_kernels_avx512}};
+  return table.get(slot);
 }
 
 float dropout_scale(float keep_prob) { return keep_prob > 0.0f ? 1.0f / keep_prob : 0.0f; }

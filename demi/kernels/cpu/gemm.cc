@@ -189,7 +189,6 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
   const size_t panel_bytes = panel_elems * (bf16 ? sizeof(BFloat16) : sizeof(float));
   Workspace bpack(static_cast<size_t>(ceil_div(std::min(N, nc_max), NR)) * panel_bytes);
 
-  // a as the micro-kernel reads it: in place (f32, or bf16 pairs of a plain a), or converted per task.
   // a is always copied a block at a time into compact rows (or, transposed, columns): read in place its
   // rows would be lda apart, often a multiple of 4 KiB, which maps a micro-panel's rows onto the same
   // cache sets (measured: the in-place f32 block ran 0.7x the converted f16 one on model C's shapes).

@@ -8,6 +8,7 @@
 #include "demi/core/error.h"
 #include "demi/core/half.h"
 #include "demi/core/parallel.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
 #include "demi/kernels/cpu/internal/pool_kernels.h"
 
 namespace demi::kernels {
@@ -152,9 +153,10 @@ const Pool2x2Kernels* fast_kernels(const Pool2dParams& p, DType dtype) {
   if (2 * p.oh > p.h || 2 * p.ow > p.w) return nullptr;  // a window reaches bottom / right padding
   if (p.pad_top != 0 || p.pad_left != 0) return nullptr;
   int slot = slot_of("pool2d", p, dtype);
-  if (static_cast<int>(cpu_level()) >= static_cast<int>(CpuLevel::kAvx512))
-    return &cpu_internal::pool2x2_kernels_avx512(slot);
-  return &cpu_internal::pool2x2_kernels_portable(slot);
+  static const cpu_internal::KernelTable<cpu_internal::Pool2x2Kernels, int> table{
+      {CpuLevel::kScalar, cpu_internal::pool2x2_kernels_portable},
+      {CpuLevel::kAvx512, cpu_internal::pool2x2_kernels_avx512}};
+  return &table.get(slot);
 }
 
 Pool2x2Geometry geometry(const Pool2dParams& p, int64_t planes) { return {planes, p.h, p.w, p.oh, p.ow}; }

@@ -21,10 +21,11 @@ namespace demi::kernels::cpu_internal {
 
 inline constexpr int kNumCpuLevels = static_cast<int>(CpuLevel::kLast) + 1;
 
-template <typename Kernels>
+// Kernels: the family's table type; Args: what its getters take (a dtype slot, say), usually nothing.
+template <typename Kernels, typename... Args>
 class KernelTable {
  public:
-  using Getter = const Kernels& (*)();
+  using Getter = const Kernels& (*)(Args...);
 
   // Every entry's level once; a kScalar entry is required (the fallback every machine runs).
   KernelTable(std::initializer_list<std::pair<CpuLevel, Getter>> entries) {
@@ -32,12 +33,12 @@ class KernelTable {
   }
 
   // The variant for `level`: the entry at that level or the nearest one below it.
-  const Kernels& at(CpuLevel level) const {
+  const Kernels& at(CpuLevel level, Args... args) const {
     for (int l = static_cast<int>(level); l >= 0; --l)
-      if (getters_[static_cast<size_t>(l)]) return getters_[static_cast<size_t>(l)]();
-    return getters_[0]();  // unreachable with a kScalar entry
+      if (getters_[static_cast<size_t>(l)]) return getters_[static_cast<size_t>(l)](args...);
+    return getters_[0](args...);  // unreachable with a kScalar entry
   }
-  const Kernels& get() const { return at(cpu_level()); }
+  const Kernels& get(Args... args) const { return at(cpu_level(), args...); }
   // Whether a variant of exactly this level exists (for tests and `demi info`).
   bool has(CpuLevel level) const { return getters_[static_cast<size_t>(level)] != nullptr; }
 
