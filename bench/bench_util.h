@@ -1,8 +1,14 @@
 // Helpers shared by the micro-benchmarks in bench/.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "demi/core/convert.h"
@@ -23,5 +29,28 @@ struct Buffer {
   }
   void* data() { return storage.data(); }
 };
+
+// Mean seconds per call of f over reps calls.
+inline double seconds_of(const std::function<void()>& f, int reps) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
+// The options of the interleaved comparison benchmarks: --rounds N, --filter SUBSTRING, --threads N.
+struct CompareOptions {
+  int rounds = 5;
+  std::string filter;
+  int threads = 0;  // 0: demi's default
+};
+inline CompareOptions parse_compare_options(int argc, char** argv) {
+  CompareOptions o;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--rounds") == 0) o.rounds = std::max(1, std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--filter") == 0) o.filter = argv[++i];
+    else if (std::strcmp(argv[i], "--threads") == 0) o.threads = std::max(1, std::atoi(argv[++i]));
+  }
+  return o;
+}
 
 }  // namespace demi::bench

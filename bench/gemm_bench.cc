@@ -29,6 +29,7 @@ namespace {
 using kernels::MatmulParams;
 
 using bench::Buffer;
+using bench::seconds_of;
 
 const char* tag(DType t) { return t == DType::kF32 ? "f32" : t == DType::kBF16 ? "bf16" : "f16"; }
 
@@ -65,24 +66,15 @@ void dense_cases(std::vector<Case>& out, const char* model, int64_t m, int64_t k
   out.push_back({base + " dw", w});
 }
 
-double seconds_of(const std::function<void()>& f, int reps) {
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
-}
-
 }  // namespace
 }  // namespace demi
 
 int main(int argc, char** argv) {
   using namespace demi;
-  int rounds = 5;
-  std::string filter;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
-    if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
-    if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) set_num_threads(std::max(1, std::atoi(argv[++i])));
-  }
+  const bench::CompareOptions opts = bench::parse_compare_options(argc, argv);
+  if (opts.threads > 0) set_num_threads(opts.threads);
+  const int rounds = opts.rounds;
+  const std::string& filter = opts.filter;
   std::vector<Case> cases;
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
     MatmulParams p;

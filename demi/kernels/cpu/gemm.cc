@@ -36,7 +36,7 @@ void store_scalar(const float (&acc)[kScalarMr][kScalarNr], const GemmTile& t) {
       const int64_t i = t.transposed ? j * t.ldc + r : r * t.ldc + j;
       float v = acc[r][j];
       if (t.load_c) v += to_float(t.c, t.c_dtype, i);
-      if (t.bias) v += t.bias[t.transposed ? r : j];
+      if (t.bias) v += t.bias[t.bias_rows ? r : j];
       if (t.relu) v = std::max(v, 0.0f);
       switch (t.c_dtype) {
         case DType::kBF16: static_cast<BFloat16*>(t.c)[i] = BFloat16(v); break;
@@ -146,7 +146,7 @@ bool swap_operands(const MatmulParams& p) {
 
 // One (batch-1) product. bias is f32 (converted by the caller) or null; c is p.c_dtype.
 void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const void* a_in, const void* b_in,
-             void* c, const float* bias, bool may_parallel) {
+             void* c, const float* bias, bool bias_per_row, bool may_parallel) {
   // Swapped, the product's rows are c's columns: tiles are stored transposed, bias runs down their rows.
   const bool swapped = swap_operands(p_in);
   MatmulParams p = p_in;
@@ -266,7 +266,10 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
             for (int64_t ir = 0; ir < mcur; ir += MR) {
               const int64_t i = i0 + ir;
               t.m = static_cast<int>(std::min(MR, mcur - ir));
-              t.bias = last && bias ? bias + (swapped ? i : j) : nullptr;
+              // The bias indexes c's columns (or, per row, c's rows); swapped, c's columns are the rows here.
+              const bool along_rows = bias_per_row != swapped;
+              t.bias = last && bias ? bias + (along_rows ? i : j) : nullptr;
+              t.bias_rows = along_rows;
               t.c = const_cast<char*>(elem(target, swapped ? j * ldc + i : i * ldc + j, target_dtype));
               if (bf16)
                 g.bf16(kcur, static_cast<const BFloat16*>(ap) + ir * rs, rs, cs,
@@ -302,7 +305,13 @@ void set_gemm_blocking(const GemmBlocking& b) {
 }
 
 void gemm(const MatmulParams& p, const void* a, const void* b, void* c, GemmPath path) {
+  gemm_row_bias(p, a, b, c, nullptr, path);
+}
+
+void gemm_row_bias(const MatmulParams& p, const void* a, const void* b, void* c, const float* row_bias,
+                   GemmPath path) {
   check_matmul_params(p, "gemm");
+  DEMI_CHECK(row_bias == nullptr || p.bias == nullptr, "gemm: a product takes a column bias or a row bias, not both");
   DEMI_CHECK(p.c_dtype != DType::kF64, "gemm: float64 products run the reference kernel, got ", describe(p));
   const GemmKernels& g = kernels();
   const bool bf16 = uses_bf16(p, g, path);
@@ -312,8 +321,10 @@ void gemm(const MatmulParams& p, const void* a, const void* b, void* c, GemmPath
     convert(p.bias, p.bias_dtype, bias_ws.f32(), DType::kF32, p.n);
     bias = bias_ws.f32();
   }
+  const bool per_row = row_bias != nullptr;
+  if (per_row) bias = row_bias;
   const int64_t sa = p.m * p.k, sb = p.k * p.n, sc = p.m * p.n;
-  if (p.batch == 1) return product(p, g, bf16, a, b, c, bias, true);
+  if (p.batch == 1) return product(p, g, bf16, a, b, c, bias, per_row, true);
   // Many small products: one per thread at a time. Few large ones: each across the threads.
   const bool per_item = p.batch >= 4 * num_threads() || p.m * p.n * p.k < kParallelMacs;
   MatmulParams q = p;
@@ -321,7 +332,7 @@ void gemm(const MatmulParams& p, const void* a, const void* b, void* c, GemmPath
   auto run = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i)
       product(q, g, bf16, elem(a, i * sa, p.a_dtype), elem(b, i * sb, p.b_dtype),
-              const_cast<char*>(elem(c, i * sc, p.c_dtype)), bias, !per_item);
+              const_cast<char*>(elem(c, i * sc, p.c_dtype)), bias, per_row, !per_item);
   };
   if (per_item)
     parallel_for(0, p.batch, 1, run);

@@ -33,6 +33,11 @@ enum class GemmPath { kBf16Dot, kF32 };
 // a (batch, M, K) | a^T, b (batch, K, N) | b^T, bias (N) -> c (batch, M, N), f32|bf16|f16 in any mix.
 void gemm(const MatmulParams& p, const void* a, const void* b, void* c, GemmPath path = GemmPath::kBf16Dot);
 
+// The same with an f32 bias (M values) added to every column instead (p.bias unset): a convolution's
+// per-output-channel bias, fused into the store like the column bias.
+void gemm_row_bias(const MatmulParams& p, const void* a, const void* b, void* c, const float* row_bias,
+                   GemmPath path = GemmPath::kBf16Dot);
+
 // "demi:avx512_bf16:bf16" (the variant and the micro-kernel's input type) for diagnostics and `demi info`.
 std::string gemm_implementation(const MatmulParams& p, GemmPath path = GemmPath::kBf16Dot);
 // Whether this CPU level has the bf16 pair kernel.

@@ -76,7 +76,7 @@ void ukr_f32(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b,
         for (int r = 0; r < t.m; ++r) v[r] += old[r];
       }
       if (t.bias)
-        for (int r = 0; r < t.m; ++r) v[r] += t.bias[r];
+        for (int r = 0; r < t.m; ++r) v[r] += t.bias[t.bias_rows ? r : j];
       if (t.relu)
         for (int r = 0; r < t.m; ++r) v[r] = std::max(v[r], 0.0f);
       row_from_f32(v, row, t.c_dtype, t.m);
@@ -92,7 +92,7 @@ void ukr_f32(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b,
       for (int j = 0; j < t.n; ++j) v[j] += old[j];
     }
     if (t.bias)
-      for (int j = 0; j < t.n; ++j) v[j] += t.bias[j];
+      for (int j = 0; j < t.n; ++j) v[j] += t.bias[t.bias_rows ? r : j];
     if (t.relu)
       for (int j = 0; j < t.n; ++j) v[j] = std::max(v[j], 0.0f);
     row_from_f32(v, row, t.c_dtype, t.n);

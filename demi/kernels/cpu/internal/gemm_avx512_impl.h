@@ -39,12 +39,12 @@ inline void store_rows(Acc& acc, const GemmTile& t) {
       __m512 x = acc[r][v];
       if (w == 16) {
         if (t.load_c) x = _mm512_add_ps(x, V::load(row + j));
-        if (t.bias) x = _mm512_add_ps(x, _mm512_loadu_ps(t.bias + j));
+        if (t.bias) x = _mm512_add_ps(x, t.bias_rows ? _mm512_set1_ps(t.bias[r]) : _mm512_loadu_ps(t.bias + j));
         if (t.relu) x = _mm512_max_ps(x, zero);
         V::store(row + j, x);
       } else {
         if (t.load_c) x = _mm512_add_ps(x, V::load_n(row + j, w));
-        if (t.bias) x = _mm512_add_ps(x, V::load_n(t.bias + j, w));
+        if (t.bias) x = _mm512_add_ps(x, t.bias_rows ? _mm512_set1_ps(t.bias[r]) : V::load_n(t.bias + j, w));
         if (t.relu) x = _mm512_max_ps(x, zero);
         V::store_n(row + j, x, w);
       }
@@ -60,7 +60,7 @@ inline void store_columns(Acc& acc, const GemmTile& t) {
   using V = VecAvx512;
   T* c = static_cast<T*>(t.c);
   const __m512 zero = _mm512_setzero_ps();
-  const __m512 bias = t.bias ? V::load_n(t.bias, t.m) : zero;
+  const __m512 row_bias = t.bias && t.bias_rows ? V::load_n(t.bias, t.m) : zero;
   __m512 r[16];
   for (int v = 0; v < kVecs && v * 16 < t.n; ++v) {
     for (int i = 0; i < 16; ++i) r[i] = i < kMr ? acc[i][v] : zero;
@@ -70,7 +70,7 @@ inline void store_columns(Acc& acc, const GemmTile& t) {
       T* dst = c + (v * 16 + jj) * t.ldc;
       __m512 x = r[jj];
       if (t.load_c) x = _mm512_add_ps(x, V::load_n(dst, t.m));
-      if (t.bias) x = _mm512_add_ps(x, bias);
+      if (t.bias) x = _mm512_add_ps(x, t.bias_rows ? row_bias : _mm512_set1_ps(t.bias[v * 16 + jj]));
       if (t.relu) x = _mm512_max_ps(x, zero);
       V::store_n(dst, x, t.m);
     }

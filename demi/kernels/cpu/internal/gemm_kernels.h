@@ -21,14 +21,16 @@ namespace demi::kernels::cpu_internal {
 // Where one micro-kernel call's tile goes and what its store does, in this order:
 //   v = acc (+ c if load_c) (+ bias) (max(v, 0) if relu), rounded once into c's dtype.
 // A transposed tile (the driver computed c^T = op(b)^T op(a)^T, packing the smaller operand) stores its
-// element (r, j) at c[j * ldc + r] and adds bias[r] (c's column is the tile's row).
+// element (r, j) at c[j * ldc + r]. The bias runs along the tile's columns (bias[j]) or, with bias_rows,
+// down its rows (bias[r]): a swapped product's column bias, or a convolution's per-channel one.
 struct GemmTile {
   void* c = nullptr;       // the tile's (0, 0)
   int64_t ldc = 0;         // c's row stride, in elements
   DType c_dtype = DType::kF32;
   int m = 0, n = 0;        // valid rows (1..MR) and columns (1..NR); the rest of the tile is dropped
   bool load_c = false;     // accumulate onto c (beta = 1, or a later K block)
-  const float* bias = nullptr;  // the tile's bias values (n of them, or m when transposed), or nullptr
+  const float* bias = nullptr;  // the tile's bias values (n of them, or m with bias_rows), or nullptr
+  bool bias_rows = false;
   bool relu = false;
   bool transposed = false;
 };

@@ -1,0 +1,229 @@
+#include "demi/kernels/cpu/conv.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "demi/core/convert.h"
+#include "demi/core/cpu.h"
+#include "demi/core/error.h"
+#include "demi/core/parallel.h"
+#include "demi/kernels/cpu/gemm.h"
+#include "demi/kernels/cpu/internal/workspace.h"
+#include "demi/kernels/matmul_params.h"
+
+namespace demi::kernels::cpu {
+namespace {
+
+using cpu_internal::Workspace;
+
+struct Geometry {
+  int64_t c, h, w, oc, kh, kw, oh, ow;
+  int64_t rows() const { return c * kh * kw; }  // the column matrix's rows (the GEMM's K)
+  int64_t cols() const { return oh * ow; }      // and columns (output positions)
+};
+
+Geometry geometry(const Conv2dParams& p) { return {p.c, p.h, p.w, p.oc, p.kh, p.kw, p.out_h(), p.out_w()}; }
+
+const char* at(const void* base, int64_t i, DType t) {
+  return static_cast<const char*>(base) + i * static_cast<int64_t>(dtype_size(t));
+}
+
+// The output columns ow whose input column ow * stride - pad + kw * dilation lies in [0, w): [lo, hi).
+void valid_range(int64_t ow_count, int64_t stride, int64_t pad, int64_t offset, int64_t w, int64_t* lo,
+                 int64_t* hi) {
+  // iw = ow * stride + (offset - pad) >= 0  <=>  ow >= ceil((pad - offset) / stride)
+  const int64_t shift = offset - pad;
+  *lo = shift >= 0 ? 0 : (-shift + stride - 1) / stride;
+  // iw <= w - 1  <=>  ow <= (w - 1 - shift) / stride
+  *hi = w - 1 - shift < 0 ? 0 : std::min(ow_count, (w - 1 - shift) / stride + 1);
+  *lo = std::min(*lo, *hi);
+}
+
+// n contiguous values of dtype t -> f32, through the level's bulk kernel directly (im2col converts many
+// short row segments: demi::convert's dispatch and thread split would cost more than the conversion).
+using ToF32 = void (*)(const void*, float*, int64_t);
+
+ToF32 to_f32_kernel(DType t) {
+  const demi::internal::ConvertKernels& k = demi::internal::convert_kernels(cpu_level());
+  switch (t) {
+    case DType::kBF16: return reinterpret_cast<ToF32>(k.bf16_to_f32);
+    case DType::kF16: return reinterpret_cast<ToF32>(k.f16_to_f32);
+    default:
+      return [](const void* src, float* dst, int64_t n) {
+        std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      };
+  }
+}
+
+// col (C*KH*KW, OH*OW) f32 <- image x (C, H, W) in dtype t: zero where a window reaches padding.
+void im2col(const Conv2dParams& p, const Geometry& g, const void* x, DType t, float* col) {
+  const ToF32 to_f32 = to_f32_kernel(t);
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j) {
+        float* row = col + ((c * g.kh + i) * g.kw + j) * g.cols();
+        int64_t lo, hi;
+        valid_range(g.ow, p.stride_w, p.pad_left, j * p.dilation_w, g.w, &lo, &hi);
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          float* out = row + oy * g.ow;
+          const int64_t iy = oy * p.stride_h - p.pad_top + i * p.dilation_h;
+          if (iy < 0 || iy >= g.h || lo >= hi) {
+            std::fill(out, out + g.ow, 0.0f);
+            continue;
+          }
+          std::fill(out, out + lo, 0.0f);
+          std::fill(out + hi, out + g.ow, 0.0f);
+          const int64_t ix0 = lo * p.stride_w - p.pad_left + j * p.dilation_w;
+          const int64_t base = (c * g.h + iy) * g.w;
+          if (p.stride_w == 1) {
+            to_f32(at(x, base + ix0, t), out + lo, hi - lo);
+          } else {
+            for (int64_t ox = lo; ox < hi; ++ox) to_f32(at(x, base + ix0 + (ox - lo) * p.stride_w, t), out + ox, 1);
+          }
+        }
+      }
+}
+
+// image dx (C, H, W) f32 += col2im(col): each column entry added where its window read the input.
+void col2im_add(const Conv2dParams& p, const Geometry& g, const float* col, float* dx) {
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const float* row = col + ((c * g.kh + i) * g.kw + j) * g.cols();
+        int64_t lo, hi;
+        valid_range(g.ow, p.stride_w, p.pad_left, j * p.dilation_w, g.w, &lo, &hi);
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          const int64_t iy = oy * p.stride_h - p.pad_top + i * p.dilation_h;
+          if (iy < 0 || iy >= g.h) continue;
+          float* dst = dx + (c * g.h + iy) * g.w + lo * p.stride_w - p.pad_left + j * p.dilation_w;
+          const float* src = row + oy * g.ow;
+          for (int64_t ox = lo; ox < hi; ++ox) dst[(ox - lo) * p.stride_w] += src[ox];
+        }
+      }
+}
+
+void check(const Conv2dParams& p, const char* op) {
+  check_conv2d_params(p, op);
+  DEMI_CHECK(conv2d_supported(p), op, ": demi's convolution takes groups = 1 and f32|bf16|f16 tensors, got ",
+             describe(p));
+}
+
+// Images [0, n) split over the threads: fn(first, last) per chunk (a chunk is at least one image).
+template <typename F>
+void for_images(int64_t n, F&& fn) {
+  parallel_for(0, n, 1, fn);
+}
+
+}  // namespace
+
+bool conv2d_supported(const Conv2dParams& p) {
+  auto fast = [](DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; };
+  return p.groups == 1 && fast(p.x_dtype) && fast(p.w_dtype) && fast(p.y_dtype) && fast(p.bias_dtype);
+}
+
+void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {
+  check(p, "conv2d_forward");
+  const Geometry g = geometry(p);
+  MatmulParams mp;  // y[n] (OC, P) = W (OC, CKK) . col (CKK, P)
+  mp.m = g.oc;
+  mp.n = g.cols();
+  mp.k = g.rows();
+  mp.a_dtype = p.w_dtype;
+  mp.b_dtype = DType::kF32;
+  mp.c_dtype = p.y_dtype;
+  mp.relu = p.relu;
+  Workspace bias32(bias ? static_cast<size_t>(g.oc) * sizeof(float) : 0);  // per output channel: a row bias
+  if (bias) convert(bias, p.bias_dtype, bias32.f32(), DType::kF32, g.oc);
+  for_images(p.n, [&](int64_t n0, int64_t n1) {
+    Workspace col(static_cast<size_t>(g.rows() * g.cols()) * sizeof(float));
+    for (int64_t n = n0; n < n1; ++n) {
+      im2col(p, g, at(x, n * g.c * g.h * g.w, p.x_dtype), p.x_dtype, col.f32());
+      gemm_row_bias(mp, w, col.f32(), const_cast<char*>(at(y, n * g.oc * g.cols(), p.y_dtype)),
+                    bias ? bias32.f32() : nullptr, GemmPath::kF32);
+    }
+  });
+}
+
+void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, void* dx) {
+  check(p, "conv2d_backward_data");
+  const Geometry g = geometry(p);
+  MatmulParams mp;  // col (CKK, P) = W^T (CKK, OC) . dy[n] (OC, P)
+  mp.m = g.rows();
+  mp.n = g.cols();
+  mp.k = g.oc;
+  mp.trans_a = true;
+  mp.a_dtype = p.w_dtype;
+  mp.b_dtype = p.y_dtype;
+  mp.c_dtype = DType::kF32;
+  const int64_t image = g.c * g.h * g.w;
+  for_images(p.n, [&](int64_t n0, int64_t n1) {
+    Workspace col(static_cast<size_t>(g.rows() * g.cols()) * sizeof(float));
+    Workspace img(static_cast<size_t>(image) * sizeof(float));
+    for (int64_t n = n0; n < n1; ++n) {
+      gemm(mp, w, at(dy, n * g.oc * g.cols(), p.y_dtype), col.f32(), GemmPath::kF32);
+      void* out = const_cast<char*>(at(dx, n * image, p.x_dtype));
+      if (p.accumulate)
+        convert(out, p.x_dtype, img.f32(), DType::kF32, image);
+      else
+        std::fill(img.f32(), img.f32() + image, 0.0f);
+      col2im_add(p, g, col.f32(), img.f32());
+      convert(img.f32(), DType::kF32, out, p.x_dtype, image);
+    }
+  });
+}
+
+void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db) {
+  check(p, "conv2d_backward_weights");
+  const Geometry g = geometry(p);
+  const int64_t wn = g.oc * g.rows();
+  MatmulParams mp;  // dW (OC, CKK) += dy[n] (OC, P) . col^T (P, CKK)
+  mp.m = g.oc;
+  mp.n = g.rows();
+  mp.k = g.cols();
+  mp.trans_b = true;
+  mp.a_dtype = p.y_dtype;
+  mp.b_dtype = DType::kF32;
+  mp.c_dtype = DType::kF32;
+  // One f32 partial (dW and db) per chunk of images, added in chunk order: the result does not depend on
+  // which thread ran which chunk.
+  const int threads = std::max(1, std::min<int>(num_threads(), static_cast<int>(p.n)));
+  Workspace partial(static_cast<size_t>(threads * (wn + g.oc)) * sizeof(float));
+  float* parts = partial.f32();
+  std::fill(parts, parts + threads * (wn + g.oc), 0.0f);
+  parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
+    Workspace col(static_cast<size_t>(g.rows() * g.cols()) * sizeof(float));
+    Workspace row(db ? static_cast<size_t>(g.cols()) * sizeof(float) : 0);
+    for (int64_t t = t0; t < t1; ++t) {
+      float* pw = parts + t * (wn + g.oc);
+      float* pb = pw + wn;
+      const int64_t n0 = t * p.n / threads, n1 = (t + 1) * p.n / threads;
+      for (int64_t n = n0; n < n1; ++n) {
+        const void* dyn = at(dy, n * g.oc * g.cols(), p.y_dtype);
+        im2col(p, g, at(x, n * g.c * g.h * g.w, p.x_dtype), p.x_dtype, col.f32());
+        MatmulParams q = mp;
+        q.accumulate = n > n0;
+        gemm(q, dyn, col.f32(), pw, GemmPath::kF32);
+        if (db)
+          for (int64_t o = 0; o < g.oc; ++o) {
+            convert(at(dyn, o * g.cols(), p.y_dtype), p.y_dtype, row.f32(), DType::kF32, g.cols());
+            float s = 0;
+            for (int64_t i = 0; i < g.cols(); ++i) s += row.f32()[i];
+            pb[o] += s;
+          }
+      }
+    }
+  });
+  for (int t = 1; t < threads; ++t)
+    for (int64_t i = 0; i < wn + g.oc; ++i) parts[i] += parts[t * (wn + g.oc) + i];
+  auto store = [&](const float* sum, void* dst, DType t, int64_t count) {
+    if (!p.accumulate) return convert(sum, DType::kF32, dst, t, count);
+    Workspace old(static_cast<size_t>(count) * sizeof(float));
+    convert(dst, t, old.f32(), DType::kF32, count);
+    for (int64_t i = 0; i < count; ++i) old.f32()[i] += sum[i];
+    convert(old.f32(), DType::kF32, dst, t, count);
+  };
+  store(parts, dw, p.w_dtype, wn);
+  if (db) store(parts + wn, db, p.bias_dtype, g.oc);
+}
+
+}  // namespace demi::kernels::cpu

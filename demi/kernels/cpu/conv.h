@@ -1,0 +1,28 @@
+// 2-D convolution on demi's GEMM (gemm.h), for any Conv2dParams geometry with groups = 1 (stride,
+// asymmetric padding, dilation), NCHW in and out, every f32|bf16|f16 mix the oneDNN kernels take
+// (onednn/conv.h has the same signatures and semantics; the oracles are ../reference/conv.h).
+//
+// How: images go to the threads (one image per GEMM, so no GEMM forks), each thread with one image's
+// column matrix (C*KH*KW x OH*OW, f32) in workspace: im2col converts bf16/f16 input to f32 as it gathers,
+// so low-precision storage runs the f32 FMA micro-kernel with no widened copy of the batch (oneDNN 2.6
+// widens whole f16 tensors; its bf16 kernels run vdpbf16ps, at half the FMA rate on some CPUs).
+//   forward           y[n] = act(W . col(x[n]) + bias)                 (W converted in the GEMM's packing)
+//   backward-data     dx[n] = col2im(W^T . dy[n])                       (summed in f32, rounded once)
+//   backward-weights  dW = sum_n dy[n] . col(x[n])^T, db = sum dy       (per-thread f32 partials, added)
+#pragma once
+
+#include "demi/kernels/conv_params.h"
+
+namespace demi::kernels::cpu {
+
+// Whether these kernels take p (groups == 1, non-f64 dtypes).
+bool conv2d_supported(const Conv2dParams& p);
+
+// x (N, C, H, W), w (OC, C, KH, KW), bias (OC) or nullptr -> y (N, OC, OH, OW) = act(conv(x, w) + bias)
+void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y);
+// dy (N, OC, OH, OW), w -> dx (N, C, H, W) (dx += ... with p.accumulate)
+void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, void* dx);
+// x, dy -> dw (OC, C, KH, KW) and, unless db is nullptr, db (OC) = sums of dy (both += with p.accumulate)
+void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db);
+
+}  // namespace demi::kernels::cpu
