@@ -229,7 +229,8 @@ Tensor Dispatch::cast_input(size_t i, DType dtype, bool use_cache) const {
       }
     }
     // The low copy the optimizer keeps current: this step's Cast node over its bytes, no conversion.
-    const bool low_current = meta.low_copy && meta.low_copy->dtype() == dtype && meta.low_version == meta.version;
+    const bool low_current = g_low_copies.load(std::memory_order_relaxed) && meta.low_copy &&
+                             meta.low_copy->dtype() == dtype && meta.low_version == meta.version;
     if (t_cast_cache.depth == 0 && !low_current) return cast(*t, dtype);
     Tensor c;
     if (low_current) {
