@@ -198,7 +198,13 @@ Kernel choose(const MatmulParams& p, const void* a, const void* b, void* out) {
   std::lock_guard<std::mutex> lock(c.mu);
   if (auto it = c.map.find(key); it != c.map.end()) return it->second;
   const std::string& path = cache_path(c);
-  const int fd = path.empty() ? -1 : ::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
+  struct File {  // closed (and so unlocked) however this function is left
+    int fd;
+    ~File() {
+      if (fd >= 0) ::close(fd);
+    }
+  } file{path.empty() ? -1 : ::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC)};
+  const int fd = file.fd;
   if (fd >= 0 && ::flock(fd, LOCK_EX) == 0) merge_file(c, fd);
   Kernel k;
   if (auto it = c.map.find(key); it != c.map.end()) {
@@ -211,7 +217,6 @@ Kernel choose(const MatmulParams& p, const void* a, const void* b, void* out) {
       [[maybe_unused]] ssize_t w = ::write(fd, line.data(), line.size());  // one short append: all or nothing
     }
   }
-  if (fd >= 0) ::close(fd);  // releases the lock
   return k;
 }
 

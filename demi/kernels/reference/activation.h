@@ -22,8 +22,10 @@
 
 namespace demi::kernels {
 
-enum class Activation : uint8_t { kReLU, kSigmoid, kTanh, kGelu, kGeluTanh, kSiLU };
-inline constexpr int kNumActivations = 6;
+enum class Activation : uint8_t { kReLU, kSigmoid, kTanh, kGelu, kGeluTanh, kSiLU, kLast = kSiLU };
+// Derived from the enum: the kernel tables are sized by it, and the static_asserts where kernels and tests
+// are listed fail to compile until a new activation has both.
+inline constexpr int kNumActivations = static_cast<int>(Activation::kLast) + 1;
 
 // What the backward of an activation reads besides dy: its input x or its output y.
 enum class ActivationSaved : uint8_t { kInput, kOutput };
