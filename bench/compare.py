@@ -4,7 +4,7 @@ O0 / O2-bf16 / O2-fp16 (demi) and fp32 / bf16 autocast (PyTorch). Several repeti
 median of each setting's samples/s and the ratios; every measurement is also appended to
 bench/results/compare.jsonl so runs can be compared over time.
 
-    bench/compare.py [--reps 3] [--models A,B,C] [--demi build/release/tools/demi/demi]
+    bench/compare.py [--reps 3] [--models A,B,C] [--demi build/release/tools/demi/demi] [--torch-python PY]
 """
 import argparse
 import datetime
@@ -52,12 +52,17 @@ def demi_run(demi, model, amp, dtype):
             "page_faults_per_step": d["page_faults_per_step"]}
 
 
+# The Python that runs the PyTorch twins: Debian's (1.13, python3-torch) by default, or a venv's with the
+# newest PyPI torch (--torch-python /path/to/venv/bin/python).
+TORCH_PYTHON = ["/usr/bin/python3"]
+
+
 def torch_run(model, precision):
     _, steps = SIZES[model]
     env = dict(os.environ, **TORCH_ENV)
     if precision == "fp32" and model in ("C", "D"):
         env["OMP_WAIT_POLICY"] = "PASSIVE"
-    return run_json(["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_models.py"), "--model", model,
+    return run_json([TORCH_PYTHON[0], os.path.join(ROOT, "bench", "torch_models.py"), "--model", model,
                      "--precision", precision, "--steps", str(steps)], env)
 
 
@@ -66,7 +71,9 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--models", default="A,B,C")
     ap.add_argument("--demi", default=os.path.join(ROOT, "build", "release", "tools", "demi", "demi"))
+    ap.add_argument("--torch-python", default=TORCH_PYTHON[0], help="the Python with torch (a venv's for PyPI torch)")
     args = ap.parse_args()
+    TORCH_PYTHON[0] = args.torch_python
     models = args.models.split(",")
     results = {}
     stamp = datetime.datetime.utcnow().isoformat(timespec="seconds")

@@ -4,7 +4,7 @@ autocast, demi O2-fp16, repeated; prints the median samples/s of each, the ratio
 O2 / O0. Every measurement is appended to bench/results/compare.jsonl, as bench/compare.py does.
 
     /usr/bin/python3 bench/compare_model_d.py [--reps 3] [--steps 8] [--bench build/release/bench/transformer_bench]
-                                              [--no-torch-fp32]
+                                              [--no-torch-fp32] [--torch-python PY]
 """
 import argparse
 import datetime
@@ -22,6 +22,7 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "release", "bench", "transformer_bench"))
     ap.add_argument("--no-torch-fp32", action="store_true", help="skip PyTorch fp32 (slow without an optimised BLAS)")
+    ap.add_argument("--torch-python", default="/usr/bin/python3", help="the Python with torch (a venv's for PyPI torch)")
     args = ap.parse_args()
     env = dict(os.environ, **TORCH_ENV)
     results = {}
@@ -37,7 +38,7 @@ def main():
                 if setting == "fp32" and args.no_torch_fp32:
                     continue
                 e = dict(env, OMP_WAIT_POLICY="PASSIVE") if setting == "fp32" else env
-                rows = run_json(["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_model_d.py"), "--precision",
+                rows = run_json([args.torch_python, os.path.join(ROOT, "bench", "torch_model_d.py"), "--precision",
                                  setting, "--steps", str(args.steps)], e)
             for r in rows:
                 r["rep"], r["time"], r["model"] = rep, stamp, "D"
