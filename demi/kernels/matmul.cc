@@ -32,6 +32,10 @@ namespace demi::kernels {
 namespace {
 
 enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16 };
+
+// Part of the cache file's name: bumped when the kernels or the tuning change enough that choices made
+// before should be made again.
+constexpr int kTuneVersion = 2;
 constexpr const char* kKernelNames[] = {"onednn", "demi-f32", "demi-bf16"};
 
 bool parse_kernel(const std::string& s, Kernel* k) {
@@ -117,7 +121,7 @@ const std::string& cache_path(Choices& c) {
     const std::string dir = c.dir.empty() ? default_cache_dir() : c.dir;
     std::error_code ec;
     if (!dir.empty() && (std::filesystem::create_directories(dir, ec), std::filesystem::is_directory(dir, ec))) {
-      const std::string path = dir + "/matmul-" + cpu_model() + ".txt";
+      const std::string path = str_cat(dir, "/matmul-v", kTuneVersion, "-", cpu_model(), ".txt");
       const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
       if (fd >= 0) {
         ::close(fd);
@@ -146,10 +150,11 @@ void merge_file(Choices& c, int fd) {
 
 constexpr double kF16WidenMargin = 1.1;
 
-double seconds_of(const std::function<void()>& f) {
+// Seconds per call of f, over `reps` calls.
+double seconds_of(const std::function<void()>& f, int reps = 1) {
   const auto t0 = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (int i = 0; i < reps; ++i) f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
 }
 
 void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c) {
@@ -177,11 +182,14 @@ Kernel tune(const MatmulParams& p, const void* a, const void* b, void* c) {
   std::vector<double> best(cand.size(), 1e30);
   double total = 0;
   for (size_t i = 0; i < cand.size(); ++i) total += seconds_of([&] { run(cand[i], p, a, b, out); });
-  // About 3 rounds, fewer for products that take long (the tuning stays under ~0.2 s per shape).
-  const int rounds = std::clamp(static_cast<int>(0.2 / std::max(total, 1e-9)), 1, 3);
+  // Each measurement repeats a small product to ~0.5 ms (one call of a tiny product is all noise); about 3
+  // rounds, fewer for products that take long (the tuning stays under ~0.2 s per shape).
+  const double per_call = total / static_cast<double>(cand.size());
+  const int reps = std::clamp(static_cast<int>(5e-4 / std::max(per_call, 1e-9)), 1, 200);
+  const int rounds = std::clamp(static_cast<int>(0.2 / std::max(total * reps, 1e-9)), 1, 3);
   for (int r = 0; r < rounds; ++r)
     for (size_t i = 0; i < cand.size(); ++i)
-      best[i] = std::min(best[i], seconds_of([&] { run(cand[i], p, a, b, out); }));
+      best[i] = std::min(best[i], seconds_of([&] { run(cand[i], p, a, b, out); }, reps));
   // oneDNN's f16 path widens whole operands into f32 workspace (demi's converts panel by panel): it has to
   // be clearly faster, by kF16WidenMargin, to be worth that memory.
   const bool f16 = p.a_dtype == DType::kF16 || p.b_dtype == DType::kF16;

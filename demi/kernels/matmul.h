@@ -11,8 +11,9 @@
 //
 // Choices are also kept on disk, so that another process on the same machine makes the same ones (a run
 // resumed from a checkpoint computes bit for bit what the uninterrupted run did): one line per product in
-// $DEMI_CACHE_DIR (else $XDG_CACHE_HOME/demi, else ~/.cache/demi, else /tmp/demi-UID), file "matmul-<cpu>.txt" keyed by the
-// CPU's model name; a process tunes under an exclusive lock on it and the first choice written wins.
+// $DEMI_CACHE_DIR (else $XDG_CACHE_HOME/demi, else ~/.cache/demi, else /tmp/demi-UID), file
+// "matmul-v<tuning version>-<cpu>.txt" keyed by the CPU's model name, family and model; a process tunes
+// under an exclusive lock on it and the first choice written wins.
 // Where no cache folder can be written, choices live in memory only.
 //
 // DEMI_MATMUL=auto|demi|onednn (or set_matmul_policy) forces a backend: "demi" takes the faster of demi's

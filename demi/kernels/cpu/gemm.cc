@@ -140,8 +140,12 @@ double prepare_cost(bool trans_b, int64_t m, int64_t n, int64_t k) {
 
 // Whether computing c^T = op(b)^T op(a)^T (transposed tiles) moves fewer elements than c = op(a) op(b):
 // a Dense layer's forward x w^T with fewer rows than outputs packs x instead of the larger weight.
+// Not for short K: then the transposed tile stores (a register transpose per 16 columns) cost more than
+// the k loop they end, and packing is cheap anyway.
+constexpr int64_t kMinSwapK = 128;
+
 bool swap_operands(const MatmulParams& p) {
-  return prepare_cost(!p.trans_a, p.n, p.m, p.k) < 0.9 * prepare_cost(p.trans_b, p.m, p.n, p.k);
+  return p.k >= kMinSwapK && prepare_cost(!p.trans_a, p.n, p.m, p.k) < 0.9 * prepare_cost(p.trans_b, p.m, p.n, p.k);
 }
 
 // One (batch-1) product. bias is f32 (converted by the caller) or null; c is p.c_dtype.
