@@ -46,6 +46,27 @@ CpuFeatures detect() {
   return f;
 }
 
+CpuId identify() {
+  CpuId id;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d)) {
+    const int base_family = static_cast<int>((a >> 8) & 0xf);
+    id.family = base_family + (base_family == 0xf ? static_cast<int>((a >> 20) & 0xff) : 0);
+    id.model = static_cast<int>((a >> 4) & 0xf);
+    if (base_family == 0x6 || base_family == 0xf) id.model |= static_cast<int>((a >> 16) & 0xf) << 4;
+  }
+  if (__get_cpuid_max(0x80000000u, nullptr) >= 0x80000004u) {
+    unsigned regs[12];
+    for (unsigned i = 0; i < 3; ++i) __get_cpuid(0x80000002u + i, &regs[4 * i], &regs[4 * i + 1], &regs[4 * i + 2], &regs[4 * i + 3]);
+    std::string brand(reinterpret_cast<const char*>(regs), sizeof regs);
+    brand = brand.substr(0, brand.find('\0'));
+    const size_t first = brand.find_first_not_of(' '), last = brand.find_last_not_of(' ');
+    if (first != std::string::npos) id.name = brand.substr(first, last - first + 1);
+  }
+  if (id.name.empty()) id.name = "unknown CPU";
+  return id;
+}
+
 CpuLevel detect_level(const CpuFeatures& f) {
   bool avx2 = f.avx2 && f.fma && f.f16c;
   bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
@@ -75,6 +96,11 @@ constexpr std::string_view kLevelNames[] = {"scalar", "avx2", "avx512", "avx512_
 const CpuFeatures& cpu_features() {
   static const CpuFeatures features = detect();
   return features;
+}
+
+const CpuId& cpu_id() {
+  static const CpuId id = identify();
+  return id;
 }
 
 CpuLevel max_cpu_level() {

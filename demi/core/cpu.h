@@ -7,6 +7,7 @@
 // it to run every variant the machine supports.
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -29,6 +30,15 @@ struct CpuFeatures {
 };
 
 const CpuFeatures& cpu_features();
+
+// What the CPU says it is (cpuid): its brand string ("Intel(R) Xeon(R) Processor"; "unknown CPU" where it
+// has none), family and model as Linux's /proc/cpuinfo shows them.
+struct CpuId {
+  std::string name;
+  int family = 0;
+  int model = 0;
+};
+const CpuId& cpu_id();
 // The best level this machine (and OS) supports.
 CpuLevel max_cpu_level();
 // The level kernels dispatch to now.

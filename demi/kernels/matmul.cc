@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -13,7 +14,6 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -61,7 +61,31 @@ std::atomic<MatmulPolicy>& policy_slot() {
   return p;
 }
 
-// What decides the fastest kernel: the product's sizes, layout, dtypes and epilogue, and where it runs.
+// What decides the fastest kernel: the product's sizes, layout, dtypes and epilogue, where it runs, and
+// whether oneDNN is a candidate. Packed into integers for the lookup every call makes; the text form
+// (key_of, the cache file's) is built only when a product is not in memory yet.
+struct Key {
+  std::array<int64_t, 5> v;
+  bool operator==(const Key&) const = default;
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    size_t h = 0;
+    for (int64_t x : k.v) h = h * 0x9E3779B97F4A7C15ull + std::hash<int64_t>()(x);
+    return h;
+  }
+};
+
+Key key_of_params(const MatmulParams& p) {
+  const int64_t flags = static_cast<int64_t>(cpu_level()) | int64_t{num_threads()} << 8 |
+                        int64_t{p.trans_a} << 24 | int64_t{p.trans_b} << 25 | int64_t{p.bias != nullptr} << 26 |
+                        int64_t{p.relu} << 27 | int64_t{p.accumulate} << 28 |
+                        int64_t{matmul_policy() == MatmulPolicy::kDemi} << 29 |
+                        static_cast<int64_t>(p.a_dtype) << 32 | static_cast<int64_t>(p.b_dtype) << 40 |
+                        static_cast<int64_t>(p.c_dtype) << 48;
+  return {{p.batch, p.m, p.n, p.k, flags}};
+}
+
 std::string key_of(const MatmulParams& p) {
   return str_cat(cpu_level_name(cpu_level()), " t", num_threads(), " b", p.batch, " ", p.m, "x", p.n, "x", p.k,
                  p.trans_a ? " ta" : " a", p.trans_b ? " tb" : " b", " ", dtype_name(p.a_dtype), ",",
@@ -69,29 +93,16 @@ std::string key_of(const MatmulParams& p) {
                  p.accumulate ? " acc" : "");
 }
 
-// "Intel_R_Xeon_R_Processor-6-207": the model name with family and model (a VM's generic name alone
-// would let different CPUs share one file).
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line, name, family, model;
-  auto value = [](const std::string& l) {
-    const size_t colon = l.find(':');
-    std::string v = colon == std::string::npos ? "" : l.substr(colon + 1);
-    std::string out;
-    for (char ch : v)
-      if (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '.') out += ch;
-      else if (!out.empty() && out.back() != '_') out += '_';
-    while (!out.empty() && out.back() == '_') out.pop_back();
-    return out;
-  };
-  while (std::getline(in, line) && (name.empty() || family.empty() || model.empty())) {
-    if (line.rfind("model name", 0) == 0) name = value(line);
-    else if (line.rfind("cpu family", 0) == 0) family = value(line);
-    else if (line.rfind("model", 0) == 0 && line.find(':') != std::string::npos &&
-             line.substr(0, line.find(':')).find_first_not_of("model \t") == std::string::npos)
-      model = value(line);
-  }
-  return str_cat(name.empty() ? "unknown-cpu" : name, "-", family, "-", model);
+// "Intel_R_Xeon_R_Processor-6-207": the brand string with family and model (a VM's generic name alone
+// would let different CPUs share one file), as a file-name-safe word.
+std::string cpu_file_tag() {
+  const CpuId& id = cpu_id();
+  std::string name;
+  for (char ch : id.name)
+    if (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '.') name += ch;
+    else if (!name.empty() && name.back() != '_') name += '_';
+  while (!name.empty() && name.back() == '_') name.pop_back();
+  return str_cat(name, "-", id.family, "-", id.model);
 }
 
 std::string default_cache_dir() {
@@ -103,7 +114,8 @@ std::string default_cache_dir() {
 
 struct Choices {
   std::mutex mu;
-  std::unordered_map<std::string, Kernel> map;
+  std::unordered_map<Key, Kernel, KeyHash> fast;  // what this process has decided
+  std::unordered_map<std::string, Kernel> map;     // by the cache file's text keys (merged from the file)
   std::string dir;   // set_matmul_cache_dir's, or "" for the default
   std::string path;  // "" = memory only
   bool path_checked = false;
@@ -121,7 +133,7 @@ const std::string& cache_path(Choices& c) {
     const std::string dir = c.dir.empty() ? default_cache_dir() : c.dir;
     std::error_code ec;
     if (!dir.empty() && (std::filesystem::create_directories(dir, ec), std::filesystem::is_directory(dir, ec))) {
-      const std::string path = str_cat(dir, "/matmul-v", kTuneVersion, "-", cpu_model(), ".txt");
+      const std::string path = str_cat(dir, "/matmul-v", kTuneVersion, "-", cpu_file_tag(), ".txt");
       const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
       if (fd >= 0) {
         ::close(fd);
@@ -167,7 +179,25 @@ void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c)
 
 // Each candidate once to warm up (oneDNN creates its primitive), then rounds that alternate between them;
 // the best time of each decides.
-Kernel tune(const MatmulParams& p, const void* a, const void* b, void* c) {
+// a or b null (a diagnostic without operands): the candidates run on zeroed scratch operands instead.
+Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
+  MatmulParams p = p_in;
+  const bool scratch_in = a == nullptr || b == nullptr;
+  const size_t a_bytes = static_cast<size_t>(p.batch * p.m * p.k) * dtype_size(p.a_dtype);
+  const size_t b_bytes = static_cast<size_t>(p.batch * p.k * p.n) * dtype_size(p.b_dtype);
+  const size_t bias_bytes = static_cast<size_t>(p.n) * dtype_size(p.bias_dtype);
+  cpu_internal::Workspace sa(scratch_in ? a_bytes : 0), sb(scratch_in ? b_bytes : 0),
+      sbias(scratch_in && p.bias ? bias_bytes : 0);
+  if (scratch_in) {
+    std::memset(sa.f32(), 0, a_bytes);
+    std::memset(sb.f32(), 0, b_bytes);
+    a = sa.f32();
+    b = sb.f32();
+    if (p.bias) {
+      std::memset(sbias.f32(), 0, bias_bytes);
+      p.bias = sbias.f32();
+    }
+  }
   std::vector<Kernel> cand;
   if (matmul_policy() != MatmulPolicy::kDemi) cand.push_back(Kernel::kOnednn);
   cand.push_back(Kernel::kDemiF32);
@@ -202,9 +232,11 @@ Kernel tune(const MatmulParams& p, const void* a, const void* b, void* c) {
 Kernel choose(const MatmulParams& p, const void* a, const void* b, void* out) {
   if (matmul_policy() == MatmulPolicy::kOnednn) return Kernel::kOnednn;
   Choices& c = choices();
-  const std::string key = str_cat(matmul_policy() == MatmulPolicy::kDemi ? "demi-only " : "", key_of(p));
+  const Key fast_key = key_of_params(p);
   std::lock_guard<std::mutex> lock(c.mu);
-  if (auto it = c.map.find(key); it != c.map.end()) return it->second;
+  if (auto it = c.fast.find(fast_key); it != c.fast.end()) return it->second;
+  const std::string key = str_cat(matmul_policy() == MatmulPolicy::kDemi ? "demi-only " : "", key_of(p));
+  if (auto it = c.map.find(key); it != c.map.end()) return c.fast[fast_key] = it->second;
   const std::string& path = cache_path(c);
   struct File {  // closed (and so unlocked) however this function is left
     int fd;
@@ -225,6 +257,7 @@ Kernel choose(const MatmulParams& p, const void* a, const void* b, void* out) {
       [[maybe_unused]] ssize_t w = ::write(fd, line.data(), line.size());  // one short append: all or nothing
     }
   }
+  c.fast[fast_key] = k;
   return k;
 }
 
@@ -247,17 +280,9 @@ bool matmul_picks_onednn(const MatmulParams& p, const void* a, const void* b) {
 std::string matmul_kernel(const MatmulParams& p) {
   check_matmul_params(p, "matmul");
   if (p.c_dtype == DType::kF64) return "reference";
-  const size_t an = static_cast<size_t>(p.batch * p.m * p.k) * dtype_size(p.a_dtype);
-  const size_t bn = static_cast<size_t>(p.batch * p.k * p.n) * dtype_size(p.b_dtype);
-  cpu_internal::Workspace a(an), b(bn), bias(static_cast<size_t>(p.n) * sizeof(double));
-  std::memset(a.f32(), 0, an);
-  std::memset(b.f32(), 0, bn);
-  std::memset(bias.f32(), 0, static_cast<size_t>(p.n) * sizeof(double));
-  MatmulParams q = p;
-  if (q.bias) q.bias = bias.f32();
-  const Kernel k = choose(q, a.f32(), b.f32(), nullptr);
-  const std::string impl = k == Kernel::kOnednn ? onednn::matmul_implementation(q)
-                                                : cpu::gemm_implementation(q, k == Kernel::kDemiBf16
+  const Kernel k = choose(p, nullptr, nullptr, nullptr);
+  const std::string impl = k == Kernel::kOnednn ? onednn::matmul_implementation(p)
+                                                : cpu::gemm_implementation(p, k == Kernel::kDemiBf16
                                                                                   ? cpu::GemmPath::kBf16Dot
                                                                                   : cpu::GemmPath::kF32);
   return str_cat(kKernelNames[static_cast<int>(k)], " (", impl, ")");
@@ -276,12 +301,14 @@ void set_matmul_cache_dir(const std::string& dir) {
   c.path.clear();
   c.path_checked = false;
   c.map.clear();
+  c.fast.clear();
 }
 
 void clear_matmul_choices() {
   Choices& c = choices();
   std::lock_guard<std::mutex> lock(c.mu);
   c.map.clear();
+  c.fast.clear();
 }
 
 }  // namespace demi::kernels

@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -51,17 +50,6 @@ void apply_machine_options(const ParsedArgs& args) {
   if (args.has("cpu-level")) set_cpu_level(parse_cpu_level(args.get("cpu-level")));
 }
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-    }
-  }
-  return "unknown CPU";
-}
-
 std::string feature_list() {
   const CpuFeatures& f = cpu_features();
   const std::pair<const char*, bool> features[] = {
@@ -94,7 +82,7 @@ void print_info() {
   }
   const ContextOptions& ctx = get_context();
   std::printf("demi %s\n", DEMI_VERSION);
-  std::printf("cpu:        %s\n", cpu_model().c_str());
+  std::printf("cpu:        %s (family %d, model %d)\n", cpu_id().name.c_str(), cpu_id().family, cpu_id().model);
   std::printf("features:  %s\n", feature_list().c_str());
   std::printf("dispatch:   %s (max %s; supported: %s)\n", std::string(cpu_level_name(cpu_level())).c_str(),
               std::string(cpu_level_name(max_cpu_level())).c_str(), levels.c_str());
