@@ -98,7 +98,6 @@ CastCacheScope::~CastCacheScope() {
 bool cast_cache_active() { return t_cast_cache.depth > 0; }
 int64_t low_copy_uses() { return t_low_copy_uses; }
 void set_low_copies(bool enabled) { g_low_copies.store(enabled); }
-bool low_copies() { return g_low_copies.load(); }
 int64_t cast_cache_hits() { return t_cast_cache.hits; }
 int64_t cast_cache_misses() { return t_cast_cache.misses; }
 

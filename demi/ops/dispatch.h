@@ -107,7 +107,6 @@ int64_t cast_cache_misses();  // casts made and stored
 // Turning low copies off (tests comparing both ways) makes every step cast again.
 int64_t low_copy_uses();  // casts served by a current low copy in this thread (for tests)
 void set_low_copies(bool enabled);
-bool low_copies();
 
 // ---- Op trace and profiler ----------------------------------------------------------------------
 

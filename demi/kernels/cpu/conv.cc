@@ -14,6 +14,7 @@
 namespace demi::kernels::cpu {
 namespace {
 
+using cpu_internal::element_at;
 using cpu_internal::Workspace;
 
 struct Geometry {
@@ -23,10 +24,6 @@ struct Geometry {
 };
 
 Geometry geometry(const Conv2dParams& p) { return {p.c, p.h, p.w, p.oc, p.kh, p.kw, p.out_h(), p.out_w()}; }
-
-const char* at(const void* base, int64_t i, DType t) {
-  return static_cast<const char*>(base) + i * static_cast<int64_t>(dtype_size(t));
-}
 
 // The output columns ow whose input column ow * stride - pad + kw * dilation lies in [0, w): [lo, hi).
 void valid_range(int64_t ow_count, int64_t stride, int64_t pad, int64_t offset, int64_t w, int64_t* lo,
@@ -41,23 +38,17 @@ void valid_range(int64_t ow_count, int64_t stride, int64_t pad, int64_t offset, 
 
 // n contiguous values of dtype t -> f32, through the level's bulk kernel directly (im2col converts many
 // short row segments: demi::convert's dispatch and thread split would cost more than the conversion).
-using ToF32 = void (*)(const void*, float*, int64_t);
-
-ToF32 to_f32_kernel(DType t) {
-  const demi::internal::ConvertKernels& k = demi::internal::convert_kernels(cpu_level());
+void to_f32(const demi::internal::ConvertKernels& k, DType t, const void* src, float* dst, int64_t n) {
   switch (t) {
-    case DType::kBF16: return reinterpret_cast<ToF32>(k.bf16_to_f32);
-    case DType::kF16: return reinterpret_cast<ToF32>(k.f16_to_f32);
-    default:
-      return [](const void* src, float* dst, int64_t n) {
-        std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-      };
+    case DType::kBF16: return k.bf16_to_f32(static_cast<const BFloat16*>(src), dst, n);
+    case DType::kF16: return k.f16_to_f32(static_cast<const Half*>(src), dst, n);
+    default: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
   }
 }
 
 // col (C*KH*KW, OH*OW) f32 <- image x (C, H, W) in dtype t: zero where a window reaches padding.
 void im2col(const Conv2dParams& p, const Geometry& g, const void* x, DType t, float* col) {
-  const ToF32 to_f32 = to_f32_kernel(t);
+  const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(cpu_level());
   for (int64_t c = 0; c < g.c; ++c)
     for (int64_t i = 0; i < g.kh; ++i)
       for (int64_t j = 0; j < g.kw; ++j) {
@@ -76,9 +67,10 @@ void im2col(const Conv2dParams& p, const Geometry& g, const void* x, DType t, fl
           const int64_t ix0 = lo * p.stride_w - p.pad_left + j * p.dilation_w;
           const int64_t base = (c * g.h + iy) * g.w;
           if (p.stride_w == 1) {
-            to_f32(at(x, base + ix0, t), out + lo, hi - lo);
+            to_f32(cvt, t, element_at(x, base + ix0, t), out + lo, hi - lo);
           } else {
-            for (int64_t ox = lo; ox < hi; ++ox) to_f32(at(x, base + ix0 + (ox - lo) * p.stride_w, t), out + ox, 1);
+            for (int64_t ox = lo; ox < hi; ++ox)
+              to_f32(cvt, t, element_at(x, base + ix0 + (ox - lo) * p.stride_w, t), out + ox, 1);
           }
         }
       }
@@ -108,12 +100,6 @@ void check(const Conv2dParams& p, const char* op) {
              describe(p));
 }
 
-// Images [0, n) split over the threads: fn(first, last) per chunk (a chunk is at least one image).
-template <typename F>
-void for_images(int64_t n, F&& fn) {
-  parallel_for(0, n, 1, fn);
-}
-
 }  // namespace
 
 bool conv2d_supported(const Conv2dParams& p) {
@@ -134,11 +120,11 @@ void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const v
   mp.relu = p.relu;
   Workspace bias32(bias ? static_cast<size_t>(g.oc) * sizeof(float) : 0);  // per output channel: a row bias
   if (bias) convert(bias, p.bias_dtype, bias32.f32(), DType::kF32, g.oc);
-  for_images(p.n, [&](int64_t n0, int64_t n1) {
+  parallel_for(0, p.n, 1, [&](int64_t n0, int64_t n1) {  // images over the threads
     Workspace col(static_cast<size_t>(g.rows() * g.cols()) * sizeof(float));
     for (int64_t n = n0; n < n1; ++n) {
-      im2col(p, g, at(x, n * g.c * g.h * g.w, p.x_dtype), p.x_dtype, col.f32());
-      gemm_row_bias(mp, w, col.f32(), const_cast<char*>(at(y, n * g.oc * g.cols(), p.y_dtype)),
+      im2col(p, g, element_at(x, n * g.c * g.h * g.w, p.x_dtype), p.x_dtype, col.f32());
+      gemm_row_bias(mp, w, col.f32(), element_at(y, n * g.oc * g.cols(), p.y_dtype),
                     bias ? bias32.f32() : nullptr, GemmPath::kF32);
     }
   });
@@ -156,12 +142,12 @@ void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, 
   mp.b_dtype = p.y_dtype;
   mp.c_dtype = DType::kF32;
   const int64_t image = g.c * g.h * g.w;
-  for_images(p.n, [&](int64_t n0, int64_t n1) {
+  parallel_for(0, p.n, 1, [&](int64_t n0, int64_t n1) {  // images over the threads
     Workspace col(static_cast<size_t>(g.rows() * g.cols()) * sizeof(float));
     Workspace img(static_cast<size_t>(image) * sizeof(float));
     for (int64_t n = n0; n < n1; ++n) {
-      gemm(mp, w, at(dy, n * g.oc * g.cols(), p.y_dtype), col.f32(), GemmPath::kF32);
-      void* out = const_cast<char*>(at(dx, n * image, p.x_dtype));
+      gemm(mp, w, element_at(dy, n * g.oc * g.cols(), p.y_dtype), col.f32(), GemmPath::kF32);
+      void* out = element_at(dx, n * image, p.x_dtype);
       if (p.accumulate)
         convert(out, p.x_dtype, img.f32(), DType::kF32, image);
       else
@@ -190,6 +176,7 @@ void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* d
   Workspace partial(static_cast<size_t>(threads * (wn + g.oc)) * sizeof(float));
   float* parts = partial.f32();
   std::fill(parts, parts + threads * (wn + g.oc), 0.0f);
+  const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(cpu_level());
   parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
     Workspace col(static_cast<size_t>(g.rows() * g.cols()) * sizeof(float));
     Workspace row(db ? static_cast<size_t>(g.cols()) * sizeof(float) : 0);
@@ -198,14 +185,14 @@ void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* d
       float* pb = pw + wn;
       const int64_t n0 = t * p.n / threads, n1 = (t + 1) * p.n / threads;
       for (int64_t n = n0; n < n1; ++n) {
-        const void* dyn = at(dy, n * g.oc * g.cols(), p.y_dtype);
-        im2col(p, g, at(x, n * g.c * g.h * g.w, p.x_dtype), p.x_dtype, col.f32());
+        const void* dyn = element_at(dy, n * g.oc * g.cols(), p.y_dtype);
+        im2col(p, g, element_at(x, n * g.c * g.h * g.w, p.x_dtype), p.x_dtype, col.f32());
         MatmulParams q = mp;
         q.accumulate = n > n0;
         gemm(q, dyn, col.f32(), pw, GemmPath::kF32);
         if (db)
           for (int64_t o = 0; o < g.oc; ++o) {
-            convert(at(dyn, o * g.cols(), p.y_dtype), p.y_dtype, row.f32(), DType::kF32, g.cols());
+            to_f32(cvt, p.y_dtype, element_at(dyn, o * g.cols(), p.y_dtype), row.f32(), g.cols());
             float s = 0;
             for (int64_t i = 0; i < g.cols(); ++i) s += row.f32()[i];
             pb[o] += s;

@@ -95,6 +95,7 @@ namespace {
 
 using cpu_internal::GemmKernels;
 using cpu_internal::GemmTile;
+using cpu_internal::element_at;
 using cpu_internal::Workspace;
 
 const GemmKernels& kernels() {
@@ -127,10 +128,6 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 // Below this many multiply-adds a product runs on one thread: fork/join would cost more than it saves.
 constexpr int64_t kParallelMacs = int64_t{1} << 18;
 constexpr int64_t kLongKc = 1024;
-
-const char* elem(const void* p, int64_t i, DType t) {
-  return static_cast<const char*>(p) + i * static_cast<int64_t>(dtype_size(t));
-}
 
 // Relative cost of preparing the operands (elements moved, a transposing pack weighted higher): b is
 // packed into panels, a copied block by block into compact rows (or columns).
@@ -232,7 +229,7 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
             if (!p.trans_a) {
               auto* dst = reinterpret_cast<BFloat16*>(ablock.f32());
               for (int64_t i = 0; i < mcur; ++i)
-                std::memcpy(dst + i * kc_pad, elem(a, (i0 + i) * lda + pc, p.a_dtype),
+                std::memcpy(dst + i * kc_pad, element_at(a, (i0 + i) * lda + pc, p.a_dtype),
                             static_cast<size_t>(kcur) * sizeof(BFloat16));
               ap = dst;
               rs = kc_pad;
@@ -247,11 +244,11 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
           } else {
             float* dst = ablock.f32();
             if (!p.trans_a) {
-              g.to_f32(elem(a, i0 * lda + pc, p.a_dtype), p.a_dtype, lda, mcur, kcur, dst, kcur);
+              g.to_f32(element_at(a, i0 * lda + pc, p.a_dtype), p.a_dtype, lda, mcur, kcur, dst, kcur);
               rs = kcur;
               cs = 1;
             } else {
-              g.to_f32(elem(a, pc * lda + i0, p.a_dtype), p.a_dtype, lda, kcur, mcur, dst, mcur);
+              g.to_f32(element_at(a, pc * lda + i0, p.a_dtype), p.a_dtype, lda, kcur, mcur, dst, mcur);
               rs = 1;
               cs = mcur;
             }
@@ -274,7 +271,7 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
               const bool along_rows = bias_per_row != swapped;
               t.bias = last && bias ? bias + (along_rows ? i : j) : nullptr;
               t.bias_rows = along_rows;
-              t.c = const_cast<char*>(elem(target, swapped ? j * ldc + i : i * ldc + j, target_dtype));
+              t.c = element_at(target, swapped ? j * ldc + i : i * ldc + j, target_dtype);
               if (bf16)
                 g.bf16(kcur, static_cast<const BFloat16*>(ap) + ir * rs, rs, cs,
                        reinterpret_cast<const BFloat16*>(panel), t);
@@ -335,8 +332,8 @@ void gemm_row_bias(const MatmulParams& p, const void* a, const void* b, void* c,
   q.batch = 1;
   auto run = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i)
-      product(q, g, bf16, elem(a, i * sa, p.a_dtype), elem(b, i * sb, p.b_dtype),
-              const_cast<char*>(elem(c, i * sc, p.c_dtype)), bias, per_row, !per_item);
+      product(q, g, bf16, element_at(a, i * sa, p.a_dtype), element_at(b, i * sb, p.b_dtype),
+              element_at(c, i * sc, p.c_dtype), bias, per_row, !per_item);
   };
   if (per_item)
     parallel_for(0, p.batch, 1, run);

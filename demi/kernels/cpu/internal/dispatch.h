@@ -39,8 +39,6 @@ class KernelTable {
     return getters_[0](args...);  // unreachable with a kScalar entry
   }
   const Kernels& get(Args... args) const { return at(cpu_level(), args...); }
-  // Whether a variant of exactly this level exists (for tests and `demi info`).
-  bool has(CpuLevel level) const { return getters_[static_cast<size_t>(level)] != nullptr; }
 
  private:
   std::array<Getter, kNumCpuLevels> getters_{};
