@@ -37,6 +37,17 @@ inline double seconds_of(const std::function<void()>& f, int reps) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
 }
 
+// Interleaved comparison: each run called once (warm-up), then `rounds` rounds calling every run in turn,
+// each measurement repeating it to ~30 ms (sized on runs[1], demi's); the best seconds per call of each.
+inline std::vector<double> best_seconds(const std::vector<std::function<void()>>& runs, int rounds) {
+  for (const auto& r : runs) r();
+  const int reps = std::max(1, static_cast<int>(0.03 / std::max(1e-6, seconds_of(runs[1], 1))));
+  std::vector<double> best(runs.size(), 1e30);
+  for (int round = 0; round < rounds; ++round)
+    for (size_t i = 0; i < runs.size(); ++i) best[i] = std::min(best[i], seconds_of(runs[i], reps));
+  return best;
+}
+
 // The options of the interleaved comparison benchmarks: --rounds N, --filter SUBSTRING, --threads N.
 struct CompareOptions {
   int rounds = 5;

@@ -24,7 +24,6 @@ namespace {
 
 using demi::DType;
 using demi::bench::Buffer;
-using demi::bench::seconds_of;
 using demi::kernels::Conv2dParams;
 
 const char* tag(DType t) { return t == DType::kF32 ? "f32" : t == DType::kBF16 ? "bf16" : "f16"; }
@@ -65,7 +64,7 @@ int main(int argc, char** argv) {
         if (dir == 0) p.relu = true;
         if (dir == 2) p.w_dtype = p.bias_dtype = DType::kF32;
         Buffer x(t, p.x_numel(), 1), w(p.w_dtype, p.w_numel(), 2), y(t, p.y_numel(), 3), b(DType::kF32, p.oc, 4);
-        std::function<void()> runs[2];
+        std::vector<std::function<void()>> runs(2);
         if (dir == 0) {
           runs[0] = [&] { kernels::onednn::conv2d_forward(p, x.data(), w.data(), b.data(), y.data()); };
           runs[1] = [&] { kernels::cpu::conv2d_forward(p, x.data(), w.data(), b.data(), y.data()); };
@@ -76,11 +75,7 @@ int main(int argc, char** argv) {
           runs[0] = [&] { kernels::onednn::conv2d_backward_weights(p, x.data(), y.data(), w.data(), b.data()); };
           runs[1] = [&] { kernels::cpu::conv2d_backward_weights(p, x.data(), y.data(), w.data(), b.data()); };
         }
-        for (auto& r : runs) r();
-        const int reps = std::max(1, static_cast<int>(0.03 / std::max(1e-6, seconds_of(runs[1], 1))));
-        double best[2] = {1e30, 1e30};
-        for (int r = 0; r < rounds; ++r)
-          for (int i = 0; i < 2; ++i) best[i] = std::min(best[i], seconds_of(runs[i], reps));
+        const std::vector<double> best = bench::best_seconds(runs, rounds);
         const double flops = 2.0 * p.n * p.oc * p.c * 9 * p.out_h() * p.out_w();
         const double go = flops / best[0] / 1e9, gd = flops / best[1] / 1e9;
         std::printf("%-36s %9.1f %9.1f %7.2f %6.0f%%\n", name.c_str(), go, gd, gd / go, 100 * gd / fma);

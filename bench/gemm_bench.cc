@@ -29,7 +29,6 @@ namespace {
 using kernels::MatmulParams;
 
 using bench::Buffer;
-using bench::seconds_of;
 
 const char* tag(DType t) { return t == DType::kF32 ? "f32" : t == DType::kBF16 ? "bf16" : "f16"; }
 
@@ -105,11 +104,7 @@ int main(int argc, char** argv) {
         [&] { kernels::cpu::gemm(q, a.data(), b.data(), out.data(), kernels::cpu::GemmPath::kF32); }};
     if (bf16_in && kernels::cpu::gemm_has_bf16_dot())
       runs.push_back([&] { kernels::cpu::gemm(q, a.data(), b.data(), out.data(), kernels::cpu::GemmPath::kBf16Dot); });
-    for (auto& r : runs) r();
-    const int reps = std::max(1, static_cast<int>(0.03 / std::max(1e-6, seconds_of(runs[1], 1))));
-    std::vector<double> best(runs.size(), 1e30);
-    for (int r = 0; r < rounds; ++r)
-      for (size_t i = 0; i < runs.size(); ++i) best[i] = std::min(best[i], seconds_of(runs[i], reps));
+    const std::vector<double> best = bench::best_seconds(runs, rounds);
     std::vector<double> g;
     for (double t : best) g.push_back(flops / t / 1e9);
     const double demi_best = *std::max_element(g.begin() + 1, g.end());

@@ -116,6 +116,17 @@ inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
   return s;
 }
 
+// The dtype mixes the matrix-product kernels are checked over: same-dtype products, AMP's
+// low-precision-in / f32-out products, and mixed operands.
+struct MatmulDtypes {
+  DType a, b, c;
+};
+inline const std::vector<MatmulDtypes> kMatmulDtypes = {
+    {DType::kF32, DType::kF32, DType::kF32},   {DType::kBF16, DType::kBF16, DType::kBF16},
+    {DType::kBF16, DType::kBF16, DType::kF32}, {DType::kF16, DType::kF16, DType::kF16},
+    {DType::kF16, DType::kF16, DType::kF32},   {DType::kF32, DType::kBF16, DType::kF32},
+    {DType::kBF16, DType::kF32, DType::kBF16}, {DType::kF16, DType::kBF16, DType::kF16}};
+
 // Runs `product` (a matmul kernel with MatmulParams' contract) on operands in p's dtypes — random, or
 // dyadic with `exact` — and compares with ref::matmul in f32 on the same (rounded) values. Random operands
 // are compared within tolerance_for_sum; dyadic ones exactly (every f32 partial sum is exact, so any

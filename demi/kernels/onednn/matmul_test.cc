@@ -30,12 +30,8 @@ void check(const MatmulParams& p, bool with_bias, uint64_t seed) {
   kernels::testing::check_product([](auto&&... args) { onednn::matmul(args...); }, p, with_bias, seed);
 }
 
-struct Dtypes {
-  DType a, b, c;
-};
-// Same-dtype products, AMP's low-precision-in / f32-out products, and mixed operands.
-const Dtypes kDtypes[] = {{F32, F32, F32}, {BF16, BF16, BF16}, {BF16, BF16, F32}, {F16, F16, F16},
-                          {F16, F16, F32}, {F32, BF16, F32},   {BF16, F32, BF16}, {F16, BF16, F16}};
+using Dtypes = kernels::testing::MatmulDtypes;
+const std::vector<Dtypes>& kDtypes = kernels::testing::kMatmulDtypes;
 
 TEST(OnednnMatmul, MatchesReferenceOverShapesTransposesAndDtypes) {
   struct Mnk {
