@@ -14,7 +14,10 @@ double fma_loop_avx512(int64_t iters, float* sink) {
     for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
   __m512 s = acc[0];
   for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, acc[i]);
-  *sink += _mm512_reduce_add_ps(s);
+  // Lanes summed through memory: GCC 12's _mm512_reduce_add_ps trips -Wuninitialized (bug 105593).
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, s);
+  for (float lane : lanes) *sink += lane;
   return static_cast<double>(iters) * 16 * 16 * 2;
 }
 
