@@ -1,5 +1,6 @@
 #include "demi/amp/train_step.h"
 
+#include <algorithm>
 #include <cmath>
 #include <span>
 
@@ -26,11 +27,20 @@ TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell
 StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
   DEMI_CHECK(micro_batches_ == 0, "TrainStep: ", micro_batches_, " micro-batch(es) accumulated but not applied; ",
              "call step() before a whole-batch train step");
-  accumulate(data, label);
+  reduce_in_backward_ = reducer_ != nullptr;
+  try {
+    accumulate_micro_batch(data, label);
+  } catch (...) {
+    reduce_in_backward_ = false;
+    throw;
+  }
+  reduce_in_backward_ = false;
   return step();
 }
 
-float TrainStep::accumulate(const Tensor& data, const Tensor& label) {
+float TrainStep::accumulate(const Tensor& data, const Tensor& label) { return accumulate_micro_batch(data, label); }
+
+float TrainStep::accumulate_micro_batch(const Tensor& data, const Tensor& label) {
   if (micro_batches_ == 0) {
     micro_scale_ = manager_ ? manager_->get_loss_scale() : 1.0;
     micro_loss_sum_ = 0;
@@ -54,7 +64,12 @@ float TrainStep::accumulate(const Tensor& data, const Tensor& label) {
       last_logits_ = logits.dtype() == DType::kF32 ? logits : logits.to(DType::kF32);
     }
     Tensor scaled = micro_scale_ != 1.0 ? ops::mul_scalar(loss, micro_scale_) : loss;
-    autograd::backward(scaled);  // adds into the gradients of the earlier micro-batches
+    if (reduce_in_backward_) {
+      autograd::LeafReadyScope ready([this](const Tensor& leaf) { reducer_->gradient_ready(leaf); });
+      autograd::backward(scaled);
+    } else {
+      autograd::backward(scaled);  // adds into the gradients of the earlier micro-batches
+    }
   }
   micro_loss_sum_ += loss_value;
   ++micro_batches_;
@@ -74,14 +89,36 @@ StepResult TrainStep::step() {
   r.micro_batches = micro_batches_;
   r.loss = static_cast<float>(micro_loss_sum_ / static_cast<double>(micro_batches_));
   micro_batches_ = 0;
+  return finish(r);
+}
+
+StepResult TrainStep::step_without_batch() {
+  DEMI_CHECK(reducer_ != nullptr, "TrainStep::step_without_batch: only a data-parallel step (with a GradReducer) ",
+             "can update without a batch");
+  DEMI_CHECK(micro_batches_ == 0, "TrainStep::step_without_batch: ", micro_batches_,
+             " micro-batch(es) accumulated but not applied");
+  optimizer_->zero_grad();
+  StepResult r;
+  r.loss_scale = manager_ ? manager_->get_loss_scale() : 1.0;
+  r.micro_batches = 0;
+  return finish(r);
+}
+
+StepResult TrainStep::finish(StepResult r) {
   std::vector<Tensor> params = optimizer_->parameters();
+  if (reducer_) reducer_->reduce(params);
   std::vector<Tensor> grads;
   grads.reserve(params.size());
   for (const Tensor& p : params) grads.push_back(p.grad());
   // One pass: undo the loss scale and average the micro-batches.
-  int64_t bad = unscale_and_check(grads, static_cast<float>(1.0 / (r.loss_scale * static_cast<double>(r.micro_batches))));
+  const double micro = static_cast<double>(std::max<int64_t>(r.micro_batches, 1));
+  int64_t bad = unscale_and_check(grads, static_cast<float>(1.0 / (r.loss_scale * micro)));
   r.overflow = bad >= 0;
   if (r.overflow) r.first_nonfinite = param_names_[static_cast<size_t>(bad)];
+  if (reducer_) {
+    reducer_->agree(r.loss, r.overflow);
+    if (r.overflow && bad < 0) r.first_nonfinite = "(a gradient of another process)";
+  }
   if (!r.overflow && clip_grad_norm_ > 0) {  // on the true (unscaled) gradients
     r.grad_norm = amp::clip_grad_norm(grads, clip_grad_norm_);
     r.clipped = r.grad_norm > clip_grad_norm_;

@@ -53,6 +53,23 @@ struct TrainOptions {
   double clip_grad_norm = 0;                           // > 0: max global L2 norm, applied after unscaling
 };
 
+// Combines the gradients of processes that train one model on different batches (data parallelism;
+// demi/dist implements it on MPI). TrainStep calls it in this order every update:
+//   gradient_ready(p)   during the last micro-batch's backward, for each parameter whose gradient is
+//                       final, in the order backward completes them (so the reducer may start combining
+//                       them while backward goes on); not called for updates made of accumulate() calls
+//   reduce(params)      after backward: every parameter's .grad replaced by the combined gradient (one
+//                       defined, zeros where this process has none), identical on every process
+//   agree(loss, bad)    the update's loss averaged over the processes and the overflow decision ORed, so
+//                       every process skips the same steps and keeps the same loss scale
+class GradReducer {
+ public:
+  virtual ~GradReducer() = default;
+  virtual void gradient_ready(const Tensor& param) = 0;
+  virtual void reduce(const std::vector<Tensor>& params) = 0;
+  virtual void agree(float& loss, bool& overflow) = 0;
+};
+
 // Wraps a network and a loss: construct(data) -> logits; loss(logits, label) -> FP32 loss.
 class TrainStep {
  public:
@@ -66,6 +83,12 @@ class TrainStep {
   float accumulate(const Tensor& data, const Tensor& label);
   // Applies the accumulated micro-batches as one update (see the top of this file).
   StepResult step();
+  // With a GradReducer: the update of a process that has no batch this step while others have (the last
+  // batches of an epoch split over processes). It contributes no gradient and applies the combined one.
+  StepResult step_without_batch();
+  // Gradients combined across processes by `reducer` before every update (null: this process alone).
+  void set_grad_reducer(std::shared_ptr<GradReducer> reducer) { reducer_ = std::move(reducer); }
+  GradReducer* grad_reducer() const { return reducer_.get(); }
   int64_t accumulated_micro_batches() const { return micro_batches_; }
 
   // Clipping by global norm after unscaling (0: off).
@@ -75,6 +98,8 @@ class TrainStep {
   nn::Cell& network() { return *net_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
   LossScaleManager* loss_scale_manager() { return manager_.get(); }
+  // The optimizer's parameters' paths in the network (for messages), in the optimizer's order.
+  const std::vector<std::string>& parameter_names() const { return param_names_; }
   // The last step's logits (FP32), for metrics without a second forward pass.
   const Tensor& last_logits() const { return last_logits_; }
 
@@ -83,12 +108,17 @@ class TrainStep {
   std::shared_ptr<nn::LossCell> loss_fn_;
   std::shared_ptr<optim::Optimizer> optimizer_;
   std::shared_ptr<LossScaleManager> manager_;
+  std::shared_ptr<GradReducer> reducer_;
   std::vector<std::string> param_names_;
   Tensor last_logits_;
   double clip_grad_norm_ = 0;
   int64_t micro_batches_ = 0;  // accumulated since the last step()
   double micro_loss_sum_ = 0;
   double micro_scale_ = 1;     // the loss scale every micro-batch of this update uses
+  bool reduce_in_backward_ = false;  // operator(): the reducer hears of gradients as backward makes them
+
+  float accumulate_micro_batch(const Tensor& data, const Tensor& label);
+  StepResult finish(StepResult r);
 };
 
 // Scales `grads` (FP32; undefined ones skipped) in place so that their global L2 norm is at most max_norm

@@ -12,6 +12,7 @@ namespace demi::autograd {
 namespace {
 
 thread_local bool t_grad_enabled = true;
+thread_local LeafReadyHook t_leaf_ready;
 std::atomic<uint64_t> g_sequence{0};
 
 // a + b in the wider of their dtypes (gradients reaching one tensor along several paths), through the
@@ -101,6 +102,9 @@ const bool g_installed = (install(), true);
 bool grad_enabled() { return t_grad_enabled; }
 NoGradGuard::NoGradGuard() : saved_(t_grad_enabled) { t_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { t_grad_enabled = saved_; }
+
+LeafReadyScope::LeafReadyScope(LeafReadyHook hook) : saved_(std::move(t_leaf_ready)) { t_leaf_ready = std::move(hook); }
+LeafReadyScope::~LeafReadyScope() { t_leaf_ready = std::move(saved_); }
 
 ops::TensorList OpNode::apply(const ops::TensorList& grad_outputs) {
   DEMI_ASSERT(fn_ != nullptr, "backward through the graph a second time (op ", ops::op_name(op_),
@@ -209,6 +213,9 @@ void backward(const Tensor& root, const Tensor& grad) {
     ops::TensorList grads_out = any ? node->apply(grads_in) : ops::TensorList();
     grads_in.clear();
     node->release();
+    if (node->is_accumulator() && t_leaf_ready) {
+      if (auto leaf = static_cast<AccumulateGrad&>(*node).leaf()) t_leaf_ready(Tensor(std::move(leaf)));
+    }
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& e = node->next_edges[i];
       if (!e.node) continue;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -61,6 +62,7 @@ class AccumulateGrad : public Node {
   explicit AccumulateGrad(std::weak_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) { num_outputs = 1; }
   ops::TensorList apply(const ops::TensorList& grad_outputs) override;
   bool is_accumulator() const override { return true; }
+  std::shared_ptr<TensorImpl> leaf() const { return leaf_.lock(); }
 
  private:
   std::weak_ptr<TensorImpl> leaf_;
@@ -70,6 +72,21 @@ class AccumulateGrad : public Node {
 // Gradients accumulate into leaves' .grad; the graph is freed as it runs (call forward again to
 // backward again).
 void backward(const Tensor& root, const Tensor& grad = Tensor());
+
+// Called during backward() on this thread once per leaf the graph reaches, as soon as the leaf's .grad
+// is complete for this backward (data parallelism starts reducing a bucket of gradients while backward
+// goes on). Installed for a scope; scopes nest, the innermost hook is the one called.
+using LeafReadyHook = std::function<void(const Tensor& leaf)>;
+class LeafReadyScope {
+ public:
+  explicit LeafReadyScope(LeafReadyHook hook);
+  ~LeafReadyScope();
+  LeafReadyScope(const LeafReadyScope&) = delete;
+  LeafReadyScope& operator=(const LeafReadyScope&) = delete;
+
+ private:
+  LeafReadyHook saved_;
+};
 
 // Grad mode: when off, no op is recorded (inference, optimizer updates).
 bool grad_enabled();

@@ -68,6 +68,19 @@ struct IteratorOptions {
 
 class Iterator;
 
+// One process's share of a data set split across processes (data-parallel training; MindSpore's
+// DistributedSampler): the rows shard_id, shard_id + num_shards, shard_id + 2 num_shards, ... of every
+// epoch. The other processes take the others, so each row is seen exactly once per epoch across them,
+// in the order one process would see them; a shuffle before the shard draws the same permutation on
+// every process (same seed, same epoch). A resumed run first passes over `start_offset` rows of epoch
+// `start_epoch` (counted in the unsharded rows, so the world size may change between runs).
+struct DistributedSampler {
+  int64_t num_shards = 1;
+  int64_t shard_id = 0;
+  int64_t start_epoch = 0;
+  int64_t start_offset = 0;
+};
+
 class Dataset : public std::enable_shared_from_this<Dataset> {
  public:
   virtual ~Dataset() = default;
@@ -119,6 +132,10 @@ class Dataset : public std::enable_shared_from_this<Dataset> {
   std::shared_ptr<Dataset> skip(int64_t count) const;
   // Keeps (and reorders) the named columns.
   std::shared_ptr<Dataset> project(std::vector<std::string> columns) const;
+  // This process's share (see DistributedSampler). Sharding a batch(b) of a random-access dataset shards
+  // its rows in groups of b instead, so no process reads, transforms or stacks another's rows; the
+  // batches are the same. Its size is the rows of an epoch that starts at row 0.
+  std::shared_ptr<Dataset> shard(const DistributedSampler& sampler) const;
 
  protected:
   // Column names must be non-empty and distinct.

@@ -197,6 +197,66 @@ TEST(Batch, StacksRowsAndKeepsOrDropsTheRemainder) {
   EXPECT_EQ(collect(numbered(2)->batch(3, true)).size(), 0u);
 }
 
+std::vector<int64_t> batch_values(const Row& batch) {
+  std::vector<int64_t> v;
+  for (float x : flat_values({batch}, 0)) v.push_back(static_cast<int64_t>(x));
+  return v;
+}
+
+// The rows of every shard, in order, batch by batch (each batch's x values).
+std::vector<std::vector<std::vector<int64_t>>> shard_batches(const std::shared_ptr<Dataset>& ds, int64_t shards,
+                                                             int64_t start_epoch = 0, int64_t start_offset = 0,
+                                                             int64_t epoch = 0) {
+  std::vector<std::vector<std::vector<int64_t>>> out;
+  for (int64_t r = 0; r < shards; ++r) {
+    auto sh = ds->shard({.num_shards = shards, .shard_id = r, .start_epoch = start_epoch, .start_offset = start_offset});
+    auto& batches = out.emplace_back();
+    for (const Row& row : collect(sh, epoch)) batches.push_back(batch_values(row));
+    if (epoch != start_epoch || start_offset == 0) {
+      EXPECT_EQ(static_cast<int64_t>(batches.size()), sh->get_dataset_size()) << sh->describe();
+    }
+  }
+  return out;
+}
+
+TEST(Shard, EachBatchGoesToExactlyOneShardInRoundRobinOrder) {
+  for (bool drop : {false, true}) {
+    // Batched random-access rows (sharded in row groups) and a generator's (sharded batch by batch).
+    for (auto ds : {numbered(23)->shuffle(100, 7)->batch(3, drop), numbered_generator(23)->batch(3, drop)}) {
+      std::vector<std::vector<int64_t>> all;
+      for (const Row& row : collect(ds)) all.push_back(batch_values(row));
+      for (int64_t shards : {1, 2, 3, 5, 9}) {
+        auto got = shard_batches(ds, shards);
+        for (size_t k = 0; k < all.size(); ++k)
+          EXPECT_EQ(got[k % static_cast<size_t>(shards)][k / static_cast<size_t>(shards)], all[k])
+              << ds->describe() << " shards " << shards << " batch " << k;
+        size_t total = 0;
+        for (auto& b : got) total += b.size();
+        EXPECT_EQ(total, all.size());
+      }
+    }
+  }
+}
+
+TEST(Shard, ARunResumedWithAnotherShardCountContinuesTheSameStream) {
+  auto ds = numbered(40)->shuffle(100, 3)->batch(4);  // 10 batches per epoch
+  std::vector<std::vector<int64_t>> all;
+  for (const Row& row : collect(ds, 1)) all.push_back(batch_values(row));
+  // Two shards ran 2 steps of epoch 1 (batches 0..3); three shards take over at batch 4.
+  auto got = shard_batches(ds, 3, /*start_epoch=*/1, /*start_offset=*/4, /*epoch=*/1);
+  for (size_t k = 4; k < all.size(); ++k) EXPECT_EQ(got[(k - 4) % 3][(k - 4) / 3], all[k]) << "batch " << k;
+  // Later epochs start at their first batch.
+  auto later = shard_batches(ds, 3, 1, 4, /*epoch=*/2);
+  EXPECT_EQ(later[0].size() + later[1].size() + later[2].size(), 10u);
+}
+
+TEST(Shard, BadShardsAreErrors) {
+  auto ds = numbered(4);
+  expect_error([&] { ds->shard({.num_shards = 2, .shard_id = 2}); }, {"0 <= shard_id < num_shards"});
+  expect_error([&] { ds->shard({.num_shards = 0}); }, {"shard 0 of 0"});
+  expect_error([&] { ds->shard({.num_shards = 2, .start_offset = -1}); }, {"must not be negative"});
+}
+
 TEST(Batch, MismatchedRowsNameTheRowAndColumn) {
   GeneratorSource src = []() -> RowGenerator {
     return [i = 0]() mutable -> std::optional<Row> {

@@ -599,6 +599,77 @@ class ProjectDataset final : public Dataset {
   std::vector<int> indices_;
 };
 
+// ---- shard ----
+
+// Rows in groups of `group` dealt round-robin to `num_shards` shards; this is shard `shard_id`. Epoch
+// `start_epoch` first passes over `start_offset` rows of the input.
+class ShardDataset final : public Dataset {
+ public:
+  ShardDataset(std::shared_ptr<const Dataset> child, const DistributedSampler& s, int64_t group)
+      : Dataset(child->column_names()), child_(std::move(child)), s_(s), group_(group) {}
+
+  std::string describe() const override {
+    return str_cat("shard(", s_.shard_id, " of ", s_.num_shards, group_ > 1 ? str_cat(", groups of ", group_) : "",
+                   ") <- ", child_->describe());
+  }
+  bool is_random_access() const override { return child_->is_random_access(); }
+  Row get_row(int64_t index, int64_t epoch) const override { return child_->get_row(child_index(index, epoch), epoch); }
+  std::unique_ptr<RowReader> open(int64_t epoch) const override {
+    struct Reader final : RowReader {
+      std::shared_ptr<const ShardDataset> ds;
+      std::unique_ptr<RowReader> in;  // null: random access
+      int64_t epoch = 0, rows = 0, next_index = 0, input_seen = 0;
+      std::optional<Row> next() override {
+        if (!in) {
+          if (next_index >= rows) return std::nullopt;
+          return ds->get_row(next_index++, epoch);
+        }
+        const int64_t offset = ds->offset(epoch);
+        for (;;) {
+          auto r = in->next();
+          if (!r) return std::nullopt;
+          const int64_t i = input_seen++;
+          if (i >= offset && ds->owns(i - offset)) return r;
+        }
+      }
+    };
+    auto r = std::make_unique<Reader>();
+    r->ds = std::static_pointer_cast<const ShardDataset>(self_of(*this));
+    r->epoch = epoch;
+    if (is_random_access()) {
+      r->rows = rows_of(child_->get_dataset_size() - offset(epoch));
+    } else {
+      r->in = child_->open(epoch);
+    }
+    return r;
+  }
+
+ protected:
+  int64_t compute_size() const override {
+    int64_t n = child_->get_dataset_size();
+    return n == kInfiniteSize ? kInfiniteSize : rows_of(n);
+  }
+
+ private:
+  int64_t offset(int64_t epoch) const { return epoch == s_.start_epoch ? s_.start_offset : 0; }
+  bool owns(int64_t i) const { return (i / group_) % s_.num_shards == s_.shard_id; }
+  // The input row of this shard's row `index`.
+  int64_t child_index(int64_t index, int64_t epoch) const {
+    return offset(epoch) + ((index / group_) * s_.num_shards + s_.shard_id) * group_ + index % group_;
+  }
+  // This shard's rows out of n input rows.
+  int64_t rows_of(int64_t n) const {
+    if (n <= 0) return 0;
+    const int64_t p = s_.num_shards, r = s_.shard_id, full = n / group_, rem = n % group_;
+    const int64_t groups = full > r ? (full - r + p - 1) / p : 0;
+    return groups * group_ + (rem > 0 && full % p == r ? rem : 0);
+  }
+
+  std::shared_ptr<const Dataset> child_;
+  DistributedSampler s_;
+  int64_t group_;
+};
+
 }  // namespace
 
 // ---- The Dataset methods that build them ----
@@ -622,6 +693,23 @@ std::shared_ptr<Dataset> Dataset::map(std::vector<Transform> operations, std::ve
 std::shared_ptr<Dataset> Dataset::shuffle(int64_t buffer_size, std::optional<uint64_t> seed) const {
   DEMI_CHECK(buffer_size >= 1, describe(), ": shuffle's buffer_size must be >= 1, got ", buffer_size);
   return std::make_shared<ShuffleDataset>(self_of(*this), buffer_size, seed.value_or(default_data_seed()));
+}
+
+std::shared_ptr<Dataset> Dataset::shard(const DistributedSampler& s) const {
+  DEMI_CHECK(s.num_shards >= 1 && s.shard_id >= 0 && s.shard_id < s.num_shards, describe(),
+             ": shard needs 0 <= shard_id < num_shards, got shard ", s.shard_id, " of ", s.num_shards);
+  DEMI_CHECK(s.start_offset >= 0 && s.start_epoch >= 0, describe(), ": shard's start (epoch ", s.start_epoch,
+             ", row ", s.start_offset, ") must not be negative");
+  if (const auto* b = dynamic_cast<const BatchDataset*>(this); b != nullptr && b->child()->is_random_access()) {
+    DistributedSampler rows = s;
+    auto offset = internal::checked_mul(static_cast<uint64_t>(s.start_offset), static_cast<uint64_t>(b->batch_size()));
+    DEMI_CHECK(offset && *offset <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), describe(),
+               ": shard's start row ", s.start_offset, " overflows in rows");
+    rows.start_offset = static_cast<int64_t>(*offset);
+    return std::make_shared<BatchDataset>(std::make_shared<ShardDataset>(b->child(), rows, b->batch_size()),
+                                          b->batch_size(), b->drop_remainder());
+  }
+  return std::make_shared<ShardDataset>(self_of(*this), s, 1);
 }
 
 std::shared_ptr<Dataset> Dataset::batch(int64_t batch_size, bool drop_remainder) const {

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "demi/core/error.h"
+#include "demi/dist/dist.h"
 #include "demi/io/atomic_file.h"
 #include "demi/nn/layers.h"
 #include "demi/train/model.h"
@@ -469,10 +470,12 @@ void ModelCheckpoint::save(RunContext& ctx, bool at_epoch_end) {
 }
 
 void ModelCheckpoint::on_step_end(RunContext& ctx) {
+  if (dist::get_rank() != 0) return;  // in a data-parallel job rank 0 writes (every process holds the same state)
   if (config_.save_checkpoint_steps > 0 && ctx.cur_step_num % config_.save_checkpoint_steps == 0) save(ctx, false);
 }
 
 void ModelCheckpoint::on_epoch_end(RunContext& ctx) {
+  if (dist::get_rank() != 0) return;
   // Re-saved even when a step checkpoint was just written at this step: at the epoch end the progress
   // says "epoch complete" for sure (steps_per_epoch may be unknown) and the metrics exist.
   if (config_.save_checkpoint_epochs > 0 && ctx.epoch % config_.save_checkpoint_epochs == 0) save(ctx, true);

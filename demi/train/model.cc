@@ -62,6 +62,11 @@ Model::Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> lo
   t.keep_batchnorm_fp32 = options.keep_batchnorm_fp32;
   t.no_loss_scale = options.no_loss_scale;
   train_step_ = amp::build_train_network(network_, optimizer_, loss_fn_, options.amp_level, t);
+  if (dist::data_parallel()) {
+    data_parallel_ = std::make_shared<dist::DataParallel>(optimizer_->parameters(), train_step_->parameter_names(),
+                                                          dist::get_auto_parallel_context());
+    train_step_->set_grad_reducer(data_parallel_);
+  }
 }
 
 void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_dataset,
@@ -74,7 +79,7 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   RunContext ctx;
   ctx.model = this;
   ctx.epochs = static_cast<int>(epochs_done_) + epoch;
-  ctx.steps_per_epoch = train_dataset->get_dataset_size();
+  ctx.steps_per_epoch = train_dataset->get_dataset_size();  // batches of the unsharded pipeline
   DEMI_CHECK(ctx.steps_per_epoch != 0, "Model.train: the training set yields no batch per epoch (",
              train_dataset->describe(), "), so nothing would be trained: the data set is empty, or smaller than ",
              "one batch with drop_remainder");
@@ -89,7 +94,16 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   io.position = resume_position_;
   io.num_epochs = epoch;
   ctx.cur_step_num = steps_done_;
-  auto it = train_dataset->create_iterator(io);
+  std::shared_ptr<const data::Dataset> ds = train_dataset;
+  dist::DataParallel* dp = data_parallel_.get();
+  if (dp != nullptr) {
+    // This process's batches; the resumed position is in the unsharded pipeline's batches.
+    ds = train_dataset->shard({.num_shards = dist::get_group_size(), .shard_id = dist::get_rank(),
+                               .start_epoch = epochs_done_, .start_offset = resume_position_});
+    io.position = 0;
+    if (dist::get_auto_parallel_context().parameter_broadcast) dist::broadcast_state(*network_);
+  }
+  auto it = ds->create_iterator(io);
   for (auto& cb : callbacks) cb->on_train_begin(ctx);
   std::vector<double> step_times;
   double wait_total = 0, busy_total = 0;
@@ -117,18 +131,29 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
       auto wait_start = Clock::now();
       std::optional<data::Row> row = it->next();
       double wait = seconds_since(wait_start);
-      if (!row) break;
-      check_row(*row, "train");
-      ++ctx.step_in_epoch;
+      if (row) check_row(*row, "train");
+      const int64_t local_batch = row ? ((*row)[0].rank() > 0 ? (*row)[0].dim(0) : 1) : 0;
+      if (dp != nullptr) {
+        // Every process takes part in every step until none has a batch left; one without a batch
+        // contributes nothing and applies the update the others computed.
+        const dist::StepShare share = dp->begin_step(local_batch);
+        if (share.samples == 0) break;
+        ctx.batch_size = share.samples;
+        ctx.step_in_epoch += share.batches;  // batches of the unsharded pipeline done in this epoch
+      } else {
+        if (!row) break;
+        ctx.batch_size = local_batch;
+        ++ctx.step_in_epoch;
+      }
       ++ctx.cur_step_num;
-      if (options_.check_input_finite) check_finite(*row, train_dataset->column_names(), ctx.epoch, ctx.step_in_epoch);
-      ctx.batch_size = (*row)[0].rank() > 0 ? (*row)[0].dim(0) : 1;
+      if (row && options_.check_input_finite)
+        check_finite(*row, train_dataset->column_names(), ctx.epoch, ctx.step_in_epoch);
       ctx.data_wait_seconds = wait;
       for (auto& cb : callbacks) cb->on_step_begin(ctx);
       const bool steady = epoch > 1 ? e > 0 : ctx.cur_step_num - steps_done_ > 3;
       const int64_t allocs0 = steady ? mem_stats().system_allocs : 0, faults0 = steady ? minor_faults() : 0;
       auto step_start = Clock::now();
-      amp::StepResult r = (*train_step_)((*row)[0], (*row)[1]);
+      amp::StepResult r = row ? (*train_step_)((*row)[0], (*row)[1]) : train_step_->step_without_batch();
       double step_s = seconds_since(step_start);
       if (steady) {
         ++summary_.steady_steps;

@@ -7,6 +7,16 @@
 //               /*dataset_sink_mode=*/true);
 //   auto metrics = model.eval(test_ds);   // {"Accuracy": 0.89}
 //
+// Data parallelism (demi/dist): when dist::init() was called in a world of several processes and the
+// auto-parallel context says kDataParallel, the Model trains data-parallel by itself. train() copies the
+// parameters and buffers from rank 0 (parameter_broadcast), shards the training set — pass the whole
+// pipeline with the per-process batch size: each process takes every N-th batch, so every sample is
+// seen once per epoch across the processes, and N processes with batch b make the updates one process
+// with batch N·b would — and combines the gradients before every update (dist::DataParallel). Losses,
+// skipped steps and the loss scale are the job's, agreed by every process; samples/s counts the job's
+// samples; eval() runs on each process over the whole data set. A resumed run may use another number of
+// processes: the data position is kept in batches of the unsharded pipeline.
+//
 // dataset_sink_mode=true means the input pipeline runs on a background thread into a bounded queue
 // (demi/data's Prefetcher), so steps never wait on data in steady state; graph mode (demi/graph) will give
 // it its full MindSpore meaning. The first dataset column is the input, the second the label.
@@ -21,6 +31,7 @@
 #include "demi/amp/train_step.h"
 #include "demi/core/memory.h"
 #include "demi/data/dataset.h"
+#include "demi/dist/data_parallel.h"
 #include "demi/train/callback.h"
 #include "demi/train/metrics.h"
 
@@ -84,6 +95,8 @@ class Model {
   optim::Optimizer& optimizer() { return *optimizer_; }
   amp::LossScaleManager* loss_scale_manager() { return train_step_->loss_scale_manager(); }
   amp::TrainStep& train_step() { return *train_step_; }
+  // The gradient reducer when training data-parallel (null otherwise).
+  dist::DataParallel* data_parallel() { return data_parallel_.get(); }
   amp::Level amp_level() const { return options_.amp_level; }
   DType low_dtype() const { return options_.low_dtype; }
   const TrainSummary& last_summary() const { return summary_; }
@@ -108,6 +121,7 @@ class Model {
   std::map<std::string, MetricPtr> metrics_;
   ModelOptions options_;
   std::shared_ptr<amp::TrainStep> train_step_;
+  std::shared_ptr<dist::DataParallel> data_parallel_;
   TrainSummary summary_;
   int64_t epochs_done_ = 0;
   int64_t resume_position_ = 0;

@@ -28,6 +28,7 @@
 #include "demi/core/rng.h"
 #include "demi/core/tensor.h"
 #include "demi/ops/ops.h"
+#include "demi/dist/dist.h"
 #include "tools/demi/args.h"
 
 #ifndef DEMI_VERSION
@@ -272,14 +273,24 @@ int main(int argc, char** argv) {
   // get the same with MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // In a data-parallel job an error on one process must end the others, which would otherwise wait for
+  // it in the next collective: dist::abort prints the message and ends the whole job.
+  const auto fail = [](const std::string& message, int status) {
+    if (demi::dist::is_initialized() && demi::dist::get_group_size() > 1)
+      demi::dist::abort("demi: rank " + std::to_string(demi::dist::get_rank()) + ": " + message, status);
+    std::fprintf(stderr, "%s\n", message.c_str());
+    return status;
+  };
+  int status = 0;
   try {
-    return demi::cli::run(argc, argv);
+    status = demi::cli::run(argc, argv);
   } catch (const demi::cli::UsageError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
+    return fail(e.what(), 2);
   } catch (const std::exception& e) {
     // demi::Error (a mistake the library caught) or anything unexpected: one line, exit 1.
-    std::fprintf(stderr, "demi: error: %s\n", e.what());
-    return 1;
+    return fail(std::string("demi: error: ") + e.what(), 1);
   }
+  std::fflush(stdout);
+  demi::dist::release();
+  return status;
 }

@@ -21,6 +21,7 @@
 #include "demi/data/data.h"
 #include "demi/nn/models.h"
 #include "demi/ops/dispatch.h"
+#include "demi/dist/dist.h"
 #include "demi/train/checkpoint.h"
 #include "demi/train/model.h"
 
@@ -227,7 +228,35 @@ void check_resume_settings(const io::TrainingMeta& meta, const io::Metadata& now
   }
 }
 
+// Under mpirun / srun: every process joins the job, trains data-parallel, and only rank 0 prints
+// (warnings and errors still reach standard error from every process).
+void start_data_parallel(const ParsedArgs& args) {
+  if (!dist::launched_as_group()) return;
+  dist::init();
+  dist::AutoParallelContext dp;
+  dp.parallel_mode = dist::ParallelMode::kDataParallel;
+  const std::string wire = args.get("comm-dtype");
+  if (wire == "fp32") {
+    dp.comm_dtype = DType::kF32;
+  } else if (wire == "bf16") {
+    dp.comm_dtype = DType::kBF16;
+  } else {
+    throw UsageError("--comm-dtype must be fp32 or bf16, got '" + wire + "'");
+  }
+  dp.bucket_cap_mb = args.get_real("bucket-mb");
+  dist::set_auto_parallel_context(dp);
+  if (dist::get_rank() != 0) {
+    std::fflush(stdout);
+    DEMI_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "could not silence rank ", dist::get_rank(),
+               "'s standard output");
+  } else {
+    std::fprintf(stderr, "demi: data-parallel training on %d processes (%s gradients, buckets of %g MiB)\n",
+                 dist::get_group_size(), wire.c_str(), dp.bucket_cap_mb);
+  }
+}
+
 int run_train(const ParsedArgs& args) {
+  start_data_parallel(args);
   apply_thread_option(args);
   bool json = args.flag("json");
   Job job = make_job(args);
@@ -542,6 +571,11 @@ void apply_thread_option(const ParsedArgs& args) {
   ContextOptions ctx = get_context();
   int64_t threads = args.get_int("threads");
   const int64_t hardware = hardware_threads();
+  // Processes of one job on this machine share its cores: each takes its part unless told.
+  if (threads == 0 && dist::is_initialized()) {
+    const int64_t local = dist::get_local_group_size();
+    if (local > 1) threads = std::max<int64_t>(1, hardware / local);
+  }
   if (threads > hardware) {
     std::fprintf(stderr,
                  "demi: --threads %lld is more than the %lld hardware threads of this machine; using %lld "
@@ -575,6 +609,9 @@ void add_training_commands(std::vector<Command>& cmds) {
   train_opts.push_back(int_option("ckpt-every", "N", "save every N steps (0: at the end of each epoch)", "0", 0, 1e12));
   train_opts.push_back(int_option("keep-ckpt", "K", "keep the last K checkpoints (0: all)", "3", 0, 1e6));
   train_opts.push_back({"resume", "", "continue from the latest checkpoint in --ckpt-dir", ""});
+  train_opts.push_back({"comm-dtype", "T", "under mpirun: gradients travel as fp32 or bf16 (summed in FP32, "
+                                            "rounded once)", "fp32"});
+  train_opts.push_back(real_option("bucket-mb", "MB", "under mpirun: gradient bucket size in MiB", "25", 0.001, 1e6));
   train_opts.push_back({"numerics", "", "before training, report FP16 overflow per layer and gradient underflow "
                                         "per parameter at the loss scale", ""});
   cmds.push_back({.name = "train",
