@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `mpirun demi train` end to end: dist_cli_test.sh DEMI WORKDIR MPIRUN
-#   1. a run checkpointed on 2 processes resumes on 3 from the data position it stopped at
+#   1. a run checkpointed on 2 processes resumes on 2 bit-identically (the final checkpoints are the same
+#      bytes), and on 3 from the data position it stopped at
 #   2. a process killed with SIGKILL ends the job within 30 s, the rank named; the run then resumes
 #   3. a stopped (stalled) process ends the job through the others' watchdog (DEMI_DIST_TIMEOUT)
 set -euo pipefail
@@ -23,6 +24,13 @@ train=("$demi" train --model C --data synthetic --train-samples 2048 --batch-siz
        --ckpt-dir "$work/resize" --ckpt-every 3 --keep-ckpt 0)
 timeout 120 "${mpirun[@]}" -np 2 "${train[@]}" > "$work/resize-2.log" 2>&1 || fail "the 2-process run failed" "$work/resize-2.log"
 [[ -f "$work/resize/modelC-1_6.safetensors" ]] || fail "no checkpoint at batch 6: $(ls "$work/resize")" "$work/resize-2.log"
+mkdir "$work/same"
+cp "$work/resize/modelC-1_6.safetensors" "$work/same/"
+timeout 120 "${mpirun[@]}" -np 2 "${train[@]}" --ckpt-dir "$work/same" --resume > "$work/same-2.log" 2>&1 ||
+  fail "the 2-process resume failed" "$work/same-2.log"
+cmp "$work/resize/modelC-1_32.safetensors" "$work/same/modelC-1_32.safetensors" ||
+  fail "resumed on 2 processes, the final checkpoint differs from the uninterrupted run's" "$work/same-2.log"
+echo "resume on the same world size, bit-identical: OK"
 find "$work/resize" -name 'modelC-*' ! -name 'modelC-1_6.safetensors' -delete
 timeout 120 "${mpirun[@]}" -np 3 "${train[@]}" --resume > "$work/resize-3.log" 2>&1 || fail "the 3-process resume failed" "$work/resize-3.log"
 grep -q "resumed from .*modelC-1_6.safetensors: epoch 1, step 3" "$work/resize-3.log" || fail "not resumed at step 3" "$work/resize-3.log"

@@ -358,6 +358,12 @@ int run_train(const ParsedArgs& args) {
         {"page_faults_per_step", num(s.page_faults_per_step)},
     };
     f.emplace("peak_train", num(static_cast<double>(s.peak.train_peak)));
+    f.emplace("processes", num(static_cast<double>(dist::get_group_size())));
+    if (const dist::DataParallel* dp = model.data_parallel(); dp != nullptr && dp->stats().steps > 0) {
+      const double steps = static_cast<double>(dp->stats().steps);
+      f.emplace("allreduce_ms_per_step", num(1e3 * dp->stats().reduce_seconds / steps));
+      f.emplace("allreduce_exposed_ms_per_step", num(1e3 * dp->stats().exposed_seconds / steps));
+    }
     for (int c = 0; c < kNumMemCategories; ++c) {
       std::string name = mem_category_name(static_cast<MemCategory>(c));
       std::replace(name.begin(), name.end(), ' ', '_');  // "optimizer state" -> optimizer_state
@@ -379,6 +385,15 @@ int run_train(const ParsedArgs& args) {
                 mib(s.peak.total_peak).c_str(), mib(pk(MemCategory::kActivation)).c_str(),
                 mib(pk(MemCategory::kCastCache)).c_str(), mib(pk(MemCategory::kWorkspace)).c_str(),
                 mib(s.peak_rss_bytes).c_str());
+  }
+  if (const dist::DataParallel* dp = model.data_parallel(); dp != nullptr && !json && dp->stats().steps > 0) {
+    const dist::DataParallelStats& d = dp->stats();
+    const double steps = static_cast<double>(d.steps);
+    std::printf("data parallel, %d processes: per step %.2f ms of gradient all-reduce (%lld bucket(s), %.2f MiB), "
+                "%.2f ms of it after backward (%.0f%% hidden behind backward)\n",
+                dist::get_group_size(), 1e3 * d.reduce_seconds / steps, static_cast<long long>(dp->num_buckets()),
+                static_cast<double>(d.bytes_sent) / steps / (1 << 20), 1e3 * d.exposed_seconds / steps,
+                d.reduce_seconds > 0 ? 100 * std::max(0.0, 1 - d.exposed_seconds / d.reduce_seconds) : 0.0);
   }
   if (args.flag("profile")) std::printf("\n%s", ops::profile_report().c_str());
   return 0;
