@@ -31,6 +31,9 @@ std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
   AutogradMeta& meta = leaf.autograd_meta();
   if (auto node = meta.grad_accumulator.lock()) return node;
   auto node = std::make_shared<AccumulateGrad>(leaf.impl_ptr());
+  // Runs as soon as its last gradient has arrived (the ready queue takes the highest number first): the
+  // leaf's .grad is final then, and data parallelism can start reducing it while backward goes on.
+  node->sequence_nr = UINT64_MAX;
   meta.grad_accumulator = node;
   return node;
 }

@@ -67,8 +67,15 @@ DataParallel::~DataParallel() {
 void DataParallel::layout(const std::vector<int>& order) {
   buckets_.clear();
   bucket_of_.assign(params_.size(), -1);
+  constexpr double kMiB = 1024.0 * 1024.0;
+  double cap = context_.bucket_cap_mb * kMiB;
+  if (cap <= 0) {
+    double total = 0;
+    for (const Tensor& p : params_) total += 4.0 * static_cast<double>(p.numel());
+    cap = std::clamp(total / 4, 1 * kMiB, 25 * kMiB);
+  }
   const auto cap_bytes = [&](size_t bucket) {
-    return static_cast<int64_t>((bucket == 0 ? context_.first_bucket_mb : context_.bucket_cap_mb) * 1024 * 1024);
+    return static_cast<int64_t>(bucket == 0 ? context_.first_bucket_mb * kMiB : cap);
   };
   for (int i : order) {
     const int64_t n = params_[static_cast<size_t>(i)].numel();

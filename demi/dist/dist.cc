@@ -257,8 +257,9 @@ bool launched_as_group() {
 }
 
 void set_auto_parallel_context(const AutoParallelContext& context) {
-  DEMI_CHECK(context.bucket_cap_mb > 0 && context.first_bucket_mb > 0, "set_auto_parallel_context: bucket sizes must ",
-             "be positive, got bucket_cap_mb ", context.bucket_cap_mb, " and first_bucket_mb ", context.first_bucket_mb);
+  DEMI_CHECK(context.bucket_cap_mb >= 0 && context.first_bucket_mb > 0, "set_auto_parallel_context: bucket sizes must ",
+             "be positive (bucket_cap_mb 0: automatic), got bucket_cap_mb ", context.bucket_cap_mb,
+             " and first_bucket_mb ", context.first_bucket_mb);
   DEMI_CHECK(context.comm_dtype == DType::kF32 || context.comm_dtype == DType::kBF16,
              "set_auto_parallel_context: comm_dtype must be float32 or bfloat16, got ", dtype_name(context.comm_dtype));
   DEMI_CHECK(context.timeout_seconds > 0, "set_auto_parallel_context: timeout_seconds must be positive, got ",

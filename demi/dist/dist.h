@@ -56,8 +56,10 @@ struct AutoParallelContext {
   // Parameters and buffers copied from rank 0 when training starts, so every process starts equal.
   bool parameter_broadcast = true;
   // Gradients travel in flat buckets of at most bucket_cap_mb MiB (in reverse registration order, the
-  // order backward makes them), the first one of first_bucket_mb so the reduction starts early.
-  double bucket_cap_mb = 25;
+  // order backward makes them), the first one of first_bucket_mb so the reduction starts early. 0: a
+  // quarter of the model's gradient bytes, within [1, 25] MiB (25 MiB is PyTorch DDP's cap; a model of a
+  // few MiB then still gets several buckets, so most of its all-reduce runs while backward goes on).
+  double bucket_cap_mb = 0;
   double first_bucket_mb = 1;
   // What gradients travel as: kF32 (exact sums), or kBF16 (half the bytes; each process's share summed
   // in FP32 and rounded to bfloat16 once, never once per hop).

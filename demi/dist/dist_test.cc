@@ -36,7 +36,8 @@ TEST(Dist, WithoutInitIsAWorldOfOne) {
 }
 
 TEST(Dist, ContextRejectsWhatItCannotDo) {
-  expect_error([] { set_auto_parallel_context({.bucket_cap_mb = 0}); }, {"bucket sizes must be positive"});
+  expect_error([] { set_auto_parallel_context({.bucket_cap_mb = -1}); }, {"bucket sizes must be positive"});
+  expect_error([] { set_auto_parallel_context({.first_bucket_mb = 0}); }, {"bucket sizes must be positive"});
   expect_error([] { set_auto_parallel_context({.comm_dtype = DType::kF16}); }, {"comm_dtype must be float32 or bfloat16",
                                                                                 "float16"});
   expect_error([] { set_auto_parallel_context({.timeout_seconds = -1}); }, {"timeout_seconds must be positive"});
@@ -72,6 +73,25 @@ TEST(DataParallel, BucketsFollowReverseRegistrationWithASmallFirstOne) {
   ctx.bucket_cap_mb = 363000.0 / (1 << 20);  // b1 w1 b0 (362400); w0 no longer
   DataParallel dp(n.opt->parameters(), n.names, ctx);
   EXPECT_EQ(dp.bucket_layout(), (std::vector<std::vector<int>>{{5, 4}, {3, 2, 1}, {0}}));
+}
+
+TEST(DataParallel, TheAutomaticBucketCapIsAQuarterOfTheGradientsWithin1And25MiB) {
+  Net n = make_net();  // 92703 parameters, 0.35 MiB: below 1 MiB
+  AutoParallelContext ctx;
+  ctx.first_bucket_mb = 4000.0 / (1 << 20);
+  DataParallel small(n.opt->parameters(), n.names, ctx);
+  EXPECT_EQ(small.bucket_layout(), (std::vector<std::vector<int>>{{5, 4}, {3, 2, 1, 0}}));  // 1 MiB after the first
+  set_seed(6);
+  nn::Dense big(1024, 2048);  // 8 MiB of weight
+  std::vector<Tensor> params = {big.weight, big.bias};
+  for (int k = 0; k < 7; ++k) {
+    Tensor t = zeros({512, 1024});  // 2 MiB each
+    params.push_back(t.set_requires_grad(true));
+  }
+  DataParallel auto_cap(params, std::vector<std::string>(params.size(), "p"), ctx);
+  // 8 MiB + 8 KiB + 7·2 MiB: a 5.5 MiB cap. The first bucket takes the last parameter alone (a bucket
+  // always takes one), the bias joins two 2 MiB ones, the weight fills one of its own.
+  EXPECT_EQ(auto_cap.bucket_layout(), (std::vector<std::vector<int>>{{8}, {7, 6}, {5, 4}, {3, 2, 1}, {0}}));
 }
 
 TEST(DataParallel, AWorldOfOneTrainsExactlyAsWithoutAReducer) {

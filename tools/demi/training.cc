@@ -231,8 +231,6 @@ void check_resume_settings(const io::TrainingMeta& meta, const io::Metadata& now
 // Under mpirun / srun: every process joins the job, trains data-parallel, and only rank 0 prints
 // (warnings and errors still reach standard error from every process).
 void start_data_parallel(const ParsedArgs& args) {
-  if (!dist::launched_as_group()) return;
-  dist::init();
   dist::AutoParallelContext dp;
   dp.parallel_mode = dist::ParallelMode::kDataParallel;
   const std::string wire = args.get("comm-dtype");
@@ -244,14 +242,16 @@ void start_data_parallel(const ParsedArgs& args) {
     throw UsageError("--comm-dtype must be fp32 or bf16, got '" + wire + "'");
   }
   dp.bucket_cap_mb = args.get_real("bucket-mb");
+  if (!dist::launched_as_group()) return;  // one process: nothing travels
+  dist::init();
   dist::set_auto_parallel_context(dp);
   if (dist::get_rank() != 0) {
     std::fflush(stdout);
     DEMI_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "could not silence rank ", dist::get_rank(),
                "'s standard output");
   } else {
-    std::fprintf(stderr, "demi: data-parallel training on %d processes (%s gradients, buckets of %g MiB)\n",
-                 dist::get_group_size(), wire.c_str(), dp.bucket_cap_mb);
+    std::fprintf(stderr, "demi: data-parallel training on %d processes (%s gradients)\n", dist::get_group_size(),
+                 wire.c_str());
   }
 }
 
@@ -626,7 +626,8 @@ void add_training_commands(std::vector<Command>& cmds) {
   train_opts.push_back({"resume", "", "continue from the latest checkpoint in --ckpt-dir", ""});
   train_opts.push_back({"comm-dtype", "T", "under mpirun: gradients travel as fp32 or bf16 (summed in FP32, "
                                             "rounded once)", "fp32"});
-  train_opts.push_back(real_option("bucket-mb", "MB", "under mpirun: gradient bucket size in MiB", "25", 0.001, 1e6));
+  train_opts.push_back(real_option("bucket-mb", "MB", "under mpirun: gradient bucket size in MiB (0: a quarter of "
+                                                     "the gradients, within 1..25)", "0", 0, 1e6));
   train_opts.push_back({"numerics", "", "before training, report FP16 overflow per layer and gradient underflow "
                                         "per parameter at the loss scale", ""});
   cmds.push_back({.name = "train",
