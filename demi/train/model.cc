@@ -104,6 +104,14 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
     if (dist::get_auto_parallel_context().parameter_broadcast) dist::broadcast_state(*network_);
   }
   auto it = ds->create_iterator(io);
+  // A callback's request to stop, agreed by every process (one process stopping alone would leave the
+  // others waiting in the next step's collectives).
+  const auto agreed = [dp](bool local) {
+    if (dp == nullptr) return local;
+    int64_t flag = local ? 1 : 0;
+    dist::all_reduce_max(std::span<int64_t>(&flag, 1), "the all-reduce of the callbacks' stop requests");
+    return flag != 0;
+  };
   for (auto& cb : callbacks) cb->on_train_begin(ctx);
   std::vector<double> step_times;
   double wait_total = 0, busy_total = 0;
@@ -195,7 +203,7 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
         ++loss_count;
       }
       for (auto& cb : callbacks) cb->on_step_end(ctx);
-      if (ctx.stop_requested) {
+      if (agreed(ctx.stop_requested)) {
         stop = true;
         break;
       }
@@ -211,7 +219,7 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
     }
     ++epochs_done_;
     for (auto& cb : callbacks) cb->on_epoch_end(ctx);
-    stop = stop || ctx.stop_requested;
+    stop = stop || agreed(ctx.stop_requested);
     it->reset();
   }
   for (auto& cb : callbacks) cb->on_train_end(ctx);

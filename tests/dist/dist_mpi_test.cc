@@ -192,6 +192,26 @@ TEST(DataParallel, Bf16GradientsAtO2StayCloseToOneProcess) {
   expect_same_on_every_process(dp.weights);
 }
 
+// Asks training to stop after `step`, on rank 1 only.
+class StopOnRankOne : public train::Callback {
+ public:
+  explicit StopOnRankOne(int64_t step) : step_(step) {}
+  void on_step_end(train::RunContext& ctx) override {
+    if (dist::get_rank() == 1 && ctx.cur_step_num == step_) ctx.stop_requested = true;
+  }
+
+ private:
+  int64_t step_;
+};
+
+TEST(DataParallel, ACallbackStoppingOneProcessStopsThemAll) {
+  Problem pr = problem(640, 8);
+  auto opt = std::make_shared<optim::Momentum>(pr.net->trainable_params(), 0.05, 0.9);
+  train::Model model(pr.net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt);
+  model.train(2, pr.data, {std::make_shared<StopOnRankOne>(3)}, false);
+  EXPECT_EQ(model.last_summary().steps, 3) << "rank " << dist::get_rank();
+}
+
 TEST(DataParallel, AnOverflowOnOneProcessSkipsTheStepEverywhere) {
   const int r = dist::get_rank();
   Problem pr = problem(64, 8);
