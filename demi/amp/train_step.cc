@@ -106,12 +106,12 @@ StepResult TrainStep::step_without_batch() {
 
 StepResult TrainStep::finish(StepResult r) {
   std::vector<Tensor> params = optimizer_->parameters();
-  if (reducer_) reducer_->reduce(params);
+  if (reducer_) reducer_->reduce(params, r.micro_batches);  // the reducer averages the micro-batches
   std::vector<Tensor> grads;
   grads.reserve(params.size());
   for (const Tensor& p : params) grads.push_back(p.grad());
   // One pass: undo the loss scale and average the micro-batches.
-  const double micro = static_cast<double>(std::max<int64_t>(r.micro_batches, 1));
+  const double micro = reducer_ ? 1.0 : static_cast<double>(std::max<int64_t>(r.micro_batches, 1));
   int64_t bad = unscale_and_check(grads, static_cast<float>(1.0 / (r.loss_scale * micro)));
   r.overflow = bad >= 0;
   if (r.overflow) r.first_nonfinite = param_names_[static_cast<size_t>(bad)];

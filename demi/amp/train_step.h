@@ -58,15 +58,16 @@ struct TrainOptions {
 //   gradient_ready(p)   during the last micro-batch's backward, for each parameter whose gradient is
 //                       final, in the order backward completes them (so the reducer may start combining
 //                       them while backward goes on); not called for updates made of accumulate() calls
-//   reduce(params)      after backward: every parameter's .grad replaced by the combined gradient (one
-//                       defined, zeros where this process has none), identical on every process
+//   reduce(params, k)   after backward: every parameter's .grad replaced by the combined gradient (one
+//                       defined, zeros where this process has none), identical on every process; k is
+//                       this process's micro-batch count, whose mean it contributes
 //   agree(loss, bad)    the update's loss averaged over the processes and the overflow decision ORed, so
 //                       every process skips the same steps and keeps the same loss scale
 class GradReducer {
  public:
   virtual ~GradReducer() = default;
   virtual void gradient_ready(const Tensor& param) = 0;
-  virtual void reduce(const std::vector<Tensor>& params) = 0;
+  virtual void reduce(const std::vector<Tensor>& params, int64_t micro_batches) = 0;
   virtual void agree(float& loss, bool& overflow) = 0;
 };
 

@@ -99,9 +99,10 @@ std::vector<std::vector<int>> DataParallel::bucket_layout() const {
   return out;
 }
 
-StepShare DataParallel::begin_step(int64_t local_samples) {
+StepShare DataParallel::begin_step(int64_t local_samples, int64_t local_batches) {
   DEMI_CHECK(local_samples >= 0, "DataParallel::begin_step: a negative batch size ", local_samples);
-  double v[2] = {static_cast<double>(local_samples), local_samples > 0 ? 1.0 : 0.0};
+  if (local_batches < 0) local_batches = local_samples > 0 ? 1 : 0;
+  double v[2] = {static_cast<double>(local_samples), static_cast<double>(local_batches)};
   all_reduce_sum(std::span<double>(v, 2), "the all-reduce of the step's batch sizes");
   StepShare s{static_cast<int64_t>(v[0]), static_cast<int64_t>(v[1])};
   const double share = s.samples > 0 ? static_cast<double>(local_samples) / v[0] : 0.0;
@@ -125,8 +126,8 @@ void DataParallel::post(Bucket& b) {
     DEMI_CHECK(g.numel() == n, "DataParallel: the gradient of '", names_[static_cast<size_t>(b.params[k])], "' is ",
                g.describe(), ", expected ", n, " values");
     convert(g.raw_data(), g.dtype(), at, DType::kF32, n);
-    if (weight_ != 1.0) {
-      const float w = static_cast<float>(weight_);
+    if (weight_ != micro_) {
+      const float w = static_cast<float>(weight_ / micro_);
       for (int64_t i = 0; i < n; ++i) at[i] *= w;
     }
   }
@@ -161,9 +162,11 @@ void DataParallel::gradient_ready(const Tensor& param) {
   if (--b.pending == 0 && !b.job) post(b);
 }
 
-void DataParallel::reduce(const std::vector<Tensor>& params) {
+void DataParallel::reduce(const std::vector<Tensor>& params, int64_t micro_batches) {
   DEMI_CHECK(params.size() == params_.size(), "DataParallel::reduce: ", params.size(), " parameters, the reducer has ",
              params_.size());
+  // Buckets packed during backward belong to single-batch updates (micro_ 1); the rest are packed now.
+  micro_ = static_cast<double>(std::max<int64_t>(micro_batches, 1));
   for (auto& b : buckets_)
     if (!b->job) post(*b);
   auto wait_start = Clock::now();
@@ -185,6 +188,7 @@ void DataParallel::reduce(const std::vector<Tensor>& params) {
     b->job.reset();
     b->pending = static_cast<int>(b->params.size());
   }
+  micro_ = 1;
   ++stats_.steps;
   // Once: the buckets follow the order backward completed the gradients (when it differs).
   if (!relaid_ && !ready_order_.empty() && context_.overlap) {

@@ -45,7 +45,7 @@ struct DataParallelStats {
   double exposed_seconds = 0;    // time reduce() waited for them after backward (what overlap did not hide)
 };
 
-// One step's global batch: samples over every process, and how many processes had a batch.
+// One update's global batch: samples and batches over every process.
 struct StepShare {
   int64_t samples = 0;
   int64_t batches = 0;
@@ -60,10 +60,10 @@ class DataParallel final : public amp::GradReducer {
   // Before each update: this process's batch size this step (0 when it has none); returns the global
   // batch (samples 0: no process has a batch left). Sets this process's weight: its share of the global
   // batch (gradients_mean) or 1 (sum).
-  StepShare begin_step(int64_t local_samples);
+  StepShare begin_step(int64_t local_samples, int64_t local_batches = -1);  // -1: 1 if local_samples > 0
 
   void gradient_ready(const Tensor& param) override;
-  void reduce(const std::vector<Tensor>& params) override;
+  void reduce(const std::vector<Tensor>& params, int64_t micro_batches) override;
   void agree(float& loss, bool& overflow) override;
 
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
@@ -85,6 +85,7 @@ class DataParallel final : public amp::GradReducer {
   std::vector<int> ready_order_;                   // observed in the first overlapped step
   bool relaid_ = false;
   double weight_ = 1;       // this process's gradients are multiplied by it before the sum
+  double micro_ = 1;        // and divided by its micro-batch count (set by reduce)
   double loss_weight_ = 1;  // and its loss (the share of the global batch)
   DataParallelStats stats_;
 };

@@ -34,6 +34,7 @@ struct RunContext {
   double epoch_samples_per_second = 0;
   std::map<std::string, double> metrics;  // at epoch end: train metrics (and eval ones when run)
   bool stop_requested = false;   // a callback may ask training to stop after this step/epoch
+  bool stopped_mid_epoch = false;  // at train end: a stop (or the step budget) came inside an epoch
   Model* model = nullptr;
 };
 

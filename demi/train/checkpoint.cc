@@ -451,6 +451,7 @@ void ModelCheckpoint::save(RunContext& ctx, bool at_epoch_end) {
   scan_existing();
   auto path = dir_ / str_cat(prefix_, "-", ctx.epoch, "_", ctx.step_in_epoch, kExtension);
   if (!write(path, ctx, at_epoch_end, /*best=*/false)) return;
+  saved_step_ = ctx.cur_step_num;
   if (std::find(kept_.begin(), kept_.end(), path) == kept_.end()) kept_.push_back(path);
   std::string pointer = path.filename().string() + "\n";
   try {
@@ -472,6 +473,11 @@ void ModelCheckpoint::save(RunContext& ctx, bool at_epoch_end) {
 void ModelCheckpoint::on_step_end(RunContext& ctx) {
   if (dist::get_rank() != 0) return;  // in a data-parallel job rank 0 writes (every process holds the same state)
   if (config_.save_checkpoint_steps > 0 && ctx.cur_step_num % config_.save_checkpoint_steps == 0) save(ctx, false);
+}
+
+void ModelCheckpoint::on_train_end(RunContext& ctx) {
+  if (dist::get_rank() != 0 || ctx.cur_step_num == 0 || saved_step_ == ctx.cur_step_num) return;
+  save(ctx, !ctx.stopped_mid_epoch);
 }
 
 void ModelCheckpoint::on_epoch_end(RunContext& ctx) {

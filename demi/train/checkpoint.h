@@ -150,6 +150,9 @@ class ModelCheckpoint : public Callback {
   void on_train_begin(RunContext& ctx) override;
   void on_step_end(RunContext& ctx) override;
   void on_epoch_end(RunContext& ctx) override;
+  // The state at the end of training, unless this step's checkpoint was just written (a run stopped by a
+  // step budget or a callback, or one whose last step no saving interval hit, still leaves its end).
+  void on_train_end(RunContext& ctx) override;
 
   // The step/epoch checkpoints kept, oldest first.
   const std::vector<std::filesystem::path>& kept() const { return kept_; }
@@ -172,6 +175,7 @@ class ModelCheckpoint : public Callback {
   std::vector<std::filesystem::path> kept_;
   std::optional<double> best_value_;
   bool has_best_file_ = false;
+  int64_t saved_step_ = -1;  // cur_step_num of the last checkpoint written
   int64_t saves_ = 0;
   int64_t failures_ = 0;
   bool scanned_ = false;

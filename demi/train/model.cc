@@ -61,6 +61,10 @@ Model::Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> lo
   t.loss_scale_manager = options.loss_scale_manager;
   t.keep_batchnorm_fp32 = options.keep_batchnorm_fp32;
   t.no_loss_scale = options.no_loss_scale;
+  t.clip_grad_norm = options.clip_grad_norm;
+  DEMI_CHECK(options.accumulate >= 1, "Model: accumulate (batches per update) must be >= 1, got ", options.accumulate);
+  DEMI_CHECK(options.max_steps == -1 || options.max_steps >= 1, "Model: max_steps must be >= 1 (-1: no budget), got ",
+             options.max_steps);
   train_step_ = amp::build_train_network(network_, optimizer_, loss_fn_, options.amp_level, t);
   if (dist::data_parallel()) {
     data_parallel_ = std::make_shared<dist::DataParallel>(optimizer_->parameters(), train_step_->parameter_names(),
@@ -72,6 +76,8 @@ Model::Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> lo
 void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_dataset,
                   std::vector<CallbackPtr> callbacks, bool dataset_sink_mode) {
   DEMI_CHECK(epoch >= 1, "Model.train: epoch must be >= 1, got ", epoch);
+  DEMI_CHECK(options_.max_steps < 0 || steps_done_ < options_.max_steps, "Model.train: the step budget (max_steps ",
+             options_.max_steps, ") is already spent: ", steps_done_, " updates were made");
   DEMI_CHECK(train_dataset != nullptr, "Model.train: no dataset");
   summary_ = TrainSummary{};
   ScopedPeak peak;
@@ -113,12 +119,19 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
     return flag != 0;
   };
   for (auto& cb : callbacks) cb->on_train_begin(ctx);
-  std::vector<double> step_times;
+  // Steady state: the steps after the first epoch when there are several, else after the first
+  // kWarmupSteps (kernel choices, first allocations, the prefetcher filling up): samples/s, the median
+  // step, allocations and page faults are measured over those steps only.
+  constexpr int64_t kWarmupSteps = 3;
+  std::vector<double> step_times, all_step_times;
   double wait_total = 0, busy_total = 0;
   int64_t steady_samples = 0;
   double steady_seconds = 0;
+  bool steady_started = false;
+  Clock::time_point steady_since;
   int64_t steady_allocs = 0, steady_faults = 0;
   bool stop = false;
+  int64_t mid_epoch_position = 0;  // batches of the epoch done when a stop came inside it
   // The last kSkipWindow steps' overflow skips: when most of them were skipped the run is barely
   // training, and the user hears it then, not from a count at the end (once per epoch).
   constexpr int kSkipWindow = 50, kSkipWarn = 40;
@@ -136,38 +149,64 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
     double loss_sum = 0;
     int64_t loss_count = 0;
     while (true) {
-      auto wait_start = Clock::now();
-      std::optional<data::Row> row = it->next();
-      double wait = seconds_since(wait_start);
-      if (row) check_row(*row, "train");
-      const int64_t local_batch = row ? ((*row)[0].rank() > 0 ? (*row)[0].dim(0) : 1) : 0;
+      // One update: `accumulate` batches of this process (fewer at the end of the epoch). With one batch
+      // per update the batch is kept for the train step, which backward-overlaps the gradient reduction.
+      const int micro = options_.accumulate;
+      double wait = 0;
+      int64_t local_samples = 0, local_batches = 0;
+      std::optional<data::Row> row;
+      const bool steady = epoch > 1 ? e > 0 : ctx.cur_step_num - steps_done_ >= kWarmupSteps;
+      if (steady && !steady_started) {
+        steady_started = true;
+        steady_since = Clock::now();
+      }
+      const int64_t allocs0 = steady ? mem_stats().system_allocs : 0, faults0 = steady ? minor_faults() : 0;
+      double compute_s = 0;
+      for (int k = 0; k < micro; ++k) {
+        auto wait_start = Clock::now();
+        row = it->next();
+        wait += seconds_since(wait_start);
+        if (!row) break;
+        check_row(*row, "train");
+        if (options_.check_input_finite)
+          check_finite(*row, train_dataset->column_names(), ctx.epoch, ctx.step_in_epoch + local_batches + 1);
+        local_samples += (*row)[0].rank() > 0 ? (*row)[0].dim(0) : 1;
+        ++local_batches;
+        if (micro > 1) {
+          auto compute_start = Clock::now();
+          train_step_->accumulate((*row)[0], (*row)[1]);
+          compute_s += seconds_since(compute_start);
+          row.reset();
+        }
+      }
       if (dp != nullptr) {
-        // Every process takes part in every step until none has a batch left; one without a batch
+        // Every process takes part in every update until none has a batch left; one without a batch
         // contributes nothing and applies the update the others computed.
-        const dist::StepShare share = dp->begin_step(local_batch);
+        const dist::StepShare share = dp->begin_step(local_samples, local_batches);
         if (share.samples == 0) break;
         ctx.batch_size = share.samples;
         ctx.step_in_epoch += share.batches;  // batches of the unsharded pipeline done in this epoch
       } else {
-        if (!row) break;
-        ctx.batch_size = local_batch;
-        ++ctx.step_in_epoch;
+        if (local_batches == 0) break;
+        ctx.batch_size = local_samples;
+        ctx.step_in_epoch += local_batches;
       }
       ++ctx.cur_step_num;
-      if (row && options_.check_input_finite)
-        check_finite(*row, train_dataset->column_names(), ctx.epoch, ctx.step_in_epoch);
       ctx.data_wait_seconds = wait;
       for (auto& cb : callbacks) cb->on_step_begin(ctx);
-      const bool steady = epoch > 1 ? e > 0 : ctx.cur_step_num - steps_done_ > 3;
-      const int64_t allocs0 = steady ? mem_stats().system_allocs : 0, faults0 = steady ? minor_faults() : 0;
       auto step_start = Clock::now();
-      amp::StepResult r = row ? (*train_step_)((*row)[0], (*row)[1]) : train_step_->step_without_batch();
-      double step_s = seconds_since(step_start);
+      amp::StepResult r = row                 ? (*train_step_)((*row)[0], (*row)[1])
+                          : local_batches > 0 ? train_step_->step()
+                                              : train_step_->step_without_batch();
+      double step_s = compute_s + seconds_since(step_start);
       if (steady) {
         ++summary_.steady_steps;
+        steady_samples += ctx.batch_size;
         steady_allocs += mem_stats().system_allocs - allocs0;
         steady_faults += minor_faults() - faults0;
+        step_times.push_back(step_s);
       }
+      all_step_times.push_back(step_s);
       if (options_.stop_on_nonfinite_loss && loss_scale_manager() == nullptr)
         DEMI_CHECK(std::isfinite(r.loss), "the loss became ", r.loss, " at epoch ", ctx.epoch, " step ",
                    ctx.step_in_epoch, " (", amp::level_name(options_.amp_level),
@@ -194,7 +233,6 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
                              "DynamicLossScaleManager; check the learning rate and the input data."
                           << std::endl;
       }
-      step_times.push_back(step_s);
       wait_total += wait;
       busy_total += step_s;
       epoch_samples += ctx.batch_size;
@@ -203,32 +241,42 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
         ++loss_count;
       }
       for (auto& cb : callbacks) cb->on_step_end(ctx);
-      if (agreed(ctx.stop_requested)) {
+      const bool budget_spent = options_.max_steps > 0 && ctx.cur_step_num >= options_.max_steps;
+      if (agreed(ctx.stop_requested) || budget_spent) {
         stop = true;
         break;
       }
+    }
+    if (stop && !(ctx.steps_per_epoch > 0 && ctx.step_in_epoch >= ctx.steps_per_epoch)) {
+      // Stopped inside the epoch: it is not done, and a later train() continues where this one stopped.
+      mid_epoch_position = ctx.step_in_epoch;
+      break;
     }
     ctx.epoch_seconds = seconds_since(epoch_start);
     ctx.epoch_samples_per_second = ctx.epoch_seconds > 0 ? static_cast<double>(epoch_samples) / ctx.epoch_seconds : 0;
     if (loss_count > 0) ctx.metrics["loss"] = loss_sum / static_cast<double>(loss_count);
     summary_.mean_last_epoch_loss = loss_count > 0 ? loss_sum / static_cast<double>(loss_count) : 0;
     summary_.samples += epoch_samples;
-    if (e > 0 || epoch == 1) {
-      steady_samples += epoch_samples;
-      steady_seconds += ctx.epoch_seconds;
+    if (steady_started) {
+      steady_seconds += seconds_since(steady_since);
+      steady_started = false;  // the next epoch's steady time starts with its first steady step
     }
     ++epochs_done_;
     for (auto& cb : callbacks) cb->on_epoch_end(ctx);
     stop = stop || agreed(ctx.stop_requested);
     it->reset();
   }
+  ctx.stopped_mid_epoch = mid_epoch_position > 0;
   for (auto& cb : callbacks) cb->on_train_end(ctx);
-  resume_position_ = 0;
-  resume_steps_per_epoch_ = 0;
+  resume_position_ = mid_epoch_position;
+  resume_steps_per_epoch_ = mid_epoch_position > 0 ? ctx.steps_per_epoch : 0;
   steps_done_ = ctx.cur_step_num;
   summary_.steps = ctx.cur_step_num;
   summary_.seconds = seconds_since(run_start);
-  summary_.samples_per_second = steady_seconds > 0 ? static_cast<double>(steady_samples) / steady_seconds : 0;
+  summary_.samples_per_second = steady_seconds > 0 ? static_cast<double>(steady_samples) / steady_seconds
+                                : summary_.seconds > 0 ? static_cast<double>(summary_.samples) / summary_.seconds
+                                                       : 0;
+  if (step_times.empty()) step_times = all_step_times;  // a run too short for a steady state
   if (!step_times.empty()) {
     std::vector<double> sorted = step_times;
     std::nth_element(sorted.begin(), sorted.begin() + static_cast<int64_t>(sorted.size() / 2), sorted.end());

@@ -50,15 +50,26 @@ struct ModelOptions {
   // Check every batch's floating columns for NaN/Inf before the step and stop with an error naming the
   // epoch, the step (batch) and the column at the first one. Off by default: it costs a pass over the data.
   bool check_input_finite = false;
+  // Clip the gradients to this global L2 norm after unscaling (0: off); see amp/train_step.h.
+  double clip_grad_norm = 0;
+  // Batches per update: each batch's forward and backward add into the gradients, and one update
+  // applies their mean (gradient accumulation; the gradients are accumulated in their own dtype, FP32
+  // for FP32 parameters). Every batch of an update uses the same loss scale; an overflow in any skips it.
+  int accumulate = 1;
+  // Stop train() once this many updates have been made in all (counting a resumed run's earlier ones);
+  // -1: no budget, the epochs decide.
+  int64_t max_steps = -1;
 };
 
 // What one train() call measured.
 struct TrainSummary {
-  int64_t steps = 0;
+  int64_t steps = 0;                  // updates made in all (a resumed run's earlier ones included)
   int64_t samples = 0;
   double seconds = 0;                 // wall time of the whole call
-  double samples_per_second = 0;     // over the steps after the first (warm-up) epoch when there are several
-  double median_step_seconds = 0;    // median train-step time, excluding data waits
+  // Over the steady steps: after the first (warm-up) epoch when there are several, else after the
+  // first 3 steps (the whole run when it is shorter).
+  double samples_per_second = 0;
+  double median_step_seconds = 0;    // median train-step time of the steady steps, excluding data waits
   double data_wait_fraction = 0;      // fraction of the trainer's time spent waiting for batches
   float final_loss = 0;
   double mean_last_epoch_loss = 0;
@@ -102,6 +113,8 @@ class Model {
   const TrainSummary& last_summary() const { return summary_; }
   // Epochs completed by train() so far (where a resumed run continues).
   int64_t epochs_done() const { return epochs_done_; }
+  // Updates made so far (skipped ones included; a resumed run's earlier ones too).
+  int64_t steps_done() const { return steps_done_; }
   void set_epochs_done(int64_t e) { epochs_done_ = e; }
   // A resumed run: the next train() starts its first epoch `position` batches in (the data pipeline
   // skips them without drawing different random numbers) and counts steps from `steps_done`. When

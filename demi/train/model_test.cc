@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 
+#include "demi/core/test_support.h"
 #include "demi/data/data.h"
 #include "demi/nn/models.h"
 
@@ -14,7 +15,7 @@ namespace demi::train {
 namespace {
 
 // A learnable synthetic task: the label is the channel whose mean is largest.
-std::shared_ptr<data::Dataset> toy_dataset(int64_t n, uint64_t seed, float poison = 0, int64_t poison_at = -1) {
+std::shared_ptr<data::Dataset> toy_rows(int64_t n, uint64_t seed, float poison = 0, int64_t poison_at = -1) {
   data::RandomAccessSource src;
   src.size = n;
   src.get = [seed, poison, poison_at](int64_t i) {
@@ -26,7 +27,11 @@ std::shared_ptr<data::Dataset> toy_dataset(int64_t n, uint64_t seed, float poiso
     if (i == poison_at) p[5] = poison;
     return data::Row{x, full({}, label, DType::kI32)};
   };
-  return std::make_shared<data::GeneratorDataset>(src, std::vector<std::string>{"image", "label"})->batch(16);
+  return std::make_shared<data::GeneratorDataset>(src, std::vector<std::string>{"image", "label"});
+}
+
+std::shared_ptr<data::Dataset> toy_dataset(int64_t n, uint64_t seed, float poison = 0, int64_t poison_at = -1) {
+  return toy_rows(n, seed, poison, poison_at)->batch(16);
 }
 
 struct Captured {
@@ -80,6 +85,96 @@ TEST(Model, TrainsAndEvaluatesAtO2WithCallbacks) {
 // system allocator (a regression — a size that escapes the cache, a per-step buffer outside it — shows here).
 // Without prefetching: a prefetch thread that runs further ahead than ever before holds one more batch,
 // whose block is then new — rare, timing-dependent, and not the training step's doing.
+std::vector<float> weights_of(Model& m) {
+  std::vector<float> w;
+  for (const auto& [name, t] : m.network().parameters_and_names()) {
+    auto v = t.to_vector();
+    w.insert(w.end(), v.begin(), v.end());
+  }
+  return w;
+}
+
+double relative_rms(const std::vector<float>& a, const std::vector<float>& b) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    err += (a[i] - b[i]) * static_cast<double>(a[i] - b[i]);
+    ref += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(err / ref);
+}
+
+TEST(Model, AccumulatingTwoBatchesOfBIsOneUpdateOfABatchOf2B) {
+  Model accumulated = make_model(amp::Level::kO0, {}, {.accumulate = 2});
+  Model whole = make_model(amp::Level::kO0);
+  accumulated.train(1, toy_rows(96, 3)->batch(8), {}, false);
+  whole.train(1, toy_rows(96, 3)->batch(16), {}, false);
+  EXPECT_EQ(accumulated.last_summary().steps, 6);
+  EXPECT_EQ(whole.last_summary().steps, 6);
+  EXPECT_LT(relative_rms(weights_of(accumulated), weights_of(whole)), 1e-5);
+  // 13 batches: 7 updates, the last of one batch.
+  Model ragged = make_model(amp::Level::kO0, {}, {.accumulate = 2});
+  ragged.train(1, toy_rows(104, 3)->batch(8), {}, false);
+  EXPECT_EQ(ragged.last_summary().steps, 7);
+}
+
+TEST(Model, AStepBudgetStopsMidEpochAndAResumedRunSpendsTheRest) {
+  Model m = make_model(amp::Level::kO0, {}, {.max_steps = 7});
+  auto ds = toy_dataset(160, 1);  // 10 batches per epoch
+  m.train(5, ds, {}, false);
+  EXPECT_EQ(m.last_summary().steps, 7);
+  EXPECT_EQ(m.epochs_done(), 0);  // stopped inside the first epoch
+  // The budget counts every update made: a second train() has nothing left.
+  test_support::expect_error([&] { m.train(5, ds, {}, false); }, {"step budget (max_steps 7) is already spent"});
+}
+
+TEST(Model, AStopInsideAnEpochContinuesThereInTheNextTrainCall) {
+  // 10 batches per epoch; stopped after 4, then two more epochs: 6 + 10 + 10 = 26 more batches.
+  struct StopAt : Callback {
+    void on_step_end(RunContext& ctx) override { ctx.stop_requested = ctx.cur_step_num == 4; }
+  };
+  Model m = make_model(amp::Level::kO0), uninterrupted = make_model(amp::Level::kO0);
+  auto ds = toy_dataset(160, 1);
+  m.train(3, ds, {std::make_shared<StopAt>()}, false);
+  EXPECT_EQ(m.epochs_done(), 0);
+  m.train(3, ds, {}, false);
+  EXPECT_EQ(m.last_summary().steps, 30);
+  EXPECT_EQ(m.epochs_done(), 3);
+  uninterrupted.train(3, ds, {}, false);
+  EXPECT_EQ(weights_of(m), weights_of(uninterrupted));
+}
+
+TEST(Model, ClipGradNormBoundsTheFirstUpdate) {
+  Model free_run = make_model(amp::Level::kO0), clipped = make_model(amp::Level::kO0, {}, {.clip_grad_norm = 1e-3});
+  EXPECT_EQ(clipped.train_step().clip_grad_norm(), 1e-3);
+  const std::vector<float> w0 = weights_of(clipped);
+  auto one = toy_dataset(16, 5);
+  free_run.train(1, one, {}, false);
+  clipped.train(1, one, {}, false);
+  auto delta = [&](Model& m) {
+    double d = 0;
+    std::vector<float> w = weights_of(m);
+    for (size_t i = 0; i < w.size(); ++i) d += (w[i] - w0[i]) * static_cast<double>(w[i] - w0[i]);
+    return std::sqrt(d);
+  };
+  // Momentum's first update is lr * gradient: at most 0.001 * 1e-3 after clipping.
+  EXPECT_LE(delta(clipped), 0.001 * 1e-3 * 1.0001);
+  EXPECT_GT(delta(free_run), 10 * delta(clipped));
+}
+
+TEST(Model, AOneEpochRunMeasuresItsSpeedAfterThreeWarmUpSteps) {
+  Model m = make_model(amp::Level::kO0);
+  m.train(1, toy_dataset(160, 1), {}, false);
+  EXPECT_EQ(m.last_summary().steps, 10);
+  EXPECT_EQ(m.last_summary().steady_steps, 7);
+  EXPECT_GT(m.last_summary().samples_per_second, 0);
+}
+
+TEST(Model, BadBudgetsAreErrors) {
+  EXPECT_THROW(make_model(amp::Level::kO0, {}, {.accumulate = 0}), Error);
+  EXPECT_THROW(make_model(amp::Level::kO0, {}, {.max_steps = 0}), Error);
+  EXPECT_THROW(make_model(amp::Level::kO0, {}, {.clip_grad_norm = -1}), Error);
+}
+
 TEST(Model, SteadyStateStepsMakeNoSystemAllocations) {
   for (amp::Level level : {amp::Level::kO0, amp::Level::kO2}) {
     Model model = make_model(level);

@@ -131,13 +131,13 @@ struct TrainRun {
 
 // `epochs` of training with batch `batch` per process; data parallel unless `alone`.
 TrainRun train_run(int64_t samples, int64_t batch, int epochs, bool alone, amp::Level level = amp::Level::kO0,
-              DType low = DType::kBF16) {
+                   DType low = DType::kBF16, int accumulate = 1) {
   auto saved = dist::get_auto_parallel_context();
   if (alone) dist::set_auto_parallel_context({.parallel_mode = dist::ParallelMode::kStandAlone});
   Problem pr = problem(samples, batch);
   auto opt = std::make_shared<optim::Momentum>(pr.net->trainable_params(), 0.05, 0.9);
   train::Model model(pr.net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt, {},
-                     {.amp_level = level, .low_dtype = low});
+                     {.amp_level = level, .low_dtype = low, .accumulate = accumulate});
   EXPECT_EQ(model.data_parallel() != nullptr, !alone);
   auto losses = std::make_shared<Losses>();
   model.train(epochs, pr.data, {losses}, /*dataset_sink_mode=*/false);
@@ -171,6 +171,20 @@ TEST(DataParallel, NProcessesWithBatchBEqualOneWithBatchNB) {
   TrainRun one = train_run(samples, p * b, 1, /*alone=*/true);
   ASSERT_EQ(dp.losses.size(), one.losses.size());
   expect_close(dp.losses, one.losses, 1e-5, "losses");
+  expect_close(dp.weights, one.weights, 1e-5, "weights");
+  expect_same_on_every_process(dp.weights);
+}
+
+TEST(DataParallel, AccumulatingNProcessesTimesKBatchesEqualsOneProcessWithBatchNKB) {
+  const int p = dist::get_group_size();
+  const int64_t b = 4;
+  // 10 updates of 2 batches per process, then 5 more batches of b: ragged updates where some processes
+  // have one batch or none.
+  const int64_t samples = 10 * 2 * p * b + 5 * b;
+  TrainRun dp = train_run(samples, b, 1, false, amp::Level::kO0, DType::kBF16, /*accumulate=*/2);
+  TrainRun one = train_run(samples, 2 * p * b, 1, true);
+  ASSERT_EQ(dp.losses.size(), one.losses.size());
+  ASSERT_GT(dp.losses.size(), 10u);
   expect_close(dp.weights, one.weights, 1e-5, "weights");
   expect_same_on_every_process(dp.weights);
 }

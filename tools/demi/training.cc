@@ -270,6 +270,10 @@ int run_train(const ParsedArgs& args) {
   mo.low_dtype = low;
   mo.loss_scale_manager = parse_loss_scale(args.get("loss-scale"));
   mo.no_loss_scale = args.get("loss-scale") == "none";  // overrides the level's default manager
+  mo.clip_grad_norm = args.get_real("clip-grad-norm");
+  mo.accumulate = static_cast<int>(args.get_int("accumulate"));
+  const int64_t step_budget = args.get_int("steps");
+  if (step_budget > 0) mo.max_steps = step_budget;
   train::Model model(job.net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt,
                      {{"Accuracy", std::make_shared<train::Accuracy>()}}, mo);
   if (args.flag("numerics")) {
@@ -288,6 +292,14 @@ int run_train(const ParsedArgs& args) {
     cbs.push_back(std::make_shared<train::ProgressBar>(50));
   if (args.flag("profile")) ops::set_profiling(true);
   int epochs = static_cast<int>(args.get_int("epochs"));
+  if (step_budget > 0) {
+    // --steps N: as many epochs as N updates need (the last one cut short), whatever --epochs says.
+    const int64_t batches = job.train_ds->get_dataset_size();
+    if (batches <= 0) throw Error("--steps: the training set's size is unknown, so its epochs cannot be counted");
+    const int64_t per_update = static_cast<int64_t>(dist::get_group_size()) * mo.accumulate;
+    const int64_t updates_per_epoch = (batches + per_update - 1) / per_update;
+    epochs = static_cast<int>(std::min<int64_t>((step_budget + updates_per_epoch - 1) / updates_per_epoch, 1000000));
+  }
   std::string ckpt_dir = args.get("ckpt-dir");
   if (args.flag("resume")) {
     if (ckpt_dir.empty()) throw UsageError("--resume needs --ckpt-dir DIR (where the run's checkpoints are)");
@@ -320,8 +332,16 @@ int run_train(const ParsedArgs& args) {
     cbs.push_back(std::make_shared<train::ModelCheckpoint>("model" + job.model_key, ckpt_dir, cc));
   }
   int remaining = epochs - static_cast<int>(model.epochs_done());
+  if (step_budget > 0 && model.steps_done() >= step_budget) remaining = 0;
   if (remaining < 1) {
-    if (!json) std::printf("the checkpoint already has %d epoch(s): nothing left to train\n", epochs);
+    if (!json) {
+      if (step_budget > 0) {
+        std::printf("the checkpoint already has the %lld step(s) of --steps: nothing left to train\n",
+                    static_cast<long long>(step_budget));
+      } else {
+        std::printf("the checkpoint already has %d epoch(s): nothing left to train\n", epochs);
+      }
+    }
   } else {
     model.train(remaining, job.train_ds, cbs, true);
   }
@@ -624,6 +644,10 @@ void add_training_commands(std::vector<Command>& cmds) {
   train_opts.push_back(int_option("ckpt-every", "N", "save every N steps (0: at the end of each epoch)", "0", 0, 1e12));
   train_opts.push_back(int_option("keep-ckpt", "K", "keep the last K checkpoints (0: all)", "3", 0, 1e6));
   train_opts.push_back({"resume", "", "continue from the latest checkpoint in --ckpt-dir", ""});
+  train_opts.push_back(real_option("clip-grad-norm", "X", "clip the gradients to global L2 norm X after unscaling "
+                                                          "(0: off)", "0", 0, 1e12));
+  train_opts.push_back(int_option("accumulate", "N", "batches per update (gradient accumulation)", "1", 1, 1 << 20));
+  train_opts.push_back(int_option("steps", "N", "stop after N updates in all (0: --epochs decides)", "0", 0, 1e15));
   train_opts.push_back({"comm-dtype", "T", "under mpirun: gradients travel as fp32 or bf16 (summed in FP32, "
                                             "rounded once)", "fp32"});
   train_opts.push_back(real_option("bucket-mb", "MB", "under mpirun: gradient bucket size in MiB (0: a quarter of "
