@@ -87,6 +87,7 @@ class DynamicLossScaleManager : public LossScaleManager {
   std::string describe() const override;
   double scale_factor() const { return factor_; }
   int64_t scale_window() const { return window_; }
+  double min_scale() const { return options_.min_scale; }
 
  private:
   LossScaleState state_;

@@ -45,6 +45,69 @@ void check_row(const data::Row& row, const char* what) {
              " column(s)");
 }
 
+// The loss scale's early warnings, each said once per train() call at the step it becomes true:
+//   - more than 5% of the last 200 steps skipped for overflow (counted from the first applied step, so a
+//     dynamic scale's first back-off from 2^24 does not count)
+//   - a dynamic scale at its floor that still overflows: the overflow is not a scaling problem
+//   - a dynamic scale that has not grown for 10 scale windows: overflows keep it down
+class ScaleWatch {
+ public:
+  static constexpr int kWindow = 200;
+  static constexpr int kMaxSkips = 10;  // 5% of kWindow
+
+  // After each step: what the step did and where; returns the warnings it raised (usually none).
+  std::vector<std::string> step(const amp::StepResult& r, amp::LossScaleManager* m, const RunContext& ctx) {
+    std::vector<std::string> out;
+    const auto where = [&] {
+      return str_cat("(epoch ", ctx.epoch, ", step ", ctx.cur_step_num, ", loss scale ", r.loss_scale,
+                     m ? ", " + m->describe() : std::string(), ")");
+    };
+    if (!r.skipped) applied_ = true;
+    if (applied_) {
+      uint8_t& slot = ring_[static_cast<size_t>(seen_++ % kWindow)];
+      skips_ += static_cast<int>(r.skipped) - slot;
+      slot = r.skipped;
+      if (!rate_warned_ && skips_ > kMaxSkips) {
+        rate_warned_ = true;
+        out.push_back(str_cat(skips_, " of the last ", std::min<int64_t>(seen_, kWindow),
+                              " steps were skipped for non-finite gradients, above 5% ", where(),
+                              ": each skip is a lost batch. With a fixed scale lower it; with a dynamic one raise "
+                              "scale_window or use bfloat16; or check the learning rate and the data."));
+      }
+    }
+    const auto* dyn = dynamic_cast<const amp::DynamicLossScaleManager*>(m);
+    if (dyn == nullptr) return out;
+    const double now = m->get_loss_scale();
+    if (!floor_warned_ && r.overflow && r.loss_scale <= dyn->min_scale()) {
+      floor_warned_ = true;
+      out.push_back(str_cat("the gradients overflow even at the loss scale's floor (", dyn->min_scale(), ") ", where(),
+                            ": scaling cannot fix this — a value overflows float16 by itself (an activation or "
+                            "an input beyond 65504, or Inf/NaN in the data). Run `demi train --numerics`, use "
+                            "bfloat16, or keep that layer in FP32."));
+    }
+    if (first_step_ < 0) first_step_ = ctx.cur_step_num;
+    if (now > last_scale_) last_growth_ = ctx.cur_step_num;
+    last_scale_ = now;
+    const int64_t since = ctx.cur_step_num - std::max(last_growth_, first_step_);
+    if (!growth_warned_ && dyn->scale_window() > 0 && since >= 10 * dyn->scale_window()) {
+      growth_warned_ = true;
+      out.push_back(str_cat("the loss scale has not grown in ", since, " steps (10 scale windows of ",
+                            dyn->scale_window(), ") ", where(), ": an overflow in every window keeps it down (",
+                            m->state().total_overflows, " overflows so far), so some steps are lost and small "
+                            "gradients may underflow. Find the op with `demi train --numerics`, or use bfloat16."));
+    }
+    return out;
+  }
+
+ private:
+  std::vector<uint8_t> ring_ = std::vector<uint8_t>(kWindow, 0);
+  int64_t seen_ = 0;
+  int skips_ = 0;
+  bool applied_ = false, rate_warned_ = false, floor_warned_ = false, growth_warned_ = false;
+  int64_t first_step_ = -1, last_growth_ = -1;
+  double last_scale_ = 0;
+};
+
 }  // namespace
 
 Model::Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> loss_fn,
@@ -138,6 +201,7 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   std::vector<uint8_t> skip_ring(kSkipWindow, 0);
   int skips_in_window = 0;
   int64_t window_steps = 0;
+  ScaleWatch watch;
   for (int e = 0; e < epoch && !stop; ++e) {
     bool skip_warned = false;
     ctx.epoch = static_cast<int>(epochs_done_) + 1;
@@ -225,13 +289,18 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
         skip_warned = true;
         ++summary_.skip_warnings;
         amp::LossScaleManager* m = loss_scale_manager();
-        callback_stream() << "Model.train: warning: " << skips_in_window << " of the last " << kSkipWindow
-                          << " steps were skipped for non-finite gradients (epoch " << ctx.epoch << ", step "
-                          << ctx.step_in_epoch << ", loss scale " << r.loss_scale << ", "
-                          << (m ? m->describe() : std::string("no loss-scale manager"))
-                          << "): the run is barely training. Lower the (fixed) loss scale or use a "
-                             "DynamicLossScaleManager; check the learning rate and the input data."
-                          << std::endl;
+        std::string w = str_cat(skips_in_window, " of the last ", kSkipWindow,
+                                " steps were skipped for non-finite gradients (epoch ", ctx.epoch, ", step ",
+                                ctx.step_in_epoch, ", loss scale ", r.loss_scale, ", ",
+                                m ? m->describe() : std::string("no loss-scale manager"),
+                                "): the run is barely training. Lower the (fixed) loss scale or use a "
+                                "DynamicLossScaleManager; check the learning rate and the input data.");
+        callback_stream() << "Model.train: warning: " << w << std::endl;
+        summary_.warnings.push_back(std::move(w));
+      }
+      for (const std::string& w : watch.step(r, loss_scale_manager(), ctx)) {
+        summary_.warnings.push_back(w);
+        callback_stream() << "Model.train: warning: " << w << std::endl;
       }
       wait_total += wait;
       busy_total += step_s;

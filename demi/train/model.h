@@ -77,6 +77,10 @@ struct TrainSummary {
   // Epochs in which at least 40 of 50 consecutive steps were skipped for overflow: each was warned about
   // on the callback stream as it happened.
   int64_t skip_warnings = 0;
+  // The early warnings about the loss scale said during the run, one line each (also printed on the
+  // callback stream when they happened): skips above 5% of 200 steps, overflow at the scale's floor, a
+  // dynamic scale that has not grown for 10 windows.
+  std::vector<std::string> warnings;
   double final_loss_scale = 1;
   // Steady state (the steps after the first epoch when there are several, else after the third step):
   // calls into the system allocator and minor page faults of the whole process (every thread: compute,

@@ -251,6 +251,60 @@ TEST(Model, MostStepsSkippedIsWarnedAboutWhileItHappens) {
   EXPECT_EQ(quiet.os.str().find("skipped for non-finite"), std::string::npos) << quiet.os.str();
 }
 
+// Batches of 16 toy rows; every `every`-th batch holds an Inf, so its step overflows (-1: none).
+std::shared_ptr<data::Dataset> poisoned(int64_t batches, int64_t every) {
+  data::RandomAccessSource src;
+  src.size = batches * 16;
+  src.get = [every](int64_t i) {
+    data::Row row = toy_rows(1, 7 + static_cast<uint64_t>(i))->get_row(0, 0);
+    if (every > 0 && (i / 16) % every == every - 1 && i % 16 == 0) row[0].data<float>()[3] = INFINITY;
+    return row;
+  };
+  return std::make_shared<data::GeneratorDataset>(src, std::vector<std::string>{"image", "label"})->batch(16);
+}
+
+TEST(Model, SkipsAbove5PercentAreWarnedAboutOnce) {
+  ModelOptions o;
+  o.loss_scale_manager = std::make_shared<amp::FixedLossScaleManager>(128.0, /*drop_overflow_update=*/true);
+  Model model = make_model(amp::Level::kO2, {}, o, DType::kF16);
+  Captured out;
+  model.train(1, poisoned(150, 10));  // 10% of the steps overflow
+  ASSERT_EQ(model.last_summary().warnings.size(), 1u) << out.os.str();
+  EXPECT_NE(model.last_summary().warnings[0].find("11 of the last 110 steps were skipped"), std::string::npos)
+      << model.last_summary().warnings[0];
+  EXPECT_NE(out.os.str().find("above 5%"), std::string::npos);
+
+  Model clean = make_model(amp::Level::kO2, {}, o, DType::kF16);
+  clean.train(1, poisoned(150, 40));  // 2.5%: no warning
+  EXPECT_TRUE(clean.last_summary().warnings.empty()) << clean.last_summary().warnings[0];
+}
+
+TEST(Model, ADynamicScaleOverflowingAtItsFloorIsWarnedAbout) {
+  ModelOptions o;
+  o.loss_scale_manager = std::make_shared<amp::DynamicLossScaleManager>(4.0, 2.0, 1000, amp::DynamicLossScaleOptions{});
+  Model model = make_model(amp::Level::kO2, {}, o, DType::kF16);
+  Captured out;
+  model.train(1, poisoned(6, 1));  // every step overflows: 4, 2, 1, 1 (floor), ...
+  bool floor = false;
+  for (const auto& w : model.last_summary().warnings) floor = floor || w.find("at the loss scale's floor (1)") != std::string::npos;
+  EXPECT_TRUE(floor) << out.os.str();
+}
+
+TEST(Model, ADynamicScaleThatNeverGrowsIsWarnedAbout) {
+  ModelOptions o;
+  // A window of 5 clean steps to grow; an overflow every 4th step resets it: no growth, ever.
+  o.loss_scale_manager = std::make_shared<amp::DynamicLossScaleManager>(1024.0, 2.0, 5, amp::DynamicLossScaleOptions{});
+  Model model = make_model(amp::Level::kO2, {}, o, DType::kF16);
+  Captured out;
+  model.train(1, poisoned(60, 4));
+  bool grew = false;
+  for (const auto& w : model.last_summary().warnings) grew = grew || w.find("has not grown in 50 steps") != std::string::npos;
+  EXPECT_TRUE(grew) << out.os.str();
+  Model healthy = make_model(amp::Level::kO2, {}, o, DType::kF16);
+  healthy.train(1, poisoned(60, -1));
+  EXPECT_TRUE(healthy.last_summary().warnings.empty());
+}
+
 TEST(Model, NanLossAtO0StopsInsteadOfTrainingOnGarbage) {
   Model model = make_model(amp::Level::kO0);
   try {
