@@ -316,11 +316,6 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
         break;
       }
     }
-    if (stop && !(ctx.steps_per_epoch > 0 && ctx.step_in_epoch >= ctx.steps_per_epoch)) {
-      // Stopped inside the epoch: it is not done, and a later train() continues where this one stopped.
-      mid_epoch_position = ctx.step_in_epoch;
-      break;
-    }
     ctx.epoch_seconds = seconds_since(epoch_start);
     ctx.epoch_samples_per_second = ctx.epoch_seconds > 0 ? static_cast<double>(epoch_samples) / ctx.epoch_seconds : 0;
     if (loss_count > 0) ctx.metrics["loss"] = loss_sum / static_cast<double>(loss_count);
@@ -329,6 +324,11 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
     if (steady_started) {
       steady_seconds += seconds_since(steady_since);
       steady_started = false;  // the next epoch's steady time starts with its first steady step
+    }
+    if (stop && !(ctx.steps_per_epoch > 0 && ctx.step_in_epoch >= ctx.steps_per_epoch)) {
+      // Stopped inside the epoch: it is not done, and a later train() continues where this one stopped.
+      mid_epoch_position = ctx.step_in_epoch;
+      break;
     }
     ++epochs_done_;
     for (auto& cb : callbacks) cb->on_epoch_end(ctx);

@@ -123,6 +123,8 @@ TEST(Model, AStepBudgetStopsMidEpochAndAResumedRunSpendsTheRest) {
   m.train(5, ds, {}, false);
   EXPECT_EQ(m.last_summary().steps, 7);
   EXPECT_EQ(m.epochs_done(), 0);  // stopped inside the first epoch
+  EXPECT_EQ(m.last_summary().samples, 7 * 16);
+  EXPECT_GT(m.last_summary().samples_per_second, 0);
   // The budget counts every update made: a second train() has nothing left.
   test_support::expect_error([&] { m.train(5, ds, {}, false); }, {"step budget (max_steps 7) is already spent"});
 }
