@@ -70,6 +70,7 @@ class World {
     MPI_Comm_rank(local, &local_rank_);
     MPI_Comm_size(local, &local_size_);
     MPI_Comm_free(&local);
+    timeout_ = env_timeout(timeout_);
     stop_ = false;
     worker_ = std::thread([this] { work(); });
     watchdog_ = std::thread([this] { watch(); });
@@ -177,7 +178,7 @@ class World {
   Clock::time_point running_since_;
   std::thread worker_, watchdog_;
   bool initialized_ = false, finalized_ = false, owns_mpi_ = false, stop_ = false;
-  double timeout_ = env_timeout(300);
+  double timeout_ = 300;  // DEMI_DIST_TIMEOUT, when set, is read by init() and set_auto_parallel_context()
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };
 
@@ -264,9 +265,10 @@ void set_auto_parallel_context(const AutoParallelContext& context) {
              "set_auto_parallel_context: comm_dtype must be float32 or bfloat16, got ", dtype_name(context.comm_dtype));
   DEMI_CHECK(context.timeout_seconds > 0, "set_auto_parallel_context: timeout_seconds must be positive, got ",
              context.timeout_seconds);
+  const double timeout = env_timeout(context.timeout_seconds);  // checked before anything changes
   std::lock_guard<std::mutex> lock(g_context_mu);
   g_context = context;
-  World::get().set_timeout(env_timeout(context.timeout_seconds));
+  World::get().set_timeout(timeout);
 }
 
 const AutoParallelContext& get_auto_parallel_context() {

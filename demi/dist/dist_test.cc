@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -41,6 +42,9 @@ TEST(Dist, ContextRejectsWhatItCannotDo) {
   expect_error([] { set_auto_parallel_context({.comm_dtype = DType::kF16}); }, {"comm_dtype must be float32 or bfloat16",
                                                                                 "float16"});
   expect_error([] { set_auto_parallel_context({.timeout_seconds = -1}); }, {"timeout_seconds must be positive"});
+  setenv("DEMI_DIST_TIMEOUT", "soon", 1);
+  expect_error([] { set_auto_parallel_context({}); }, {"DEMI_DIST_TIMEOUT must be a positive number", "'soon'"});
+  unsetenv("DEMI_DIST_TIMEOUT");
   set_auto_parallel_context({.parallel_mode = ParallelMode::kDataParallel});
   EXPECT_FALSE(data_parallel());  // not initialized: one process trains alone
   reset_auto_parallel_context();
