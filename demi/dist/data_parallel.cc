@@ -28,8 +28,34 @@ struct DataParallel::Bucket {
   double seconds = 0;            // the reduction's time on the communication thread
 };
 
+// Every process must hold the same network: the count of parameters and buffers, their values and a hash
+// of their paths and shapes, compared by one all-reduce of maxima and negated minima (so every process
+// sees the same answer and fails together, instead of some waiting in a broadcast of another size).
+void check_same_network(nn::Cell& net) {
+  std::vector<int64_t> sig(3, 0);
+  auto add = [&](const std::vector<std::pair<std::string, Tensor>>& named) {
+    for (const auto& [name, t] : named) {
+      ++sig[0];
+      sig[1] += t.numel();
+      uint64_t h = static_cast<uint64_t>(sig[2]) ^ 1469598103934665603ull;
+      for (char c : str_cat(name, t.shape(), dtype_name(t.dtype()))) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+      sig[2] = static_cast<int64_t>(h >> 1);
+    }
+  };
+  add(net.parameters_and_names());
+  add(net.buffers_and_names());
+  std::vector<int64_t> v = {sig[0], sig[1], sig[2], -sig[0], -sig[1], -sig[2]};
+  all_reduce_max(std::span<int64_t>(v), "the all-reduce comparing the processes' networks");
+  DEMI_CHECK(v[0] == -v[3] && v[1] == -v[4] && v[2] == -v[5], "data parallel: the processes hold different networks (",
+             -v[3] == v[0] ? str_cat(v[0], " tensors each") : str_cat("between ", -v[3], " and ", v[0], " tensors"),
+             ", ", -v[4] == v[1] ? str_cat(v[1], " values each") : str_cat("between ", -v[4], " and ", v[1], " values"),
+             -v[5] == v[2] ? "" : ", other names, shapes or dtypes", "); this is rank ", get_rank(), " with ", sig[0],
+             " tensors of ", sig[1], " values. Build the same model with the same options on every process.");
+}
+
 void broadcast_state(nn::Cell& net) {
   if (!is_initialized() || get_group_size() == 1) return;
+  check_same_network(net);
   auto broadcast_all = [](const std::vector<std::pair<std::string, Tensor>>& named, const char* kind) {
     for (const auto& [name, t] : named) {
       std::string what = str_cat("the broadcast of ", kind, " '", name, "' from rank 0");

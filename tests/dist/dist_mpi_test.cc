@@ -226,6 +226,20 @@ TEST(DataParallel, ACallbackStoppingOneProcessStopsThemAll) {
   EXPECT_EQ(model.last_summary().steps, 3) << "rank " << dist::get_rank();
 }
 
+TEST(DataParallel, ProcessesWithDifferentNetworksFailTogetherWithAClearError) {
+  set_seed(1);
+  const int64_t hidden = dist::get_rank() == 1 ? 33 : 32;
+  nn::SequentialCell net({std::make_shared<nn::Dense>(12, hidden), std::make_shared<nn::Dense>(hidden, 5)});
+  try {
+    dist::broadcast_state(net);
+    ADD_FAILURE() << "rank " << dist::get_rank() << ": no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the processes hold different networks (4 tensors each, between"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(DataParallel, AnOverflowOnOneProcessSkipsTheStepEverywhere) {
   const int r = dist::get_rank();
   Problem pr = problem(64, 8);
