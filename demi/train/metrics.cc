@@ -83,4 +83,28 @@ double Loss::eval() const {
   return sum_ / static_cast<double>(count_);
 }
 
+namespace {
+void check_sums(const std::vector<double>& s, const char* metric) {
+  DEMI_CHECK(s.size() == 2, metric, "::set_sums: expected 2 sums, got ", s.size());
+}
+}  // namespace
+
+void Accuracy::set_sums(const std::vector<double>& s) {
+  check_sums(s, "Accuracy");
+  correct_ = static_cast<int64_t>(s[0]);
+  total_ = static_cast<int64_t>(s[1]);
+}
+
+void TopKCategoricalAccuracy::set_sums(const std::vector<double>& s) {
+  check_sums(s, "TopKCategoricalAccuracy");
+  correct_ = static_cast<int64_t>(s[0]);
+  total_ = static_cast<int64_t>(s[1]);
+}
+
+void Loss::set_sums(const std::vector<double>& s) {
+  check_sums(s, "Loss");
+  sum_ = s[0];
+  count_ = static_cast<int64_t>(s[1]);
+}
+
 }  // namespace demi::train

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "demi/core/tensor.h"
 
@@ -17,6 +18,11 @@ class Metric {
   virtual void update(const Tensor& logits, const Tensor& labels) = 0;
   virtual double eval() const = 0;
   virtual std::string name() const = 0;
+  // The metric's state as sums that add across processes (counts, totals), so data-parallel eval can
+  // split the data set and add the parts; empty (the default): not additive, and every process then
+  // evaluates the whole data set. set_sums restores what sums() gave (after the all-reduce).
+  virtual std::vector<double> sums() const { return {}; }
+  virtual void set_sums(const std::vector<double>& sums) { (void)sums; }
 };
 using MetricPtr = std::shared_ptr<Metric>;
 
@@ -27,6 +33,8 @@ class Accuracy : public Metric {
   void update(const Tensor& logits, const Tensor& labels) override;
   double eval() const override;
   std::string name() const override { return "Accuracy"; }
+  std::vector<double> sums() const override { return {static_cast<double>(correct_), static_cast<double>(total_)}; }
+  void set_sums(const std::vector<double>& s) override;
 
  private:
   int64_t correct_ = 0, total_ = 0;
@@ -40,6 +48,8 @@ class TopKCategoricalAccuracy : public Metric {
   void update(const Tensor& logits, const Tensor& labels) override;
   double eval() const override;
   std::string name() const override { return "Top" + std::to_string(k_) + "Accuracy"; }
+  std::vector<double> sums() const override { return {static_cast<double>(correct_), static_cast<double>(total_)}; }
+  void set_sums(const std::vector<double>& s) override;
 
  private:
   int k_;
@@ -53,6 +63,8 @@ class Loss : public Metric {
   void update(const Tensor& loss, const Tensor& labels) override;
   double eval() const override;
   std::string name() const override { return "Loss"; }
+  std::vector<double> sums() const override { return {sum_, static_cast<double>(count_)}; }
+  void set_sums(const std::vector<double>& s) override;
 
  private:
   double sum_ = 0;

@@ -370,7 +370,16 @@ std::map<std::string, double> Model::eval(const std::shared_ptr<const data::Data
   data::IteratorOptions io;
   io.prefetch = dataset_sink_mode ? options_.prefetch_depth : 0;
   io.num_epochs = 1;
-  auto it = dataset->create_iterator(io);
+  // Data parallel with additive metrics: each process evaluates its share of the batches with rank 0's
+  // buffers (the running statistics checkpoints keep), and the metrics' sums are added.
+  bool split = data_parallel_ != nullptr;
+  for (const auto& [name, m] : metrics_) split = split && !m->sums().empty();
+  std::shared_ptr<const data::Dataset> ds = dataset;
+  if (split) {
+    dist::broadcast_state(*network_);
+    ds = dataset->shard({.num_shards = dist::get_group_size(), .shard_id = dist::get_rank()});
+  }
+  auto it = ds->create_iterator(io);
   {
     autograd::NoGradGuard no_grad;
     MemCategoryScope activations(MemCategory::kActivation);
@@ -389,6 +398,20 @@ std::map<std::string, double> Model::eval(const std::shared_ptr<const data::Data
     }
   }
   network_->set_train(true);
+  if (split) {
+    std::vector<double> all;
+    for (const auto& [name, m] : metrics_) {
+      std::vector<double> s = m->sums();
+      all.insert(all.end(), s.begin(), s.end());
+    }
+    dist::all_reduce_sum(std::span<double>(all), "the all-reduce of the eval metrics");
+    size_t at = 0;
+    for (auto& [name, m] : metrics_) {
+      const size_t n = m->sums().size();
+      m->set_sums(std::vector<double>(all.begin() + static_cast<int64_t>(at), all.begin() + static_cast<int64_t>(at + n)));
+      at += n;
+    }
+  }
   std::map<std::string, double> out;
   for (auto& [name, m] : metrics_) out[name] = m->eval();
   return out;

@@ -14,8 +14,10 @@
 // seen once per epoch across the processes, and N processes with batch b make the updates one process
 // with batch N·b would — and combines the gradients before every update (dist::DataParallel). Losses,
 // skipped steps and the loss scale are the job's, agreed by every process; samples/s counts the job's
-// samples; eval() runs on each process over the whole data set. A resumed run may use another number of
-// processes: the data position is kept in batches of the unsharded pipeline.
+// samples; eval() splits the data set over the processes when every metric is additive (the built-in
+// ones are; Metric::sums), with rank 0's buffers, else runs on each process over the whole set. A
+// resumed run may use another number of processes: the data position is kept in batches of the
+// unsharded pipeline.
 //
 // dataset_sink_mode=true means the input pipeline runs on a background thread into a bounded queue
 // (demi/data's Prefetcher), so steps never wait on data in steady state; graph mode (demi/graph) will give

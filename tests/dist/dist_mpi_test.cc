@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -224,6 +225,28 @@ TEST(DataParallel, ACallbackStoppingOneProcessStopsThemAll) {
   train::Model model(pr.net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt);
   model.train(2, pr.data, {std::make_shared<StopOnRankOne>(3)}, false);
   EXPECT_EQ(model.last_summary().steps, 3) << "rank " << dist::get_rank();
+}
+
+TEST(DataParallel, EvalSplitOverTheProcessesEqualsOneProcessEvaluatingItAll) {
+  const int p = dist::get_group_size();
+  Problem pr = problem(8 * p * 6 + 11, 8);  // ragged: the last batch has 3 rows
+  auto opt = std::make_shared<optim::Momentum>(pr.net->trainable_params(), 0.05, 0.9);
+  auto metrics = [] {
+    return std::map<std::string, train::MetricPtr>{{"Accuracy", std::make_shared<train::Accuracy>()},
+                                                   {"Loss", std::make_shared<train::Loss>()}};
+  };
+  auto loss = std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean");
+  train::Model dp(pr.net, loss, opt, metrics());
+  ASSERT_NE(dp.data_parallel(), nullptr);
+  dp.train(1, pr.data, {}, false);
+  std::map<std::string, double> split = dp.eval(pr.data, false);
+  auto saved = dist::get_auto_parallel_context();
+  dist::set_auto_parallel_context({.parallel_mode = dist::ParallelMode::kStandAlone});
+  train::Model alone(pr.net, loss, opt, metrics());
+  dist::set_auto_parallel_context(saved);
+  std::map<std::string, double> whole = alone.eval(pr.data, false);
+  EXPECT_EQ(split["Accuracy"], whole["Accuracy"]);
+  EXPECT_NEAR(split["Loss"], whole["Loss"], 1e-6 * std::abs(whole["Loss"]));
 }
 
 TEST(DataParallel, ProcessesWithDifferentNetworksFailTogetherWithAClearError) {
