@@ -53,6 +53,7 @@ class World {
     std::lock_guard<std::mutex> lock(mu_);
     if (initialized_) return;
     DEMI_CHECK(!finalized_, "dist::init: MPI was already released in this process and cannot start again");
+    timeout_ = env_timeout(timeout_);  // a bad DEMI_DIST_TIMEOUT is an error before MPI starts
     int already = 0;
     MPI_Initialized(&already);
     if (!already) {
@@ -70,7 +71,6 @@ class World {
     MPI_Comm_rank(local, &local_rank_);
     MPI_Comm_size(local, &local_size_);
     MPI_Comm_free(&local);
-    timeout_ = env_timeout(timeout_);
     stop_ = false;
     worker_ = std::thread([this] { work(); });
     watchdog_ = std::thread([this] { watch(); });
@@ -159,12 +159,13 @@ class World {
       if (!running_) continue;
       double waited = std::chrono::duration<double>(Clock::now() - running_since_).count();
       if (waited <= timeout_) continue;
-      std::string what = running_->what;
+      const std::string what = running_->what;
+      const double timeout = timeout_;
       lock.unlock();
       std::fprintf(stderr,
                    "demi dist: rank %d of %d: %s has waited %.0f s for the other processes (timeout %.0f s, "
                    "DEMI_DIST_TIMEOUT): one of them is stalled or has died; ending the job\n",
-                   rank_, size_, what.c_str(), waited, timeout_);
+                   rank_, size_, what.c_str(), waited, timeout);
       std::fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 3);
       std::_Exit(3);
