@@ -6,11 +6,12 @@
 // chunks (the element count padded up to a multiple of p), a local f32 sum of the p received chunks in rank
 // order rounded once to bf16, MPI_Allgather of the summed chunk, and back to f32. It sends the bytes of a
 // ring all-reduce at 2 bytes per element but rounds the sum once instead of at every hop (Megatron #6199).
-// Timed whole, conversions included.
+// It is demi's own implementation (demi/dist), timed whole as training runs it: conversions and the
+// hand-over to the communication thread included.
 //
 // Each timed call follows an MPI_Barrier; a repetition's time is the slowest rank's (max over ranks); the
-// table gives the best and the median over repetitions, after warm-up. A plain MPI program (C API,
-// MPI-3.1), not a Google Benchmark binary.
+// table gives the best and the median over repetitions, after warm-up. An MPI program (C API, MPI-3.1),
+// not a Google Benchmark binary.
 //
 // Run: mpirun -np 2 build/release/bench/allreduce_bench [--sizes-max BYTES] [--reps N] [--csv]
 //      (docs/scaling.md has the exact command lines; without mpirun it runs as world size 1.)
@@ -28,6 +29,9 @@
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "demi/dist/dist.h"
+#include "demi/dist/internal/comm.h"
 
 namespace {
 
@@ -101,77 +105,16 @@ std::string cpu_model() {
   return "unknown";
 }
 
-// Round to nearest even; NaN stays a (quiet) NaN instead of rounding into infinity. Branch-free, so
-// that the loops below vectorize.
-inline uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t quiet_nan = (u >> 16) | 0x0040u;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-}
-
-inline float bf16_to_f32(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-// Fixed blocks of 16: GCC's -O2 vectorizer (the "very cheap" cost model) takes a loop only when no scalar
-// remainder is needed; the remainder is a separate loop. On x86-64 each loop is also built for AVX2 and
-// AVX-512 and picked at load time, as demi's conversion kernels are; baseline SSE2 alone is several times
-// slower in cache and would overstate the scheme's cost.
-constexpr size_t kBlock = 16;
-#if defined(__x86_64__) && defined(__GNUC__)
-#define DEMI_BENCH_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define DEMI_BENCH_CLONES
-#endif
-
-DEMI_BENCH_CLONES void to_bf16(const float* __restrict in, uint16_t* __restrict out, size_t n) {
-  size_t i = 0;
-  for (; i + kBlock <= n; i += kBlock)
-    for (size_t j = 0; j < kBlock; ++j) out[i + j] = f32_to_bf16(in[i + j]);
-  for (; i < n; ++i) out[i] = f32_to_bf16(in[i]);
-}
-
-DEMI_BENCH_CLONES void to_f32(const uint16_t* __restrict in, float* __restrict out, size_t n) {
-  size_t i = 0;
-  for (; i + kBlock <= n; i += kBlock)
-    for (size_t j = 0; j < kBlock; ++j) out[i + j] = bf16_to_f32(in[i + j]);
-  for (; i < n; ++i) out[i] = bf16_to_f32(in[i]);
-}
-
-DEMI_BENCH_CLONES void add_bf16(const uint16_t* __restrict in, float* __restrict acc, size_t n) {
-  size_t i = 0;
-  for (; i + kBlock <= n; i += kBlock)
-    for (size_t j = 0; j < kBlock; ++j) acc[i + j] += bf16_to_f32(in[i + j]);
-  for (; i < n; ++i) acc[i] += bf16_to_f32(in[i]);
-}
-
-// Scratch buffers of the bf16 scheme for n elements on p ranks, allocated once per size.
+// demi's bf16 all-reduce itself (dist::internal::all_reduce_bf16_sum: demi's conversion kernels, an
+// all-to-all, one FP32 rounding, an all-gather), run where demi runs it, on the communication thread.
 struct Bf16Scheme {
-  int p;
-  size_t n, chunk;
-  std::vector<uint16_t> send, recv, summed, gathered;
-  std::vector<float> acc;
-  Bf16Scheme(size_t n_, int p_)
-      : p(p_), n(n_), chunk((n_ + static_cast<size_t>(p_) - 1) / static_cast<size_t>(p_)),
-        send(chunk * static_cast<size_t>(p_), 0), recv(chunk * static_cast<size_t>(p_)), summed(chunk),
-        gathered(chunk * static_cast<size_t>(p_)), acc(chunk) {}
-
+  size_t n;
+  Bf16Scheme(size_t n_, int) : n(n_) {}
   // in (n f32) -> out (n f32), the sum over ranks.
-  void run(const float* in, float* out) {
-    to_bf16(in, send.data(), n);  // the padding stays 0
-    const int count = static_cast<int>(chunk);
-    MPI_Alltoall(send.data(), count, MPI_UINT16_T, recv.data(), count, MPI_UINT16_T, MPI_COMM_WORLD);
-    // Rank order on every rank, so every rank's chunk is summed the same way.
-    to_f32(recv.data(), acc.data(), chunk);
-    for (int r = 1; r < p; ++r) add_bf16(recv.data() + static_cast<size_t>(r) * chunk, acc.data(), chunk);
-    to_bf16(acc.data(), summed.data(), chunk);
-    MPI_Allgather(summed.data(), count, MPI_UINT16_T, gathered.data(), count, MPI_UINT16_T, MPI_COMM_WORLD);
-    to_f32(gathered.data(), out, n);
+  void run(const float* in, float* out) const {
+    std::copy(in, in + n, out);
+    demi::dist::internal::run_on_comm_thread(
+        [&] { demi::dist::internal::all_reduce_bf16_sum(out, static_cast<int64_t>(n)); }, "allreduce_bench bf16");
   }
 };
 
@@ -270,7 +213,7 @@ std::string human_bytes(int64_t b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  demi::dist::init();  // MPI, and the communication thread the bf16 scheme runs on
   int rank = 0, p = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &p);
@@ -282,7 +225,7 @@ int main(int argc, char** argv) {
       if (!error.empty()) std::fprintf(stderr, "allreduce_bench: %s\n", error.c_str());
       std::fputs(kUsage, error.empty() ? stdout : stderr);
     }
-    MPI_Finalize();
+    demi::dist::release();
     return error.empty() ? 0 : kUsageError;
   }
 
@@ -313,7 +256,7 @@ int main(int argc, char** argv) {
   int all_ok = ok ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!all_ok) {
-    MPI_Finalize();
+    demi::dist::release();
     return 1;
   }
 
@@ -368,6 +311,6 @@ int main(int argc, char** argv) {
         std::printf("  world size 1: no communication, the fit measures a local copy\n");
     }
   }
-  MPI_Finalize();
+  demi::dist::release();
   return 0;
 }

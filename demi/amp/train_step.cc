@@ -29,7 +29,7 @@ StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
              "call step() before a whole-batch train step");
   reduce_in_backward_ = reducer_ != nullptr;
   try {
-    accumulate_micro_batch(data, label);
+    accumulate(data, label);
   } catch (...) {
     reduce_in_backward_ = false;
     throw;
@@ -38,9 +38,7 @@ StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
   return step();
 }
 
-float TrainStep::accumulate(const Tensor& data, const Tensor& label) { return accumulate_micro_batch(data, label); }
-
-float TrainStep::accumulate_micro_batch(const Tensor& data, const Tensor& label) {
+float TrainStep::accumulate(const Tensor& data, const Tensor& label) {
   if (micro_batches_ == 0) {
     micro_scale_ = manager_ ? manager_->get_loss_scale() : 1.0;
     micro_loss_sum_ = 0;

@@ -118,7 +118,6 @@ class TrainStep {
   double micro_scale_ = 1;     // the loss scale every micro-batch of this update uses
   bool reduce_in_backward_ = false;  // operator(): the reducer hears of gradients as backward makes them
 
-  float accumulate_micro_batch(const Tensor& data, const Tensor& label);
   StepResult finish(StepResult r);
 };
 

@@ -131,6 +131,27 @@ TEST(DataParallel, AWorldOfOneTrainsExactlyAsWithoutAReducer) {
   }
 }
 
+TEST(DataParallel, WithoutOverlapEveryBucketIsReducedAfterBackwardWithTheSameResult) {
+  Generator g(4);
+  Tensor x = normal({16, 4}, 0.0, 1.0, g);
+  Tensor y = zeros({16}, DType::kI32);
+  Net alone = make_net(), reduced = make_net();
+  AutoParallelContext ctx;
+  ctx.overlap = false;
+  ctx.first_bucket_mb = 0.001;
+  auto dp = std::make_shared<DataParallel>(reduced.opt->parameters(), reduced.names, ctx);
+  reduced.step->set_grad_reducer(dp);
+  const std::vector<std::vector<int>> layout = dp->bucket_layout();
+  for (int s = 0; s < 2; ++s) {
+    (*alone.step)(x, y);
+    dp->begin_step(16);
+    (*reduced.step)(x, y);
+  }
+  EXPECT_EQ(alone.net->parameters_and_names()[2].second.to_vector(), reduced.net->parameters_and_names()[2].second.to_vector());
+  EXPECT_EQ(dp->bucket_layout(), layout);  // no overlap: nothing to lay out again
+  EXPECT_EQ(dp->stats().buckets_reduced, 2 * dp->num_buckets());
+}
+
 TEST(DataParallel, BucketsAreLaidOutOnceInTheOrderBackwardCompletedThem) {
   Net n = make_net();
   AutoParallelContext ctx;
