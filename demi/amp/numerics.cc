@@ -18,6 +18,23 @@ double max_abs(const Tensor& t) {
   return m;
 }
 
+// The largest |output| of each layer's own forward ops (layers unfused, so each reports its own).
+class ActivationObserver : public ops::OpObserver {
+ public:
+  explicit ActivationObserver(std::map<std::string, double>& max_by_layer) : max_(max_by_layer) {}
+  void on_op(const ops::OpEvent& e) override {
+    if (e.backward || e.layer == nullptr) return;
+    for (const Tensor& o : e.outputs)
+      if (o.defined() && is_floating(o.dtype())) {
+        double& m = max_[e.layer];
+        m = std::max(m, max_abs(o));
+      }
+  }
+
+ private:
+  std::map<std::string, double>& max_;
+};
+
 }  // namespace
 
 NumericsReport analyze_numerics(nn::Cell& net, nn::LossCell& loss_fn, const Tensor& data, const Tensor& label,
@@ -28,25 +45,26 @@ NumericsReport analyze_numerics(nn::Cell& net, nn::LossCell& loss_fn, const Tens
   // Keep the parameters' gradients as they were: the analysis must not leak into training.
   std::vector<Tensor> saved;
   for (auto& [n, p] : params) saved.push_back(p.grad());
-  std::map<const nn::Cell*, size_t> index;
-  for (auto& [path, cell] : net.cells_and_names()) {
-    index[cell] = r.activations.size();
-    r.activations.push_back({path, cell->type_name(), 0, false});
-  }
+  std::map<std::string, double> max_by_layer;
   {
     ops::PrecisionScope fp32(nullptr);
     ops::DTypePinScope pin(DType::kF32);
-    nn::ForwardObserverScope observe([&](const nn::Cell& cell, const Tensor& out) {
-      auto it = index.find(&cell);
-      if (it == index.end() || !is_floating(out.dtype())) return;
-      auto& a = r.activations[it->second];
-      a.max_abs = std::max(a.max_abs, max_abs(out));
-      a.exceeds_fp16 = a.max_abs > kHalfMax;
-    });
+    ops::FusionScope unfused(false);  // each layer's own output, not a fused op's
+    ActivationObserver observer(max_by_layer);
+    ops::OpObserverScope observe(&observer);
     for (auto& [n, p] : params) p.set_grad(Tensor());
     Tensor loss = loss_fn(net.call(data), label);
     r.loss = static_cast<float>(loss.item());
     autograd::backward(loss);
+  }
+  // A layer's value is the largest of its own ops' and its sub-layers' outputs.
+  for (auto& [path, cell] : net.cells_and_names()) {
+    double m = 0;
+    for (const auto& [layer, v] : max_by_layer)
+      if (path.empty() || layer == path || (layer.size() > path.size() && layer.compare(0, path.size(), path) == 0 &&
+                                            layer[path.size()] == '.'))
+        m = std::max(m, v);
+    r.activations.push_back({path, cell->type_name(), m, m > kHalfMax});
   }
   for (size_t i = 0; i < params.size(); ++i) {
     auto& [name, p] = params[i];

@@ -4,7 +4,8 @@
 // It runs one forward and backward in FP32 (the true values, whatever the network's AMP level) and
 // reports, per parameter, the fraction of gradient values that FP16 would flush to zero (|g * scale| below
 // its smallest subnormal, 2^-24) or overflow (above 65504) at a given loss scale, and, per layer, the
-// largest activation magnitude against FP16's 65504. Parameters and their gradients are left as they were.
+// largest activation magnitude against FP16's 65504 (the largest output of the layer's own ops, or of its
+// sub-layers', with fused layers run one by one so that each reports its own output). Parameters and their gradients are left as they were.
 #pragma once
 
 #include <string>

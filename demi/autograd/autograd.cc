@@ -49,7 +49,7 @@ class Recorder : public ops::GradRecorder {
 
   void record(ops::Op op, std::span<const Tensor* const> inputs, std::span<Tensor> outputs,
               ops::BackwardFn backward) override {
-    auto node = std::make_shared<OpNode>(op, std::move(backward));
+    auto node = std::make_shared<OpNode>(op, std::move(backward), ops::current_layer());
     node->sequence_nr = g_sequence.fetch_add(1, std::memory_order_relaxed);
     node->num_outputs = static_cast<int>(outputs.size());
     node->next_edges.reserve(inputs.size());
@@ -112,17 +112,23 @@ LeafReadyScope::~LeafReadyScope() { t_leaf_ready = std::move(saved_); }
 ops::TensorList OpNode::apply(const ops::TensorList& grad_outputs) {
   DEMI_ASSERT(fn_ != nullptr, "backward through the graph a second time (op ", ops::op_name(op_),
               "): its saved tensors were already freed");
-  bool timed = ops::profiling();
-  auto start = std::chrono::steady_clock::now();
+  if (!ops::observing()) return fn_(grad_outputs);
+  const bool timed = ops::timing_wanted();
+  auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
   ops::TensorList grads = fn_(grad_outputs);
-  if (timed) {
-    int64_t bytes = 0;
-    for (const auto& g : grads)
-      if (g.defined()) bytes += static_cast<int64_t>(g.nbytes());
-    ops::add_profile_sample(op_, true, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-                            bytes);
-  }
-  ops::trace_backward(op_, grad_outputs, grads);
+  std::vector<const Tensor*> incoming;
+  incoming.reserve(grad_outputs.size());
+  for (const Tensor& g : grad_outputs) incoming.push_back(&g);
+  ops::OpEvent e{.op = op_, .backward = true, .layer = layer_,
+                 .inputs = incoming, .outputs = grads};
+  e.compute_dtype = DType::kF32;
+  for (const Tensor& g : grad_outputs)
+    if (g.defined()) {
+      e.compute_dtype = g.dtype();
+      break;
+    }
+  if (timed) e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ops::notify(e);
   return grads;
 }
 

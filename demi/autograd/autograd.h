@@ -46,13 +46,15 @@ class Node {
 // The node of a recorded op: runs its backward rule once.
 class OpNode : public Node {
  public:
-  OpNode(ops::Op op, ops::BackwardFn fn) : op_(op), fn_(std::move(fn)) {}
+  OpNode(ops::Op op, ops::BackwardFn fn, const char* layer = nullptr) : op_(op), layer_(layer), fn_(std::move(fn)) {}
   ops::TensorList apply(const ops::TensorList& grad_outputs) override;
   void release() override { fn_ = nullptr; }
   ops::Op op() const override { return op_; }
+  const char* layer() const { return layer_; }  // the layer its forward call ran in (ops::current_layer)
 
  private:
   ops::Op op_;
+  const char* layer_;
   ops::BackwardFn fn_;
 };
 

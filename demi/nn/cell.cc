@@ -12,14 +12,7 @@ class CellError : public Error {
   explicit CellError(const std::string& what) : Error(what) {}
 };
 
-thread_local ForwardObserver t_observer;
-
 }  // namespace
-
-ForwardObserverScope::ForwardObserverScope(ForwardObserver observer) : saved_(std::move(t_observer)) {
-  t_observer = std::move(observer);
-}
-ForwardObserverScope::~ForwardObserverScope() { t_observer = std::move(saved_); }
 
 Cell::Cell(std::string type_name) : type_name_(std::move(type_name)) { autograd::install(); }
 
@@ -27,9 +20,9 @@ Tensor Cell::operator()(const Tensor& x) {
   std::optional<ops::PrecisionScope> policy;
   if (policy_) policy.emplace(policy_.get());
   ops::DTypePinScope pin(pinned_);
+  ops::LayerScope layer(layer_id());
   try {
     Tensor y = construct(x);
-    if (t_observer && y.defined()) t_observer(*this, y);
     if (policy_ && y.defined() && is_low_precision(y.dtype())) y = ops::cast(y, DType::kF32);
     return y;
   } catch (const CellError&) {
@@ -45,6 +38,23 @@ std::string Cell::path() const {
   if (parent_ == nullptr) return "";
   std::string p = parent_->path();
   return p.empty() ? name_ : p + "." + name_;
+}
+
+const char* Cell::layer_id() {
+  if (layer_id_ == nullptr) layer_id_ = ops::intern_layer_path(path());
+  return layer_id_;
+}
+
+void Cell::reset_layer_ids() {
+  layer_id_ = nullptr;
+  for (auto& [n, c] : cells_) c->reset_layer_ids();
+}
+
+std::vector<std::pair<std::string, Generator*>> generators_of(Cell& net) {
+  std::vector<std::pair<std::string, Generator*>> gens{{"default", &default_generator()}};
+  for (auto& [path, cell] : net.cells_and_names())
+    if (Generator* g = cell->own_generator()) gens.emplace_back("cell:" + path, g);
+  return gens;
 }
 
 std::string Cell::describe() const {
@@ -84,6 +94,7 @@ void Cell::add_cell(const std::string& name, std::shared_ptr<Cell> cell) {
              ") already belongs to another cell");
   cell->parent_ = this;
   cell->name_ = name;
+  cell->reset_layer_ids();
   cells_.emplace_back(name, std::move(cell));
 }
 

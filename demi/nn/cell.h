@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "demi/core/rng.h"
 #include "demi/core/tensor.h"
 #include "demi/ops/dispatch.h"
 
@@ -68,6 +69,11 @@ class Cell {
 
   int64_t num_parameters() const;  // total elements of all parameters
 
+  // The random generator this cell draws from while training (Dropout's masks), or null.
+  virtual Generator* own_generator() { return nullptr; }
+  // This cell's path, interned (ops::intern_layer_path): what op events and graph nodes name it by.
+  const char* layer_id();
+
  protected:
   // Registers a parameter: tagged MemCategory::kParameter, requires grad, named with its path.
   Tensor register_parameter(const std::string& name, Tensor value, bool requires_grad = true);
@@ -93,23 +99,15 @@ class Cell {
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Cell>>> cells_;
+  const char* layer_id_ = nullptr;  // cached; reset when this cell or an ancestor is re-parented
+  void reset_layer_ids();
 };
+
+// Every random generator a train step of `net` draws from: the default generator ("default") and each
+// cell's own ("cell:<path>").
+std::vector<std::pair<std::string, Generator*>> generators_of(Cell& net);
 
 using CellPtr = std::shared_ptr<Cell>;
-
-// Sees every cell's output while alive (in this thread): the numerics report uses it to find the layer
-// whose activations leave FP16's range. Scopes nest; the innermost observer is called.
-using ForwardObserver = std::function<void(const Cell& cell, const Tensor& output)>;
-class ForwardObserverScope {
- public:
-  explicit ForwardObserverScope(ForwardObserver observer);
-  ~ForwardObserverScope();
-  ForwardObserverScope(const ForwardObserverScope&) = delete;
-  ForwardObserverScope& operator=(const ForwardObserverScope&) = delete;
-
- private:
-  ForwardObserver saved_;
-};
 
 // A loss: construct(logits, labels) -> an FP32 scalar (or per-sample losses with reduction "none").
 class LossCell {

@@ -182,7 +182,8 @@ Tensor SequentialCell::construct(const Tensor& x) {
     auto* conv_relu = conv != nullptr && i + 1 < cells_.size() ? dynamic_cast<ReLU*>(cells_[i + 1].get()) : nullptr;
     auto* conv_pool = conv_relu != nullptr && i + 2 < cells_.size() ? dynamic_cast<MaxPool2d*>(cells_[i + 2].get())
                                                                      : nullptr;
-    if (conv_pool != nullptr && !conv_relu->pinned_dtype() && !conv_pool->pinned_dtype() && y.rank() == 4) {
+    const bool fuse = ops::fusion_enabled();
+    if (fuse && conv_pool != nullptr && !conv_relu->pinned_dtype() && !conv_pool->pinned_dtype() && y.rank() == 4) {
       y = conv->call_relu_max_pool(y, conv_pool->options);
       i += 2;
       continue;
@@ -191,7 +192,8 @@ Tensor SequentialCell::construct(const Tensor& x) {
     // pool's one-byte window indices, not the ReLU's output. (Pinned cells keep their own path.)
     auto* relu = dynamic_cast<ReLU*>(cells_[i].get());
     auto* pool = i + 1 < cells_.size() ? dynamic_cast<MaxPool2d*>(cells_[i + 1].get()) : nullptr;
-    if (relu != nullptr && pool != nullptr && !relu->pinned_dtype() && !pool->pinned_dtype() && y.rank() == 4) {
+    if (fuse && relu != nullptr && pool != nullptr && !relu->pinned_dtype() && !pool->pinned_dtype() && y.rank() == 4) {
+      ops::LayerScope layer(relu->layer_id());  // the fused op is the ReLU's (and its pool's)
       y = ops::relu_max_pool2d(y, pool->options);
       ++i;
       continue;

@@ -164,6 +164,7 @@ class Dropout : public Cell {
   explicit Dropout(double keep_prob = 0.5);
   Tensor construct(const Tensor& x) override;
   Generator& generator() { return gen_; }
+  Generator* own_generator() override { return &gen_; }
 
  private:
   double keep_prob_;

@@ -79,6 +79,7 @@ class MultiheadAttention : public Cell {
   // Tests: run the composed core (batch_matmul + softmax) even without dropout.
   bool force_composed = false;
   Generator& generator() { return gen_; }
+  Generator* own_generator() override { return &gen_; }
 
  private:
   Tensor attend(const Tensor& query, const Tensor& key, const Tensor& value);

@@ -2,10 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
-#include <map>
-#include <mutex>
-#include <sstream>
 #include <unordered_map>
 
 namespace demi::ops {
@@ -14,7 +10,6 @@ namespace {
 GradRecorder* g_recorder = nullptr;
 thread_local const PrecisionPolicy* t_policy = nullptr;
 thread_local std::optional<DType> t_pin;
-thread_local OpTrace* t_trace = nullptr;
 
 // ---- cast cache ----
 struct CastKey {
@@ -39,11 +34,6 @@ thread_local CastCache t_cast_cache;
 thread_local int64_t t_low_copy_uses = 0;
 std::atomic<bool> g_low_copies{true};
 
-// ---- profiler ----
-std::atomic<bool> g_profiling{false};
-std::mutex g_profile_mutex;
-std::map<std::pair<int, bool>, OpProfileRow> g_profile;
-
 DType natural_dtype(std::span<const Tensor* const> inputs) {
   std::optional<DType> result;
   std::optional<DType> first;
@@ -59,13 +49,6 @@ DType natural_dtype(std::span<const Tensor* const> inputs) {
 
 bool is_parameter_like(const Tensor& x) {
   return x.has_autograd_meta() && x.impl().autograd->requires_grad && !x.impl().autograd->grad_fn;
-}
-
-int64_t output_bytes(const TensorList& outs) {
-  int64_t b = 0;
-  for (const auto& t : outs)
-    if (t.defined()) b += static_cast<int64_t>(t.nbytes());
-  return b;
 }
 
 }  // namespace
@@ -101,100 +84,14 @@ void set_low_copies(bool enabled) { g_low_copies.store(enabled); }
 int64_t cast_cache_hits() { return t_cast_cache.hits; }
 int64_t cast_cache_misses() { return t_cast_cache.misses; }
 
-// ---- trace ----
-OpTrace::OpTrace() : saved_(t_trace) { t_trace = this; }
-OpTrace::~OpTrace() { t_trace = saved_; }
-
-std::vector<OpRecord> OpTrace::of(Op op) const {
-  std::vector<OpRecord> out;
-  for (const auto& r : records_)
-    if (r.op == op && !r.backward) out.push_back(r);
-  return out;
-}
-
-std::string OpTrace::to_string() const {
-  std::ostringstream os;
-  for (const auto& r : records_) {
-    os << (r.backward ? "  bwd " : "  fwd ") << op_name(r.op) << "  " << dtype_name(r.compute_dtype) << " <- [";
-    for (size_t i = 0; i < r.input_dtypes.size(); ++i) os << (i ? ", " : "") << dtype_name(r.input_dtypes[i]);
-    os << "] -> [";
-    for (size_t i = 0; i < r.output_dtypes.size(); ++i)
-      os << (i ? ", " : "") << dtype_name(r.output_dtypes[i]);
-    os << "] " << r.output_shape << "\n";
-  }
-  return os.str();
-}
-
-void trace_backward(Op op, const TensorList& grad_outputs, const TensorList& grad_inputs) {
-  if (t_trace == nullptr) return;
-  OpRecord r;
-  r.op = op;
-  r.backward = true;
-  for (const auto& g : grad_outputs)
-    if (g.defined()) r.input_dtypes.push_back(g.dtype());
-  for (const auto& g : grad_inputs)
-    if (g.defined()) {
-      r.output_dtypes.push_back(g.dtype());
-      r.output_shape = g.shape();
-    }
-  r.compute_dtype = r.input_dtypes.empty() ? DType::kF32 : r.input_dtypes.front();
-  t_trace->records_.push_back(std::move(r));
-}
-
-// ---- profiler ----
-void set_profiling(bool enabled) { g_profiling.store(enabled); }
-bool profiling() { return g_profiling.load(std::memory_order_relaxed); }
-void reset_profile() {
-  std::lock_guard<std::mutex> lock(g_profile_mutex);
-  g_profile.clear();
-}
-
-void add_profile_sample(Op op, bool backward, double seconds, int64_t bytes) {
-  std::lock_guard<std::mutex> lock(g_profile_mutex);
-  auto& row = g_profile[{static_cast<int>(op), backward}];
-  row.op = op;
-  row.backward = backward;
-  row.calls += 1;
-  row.seconds += seconds;
-  row.bytes += bytes;
-}
-
-std::vector<OpProfileRow> profile_rows() {
-  std::lock_guard<std::mutex> lock(g_profile_mutex);
-  std::vector<OpProfileRow> rows;
-  for (const auto& [k, v] : g_profile) rows.push_back(v);
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
-  return rows;
-}
-
-std::string profile_report() {
-  auto rows = profile_rows();
-  double total = 0;
-  for (const auto& r : rows) total += r.seconds;
-  std::ostringstream os;
-  char line[256];
-  std::snprintf(line, sizeof line, "%-32s %4s %9s %11s %8s %7s %11s\n", "op", "dir", "calls", "total ms",
-                "us/call", "share", "MB out");
-  os << line;
-  for (const auto& r : rows) {
-    std::snprintf(line, sizeof line, "%-32s %4s %9lld %11.3f %8.1f %6.1f%% %11.2f\n",
-                  std::string(op_name(r.op)).c_str(), r.backward ? "bwd" : "fwd",
-                  static_cast<long long>(r.calls), r.seconds * 1e3, r.seconds * 1e6 / std::max<int64_t>(r.calls, 1),
-                  total > 0 ? 100.0 * r.seconds / total : 0.0, static_cast<double>(r.bytes) / 1e6);
-    os << line;
-  }
-  std::snprintf(line, sizeof line, "%-32s %4s %9s %11.3f\n", "total", "", "", total * 1e3);
-  os << line;
-  return os.str();
-}
-
 // ---- Dispatch ----
 Dispatch::Dispatch(Op op, std::initializer_list<const Tensor*> inputs) : op_(op), inputs_(inputs) {
   compute_ = resolve_compute_dtype(op, natural_dtype(inputs_));
   needs_grad_ = g_recorder != nullptr && op_info(op).differentiable && g_recorder->needs_grad(inputs_);
-  if (profiling()) {
-    timed_ = true;
-    start_ = std::chrono::steady_clock::now();
+  if (observing()) {
+    observed_ = true;
+    timed_ = timing_wanted();
+    if (timed_) start_ = std::chrono::steady_clock::now();
   }
 }
 
@@ -254,22 +151,11 @@ TensorList Dispatch::finish(TensorList outputs, BackwardFn backward) {
   if (needs_grad_ && backward) {
     g_recorder->record(op_, inputs_, outputs, std::move(backward));
   }
-  if (t_trace != nullptr) {
-    OpRecord r;
-    r.op = op_;
-    r.compute_dtype = compute_;
-    for (const Tensor* t : inputs_)
-      if (t != nullptr && t->defined()) r.input_dtypes.push_back(t->dtype());
-    for (const auto& o : outputs)
-      if (o.defined()) {
-        r.output_dtypes.push_back(o.dtype());
-        r.output_shape = o.shape();
-      }
-    t_trace->records_.push_back(std::move(r));
-  }
-  if (timed_) {
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    add_profile_sample(op_, false, s, output_bytes(outputs));
+  if (observed_) {
+    OpEvent e{.op = op_, .backward = false, .compute_dtype = compute_, .layer = current_layer(),
+              .inputs = inputs_, .outputs = outputs};
+    if (timed_) e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    notify(e);
   }
   if (t_policy != nullptr && !t_pin && t_policy->outputs_to_fp32(op_)) {
     for (auto& o : outputs)

@@ -13,7 +13,8 @@
 // Three parties look at every call through interfaces defined here, so that ops depends on none of them:
 //   - a GradRecorder (demi/autograd; later demi/graph) records the call with its backward rule;
 //   - a PrecisionPolicy (demi/amp) decides the dtype each op computes in;
-//   - the op trace and profiler (below) record which dtype each op ran in, its time and its bytes.
+//   - observers (ops/observer.h: the op trace, the profiler, the numerics report, overflow
+//     attribution) see each call: op, layer, dtypes, shapes, outputs and, when asked, its time.
 #pragma once
 
 #include <chrono>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "demi/core/tensor.h"
+#include "demi/ops/observer.h"
 #include "demi/ops/op.h"
 
 namespace demi::ops {
@@ -108,54 +110,6 @@ int64_t cast_cache_misses();  // casts made and stored
 int64_t low_copy_uses();  // casts served by a current low copy in this thread (for tests)
 void set_low_copies(bool enabled);
 
-// ---- Op trace and profiler ----------------------------------------------------------------------
-
-struct OpRecord {
-  Op op;
-  bool backward = false;
-  DType compute_dtype = DType::kF32;
-  std::vector<DType> input_dtypes;   // as given by the caller, before casting
-  std::vector<DType> output_dtypes;  // as returned
-  Shape output_shape;
-};
-
-// Records every op call in this thread while alive (tests and users debugging precision).
-class OpTrace {
- public:
-  OpTrace();
-  ~OpTrace();
-  OpTrace(const OpTrace&) = delete;
-  OpTrace& operator=(const OpTrace&) = delete;
-  const std::vector<OpRecord>& records() const { return records_; }
-  // The records of one op, forward only.
-  std::vector<OpRecord> of(Op op) const;
-  std::string to_string() const;  // one line per call: "Conv2d  bfloat16 <- [float32, float32]"
-
- private:
-  friend class Dispatch;
-  friend void trace_backward(Op, const TensorList&, const TensorList&);
-  std::vector<OpRecord> records_;
-  OpTrace* saved_;
-};
-
-struct OpProfileRow {
-  Op op;
-  bool backward;
-  int64_t calls = 0;
-  double seconds = 0;
-  int64_t bytes = 0;  // bytes of the outputs produced
-};
-// Times every op call (forward and backward) in every thread while enabled.
-void set_profiling(bool enabled);
-bool profiling();
-void reset_profile();
-std::vector<OpProfileRow> profile_rows();  // sorted by time, largest first
-std::string profile_report();
-
-// Called by the autograd engine around each backward rule, so backward shows in traces and profiles.
-void trace_backward(Op op, const TensorList& grad_outputs, const TensorList& grad_inputs);
-void add_profile_sample(Op op, bool backward, double seconds, int64_t bytes);
-
 // ---- Dispatch ------------------------------------------------------------------------------------
 
 class Dispatch {
@@ -191,6 +145,7 @@ class Dispatch {
   DType compute_;
   bool needs_grad_ = false;
   std::chrono::steady_clock::time_point start_;
+  bool observed_ = false;
   bool timed_ = false;
 };
 

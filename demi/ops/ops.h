@@ -1,5 +1,5 @@
 // demi's differentiable tensor ops: every call goes through the one dispatch point (dispatch.h), which
-// records it for autograd, applies the AMP precision policy and feeds the op trace and profiler.
+// records it for autograd, applies the AMP precision policy and notifies the op observers (trace, profiler, ...).
 //
 // Shapes are outermost-first, NCHW for images. Floating ops accept f32, f16, bf16 (and f64, for gradient
 // checks); binary ops promote their inputs (f16 with bf16 -> f32). Reductions, softmax and the losses
@@ -18,6 +18,7 @@
 #include "demi/kernels/conv_params.h"
 #include "demi/kernels/reduction.h"
 #include "demi/ops/dispatch.h"
+#include "demi/ops/trace.h"
 
 namespace demi::ops {
 

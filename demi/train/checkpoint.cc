@@ -123,14 +123,6 @@ std::string metric_string(double v) {
 
 }  // namespace
 
-std::vector<std::pair<std::string, Generator*>> generators_of(nn::Cell& net) {
-  std::vector<std::pair<std::string, Generator*>> gens{{"default", &default_generator()}};
-  for (auto& [path, cell] : net.cells_and_names()) {
-    if (auto* d = dynamic_cast<nn::Dropout*>(cell)) gens.emplace_back("cell:" + path, &d->generator());
-  }
-  return gens;
-}
-
 TrainState train_state_of(Model& model) {
   TrainState s;
   s.network = &model.network();

@@ -48,12 +48,11 @@ struct TrainState {
   amp::Level amp_level = amp::Level::kO0;
   DType low_dtype = DType::kF16;
   // Random generators by name. train_state_of adds "default" (demi::default_generator()) and
-  // "cell:<path>" for each Dropout cell of the network.
+  // "cell:<path>" for each cell with its own generator (Dropout, MultiheadAttention): nn::generators_of.
   std::vector<std::pair<std::string, Generator*>> generators;
 };
 TrainState train_state_of(Model& model);
-// The generators of `net` that a checkpoint records: "default" and every Dropout cell's.
-std::vector<std::pair<std::string, Generator*>> generators_of(nn::Cell& net);
+using nn::generators_of;  // the generators a checkpoint records
 
 // Where training stands when the checkpoint is taken (ModelCheckpoint fills it from its RunContext).
 struct Progress {
