@@ -35,6 +35,10 @@ struct RunContext {
   std::map<std::string, double> metrics;  // at epoch end: train metrics (and eval ones when run)
   bool stop_requested = false;   // a callback may ask training to stop after this step/epoch
   bool stopped_mid_epoch = false;  // at train end: a stop (or the step budget) came inside an epoch
+  // At step end, what the step's AMP diagnostics said (empty when nothing):
+  std::string overflow_op;                // on an overflow step: the op that first produced Inf/NaN
+  std::vector<std::string> promotions;    // layers adaptive AMP promoted to FP32 after this step
+  std::vector<std::string> warnings;      // early warnings said at this step (also in TrainSummary)
   Model* model = nullptr;
 };
 

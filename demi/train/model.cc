@@ -281,6 +281,7 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
       ctx.overflow = r.overflow;
       ctx.skipped = r.skipped;
       ctx.step_seconds = step_s;
+      ctx.warnings.clear();
       summary_.skipped_steps += r.skipped;
       uint8_t& slot = skip_ring[static_cast<size_t>(window_steps++ % kSkipWindow)];
       skips_in_window += static_cast<int>(r.skipped) - slot;
@@ -296,9 +297,11 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
                                 "): the run is barely training. Lower the (fixed) loss scale or use a "
                                 "DynamicLossScaleManager; check the learning rate and the input data.");
         callback_stream() << "Model.train: warning: " << w << std::endl;
+        ctx.warnings.push_back(w);
         summary_.warnings.push_back(std::move(w));
       }
       for (const std::string& w : watch.step(r, loss_scale_manager(), ctx)) {
+        ctx.warnings.push_back(w);
         summary_.warnings.push_back(w);
         callback_stream() << "Model.train: warning: " << w << std::endl;
       }
