@@ -22,6 +22,7 @@ TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell
       if (q.is_same(p) || q.same_storage(p)) name = path;
     param_names_.push_back(name);
   }
+  generators_ = nn::generators_of(*net_);
 }
 
 StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
@@ -44,6 +45,18 @@ float TrainStep::accumulate(const Tensor& data, const Tensor& label) {
     micro_loss_sum_ = 0;
     optimizer_->zero_grad();
   }
+  if (attribute_overflow_) {
+    MicroBatch m{data, label, {}};
+    for (const auto& [name, g] : generators_) m.generators.emplace_back(g->seed(), g->offset());
+    micro_inputs_.push_back(std::move(m));
+  }
+  const float loss_value = forward_backward(data, label, reduce_in_backward_);
+  micro_loss_sum_ += loss_value;
+  ++micro_batches_;
+  return loss_value;
+}
+
+float TrainStep::forward_backward(const Tensor& data, const Tensor& label, bool notify_reducer) {
   net_->set_train(true);
   float loss_value = 0;
   {
@@ -62,15 +75,13 @@ float TrainStep::accumulate(const Tensor& data, const Tensor& label) {
       last_logits_ = logits.dtype() == DType::kF32 ? logits : logits.to(DType::kF32);
     }
     Tensor scaled = micro_scale_ != 1.0 ? ops::mul_scalar(loss, micro_scale_) : loss;
-    if (reduce_in_backward_) {
+    if (notify_reducer) {
       autograd::LeafReadyScope ready([this](const Tensor& leaf) { reducer_->gradient_ready(leaf); });
       autograd::backward(scaled);
     } else {
       autograd::backward(scaled);  // adds into the gradients of the earlier micro-batches
     }
   }
-  micro_loss_sum_ += loss_value;
-  ++micro_batches_;
   return loss_value;
 }
 
@@ -87,7 +98,9 @@ StepResult TrainStep::step() {
   r.micro_batches = micro_batches_;
   r.loss = static_cast<float>(micro_loss_sum_ / static_cast<double>(micro_batches_));
   micro_batches_ = 0;
-  return finish(r);
+  std::vector<MicroBatch> micro = std::move(micro_inputs_);
+  micro_inputs_.clear();
+  return finish(r, micro);
 }
 
 StepResult TrainStep::step_without_batch() {
@@ -96,13 +109,14 @@ StepResult TrainStep::step_without_batch() {
   DEMI_CHECK(micro_batches_ == 0, "TrainStep::step_without_batch: ", micro_batches_,
              " micro-batch(es) accumulated but not applied");
   optimizer_->zero_grad();
+  micro_inputs_.clear();
   StepResult r;
   r.loss_scale = manager_ ? manager_->get_loss_scale() : 1.0;
   r.micro_batches = 0;
   return finish(r);
 }
 
-StepResult TrainStep::finish(StepResult r) {
+StepResult TrainStep::finish(StepResult r, const std::vector<MicroBatch>& batches) {
   std::vector<Tensor> params = optimizer_->parameters();
   if (reducer_) reducer_->reduce(params, r.micro_batches);  // the reducer averages the micro-batches
   std::vector<Tensor> grads;
@@ -117,6 +131,8 @@ StepResult TrainStep::finish(StepResult r) {
     reducer_->agree(r.loss, r.overflow);
     if (r.overflow && bad < 0) r.first_nonfinite = "(a gradient of another process)";
   }
+  // Only this process's own overflow can be found by re-running its batches.
+  if (r.overflow && bad >= 0 && !batches.empty()) r.overflow_source = find_overflow_source(batches, r.loss_scale);
   if (!r.overflow && clip_grad_norm_ > 0) {  // on the true (unscaled) gradients
     r.grad_norm = amp::clip_grad_norm(grads, clip_grad_norm_);
     r.clipped = r.grad_norm > clip_grad_norm_;
@@ -136,6 +152,58 @@ StepResult TrainStep::finish(StepResult r) {
                r.first_nonfinite, "'. Lower the learning rate or the initial loss scale, or check the input data.");
   }
   return r;
+}
+
+OverflowSource TrainStep::find_overflow_source(const std::vector<MicroBatch>& micro, double loss_scale) {
+  // Set aside everything the re-run would change: gradients, running statistics, generators, logits,
+  // the accumulation state.
+  std::vector<Tensor> params = optimizer_->parameters();
+  std::vector<Tensor> grads;
+  for (Tensor& p : params) {
+    grads.push_back(p.grad());
+    p.set_grad(Tensor());
+  }
+  std::vector<std::pair<Tensor, Tensor>> buffers;
+  for (auto& [name, b] : net_->buffers_and_names()) buffers.emplace_back(b, b.clone());
+  const auto& gens = generators_;
+  std::vector<std::pair<uint64_t, uint64_t>> gen_states;
+  for (const auto& [name, g] : gens) gen_states.emplace_back(g->seed(), g->offset());
+  Tensor logits = last_logits_;
+  const double saved_scale = micro_scale_;
+  const double saved_sum = micro_loss_sum_;
+  auto restore = [&] {
+    for (size_t i = 0; i < params.size(); ++i) params[i].set_grad(grads[i]);
+    autograd::NoGradGuard no_grad;
+    for (auto& [b, copy] : buffers) b.copy_(copy);
+    for (size_t i = 0; i < gens.size(); ++i) gens[i].second->set_state(gen_states[i].first, gen_states[i].second);
+    last_logits_ = logits;
+    micro_scale_ = saved_scale;
+    micro_loss_sum_ = saved_sum;
+  };
+  OverflowFinder finder;
+  try {
+    micro_scale_ = loss_scale;
+    for (const MicroBatch& m : micro) {
+      if (m.generators.size() == gens.size())
+        for (size_t i = 0; i < gens.size(); ++i) gens[i].second->set_state(m.generators[i].first, m.generators[i].second);
+      {
+        ops::OpObserverScope observe(&finder);
+        forward_backward(m.data, m.label, /*notify_reducer=*/false);
+      }
+      for (Tensor& p : params) p.set_grad(Tensor());
+      if (finder.found()) break;
+    }
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+  OverflowSource src = finder.source();
+  if (src.found) {
+    for (auto& [path, cell] : net_->cells_and_names())
+      if (path == src.layer) src.layer_type = cell->type_name();
+  }
+  return src;
 }
 
 double clip_grad_norm(std::vector<Tensor>& grads, double max_norm) {

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "demi/amp/attribution.h"
 #include "demi/amp/loss_scale.h"
 #include "demi/amp/policy.h"
 #include "demi/nn/cell.h"
@@ -43,6 +44,8 @@ struct StepResult {
   int64_t micro_batches = 1;    // micro-batches accumulated into this update
   double grad_norm = -1;        // global L2 norm of the unscaled gradients before clipping (-1: not computed)
   bool clipped = false;         // the gradients were scaled down to clip_grad_norm
+  // On an overflow step with attribution on: the op that first produced Inf/NaN (amp/attribution.h).
+  OverflowSource overflow_source;
 };
 
 struct TrainOptions {
@@ -92,6 +95,14 @@ class TrainStep {
   GradReducer* grad_reducer() const { return reducer_.get(); }
   int64_t accumulated_micro_batches() const { return micro_batches_; }
 
+  // Overflow attribution (on by default): an overflowing update is re-run once, with its batches, loss
+  // scale and random numbers, under an observer that finds the first op producing Inf/NaN
+  // (StepResult::overflow_source); running statistics and generators are restored afterwards, so the
+  // re-run changes nothing. Only overflowing steps pay for it (one more forward and backward). Off, an
+  // update keeps no handle on its batches.
+  void set_attribute_overflow(bool on) { attribute_overflow_ = on; }
+  bool attribute_overflow() const { return attribute_overflow_; }
+
   // Clipping by global norm after unscaling (0: off).
   void set_clip_grad_norm(double max_norm);
   double clip_grad_norm() const { return clip_grad_norm_; }
@@ -117,8 +128,19 @@ class TrainStep {
   double micro_loss_sum_ = 0;
   double micro_scale_ = 1;     // the loss scale every micro-batch of this update uses
   bool reduce_in_backward_ = false;  // operator(): the reducer hears of gradients as backward makes them
+  bool attribute_overflow_ = true;
+  // With attribution on, what it needs to re-run this update's micro-batches: each one's batch and the
+  // generators' positions before it.
+  struct MicroBatch {
+    Tensor data, label;
+    std::vector<std::pair<uint64_t, uint64_t>> generators;  // (seed, offset), in generators_of order
+  };
+  std::vector<MicroBatch> micro_inputs_;
+  std::vector<std::pair<std::string, Generator*>> generators_;  // nn::generators_of(net), at construction
 
-  StepResult finish(StepResult r);
+  float forward_backward(const Tensor& data, const Tensor& label, bool notify_reducer);
+  OverflowSource find_overflow_source(const std::vector<MicroBatch>& micro, double loss_scale);
+  StepResult finish(StepResult r, const std::vector<MicroBatch>& batches = {});
 };
 
 // Scales `grads` (FP32; undefined ones skipped) in place so that their global L2 norm is at most max_norm

@@ -47,6 +47,15 @@ Metadata encode_training_meta(const TrainingMeta& m) {
     md["demi.loss_scale.total_overflows"] = std::to_string(m.loss_scale->total_overflows);
   }
   if (!m.optimizer.empty()) md["demi.optimizer"] = m.optimizer;
+  if (!m.amp_promotions.empty()) {
+    std::string lines;
+    for (const std::string& l : m.amp_promotions) {
+      DEMI_CHECK(!l.empty() && l.find('\n') == std::string::npos, "training state: AMP promotion '", l,
+                 "' is not a layer path (empty, or holds a newline)");
+      lines += (lines.empty() ? "" : "\n") + l;
+    }
+    md["demi.amp.promotions"] = lines;
+  }
   md["demi.global_step"] = std::to_string(m.global_step);
   md["demi.epoch"] = std::to_string(m.epoch);
   md["demi.step_in_epoch"] = std::to_string(m.step_in_epoch);
@@ -76,6 +85,17 @@ TrainingMeta decode_training_meta(const Metadata& md, const std::string& file) {
   if (const std::string* v = get("demi.amp_level")) m.amp_level = *v;
   if (const std::string* v = get("demi.low_dtype")) m.low_dtype = *v;
   if (const std::string* v = get("demi.optimizer")) m.optimizer = *v;
+  if (const std::string* v = get("demi.amp.promotions")) {
+    size_t at = 0;
+    while (at <= v->size()) {
+      size_t nl = v->find('\n', at);
+      if (nl == std::string::npos) nl = v->size();
+      std::string l = v->substr(at, nl - at);
+      DEMI_CHECK(!l.empty(), "training state ", file, ": demi.amp.promotions holds an empty layer path");
+      m.amp_promotions.push_back(std::move(l));
+      at = nl + 1;
+    }
+  }
   if (const std::string* v = get("demi.loss_scale")) {
     LossScaleRecord r;
     r.scale = parse_number<double>(file, "demi.loss_scale", *v);

@@ -15,6 +15,7 @@
 //   demi.epoch, demi.step_in_epoch, demi.step, demi.epochs_done
 //   demi.data.epoch, demi.data.position (the data pipeline's IteratorOptions for resuming)
 //   demi.rng.<name> = "<seed>:<offset>" (the default generator is "default"; a Dropout cell's "cell:<path>")
+//   demi.amp.promotions = the layers adaptive AMP promoted to FP32, one path per line, in order
 // Other metadata keys (not "demi.*") are the caller's, kept in `extra`.
 #pragma once
 
@@ -23,6 +24,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "demi/io/safetensors.h"
 
@@ -61,6 +63,7 @@ struct TrainingMeta {
   // it): a mid-epoch resume on another count would not continue at the same data position.
   int64_t steps_per_epoch = 0;
   std::map<std::string, GeneratorState> generators;
+  std::vector<std::string> amp_promotions;  // layer paths (no newline in a path)
   Metadata extra;  // the caller's own string pairs; keys must not start with "demi."
 };
 

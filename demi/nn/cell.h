@@ -59,6 +59,7 @@ class Cell {
   // cell with a policy casts its floating output back to FP32, as MindSpore's O2 network output is.
   void set_precision_policy(std::shared_ptr<const ops::PrecisionPolicy> policy) { policy_ = std::move(policy); }
   const ops::PrecisionPolicy* precision_policy() const { return policy_.get(); }
+  const std::shared_ptr<const ops::PrecisionPolicy>& precision_policy_ptr() const { return policy_; }
 
   const std::string& type_name() const { return type_name_; }
   // Dotted path from the root cell ("" for the root).

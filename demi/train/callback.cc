@@ -44,8 +44,11 @@ LossMonitor::LossMonitor(int64_t per_print_times) : every_(per_print_times) {
 }
 
 void LossMonitor::on_step_end(RunContext& ctx) {
-  DEMI_CHECK(std::isfinite(ctx.loss), "LossMonitor: the loss is ", ctx.loss, " at epoch ", ctx.epoch, " step ",
-             ctx.step_in_epoch, "; training stopped (lower the learning rate, or use a loss scale manager)");
+  // A skipped step trained nothing on the non-finite loss (a loss-scale manager, or adaptive AMP, is
+  // handling the overflow); one that was applied would train on garbage.
+  DEMI_CHECK(std::isfinite(ctx.loss) || ctx.skipped, "LossMonitor: the loss is ", ctx.loss, " at epoch ", ctx.epoch,
+             " step ", ctx.step_in_epoch, "; training stopped (lower the learning rate, or use a loss scale manager)",
+             ctx.overflow_op.empty() ? "" : "; the first op to produce a non-finite value: " + ctx.overflow_op);
   if (ctx.step_in_epoch % every_ != 0) return;
   callback_stream() << "epoch: " << ctx.epoch << " step: " << ctx.step_in_epoch << ", loss is "
                     << std::setprecision(6) << ctx.loss << std::defaultfloat << std::endl;

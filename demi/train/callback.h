@@ -68,7 +68,8 @@ class TimeMonitor : public Callback {
   std::chrono::steady_clock::time_point start_;
 };
 
-// "epoch: 1 step: 10, loss is 2.3026" every per_print_times steps; a non-finite loss is an error.
+// "epoch: 1 step: 10, loss is 2.3026" every per_print_times steps; a non-finite loss is an error unless
+// the step was skipped (its update dropped for the overflow).
 class LossMonitor : public Callback {
  public:
   explicit LossMonitor(int64_t per_print_times = 1);

@@ -128,6 +128,7 @@ TrainState train_state_of(Model& model) {
   s.network = &model.network();
   s.optimizer = &model.optimizer();
   s.loss_scale_manager = model.loss_scale_manager();
+  s.amp_adapter = model.amp_adapter();
   s.amp_level = model.amp_level();
   s.low_dtype = model.low_dtype();
   s.generators = generators_of(model.network());
@@ -160,6 +161,7 @@ io::TrainingState capture_training_state(const TrainState& state, const Progress
   m.is_training_state = true;
   m.amp_level = amp::level_name(state.amp_level);
   m.low_dtype = std::string(dtype_name(state.low_dtype));
+  if (state.amp_adapter) m.amp_promotions = state.amp_adapter->promoted_layers();
   if (state.optimizer) {
     for (auto& [name, t] : state.optimizer->state()) out.tensors.emplace_back(str_cat(kOptimizerPrefix, name), t);
     m.optimizer = state.optimizer->name();
@@ -247,6 +249,8 @@ LoadReport restore_checkpoint(const io::TrainingState& ckpt, const TrainState& s
 
   if (state.loss_scale_manager && !m.loss_scale) report.missing.push_back("loss-scale state");
   if (!state.loss_scale_manager && m.loss_scale) report.unexpected.push_back("loss-scale state");
+  if (!state.amp_adapter && !m.amp_promotions.empty())
+    report.unexpected.push_back(str_cat("AMP promotions (", m.amp_promotions.size(), " layers in FP32; resume with amp_adapt)"));
 
   std::vector<std::pair<Generator*, io::GeneratorState>> gens;
   if (options.restore_rng) {
@@ -273,6 +277,7 @@ LoadReport restore_checkpoint(const io::TrainingState& ckpt, const TrainState& s
                                                             m.loss_scale->total_overflows});
   }
   for (auto& [g, s] : gens) g->set_state(s.seed, s.offset);
+  if (state.amp_adapter && !m.amp_promotions.empty()) state.amp_adapter->restore(m.amp_promotions);
   return report;
 }
 

@@ -33,6 +33,7 @@
 #include "demi/io/training_state.h"
 #include "demi/nn/cell.h"
 #include "demi/optim/optimizer.h"
+#include "demi/amp/adapt.h"
 #include "demi/train/callback.h"
 
 namespace demi::train {
@@ -45,6 +46,7 @@ struct TrainState {
   nn::Cell* network = nullptr;
   optim::Optimizer* optimizer = nullptr;
   amp::LossScaleManager* loss_scale_manager = nullptr;
+  amp::AmpAdapter* amp_adapter = nullptr;  // adaptive AMP's promotions (ModelOptions::amp_adapt)
   amp::Level amp_level = amp::Level::kO0;
   DType low_dtype = DType::kF16;
   // Random generators by name. train_state_of adds "default" (demi::default_generator()) and

@@ -83,7 +83,8 @@ class ScaleWatch {
       out.push_back(str_cat("the gradients overflow even at the loss scale's floor (", dyn->min_scale(), ") ", where(),
                             ": scaling cannot fix this — a value overflows float16 by itself (an activation or "
                             "an input beyond 65504, or Inf/NaN in the data). Run `demi train --numerics`, use "
-                            "bfloat16, or keep that layer in FP32."));
+                            "bfloat16, or keep that layer in FP32.",
+                            r.overflow_source.found ? " The op: " + r.overflow_source.describe() + "." : std::string()));
     }
     if (first_step_ < 0) first_step_ = ctx.cur_step_num;
     if (now > last_scale_) last_growth_ = ctx.cur_step_num;
@@ -129,6 +130,14 @@ Model::Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> lo
   DEMI_CHECK(options.max_steps == -1 || options.max_steps >= 1, "Model: max_steps must be >= 1 (-1: no budget), got ",
              options.max_steps);
   train_step_ = amp::build_train_network(network_, optimizer_, loss_fn_, options.amp_level, t);
+  train_step_->set_attribute_overflow(options.attribute_overflow);
+  if (options.amp_adapt) {
+    DEMI_CHECK(options.attribute_overflow, "Model: amp_adapt needs attribute_overflow (it promotes the layers that "
+               "overflow attribution names)");
+    DEMI_CHECK(!dist::data_parallel(), "Model: amp_adapt is not available with data parallelism yet (each process "
+               "would promote on its own batches' overflows; the promotions must be agreed first)");
+    adapter_ = std::make_shared<amp::AmpAdapter>(network_, options.adapt);
+  }
   if (dist::data_parallel()) {
     data_parallel_ = std::make_shared<dist::DataParallel>(optimizer_->parameters(), train_step_->parameter_names(),
                                                           dist::get_auto_parallel_context());
@@ -271,17 +280,42 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
         step_times.push_back(step_s);
       }
       all_step_times.push_back(step_s);
-      if (options_.stop_on_nonfinite_loss && loss_scale_manager() == nullptr)
-        DEMI_CHECK(std::isfinite(r.loss), "the loss became ", r.loss, " at epoch ", ctx.epoch, " step ",
-                   ctx.step_in_epoch, " (", amp::level_name(options_.amp_level),
-                   ", no loss scale); training stopped instead of continuing on garbage. Lower the learning "
-                   "rate, check the input data for NaN/Inf, or use a loss-scale manager.");
       ctx.loss = r.loss;
       ctx.loss_scale = r.loss_scale;
       ctx.overflow = r.overflow;
       ctx.skipped = r.skipped;
       ctx.step_seconds = step_s;
       ctx.warnings.clear();
+      ctx.overflow_op.clear();
+      ctx.promotions.clear();
+      if (r.overflow_source.found) {
+        const amp::OverflowSource& src = r.overflow_source;
+        ctx.overflow_op = src.describe();
+        const std::string key = str_cat(ops::op_name(src.op), src.backward ? " bwd" : " fwd", " in '", src.layer, "'");
+        const bool fresh = summary_.overflow_ops.count(key) == 0;
+        if (fresh) summary_.overflow_examples[key] = ctx.overflow_op;
+        const int64_t seen = ++summary_.overflow_ops[key];
+        if (fresh || (seen & (seen - 1)) == 0)  // each new op, then at its 2nd, 4th, 8th, ... overflow
+          callback_stream() << "Model.train: overflow at epoch " << ctx.epoch << " step " << ctx.cur_step_num
+                            << " (loss scale " << r.loss_scale << ", " << seen << (seen == 1 ? " time" : " times")
+                            << "): " << ctx.overflow_op << std::endl;
+      }
+      if (adapter_) {
+        for (const amp::Promotion& p : adapter_->observe(r, loss_scale_manager(), ctx.cur_step_num)) {
+          std::string line = str_cat("layer '", p.layer, "' (", p.type, ") now runs in FP32 (", p.reason, ")");
+          callback_stream() << "Model.train: amp-adapt: " << line << std::endl;
+          ctx.promotions.push_back(p.layer);
+        }
+      }
+      // (Not when adaptive AMP is acting on the overflow: the step was skipped, and the layer is promoted.)
+      if (options_.stop_on_nonfinite_loss && loss_scale_manager() == nullptr && !(adapter_ && adapter_->last_counted()))
+        DEMI_CHECK(std::isfinite(r.loss), "the loss became ", r.loss, " at epoch ", ctx.epoch, " step ",
+                   ctx.step_in_epoch, " (", amp::level_name(options_.amp_level),
+                   ", no loss scale); training stopped instead of continuing on garbage. Lower the learning "
+                   "rate, check the input data for NaN/Inf, or use a loss-scale manager.",
+                   r.overflow_source.found ? " The first op to produce a non-finite value: " + r.overflow_source.describe() + "." : std::string(),
+                   r.overflow_source.found && !adapter_ && options_.amp_level != amp::Level::kO0
+                       ? " Adaptive AMP (ModelOptions::amp_adapt, demi train --amp-adapt) would run that layer in FP32." : "");
       summary_.skipped_steps += r.skipped;
       uint8_t& slot = skip_ring[static_cast<size_t>(window_steps++ % kSkipWindow)];
       skips_in_window += static_cast<int>(r.skipped) - slot;
@@ -357,6 +391,7 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   summary_.data_wait_fraction = wait_total + busy_total > 0 ? wait_total / (wait_total + busy_total) : 0;
   summary_.final_loss = ctx.loss;
   summary_.final_loss_scale = loss_scale_manager() ? loss_scale_manager()->get_loss_scale() : 1.0;
+  if (adapter_) summary_.promotions = adapter_->promotions();
   summary_.peak = peak.peak();
   summary_.peak_rss_bytes = process_peak_rss_bytes();
   if (summary_.steady_steps > 0) {

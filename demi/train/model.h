@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "demi/amp/adapt.h"
 #include "demi/amp/train_step.h"
 #include "demi/core/memory.h"
 #include "demi/data/dataset.h"
@@ -61,6 +62,14 @@ struct ModelOptions {
   // Stop train() once this many updates have been made in all (counting a resumed run's earlier ones);
   // -1: no budget, the epochs decide.
   int64_t max_steps = -1;
+  // Name the op behind every overflowing step (amp/attribution.h): the step is re-run once under a
+  // checking observer, only when it overflowed. The result is in the RunContext (overflow_op), the log
+  // (the first few, and each new op), TrainSummary::overflow_ops and the CLI's JSON line.
+  bool attribute_overflow = true;
+  // Adaptive AMP (amp/adapt.h): a layer that keeps overflowing for reasons the loss scale cannot cure is
+  // promoted to FP32 for the rest of training. Needs attribute_overflow; not with data parallelism yet.
+  bool amp_adapt = false;
+  amp::AdaptOptions adapt;
 };
 
 // What one train() call measured.
@@ -84,6 +93,12 @@ struct TrainSummary {
   // dynamic scale that has not grown for 10 windows.
   std::vector<std::string> warnings;
   double final_loss_scale = 1;
+  // Overflow attributions of this call: "<op> <fwd|bwd> in '<layer>'" -> steps, and the first
+  // description of each.
+  std::map<std::string, int64_t> overflow_ops;
+  std::map<std::string, std::string> overflow_examples;
+  // Adaptive AMP's promotions so far (a resumed run's restored ones included), in order.
+  std::vector<amp::Promotion> promotions;
   // Steady state (the steps after the first epoch when there are several, else after the third step):
   // calls into the system allocator and minor page faults of the whole process (every thread: compute,
   // prefetch) during those steps, per step. Both are 0 when nothing is allocated or touched afresh.
@@ -114,6 +129,8 @@ class Model {
   amp::TrainStep& train_step() { return *train_step_; }
   // The gradient reducer when training data-parallel (null otherwise).
   dist::DataParallel* data_parallel() { return data_parallel_.get(); }
+  // Adaptive AMP's state (null unless ModelOptions::amp_adapt).
+  amp::AmpAdapter* amp_adapter() { return adapter_.get(); }
   amp::Level amp_level() const { return options_.amp_level; }
   DType low_dtype() const { return options_.low_dtype; }
   const TrainSummary& last_summary() const { return summary_; }
@@ -141,6 +158,7 @@ class Model {
   ModelOptions options_;
   std::shared_ptr<amp::TrainStep> train_step_;
   std::shared_ptr<dist::DataParallel> data_parallel_;
+  std::shared_ptr<amp::AmpAdapter> adapter_;
   TrainSummary summary_;
   int64_t epochs_done_ = 0;
   int64_t resume_position_ = 0;

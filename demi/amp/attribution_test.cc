@@ -1,0 +1,123 @@
+#include "demi/amp/attribution.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "demi/amp/train_step.h"
+#include "demi/nn/layers.h"
+#include "demi/optim/optimizer.h"
+
+namespace demi::amp {
+namespace {
+
+// fc1 -> BatchNorm -> ReLU -> Dropout -> fc2 on 8 features, 4 classes.
+struct Net {
+  std::shared_ptr<nn::SequentialCell> net;
+  std::shared_ptr<nn::Dense> fc1, fc2;
+  std::shared_ptr<TrainStep> step;
+
+  Net(double loss_scale, Level level = Level::kO2) {
+    set_seed(7);
+    fc1 = std::make_shared<nn::Dense>(8, 16);
+    fc2 = std::make_shared<nn::Dense>(16, 4);
+    net = std::make_shared<nn::SequentialCell>(std::vector<nn::CellPtr>{
+        fc1, std::make_shared<nn::BatchNorm1d>(16), std::make_shared<nn::ReLU>(), std::make_shared<nn::Dropout>(0.8),
+        fc2});
+    auto opt = std::make_shared<optim::SGD>(net->trainable_params(), 0.01);
+    step = build_train_network(net, opt, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), level,
+                               {.low_dtype = DType::kF16,
+                                .loss_scale_manager = std::make_shared<FixedLossScaleManager>(loss_scale, true)});
+  }
+};
+
+Tensor batch_data(uint64_t seed) {
+  Generator g(seed);
+  return normal({32, 8}, 0, 1, g);
+}
+Tensor batch_labels() {
+  std::vector<int32_t> v(32);
+  for (int i = 0; i < 32; ++i) v[static_cast<size_t>(i)] = i % 4;
+  return from_vector(v, {32});
+}
+
+TEST(OverflowAttribution, AForwardOverflowIsAttributedToTheLayerThatMadeIt) {
+  Net n(1.0);
+  // fc2's outputs leave FP16's range (|y| ~ 16 * 1e4 * |h|): its forward Dense overflows in float16.
+  n.fc2->weight.fill_(1e4);
+  StepResult r = (*n.step)(batch_data(1), batch_labels());
+  ASSERT_TRUE(r.overflow);
+  ASSERT_TRUE(r.overflow_source.found) << r.overflow_source.describe();
+  EXPECT_EQ(r.overflow_source.layer, "4");
+  EXPECT_EQ(r.overflow_source.layer_type, "Dense");
+  EXPECT_EQ(r.overflow_source.op, ops::Op::kDense);
+  EXPECT_FALSE(r.overflow_source.backward);
+  EXPECT_EQ(r.overflow_source.dtype, DType::kF16);
+  EXPECT_GT(r.overflow_source.inf, 0);
+  EXPECT_FALSE(r.overflow_source.input_nonfinite);
+  const std::string d = r.overflow_source.describe();
+  EXPECT_NE(d.find("forward Dense in layer '4' (Dense), float16"), std::string::npos) << d;
+}
+
+TEST(OverflowAttribution, ABackwardOverflowFromTheLossScaleIsAttributedToTheCastIntoFloat16) {
+  // A finite forward; the scaled loss gradient (2^40) is finite in FP32 but not once cast to float16 at
+  // the network's output: the first op to make an Inf is the backward of that Cast.
+  Net n(std::ldexp(1.0, 40));
+  StepResult r = (*n.step)(batch_data(2), batch_labels());
+  ASSERT_TRUE(r.overflow);
+  ASSERT_TRUE(r.overflow_source.found);
+  EXPECT_TRUE(r.overflow_source.backward) << r.overflow_source.describe();
+  EXPECT_EQ(r.overflow_source.op, ops::Op::kCast) << r.overflow_source.describe();
+  EXPECT_EQ(r.overflow_source.layer, "") << "the output cast belongs to the root network";
+}
+
+TEST(OverflowAttribution, AFiniteStepIsNotReRun) {
+  Net n(1.0);
+  StepResult r = (*n.step)(batch_data(3), batch_labels());
+  EXPECT_FALSE(r.overflow);
+  EXPECT_FALSE(r.overflow_source.found);
+}
+
+TEST(OverflowAttribution, TheReRunChangesNothing) {
+  // Two identical runs, one attributing: every parameter, running statistic and later loss is identical
+  // (the re-run restores BatchNorm's statistics, the Dropout generator and the gradients).
+  Net a(std::ldexp(1.0, 40)), b(std::ldexp(1.0, 40));
+  b.step->set_attribute_overflow(false);
+  for (int i = 0; i < 3; ++i) {
+    StepResult ra = (*a.step)(batch_data(10 + static_cast<uint64_t>(i)), batch_labels());
+    StepResult rb = (*b.step)(batch_data(10 + static_cast<uint64_t>(i)), batch_labels());
+    EXPECT_TRUE(ra.overflow_source.found);
+    EXPECT_FALSE(rb.overflow_source.found);
+    EXPECT_EQ(ra.loss, rb.loss);
+  }
+  // Lower the scale so that steps are applied, and compare what the updates did.
+  a.step->loss_scale_manager()->set_state({.scale = 1.0});
+  b.step->loss_scale_manager()->set_state({.scale = 1.0});
+  for (int i = 0; i < 2; ++i) {
+    StepResult ra = (*a.step)(batch_data(20 + static_cast<uint64_t>(i)), batch_labels());
+    StepResult rb = (*b.step)(batch_data(20 + static_cast<uint64_t>(i)), batch_labels());
+    EXPECT_FALSE(ra.skipped);
+    EXPECT_EQ(ra.loss, rb.loss);
+  }
+  auto pa = a.net->parameters_and_names(), pb = b.net->parameters_and_names();
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_EQ(std::memcmp(pa[i].second.raw_data(), pb[i].second.raw_data(), pa[i].second.nbytes()), 0) << pa[i].first;
+  auto ba = a.net->buffers_and_names(), bb = b.net->buffers_and_names();
+  for (size_t i = 0; i < ba.size(); ++i)
+    EXPECT_EQ(std::memcmp(ba[i].second.raw_data(), bb[i].second.raw_data(), ba[i].second.nbytes()), 0) << ba[i].first;
+}
+
+TEST(OverflowAttribution, AnInputThatIsAlreadyNonFiniteIsSaidToComeFromOutside) {
+  Net n(1.0);
+  Tensor x = batch_data(4);
+  x.data<float>()[5] = std::numeric_limits<float>::infinity();
+  StepResult r = (*n.step)(x, batch_labels());
+  ASSERT_TRUE(r.overflow_source.found);
+  EXPECT_TRUE(r.overflow_source.input_nonfinite);
+  EXPECT_NE(r.overflow_source.describe().find("came from the data"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace demi::amp
