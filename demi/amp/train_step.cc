@@ -154,7 +154,8 @@ StepResult TrainStep::finish(StepResult r, const std::vector<MicroBatch>& batche
   return r;
 }
 
-OverflowSource TrainStep::find_overflow_source(const std::vector<MicroBatch>& micro, double loss_scale) {
+void TrainStep::replay(const std::vector<MicroBatch>& micro, double loss_scale, ops::OpObserver& observer,
+                       const std::function<bool()>& done) {
   // Set aside everything the re-run would change: gradients, running statistics, generators, logits,
   // the accumulation state.
   std::vector<Tensor> params = optimizer_->parameters();
@@ -180,24 +181,34 @@ OverflowSource TrainStep::find_overflow_source(const std::vector<MicroBatch>& mi
     micro_scale_ = saved_scale;
     micro_loss_sum_ = saved_sum;
   };
-  OverflowFinder finder;
   try {
     micro_scale_ = loss_scale;
     for (const MicroBatch& m : micro) {
       if (m.generators.size() == gens.size())
         for (size_t i = 0; i < gens.size(); ++i) gens[i].second->set_state(m.generators[i].first, m.generators[i].second);
       {
-        ops::OpObserverScope observe(&finder);
+        ops::OpObserverScope observe(&observer);
         forward_backward(m.data, m.label, /*notify_reducer=*/false);
       }
       for (Tensor& p : params) p.set_grad(Tensor());
-      if (finder.found()) break;
+      if (done && done()) break;
     }
   } catch (...) {
     restore();
     throw;
   }
   restore();
+}
+
+void TrainStep::run_observed(const Tensor& data, const Tensor& label, ops::OpObserver& observer) {
+  MicroBatch m{data, label, {}};
+  for (const auto& [name, g] : generators_) m.generators.emplace_back(g->seed(), g->offset());
+  replay({m}, manager_ ? manager_->get_loss_scale() : 1.0, observer, nullptr);
+}
+
+OverflowSource TrainStep::find_overflow_source(const std::vector<MicroBatch>& micro, double loss_scale) {
+  OverflowFinder finder;
+  replay(micro, loss_scale, finder, [&] { return finder.found(); });
   OverflowSource src = finder.source();
   if (src.found) {
     for (auto& [path, cell] : net_->cells_and_names())

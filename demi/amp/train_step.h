@@ -22,6 +22,7 @@
 // scale is needed, so O2-bf16 defaults to none as well.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -103,6 +104,11 @@ class TrainStep {
   void set_attribute_overflow(bool on) { attribute_overflow_ = on; }
   bool attribute_overflow() const { return attribute_overflow_; }
 
+  // Runs forward and the scaled backward of one batch exactly as a train step would (same policy, loss
+  // scale and random numbers) with `observer` installed, then puts back everything it changed: no
+  // update, gradients, running statistics and generators as they were. The dtype trace uses it.
+  void run_observed(const Tensor& data, const Tensor& label, ops::OpObserver& observer);
+
   // Clipping by global norm after unscaling (0: off).
   void set_clip_grad_norm(double max_norm);
   double clip_grad_norm() const { return clip_grad_norm_; }
@@ -139,6 +145,8 @@ class TrainStep {
   std::vector<std::pair<std::string, Generator*>> generators_;  // nn::generators_of(net), at construction
 
   float forward_backward(const Tensor& data, const Tensor& label, bool notify_reducer);
+  void replay(const std::vector<MicroBatch>& micro, double loss_scale, ops::OpObserver& observer,
+              const std::function<bool()>& done);
   OverflowSource find_overflow_source(const std::vector<MicroBatch>& micro, double loss_scale);
   StepResult finish(StepResult r, const std::vector<MicroBatch>& batches = {});
 };

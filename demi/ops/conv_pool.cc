@@ -75,6 +75,13 @@ kernels::Conv2dParams conv_params(const Tensor& x, const Tensor& w, const Conv2d
 
 }  // namespace
 
+namespace {
+// Multiply-adds of the convolution, twice (the forward pass's FLOPs, for the dtype trace).
+int64_t conv_flops(const kernels::Conv2dParams& p) {
+  return 2 * p.n * p.oc * p.out_h() * p.out_w() * (p.c / std::max<int64_t>(p.groups, 1)) * p.kh * p.kw;
+}
+}  // namespace
+
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Conv2dOptions& o) {
   kernels::Conv2dPadding pad = conv_padding(Op::kConv2d, x_in, w_in, b_in, o);
   Dispatch d(Op::kConv2d, {&x_in, &w_in, &b_in});
@@ -85,6 +92,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   p.y_dtype = d.compute_dtype();
   p.bias_dtype = b.defined() ? b.dtype() : p.y_dtype;
   p.relu = o.relu;
+  d.set_flops(conv_flops(p));
   Tensor y = empty({p.n, p.oc, p.out_h(), p.out_w()}, p.y_dtype);
   kernels::onednn::conv2d_forward(p, x.raw_data(), w.raw_data(), b.defined() ? b.raw_data() : nullptr, y.raw_data());
   bool has_bias = b.defined();
@@ -141,6 +149,7 @@ Tensor conv2d_relu_max_pool2d(const Tensor& x_in, const Tensor& w_in, const Tens
   if (x_in.dtype() == DType::kF64 || w_in.dtype() == DType::kF64 || o.relu || !kernels::strided_pool_supported(pool))
     return relu_max_pool2d(conv2d(x_in, w_in, b_in, o), po);
   Dispatch d(op, {&x_in, &w_in, &b_in});
+  d.set_flops(conv_flops(p));
   Tensor x = d.input(0), w = d.input(1), b = d.input(2);
   const DType out = d.compute_dtype();  // the pooled output's dtype, as the two ops would store it
   p.x_dtype = x.dtype();

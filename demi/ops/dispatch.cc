@@ -154,6 +154,7 @@ TensorList Dispatch::finish(TensorList outputs, BackwardFn backward) {
   if (observed_) {
     OpEvent e{.op = op_, .backward = false, .compute_dtype = compute_, .layer = current_layer(),
               .inputs = inputs_, .outputs = outputs};
+    e.flops = flops_;
     if (timed_) e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     notify(e);
   }

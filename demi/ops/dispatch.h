@@ -133,6 +133,9 @@ class Dispatch {
   // Whether input i (as given by the caller) needs a gradient: a backward rule skips the work for the
   // others (the first layer's input-gradient convolution, say).
   bool input_needs_grad(size_t i) const;
+  // The call's floating-point operations (forward), for observers; ops that know them cheaply say so
+  // (convolutions); others are estimated from shapes by the observer that needs them.
+  void set_flops(int64_t flops) { flops_ = flops; }
   // Records the call and returns the outputs (cast to FP32 when the policy says so).
   Tensor finish(Tensor output, BackwardFn backward = nullptr);
   TensorList finish(TensorList outputs, BackwardFn backward = nullptr);
@@ -146,6 +149,7 @@ class Dispatch {
   bool needs_grad_ = false;
   std::chrono::steady_clock::time_point start_;
   bool observed_ = false;
+  int64_t flops_ = -1;
   bool timed_ = false;
 };
 

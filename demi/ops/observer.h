@@ -40,6 +40,7 @@ struct OpEvent {
   // Forward: the outputs (before an O1 cast back to FP32). Backward: the gradients of the inputs.
   std::span<const Tensor> outputs;
   double seconds = 0;  // the call's time when an installed observer wants timing, else 0
+  int64_t flops = -1;  // forward: the op's FLOPs when it said (Dispatch::set_flops), else -1
 };
 
 class OpObserver {

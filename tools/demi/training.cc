@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "demi/amp/dtype_trace.h"
 #include "demi/amp/numerics.h"
 #include "demi/core/context.h"
 #include "demi/core/parallel.h"
@@ -174,6 +175,23 @@ std::string json_object(const std::map<std::string, std::string>& fields) {
 }
 
 std::string json_str(const std::string& s) { return "\"" + s + "\""; }
+// s with JSON's escapes (quotes, backslashes, control characters), for json_str.
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      out += b;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
 std::string num(double v) {
   if (!std::isfinite(v)) return "null";
   std::ostringstream os;
@@ -272,6 +290,7 @@ int run_train(const ParsedArgs& args) {
   mo.no_loss_scale = args.get("loss-scale") == "none";  // overrides the level's default manager
   mo.clip_grad_norm = args.get_real("clip-grad-norm");
   mo.accumulate = static_cast<int>(args.get_int("accumulate"));
+  mo.amp_adapt = args.flag("amp-adapt");
   const int64_t step_budget = args.get_int("steps");
   if (step_budget > 0) mo.max_steps = step_budget;
   train::Model model(job.net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt,
@@ -284,6 +303,15 @@ int run_train(const ParsedArgs& args) {
     double scale = model.loss_scale_manager() ? model.loss_scale_manager()->get_loss_scale() : 1.0;
     nn::SoftmaxCrossEntropyWithLogits loss(true, "mean");
     std::printf("%s\n", amp::analyze_numerics(*job.net, loss, (*batch)[0], (*batch)[1], scale).to_string().c_str());
+  }
+  if (args.flag("trace-dtypes")) {
+    // What AMP does to each op, forward and backward, for the first batch (nothing is updated).
+    auto it = job.train_ds->create_iterator();
+    auto batch = it->next();
+    DEMI_CHECK(batch.has_value(), "--trace-dtypes: the training set is empty");
+    std::printf("ops of one train step, model %s at %s %s:\n%s\n", job.model_key.c_str(), amp::level_name(level),
+                level == amp::Level::kO0 ? "float32" : std::string(dtype_name(low)).c_str(),
+                amp::trace_dtypes(model.train_step(), (*batch)[0], (*batch)[1]).to_string().c_str());
   }
   std::vector<train::CallbackPtr> cbs;
   if (json)
@@ -378,6 +406,14 @@ int run_train(const ParsedArgs& args) {
         {"page_faults_per_step", num(s.page_faults_per_step)},
     };
     f.emplace("peak_train", num(static_cast<double>(s.peak.train_peak)));
+    int64_t attributed = 0;
+    for (const auto& [op, n] : s.overflow_ops) attributed += n;
+    f.emplace("attributed_overflows", num(static_cast<double>(attributed)));
+    std::string ops_list, promoted;
+    for (const auto& [op, n] : s.overflow_ops) ops_list += (ops_list.empty() ? "" : "; ") + op + " x" + std::to_string(n);
+    for (const auto& p : s.promotions) promoted += (promoted.empty() ? "" : ",") + p.layer;
+    f.emplace("overflow_ops", json_str(json_escape(ops_list)));
+    f.emplace("promotions", json_str(json_escape(promoted)));
     f.emplace("processes", num(static_cast<double>(dist::get_group_size())));
     if (const dist::DataParallel* dp = model.data_parallel(); dp != nullptr && dp->stats().steps > 0) {
       const double steps = static_cast<double>(dp->stats().steps);
@@ -399,6 +435,12 @@ int run_train(const ParsedArgs& args) {
                 100 * s.data_wait_fraction);
     std::printf("final train loss %.4f, test accuracy %.4f, %lld step(s) skipped, loss scale %g\n",
                 s.mean_last_epoch_loss, metrics["Accuracy"], static_cast<long long>(s.skipped_steps), s.final_loss_scale);
+    for (const auto& [op, n] : s.overflow_ops)
+      std::printf("overflow began in %s: %lld step(s), e.g. %s\n", op.c_str(), static_cast<long long>(n),
+                  s.overflow_examples.at(op).c_str());
+    for (const auto& p : s.promotions)
+      std::printf("amp-adapt promoted layer '%s' (%s) to FP32 at step %lld\n", p.layer.c_str(), p.type.c_str(),
+                  static_cast<long long>(p.step));
     std::printf("steady state (%lld steps): %.2f system allocations and %.2f page faults per step\n",
                 static_cast<long long>(s.steady_steps), s.system_allocs_per_step, s.page_faults_per_step);
     std::printf("peak tracked memory %s MiB (activations %s, cast cache %s, workspace %s), process peak RSS %s MiB\n",
@@ -473,8 +515,14 @@ std::map<std::string, std::string> parse_flat_json(const std::string& line) {
     size_t v0 = line.find(':', k1) + 1;
     size_t v1 = v0;
     if (line[v0] == '"') {
-      v1 = line.find('"', v0 + 1) + 1;
-      out[key] = line.substr(v0 + 1, v1 - v0 - 2);
+      std::string v;  // unescaped (\" and \\; other escapes kept as written)
+      v1 = v0 + 1;
+      while (v1 < line.size() && line[v1] != '"') {
+        if (line[v1] == '\\' && v1 + 1 < line.size() && (line[v1 + 1] == '"' || line[v1 + 1] == '\\')) ++v1;
+        v += line[v1++];
+      }
+      ++v1;
+      out[key] = v;
     } else {
       while (v1 < line.size() && line[v1] != ',' && line[v1] != '}') ++v1;
       out[key] = line.substr(v0, v1 - v0);
@@ -652,6 +700,10 @@ void add_training_commands(std::vector<Command>& cmds) {
                                             "rounded once)", "fp32"});
   train_opts.push_back(real_option("bucket-mb", "MB", "under mpirun: gradient bucket size in MiB (0: a quarter of "
                                                      "the gradients, within 1..25)", "0", 0, 1e6));
+  train_opts.push_back({"amp-adapt", "", "adaptive AMP: a layer that keeps overflowing where the loss scale cannot "
+                                         "help is promoted to FP32 for the rest of training", ""});
+  train_opts.push_back({"trace-dtypes", "", "before training, print every op of one step (forward and backward) by "
+                                            "layer with its compute and output dtypes, and ops and FLOPs per dtype", ""});
   train_opts.push_back({"numerics", "", "before training, report FP16 overflow per layer and gradient underflow "
                                         "per parameter at the loss scale", ""});
   cmds.push_back({.name = "train",
