@@ -9,6 +9,7 @@
 #include "demi/autograd/autograd.h"
 #include "demi/data/data.h"
 #include "demi/nn/layers.h"
+#include "demi/nn/models.h"
 #include "demi/ops/ops.h"
 #include "demi/train/checkpoint.h"
 #include "demi/train/model.h"
@@ -140,6 +141,50 @@ TEST(AmpAdapt, RestoringAnUnknownLayerIsAnErrorNamingIt) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'body.9'"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace demi::train
+
+namespace demi::train {
+namespace {
+
+std::shared_ptr<data::Dataset> digits_like(int64_t n) {
+  Generator g(4);
+  Tensor x = normal({n, 1, 28, 28}, 0.0, 1.0, g);
+  std::vector<int32_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % 10);
+  return std::make_shared<data::NumpySlicesDataset>(std::vector<Tensor>{x, from_vector(labels, {n})},
+                                                    std::vector<std::string>{"image", "label"})
+      ->batch(128, true);
+}
+
+std::vector<std::string> underflow_warnings(const ModelOptions& o) {
+  set_seed(2);
+  auto net = std::make_shared<nn::LeNet>();
+  Model model(net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"),
+              std::make_shared<optim::Momentum>(net->trainable_params(), 0.01, 0.9), {}, o);
+  std::ostringstream log;
+  set_callback_stream(&log);
+  model.train(1, digits_like(256));
+  set_callback_stream(nullptr);
+  std::vector<std::string> out;
+  for (const auto& w : model.last_summary().warnings)
+    if (w.find("subnormal") != std::string::npos) out.push_back(w);
+  return out;
+}
+
+TEST(UnderflowWarning, Float16GradientsWithoutALossScaleAreWarnedAbout) {
+  // O3 float16 has no loss scale by default: LeNet's float16 activation gradients sit below 2^-14.
+  auto w = underflow_warnings({.amp_level = amp::Level::kO3, .low_dtype = DType::kF16});
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("of the float16 gradient values of step 1 are subnormal"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("the worst is the backward of"), std::string::npos) << w[0];
+  // A loss scale lifts them into float16's normal range; bfloat16 has FP32's range.
+  EXPECT_TRUE(underflow_warnings({.amp_level = amp::Level::kO3, .low_dtype = DType::kF16,
+                                  .loss_scale_manager = std::make_shared<amp::FixedLossScaleManager>(1024.0)})
+                  .empty());
+  EXPECT_TRUE(underflow_warnings({.amp_level = amp::Level::kO3, .low_dtype = DType::kBF16}).empty());
 }
 
 }  // namespace

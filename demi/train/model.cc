@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "demi/amp/underflow.h"
 #include "demi/autograd/autograd.h"
 #include "demi/data/iterator.h"
 
@@ -211,6 +212,10 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   int skips_in_window = 0;
   int64_t window_steps = 0;
   ScaleWatch watch;
+  constexpr int64_t kUnderflowEvery = 100;
+  constexpr double kUnderflowWarn = 0.01;
+  const bool watch_underflow = options_.amp_level != amp::Level::kO0 && options_.low_dtype == DType::kF16;
+  bool underflow_warned = false;
   for (int e = 0; e < epoch && !stop; ++e) {
     bool skip_warned = false;
     ctx.epoch = static_cast<int>(epochs_done_) + 1;
@@ -268,9 +273,18 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
       ctx.data_wait_seconds = wait;
       for (auto& cb : callbacks) cb->on_step_begin(ctx);
       auto step_start = Clock::now();
+      // One step in kUnderflowEvery is watched for float16 gradients in the subnormal range (reading
+      // them only: a pass over the backward's float16 outputs).
+      std::optional<amp::UnderflowWatch> underflow;
+      std::optional<ops::OpObserverScope> watching;
+      if (watch_underflow && !underflow_warned && ctx.cur_step_num % kUnderflowEvery == 1) {
+        underflow.emplace();
+        watching.emplace(&*underflow);
+      }
       amp::StepResult r = row                 ? (*train_step_)((*row)[0], (*row)[1])
                           : local_batches > 0 ? train_step_->step()
                                               : train_step_->step_without_batch();
+      watching.reset();
       double step_s = compute_s + seconds_since(step_start);
       if (steady) {
         ++summary_.steady_steps;
@@ -333,6 +347,18 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
         callback_stream() << "Model.train: warning: " << w << std::endl;
         ctx.warnings.push_back(w);
         summary_.warnings.push_back(std::move(w));
+      }
+      if (underflow && !r.overflow && underflow->nonzero() > 0 && underflow->subnormal_share() >= kUnderflowWarn) {
+        underflow_warned = true;
+        std::string w = str_cat(
+            static_cast<int>(std::lround(100 * underflow->subnormal_share())), "% of the float16 gradient values of step ",
+            ctx.cur_step_num, " are subnormal (below 2^-14: they lose precision, and those below 2^-24 become zero) at "
+            "loss scale ", r.loss_scale, "; the worst is the ", underflow->worst(), " (",
+            static_cast<int>(std::lround(100 * underflow->worst_share())), "%). Gradients are underflowing: use a ",
+            "(larger) loss scale — a DynamicLossScaleManager finds one — or bfloat16.");
+        ctx.warnings.push_back(w);
+        summary_.warnings.push_back(w);
+        callback_stream() << "Model.train: warning: " << w << std::endl;
       }
       for (const std::string& w : watch.step(r, loss_scale_manager(), ctx)) {
         ctx.warnings.push_back(w);

@@ -90,7 +90,8 @@ struct TrainSummary {
   int64_t skip_warnings = 0;
   // The early warnings about the loss scale said during the run, one line each (also printed on the
   // callback stream when they happened): skips above 5% of 200 steps, overflow at the scale's floor, a
-  // dynamic scale that has not grown for 10 windows.
+  // dynamic scale that has not grown for 10 windows; float16 gradients underflowing (1% or more of a
+  // sampled step's nonzero float16 gradient values subnormal; one step in 100 is sampled).
   std::vector<std::string> warnings;
   double final_loss_scale = 1;
   // Overflow attributions of this call: "<op> <fwd|bwd> in '<layer>'" -> steps, and the first
