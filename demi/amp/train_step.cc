@@ -187,6 +187,7 @@ void TrainStep::replay(const std::vector<MicroBatch>& micro, double loss_scale, 
       if (m.generators.size() == gens.size())
         for (size_t i = 0; i < gens.size(); ++i) gens[i].second->set_state(m.generators[i].first, m.generators[i].second);
       {
+        ops::ObserverIsolationScope isolated;  // a trace held around the step records it once
         ops::OpObserverScope observe(&observer);
         forward_backward(m.data, m.label, /*notify_reducer=*/false);
       }

@@ -37,6 +37,9 @@ OpObserverScope::~OpObserverScope() {
   if (it != t_observers.rend()) t_observers.erase(std::next(it).base());
 }
 
+ObserverIsolationScope::ObserverIsolationScope() : saved_(std::move(t_observers)) { t_observers.clear(); }
+ObserverIsolationScope::~ObserverIsolationScope() { t_observers = std::move(saved_); }
+
 void add_global_observer(OpObserver* observer) {
   std::lock_guard<std::mutex> lock(g_global_mutex);
   auto next = std::make_shared<std::vector<OpObserver*>>(g_global ? *g_global : std::vector<OpObserver*>{});

@@ -63,6 +63,20 @@ class OpObserverScope {
   OpObserver* observer_;
 };
 
+// Hides this thread's observers for a scope (the process-wide ones still see everything): a diagnostic
+// re-run of a step (overflow attribution, the dtype trace) installs only its own observer inside one,
+// so that a trace the user holds around the step records the step once.
+class ObserverIsolationScope {
+ public:
+  ObserverIsolationScope();
+  ~ObserverIsolationScope();
+  ObserverIsolationScope(const ObserverIsolationScope&) = delete;
+  ObserverIsolationScope& operator=(const ObserverIsolationScope&) = delete;
+
+ private:
+  std::vector<OpObserver*> saved_;
+};
+
 // Process-wide observers (every thread), until removed. The observer must be thread-safe.
 void add_global_observer(OpObserver* observer);
 void remove_global_observer(OpObserver* observer);

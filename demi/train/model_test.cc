@@ -265,20 +265,29 @@ std::shared_ptr<data::Dataset> poisoned(int64_t batches, int64_t every) {
   return std::make_shared<data::GeneratorDataset>(src, std::vector<std::string>{"image", "label"})->batch(16);
 }
 
+// The loss-scale warnings, without the underflow one (these toy runs' late gradients are tiny: at scale
+// 128 most float16 gradient values are subnormal, which is true and said, but not what these tests test).
+std::vector<std::string> scale_warnings(const TrainSummary& s) {
+  std::vector<std::string> out;
+  for (const auto& w : s.warnings)
+    if (w.find("subnormal") == std::string::npos) out.push_back(w);
+  return out;
+}
+
 TEST(Model, SkipsAbove5PercentAreWarnedAboutOnce) {
   ModelOptions o;
   o.loss_scale_manager = std::make_shared<amp::FixedLossScaleManager>(128.0, /*drop_overflow_update=*/true);
   Model model = make_model(amp::Level::kO2, {}, o, DType::kF16);
   Captured out;
   model.train(1, poisoned(150, 10));  // 10% of the steps overflow
-  ASSERT_EQ(model.last_summary().warnings.size(), 1u) << out.os.str();
-  EXPECT_NE(model.last_summary().warnings[0].find("11 of the last 110 steps were skipped"), std::string::npos)
-      << model.last_summary().warnings[0];
+  ASSERT_EQ(scale_warnings(model.last_summary()).size(), 1u) << out.os.str();
+  EXPECT_NE(scale_warnings(model.last_summary())[0].find("11 of the last 110 steps were skipped"), std::string::npos)
+      << scale_warnings(model.last_summary())[0];
   EXPECT_NE(out.os.str().find("above 5%"), std::string::npos);
 
   Model clean = make_model(amp::Level::kO2, {}, o, DType::kF16);
   clean.train(1, poisoned(150, 40));  // 2.5%: no warning
-  EXPECT_TRUE(clean.last_summary().warnings.empty()) << clean.last_summary().warnings[0];
+  EXPECT_TRUE(scale_warnings(clean.last_summary()).empty()) << scale_warnings(clean.last_summary())[0];
 }
 
 TEST(Model, ADynamicScaleOverflowingAtItsFloorIsWarnedAbout) {
@@ -304,7 +313,7 @@ TEST(Model, ADynamicScaleThatNeverGrowsIsWarnedAbout) {
   EXPECT_TRUE(grew) << out.os.str();
   Model healthy = make_model(amp::Level::kO2, {}, o, DType::kF16);
   healthy.train(1, poisoned(60, -1));
-  EXPECT_TRUE(healthy.last_summary().warnings.empty());
+  EXPECT_TRUE(scale_warnings(healthy.last_summary()).empty());
 }
 
 TEST(Model, NanLossAtO0StopsInsteadOfTrainingOnGarbage) {
