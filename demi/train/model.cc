@@ -305,7 +305,8 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
       if (r.overflow_source.found) {
         const amp::OverflowSource& src = r.overflow_source;
         ctx.overflow_op = src.describe();
-        const std::string key = str_cat(ops::op_name(src.op), src.backward ? " bwd" : " fwd", " in '", src.layer, "'");
+        const std::string key = str_cat(ops::op_name(src.op), src.backward ? " bwd" : " fwd", " in ",
+                                        src.layer.empty() ? std::string("the network") : "'" + src.layer + "'");
         const bool fresh = summary_.overflow_ops.count(key) == 0;
         if (fresh) summary_.overflow_examples[key] = ctx.overflow_op;
         const int64_t seen = ++summary_.overflow_ops[key];
