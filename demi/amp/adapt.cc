@@ -44,8 +44,9 @@ void AmpAdapter::apply() {
   net_->set_precision_policy(std::make_shared<PromotedPolicy>(base_, promoted_layers()));
 }
 
-std::vector<Promotion> AmpAdapter::observe(const StepResult& r, const LossScaleManager* manager, int64_t step) {
+std::string AmpAdapter::candidate(const StepResult& r, const LossScaleManager* manager, int64_t step) {
   last_counted_ = false;
+  reason_.clear();
   while (!counted_.empty() && counted_.front().first <= step - options_.window) counted_.pop_front();
   const OverflowSource& s = r.overflow_source;
   if (!r.overflow || !s.found || base_ == nullptr) return {};
@@ -61,12 +62,26 @@ std::vector<Promotion> AmpAdapter::observe(const StepResult& r, const LossScaleM
   last_counted_ = true;
   const auto n = std::count_if(counted_.begin(), counted_.end(), [&](const auto& c) { return c.second == s.layer; });
   if (n < options_.promote_after) return {};
-  Promotion p{s.layer, s.layer_type, step,
-              str_cat(n, " overflows in ", options_.window, " steps, the last: ", s.describe())};
+  reason_ = str_cat(n, " overflows in ", options_.window, " steps, the last: ", s.describe());
+  return s.layer;
+}
+
+Promotion AmpAdapter::promote(const std::string& layer, int64_t step, std::string reason) {
+  std::string type;
+  for (auto& [path, cell] : net_->cells_and_names())
+    if (path == layer) type = cell->type_name();
+  DEMI_CHECK(!type.empty() && !layer.empty(), "AmpAdapter: no layer '", layer, "' to promote in ", net_->describe());
+  Promotion p{layer, type, step, reason.empty() ? reason_ : std::move(reason)};
   promotions_.push_back(p);
-  std::erase_if(counted_, [&](const auto& c) { return c.second == s.layer; });
+  std::erase_if(counted_, [&](const auto& c) { return c.second == layer; });
   apply();
-  return {p};
+  return p;
+}
+
+std::vector<Promotion> AmpAdapter::observe(const StepResult& r, const LossScaleManager* manager, int64_t step) {
+  std::string layer = candidate(r, manager, step);
+  if (layer.empty()) return {};
+  return {promote(layer, step, reason_)};
 }
 
 void AmpAdapter::restore(const std::vector<std::string>& layers) {

@@ -16,7 +16,9 @@
 // new one to the network. A cell's to_float pin still wins over both. Promotions are logged, reported in
 // TrainSummary, saved in checkpoints ("demi.amp.promotions") and restored on resume. Ops that run
 // directly in the root network (not in a sub-layer) cannot be promoted without promoting everything:
-// such attributions are reported and not acted on.
+// such attributions are reported and not acted on. Data parallel (train::Model does it): each process
+// counts its own batches' attributions, and a layer any process would promote is promoted on all of them
+// at once (one all-reduce of the candidate per step).
 #pragma once
 
 #include <cstdint>
@@ -65,6 +67,11 @@ class AmpAdapter {
   // After each step (1-based step number): counts the step's attribution and promotes the layer when
   // the rule says so; returns the promotions made (usually none).
   std::vector<Promotion> observe(const StepResult& r, const LossScaleManager* manager, int64_t step);
+  // observe() in two halves, for processes that must agree (data parallelism): counts the step's
+  // attribution and returns the layer the rule would promote (empty: none), without promoting it; then
+  // promote() makes a promotion (every process the same, in the same order).
+  std::string candidate(const StepResult& r, const LossScaleManager* manager, int64_t step);
+  Promotion promote(const std::string& layer, int64_t step, std::string reason);
   // Promotes `layers` at once (a resumed run's); unknown paths are an error naming them.
   void restore(const std::vector<std::string>& layers);
   const std::vector<Promotion>& promotions() const { return promotions_; }
@@ -82,6 +89,7 @@ class AmpAdapter {
   std::deque<std::pair<int64_t, std::string>> counted_;  // (step, layer) within the window
   std::vector<Promotion> promotions_;
   bool last_counted_ = false;
+  std::string reason_;  // why the last candidate() named its layer
 };
 
 }  // namespace demi::amp

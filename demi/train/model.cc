@@ -135,8 +135,6 @@ Model::Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> lo
   if (options.amp_adapt) {
     DEMI_CHECK(options.attribute_overflow, "Model: amp_adapt needs attribute_overflow (it promotes the layers that "
                "overflow attribution names)");
-    DEMI_CHECK(!dist::data_parallel(), "Model: amp_adapt is not available with data parallelism yet (each process "
-               "would promote on its own batches' overflows; the promotions must be agreed first)");
     adapter_ = std::make_shared<amp::AmpAdapter>(network_, options.adapt);
   }
   if (dist::data_parallel()) {
@@ -212,6 +210,9 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   int skips_in_window = 0;
   int64_t window_steps = 0;
   ScaleWatch watch;
+  std::vector<std::string> layer_paths;  // adaptive AMP's candidates travel between processes as indices
+  if (adapter_ && dp != nullptr)
+    for (auto& [path, cell] : network_->cells_and_names()) layer_paths.push_back(path);
   constexpr int64_t kUnderflowEvery = 100;
   constexpr double kUnderflowWarn = 0.01;
   const bool watch_underflow = options_.amp_level != amp::Level::kO0 && options_.low_dtype == DType::kF16;
@@ -315,15 +316,37 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
                             << " (loss scale " << r.loss_scale << ", " << seen << (seen == 1 ? " time" : " times")
                             << "): " << ctx.overflow_op << std::endl;
       }
+      bool adapt_counted = false;  // adaptive AMP is acting on this step's overflow (on some process)
       if (adapter_) {
-        for (const amp::Promotion& p : adapter_->observe(r, loss_scale_manager(), ctx.cur_step_num)) {
+        std::vector<amp::Promotion> promoted;
+        if (dp == nullptr) {
+          promoted = adapter_->observe(r, loss_scale_manager(), ctx.cur_step_num);
+          adapt_counted = adapter_->last_counted();
+        } else {
+          // A layer any process would promote is promoted on every process, the same one everywhere (the
+          // highest-numbered candidate this step; another process's candidate comes back when it recurs).
+          const std::string mine = adapter_->candidate(r, loss_scale_manager(), ctx.cur_step_num);
+          int64_t pick = -1;
+          for (size_t i = 0; i < layer_paths.size(); ++i)
+            if (!mine.empty() && layer_paths[i] == mine) pick = static_cast<int64_t>(i);
+          int64_t agreed_values[2] = {pick, adapter_->last_counted() ? 1 : 0};
+          dist::all_reduce_max(std::span<int64_t>(agreed_values, 2), "the all-reduce of adaptive AMP's promotion candidates");
+          pick = agreed_values[0];
+          adapt_counted = agreed_values[1] > 0;
+          if (pick >= 0) {
+            const std::string& layer = layer_paths[static_cast<size_t>(pick)];
+            promoted.push_back(adapter_->promote(layer, ctx.cur_step_num,
+                                                 layer == mine ? std::string() : "agreed: another process's overflows"));
+          }
+        }
+        for (const amp::Promotion& p : promoted) {
           std::string line = str_cat("layer '", p.layer, "' (", p.type, ") now runs in FP32 (", p.reason, ")");
           callback_stream() << "Model.train: amp-adapt: " << line << std::endl;
           ctx.promotions.push_back(p.layer);
         }
       }
       // (Not when adaptive AMP is acting on the overflow: the step was skipped, and the layer is promoted.)
-      if (options_.stop_on_nonfinite_loss && loss_scale_manager() == nullptr && !(adapter_ && adapter_->last_counted()))
+      if (options_.stop_on_nonfinite_loss && loss_scale_manager() == nullptr && !adapt_counted)
         DEMI_CHECK(std::isfinite(r.loss), "the loss became ", r.loss, " at epoch ", ctx.epoch, " step ",
                    ctx.step_in_epoch, " (", amp::level_name(options_.amp_level),
                    ", no loss scale); training stopped instead of continuing on garbage. Lower the learning "

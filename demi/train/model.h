@@ -67,7 +67,8 @@ struct ModelOptions {
   // (the first few, and each new op), TrainSummary::overflow_ops and the CLI's JSON line.
   bool attribute_overflow = true;
   // Adaptive AMP (amp/adapt.h): a layer that keeps overflowing for reasons the loss scale cannot cure is
-  // promoted to FP32 for the rest of training. Needs attribute_overflow; not with data parallelism yet.
+  // promoted to FP32 for the rest of training. Needs attribute_overflow. Data parallel, a promotion any
+  // process's overflows call for is made on every process at once.
   bool amp_adapt = false;
   amp::AdaptOptions adapt;
 };

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <vector>
 
 #include "demi/amp/loss_scale.h"
@@ -21,6 +22,7 @@
 #include "demi/dist/dist.h"
 #include "demi/dist/internal/comm.h"
 #include "demi/nn/layers.h"
+#include "demi/ops/ops.h"
 #include "demi/optim/optimizer.h"
 #include "demi/train/model.h"
 
@@ -293,6 +295,34 @@ TEST(DataParallel, AnOverflowOnOneProcessSkipsTheStepEverywhere) {
   EXPECT_NE(flat_weights(*pr.net), before);
   expect_same_on_every_process(flat_weights(*pr.net));
   EXPECT_GT(dp->stats().buckets_reduced, 0);
+}
+
+TEST(DataParallel, AdaptiveAmpPromotesTheSameLayerOnEveryProcess) {
+  // Regression onto targets past float16's range: the output Dense overflows at O3 float16 once it has
+  // learnt them, on whichever process's batch holds the large ones; every process promotes it together.
+  set_seed(3);
+  auto net = std::make_shared<nn::SequentialCell>(std::vector<nn::CellPtr>{
+      std::make_shared<nn::Dense>(128, 64), std::make_shared<nn::ReLU>(), std::make_shared<nn::Dense>(64, 1)});
+  Generator g(11);
+  Tensor x = uniform({640, 128}, 0.0, 1.0, g);
+  Tensor y = ops::mul_scalar(ops::sum(x, {1}, true), 1.2e3);
+  auto ds = std::make_shared<data::NumpySlicesDataset>(std::vector<Tensor>{x, y}, std::vector<std::string>{"x", "y"})
+                ->batch(16, true);
+  train::Model model(net, std::make_shared<nn::MSELoss>("mean"), std::make_shared<optim::Adam>(net->trainable_params(), 0.1),
+                     {}, {.amp_level = amp::Level::kO3, .low_dtype = DType::kF16, .amp_adapt = true});
+  ASSERT_NE(model.data_parallel(), nullptr);
+  std::ostringstream log;
+  train::set_callback_stream(&log);
+  model.train(3 * dist::get_group_size(), ds, {}, /*dataset_sink_mode=*/false);  // as many steps at any size
+  train::set_callback_stream(nullptr);
+  const auto& s = model.last_summary();
+  ASSERT_FALSE(s.promotions.empty()) << "rank " << dist::get_rank() << ": " << log.str();
+  EXPECT_EQ(s.promotions[0].layer, "2");
+  std::vector<int64_t> mine{static_cast<int64_t>(s.promotions.size()), s.promotions[0].step};
+  std::vector<int64_t> most = mine;
+  dist::all_reduce_max(std::span<int64_t>(most), "test");
+  EXPECT_EQ(mine, most) << "every process made the same promotions at the same step";
+  expect_same_on_every_process(flat_weights(*net));
 }
 
 }  // namespace
