@@ -429,5 +429,34 @@ TEST(Numerics, ReportFindsTheOverflowingLayerAndTheUnderflowingGradients) {
   EXPECT_EQ(r2.gradients[0].underflow_fraction, 0.0) << r2.to_string();
 }
 
+// Fused layers report their own outputs: LeNet's Conv2d -> ReLU -> MaxPool2d runs as one fused op in
+// training, but the report runs them one by one, so the ReLU and the pool are not 0 and the conv's value
+// is its own output (which, before ReLU, holds negative values the pool's output cannot).
+TEST(Numerics, FusedLayersReportTheirOwnOutputs) {
+  set_seed(5);
+  auto net = std::make_shared<nn::LeNet>();
+  Generator g(8);
+  Tensor x = normal({4, 1, 28, 28}, 0, 1, g);
+  nn::SoftmaxCrossEntropyWithLogits loss(true, "mean");
+  amp::NumericsReport r = amp::analyze_numerics(*net, loss, x, from_vector(std::vector<int32_t>{1, 2, 3, 4}, {4}), 1.0);
+  std::map<std::string, double> m;
+  for (const auto& a : r.activations) m[a.path] = a.max_abs;
+  ASSERT_TRUE(m.count("features.0") && m.count("features.1") && m.count("features.2")) << r.to_string();
+  EXPECT_GT(m["features.1"], 0) << "ReLU inside the fused conv" << r.to_string();
+  EXPECT_GT(m["features.2"], 0) << "MaxPool2d inside the fused conv" << r.to_string();
+  // The conv's own largest |output| is at least the ReLU's (ReLU only zeroes negatives).
+  EXPECT_GE(m["features.0"], m["features.1"]);
+  // And the conv's value is its own output: the cell called alone (unfused) gives the same largest |y|.
+  nn::Cell* conv = nullptr;
+  for (auto& [path, cell] : net->cells_and_names())
+    if (path == "features.0") conv = cell;
+  ASSERT_NE(conv, nullptr);
+  autograd::NoGradGuard no_grad;
+  Tensor y = conv->call(x);
+  double expect = 0;
+  for (float v : y.to_vector()) expect = std::max(expect, static_cast<double>(std::fabs(v)));
+  EXPECT_NEAR(m["features.0"], expect, 1e-6 * expect);
+}
+
 }  // namespace
 }  // namespace demi

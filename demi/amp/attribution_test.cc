@@ -119,5 +119,22 @@ TEST(OverflowAttribution, AnInputThatIsAlreadyNonFiniteIsSaidToComeFromOutside) 
   EXPECT_NE(r.overflow_source.describe().find("came from the data"), std::string::npos);
 }
 
+TEST(OverflowAttribution, WithAccumulationEveryMicroBatchIsReRunUntilTheOneThatOverflowed) {
+  Net n(1.0);
+  Tensor bad = batch_data(6);
+  bad.data<float>()[0] = 3e38f;  // finite in FP32, Inf once cast to float16 at the first Dense
+  n.step->accumulate(batch_data(5), batch_labels());
+  n.step->accumulate(bad, batch_labels());
+  StepResult r = n.step->step();
+  ASSERT_TRUE(r.overflow);
+  ASSERT_TRUE(r.overflow_source.found);
+  EXPECT_EQ(r.micro_batches, 2);
+  EXPECT_EQ(r.overflow_source.layer, "0") << r.overflow_source.describe();
+  EXPECT_EQ(r.overflow_source.op, ops::Op::kCast) << "the input's cast to float16 made the Inf";
+  EXPECT_FALSE(r.overflow_source.backward);
+  EXPECT_EQ(r.overflow_source.output_dtype, DType::kF16);
+  EXPECT_NE(r.overflow_source.describe().find("float32 -> float16"), std::string::npos) << r.overflow_source.describe();
+}
+
 }  // namespace
 }  // namespace demi::amp
