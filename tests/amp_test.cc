@@ -458,5 +458,47 @@ TEST(Numerics, FusedLayersReportTheirOwnOutputs) {
   EXPECT_NEAR(m["features.0"], expect, 1e-6 * expect);
 }
 
+// O2 keeps BatchNorm in FP32 without casting its input and output: a float16/bfloat16 input is read as
+// is and the output written in it, with exactly the values (forward and backward) of the cast → FP32
+// BatchNorm → cast chain it replaces, and no full-size FP32 tensor.
+TEST(MixedBatchNorm, O2ReadsAndWritesTheLowDtypeWithTheValuesOfTheCastChain) {
+  for (DType low : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(low));
+    Generator g(17);
+    Tensor x32 = normal({4, 6, 5, 5}, 0.5, 2.0, g);
+    Tensor gy32 = normal({4, 6, 5, 5}, 0, 1, g);
+    Tensor gamma = uniform({6}, 0.5, 1.5, g), beta = normal({6}, 0, 1, g);
+    auto run = [&](bool mixed, Tensor* dx) {
+      Tensor x = x32.to(low);
+      x.set_requires_grad(true);
+      Tensor rm = zeros({6}), rv = ones({6});
+      Tensor y;
+      ops::OpTrace trace;
+      if (mixed) {
+        amp::AmpPolicy o2(Level::kO2, low);
+        ops::PrecisionScope scope(&o2);
+        y = ops::batch_norm(x, gamma, beta, rm, rv, {});
+      } else {
+        y = ops::cast(ops::batch_norm(ops::cast(x, DType::kF32), gamma, beta, rm, rv, {}), low);
+      }
+      int64_t full_casts = 0;
+      for (const auto& r : trace.records())
+        if (r.op == Op::kCast && r.output_shape == x.shape()) ++full_casts;
+      EXPECT_EQ(full_casts, mixed ? 0 : 2);
+      EXPECT_EQ(y.dtype(), low);
+      autograd::backward(y, gy32.to(low));
+      *dx = x.grad();
+      return std::vector<Tensor>{y, rm, rv};
+    };
+    Tensor dx_mixed, dx_chain;
+    auto a = run(true, &dx_mixed);
+    auto b = run(false, &dx_chain);
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_EQ(std::memcmp(a[i].raw_data(), b[i].raw_data(), a[i].nbytes()), 0) << "output " << i;
+    ASSERT_EQ(dx_mixed.dtype(), dx_chain.dtype());
+    EXPECT_EQ(std::memcmp(dx_mixed.raw_data(), dx_chain.raw_data(), dx_mixed.nbytes()), 0) << "dx";
+  }
+}
+
 }  // namespace
 }  // namespace demi

@@ -115,7 +115,12 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& beta
                c, ") parameters and statistics for x ", x_in.describe(), ", got ",
                t->defined() ? t->describe() : std::string("undefined"));
   Dispatch d(op, {&x_in, &gamma_in, &beta_in});
-  Tensor x = d.input(0);
+  // Kept in FP32 (O2's black list) with a float16/bfloat16 input: the kernels read the low dtype, compute
+  // the statistics and the affine in FP32 inside and write the output in the input's dtype — the values
+  // a cast to FP32, an FP32 BatchNorm and a cast back would give (one rounding, at the store), without
+  // the two full-size FP32 tensors, and backward likewise (cuDNN's mixed-precision batch norm).
+  const bool mixed = d.compute_dtype() == DType::kF32 && is_low_precision(x_in.dtype());
+  Tensor x = mixed ? x_in : d.input(0);
   bool f64 = x.dtype() == DType::kF64;
   DType stat = f64 ? DType::kF64 : DType::kF32;
   Tensor gamma = d.input_as(1, stat), beta = d.input_as(2, stat);

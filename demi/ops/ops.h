@@ -118,7 +118,9 @@ struct BatchNormOptions {
   double eps = 1e-5;
 };
 // x (N, C) or (N, C, H, W); gamma, beta, running_mean, running_var (C) in f32. In training the running
-// statistics are updated in place (not differentiated).
+// statistics are updated in place (not differentiated). Statistics and the affine are always computed in
+// FP32; when the op is kept in FP32 (O2) and x is float16/bfloat16, x is read as is and y (and, in
+// backward, dx) written in x's dtype: the values of cast → FP32 BatchNorm → cast, without the casts.
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                   const Tensor& running_var, const BatchNormOptions& options);
 // Zeroes each element with probability 1 - keep_prob and scales the rest by 1/keep_prob (identity when
