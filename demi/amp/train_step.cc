@@ -98,9 +98,12 @@ StepResult TrainStep::step() {
   r.micro_batches = micro_batches_;
   r.loss = static_cast<float>(micro_loss_sum_ / static_cast<double>(micro_batches_));
   micro_batches_ = 0;
-  std::vector<MicroBatch> micro = std::move(micro_inputs_);
-  micro_inputs_.clear();
-  return finish(r, micro);
+  std::vector<MicroBatch> micro;
+  micro.swap(micro_inputs_);
+  StepResult out = finish(r, micro);
+  micro.clear();
+  micro_inputs_.swap(micro);  // keeps its capacity: no allocation per step
+  return out;
 }
 
 StepResult TrainStep::step_without_batch() {
@@ -132,7 +135,15 @@ StepResult TrainStep::finish(StepResult r, const std::vector<MicroBatch>& batche
     if (r.overflow && bad < 0) r.first_nonfinite = "(a gradient of another process)";
   }
   // Only this process's own overflow can be found by re-running its batches.
-  if (r.overflow && bad >= 0 && !batches.empty()) r.overflow_source = find_overflow_source(batches, r.loss_scale);
+  if (r.overflow && bad >= 0 && !batches.empty()) {
+    // Gradients an overflow drops are garbage: freed before the re-run, so that it peaks no higher than
+    // the step itself did.
+    if (manager_ == nullptr || manager_->get_drop_overflow_update()) {
+      grads.clear();
+      for (Tensor& p : params) p.set_grad(Tensor());
+    }
+    r.overflow_source = find_overflow_source(batches, r.loss_scale);
+  }
   if (!r.overflow && clip_grad_norm_ > 0) {  // on the true (unscaled) gradients
     r.grad_norm = amp::clip_grad_norm(grads, clip_grad_norm_);
     r.clipped = r.grad_norm > clip_grad_norm_;
