@@ -35,3 +35,5 @@
 #include "demi/train/checkpoint.h"
 #include "demi/train/metrics.h"
 #include "demi/train/model.h"
+#include "demi/train/report.h"
+#include "demi/train/report_html.h"

@@ -25,6 +25,8 @@
 #include "demi/dist/dist.h"
 #include "demi/train/checkpoint.h"
 #include "demi/train/model.h"
+#include "demi/train/report.h"
+#include "demi/train/report_html.h"
 
 namespace demi::cli {
 namespace {
@@ -107,7 +109,9 @@ Job make_job(const ParsedArgs& args) {
   job.data_name = data;
   set_seed(seed);
   if (job.model_key == "A") job.net = std::make_shared<nn::SimpleCNN>();
-  if (job.model_key == "B") job.net = std::make_shared<nn::LeNet>();
+  if (job.model_key == "B") job.net = std::make_shared<nn::LeNet>(args.flag("batch-norm"));
+  if (args.flag("batch-norm") && job.model_key != "B")
+    throw UsageError("--batch-norm is for model B (LeNet with a BatchNorm after each convolution)");
   if (job.model_key == "C") job.net = std::make_shared<nn::MLP>();
   if (job.model_key == "D") {
     job.net = std::make_shared<nn::TransformerClassifier>();
@@ -214,6 +218,47 @@ class JsonEpochs : public train::Callback {
   }
 };
 
+// --report PATH, --report-data PATH: a report must be writable before the run starts, not after it.
+void check_report_option(const ParsedArgs& args, const char* option) {
+  const std::string path = args.get(option);
+  if (path.empty()) return;
+  try {
+    train::check_report_path(path);
+  } catch (const Error& e) {
+    throw Error(std::string("--") + option + ": " + e.what());
+  }
+}
+
+// Writes --report and --report-data from what the recorder holds; `stopped`: the error that ended the run
+// early ("" when it finished).
+void write_reports(const ParsedArgs& args, train::ReportRecorder& recorder, const std::string& stopped) {
+  train::RunRecord& r = recorder.record();
+  if (!stopped.empty()) {
+    const int epoch = r.steps.empty() ? 1 : r.steps.back().epoch;
+    const int64_t step = (r.steps.empty() ? 0 : r.steps.back().step) + 1;  // the step it stopped in
+    r.events.push_back({train::ReportEvent::Kind::kWarning, epoch, step, "training stopped: " + stopped});
+    r.title += " (stopped)";
+  }
+  if (args.has("report-data")) train::write_report(args.get("report-data"), train::run_record_to_json(r));
+  if (args.has("report")) train::write_report(args.get("report"), train::render_report_html(r));
+}
+
+// The run's settings as the report's header shows them (the recorder adds the AMP level, the low dtype,
+// the loss-scale manager, the threads, the CPU and the date).
+void describe_run(train::RunRecord& r, const ParsedArgs& args, const Job& job, amp::Level level, DType low,
+                  int epochs) {
+  r.title = "model " + job.model_key + " on " + job.data_name + ", " + amp::level_name(level) + " " +
+            (level == amp::Level::kO0 ? std::string("float32") : std::string(dtype_name(low)));
+  r.set("model", job.model_key + " (" + job.net->type_name() + ")");
+  r.set("data", job.data_name + (args.get_int("train-samples") > 0 ? ", first " + args.get("train-samples") + " samples"
+                                                                     : std::string()));
+  r.set("batch size", std::to_string(job.batch_size) + " (" + std::to_string(job.train_ds->get_dataset_size()) +
+                          " steps per epoch)");
+  r.set("epochs", std::to_string(epochs));
+  r.set("optimizer", "Momentum 0.9, lr " + args.get("lr"));
+  r.set("seed", args.get("seed"));
+}
+
 // The settings a checkpoint's state depends on, stored in every checkpoint the CLI writes, each under
 // "cli." and its option's name.
 io::Metadata run_settings(const ParsedArgs& args, const Job& job) {
@@ -277,6 +322,12 @@ int run_train(const ParsedArgs& args) {
   start_data_parallel(args);
   apply_thread_option(args);
   bool json = args.flag("json");
+  // Rank 0 writes the report (every process agrees on the losses, the overflows and the scale).
+  const bool reporting = (args.has("report") || args.has("report-data")) && dist::get_rank() == 0;
+  if (reporting) {
+    check_report_option(args, "report");
+    check_report_option(args, "report-data");
+  }
   Job job = make_job(args);
   amp::Level level = amp::parse_level(args.get("amp"));
   DType low = parse_dtype(args.get("dtype"));
@@ -293,8 +344,9 @@ int run_train(const ParsedArgs& args) {
   mo.amp_adapt = args.flag("amp-adapt");
   const int64_t step_budget = args.get_int("steps");
   if (step_budget > 0) mo.max_steps = step_budget;
-  train::Model model(job.net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt,
-                     {{"Accuracy", std::make_shared<train::Accuracy>()}}, mo);
+  std::map<std::string, train::MetricPtr> metric_fns = {{"Accuracy", std::make_shared<train::Accuracy>()}};
+  if (reporting) metric_fns["Loss"] = std::make_shared<train::Loss>();  // the report shows the test loss too
+  train::Model model(job.net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt, metric_fns, mo);
   if (args.flag("numerics")) {
     // Before training: which layers overflow FP16, which gradients underflow at the step's loss scale.
     auto it = job.train_ds->create_iterator();
@@ -359,6 +411,12 @@ int run_train(const ParsedArgs& args) {
     cc.extra = run_settings(args, job);
     cbs.push_back(std::make_shared<train::ModelCheckpoint>("model" + job.model_key, ckpt_dir, cc));
   }
+  std::shared_ptr<train::ReportRecorder> recorder;
+  if (reporting) {
+    recorder = std::make_shared<train::ReportRecorder>();
+    describe_run(recorder->record(), args, job, level, low, epochs);
+    cbs.push_back(recorder);
+  }
   int remaining = epochs - static_cast<int>(model.epochs_done());
   if (step_budget > 0 && model.steps_done() >= step_budget) remaining = 0;
   if (remaining < 1) {
@@ -371,7 +429,13 @@ int run_train(const ParsedArgs& args) {
       }
     }
   } else {
-    model.train(remaining, job.train_ds, cbs, true);
+    try {
+      model.train(remaining, job.train_ds, cbs, true);
+    } catch (const Error& e) {
+      // A run that stopped (a NaN loss at O0, bad input data) is reported too, up to where it stopped.
+      if (recorder) write_reports(args, *recorder, e.what());
+      throw;
+    }
   }
   auto metrics = model.eval(job.test_ds);
   const train::TrainSummary& s = model.last_summary();
@@ -458,6 +522,11 @@ int run_train(const ParsedArgs& args) {
                 d.reduce_seconds > 0 ? 100 * std::max(0.0, 1 - d.exposed_seconds / d.reduce_seconds) : 0.0);
   }
   if (args.flag("profile")) std::printf("\n%s", ops::profile_report().c_str());
+  if (recorder) {
+    recorder->finish(s, {{"test accuracy", metrics["Accuracy"]}, {"test loss", metrics["Loss"]}});
+    write_reports(args, *recorder, "");
+    if (args.has("report") && !json) std::printf("report: %s\n", args.get("report").c_str());
+  }
   return 0;
 }
 
@@ -539,13 +608,17 @@ std::string self_path() {
   return ec ? std::string("demi") : p.string();
 }
 
-// Runs `demi train --json ...` for one setting and returns its summary.
-std::map<std::string, std::string> run_setting(const ParsedArgs& args, const std::string& level, const std::string& dtype) {
+// Runs `demi train --json ...` for one setting and returns its summary; with `report_data`, the child
+// also writes its run record (every step) there.
+std::map<std::string, std::string> run_setting(const ParsedArgs& args, const std::string& level, const std::string& dtype,
+                                               const std::string& report_data = "") {
   std::string cmd = "'" + self_path() + "' train --json --model " + args.get("model") + " --data '" + args.get("data") +
                     "' --amp " + level + " --dtype " + dtype + " --epochs " + args.get("epochs") + " --batch-size " +
                     args.get("batch-size") + " --lr " + args.get("lr") + " --seed " + args.get("seed") +
                     " --threads " + args.get("threads") + " --train-samples " + args.get("train-samples") +
                     " --loss-scale " + args.get("loss-scale");
+  if (args.flag("batch-norm")) cmd += " --batch-norm";
+  if (!report_data.empty()) cmd += " --report-data '" + report_data + "'";
   FILE* p = popen(cmd.c_str(), "r");
   DEMI_CHECK(p != nullptr, "compare: cannot run '", cmd, "'");
   std::map<std::string, std::string> summary;
@@ -565,6 +638,48 @@ double as_double(const std::map<std::string, std::string>& m, const std::string&
   return it == m.end() ? 0.0 : std::atof(it->second.c_str());
 }
 
+std::string cell(const char* format, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, format, v);
+  return b;
+}
+
+// A table printed in fixed-width columns (the first left-aligned), the same cells the HTML report shows.
+void print_table(const train::ReportTable& t, const std::vector<int>& widths) {
+  const auto line = [&](const std::vector<std::string>& cells) {
+    std::string out;
+    for (size_t i = 0; i < cells.size(); ++i) {
+      const int w = i < widths.size() ? widths[i] : 9;
+      char b[128];
+      std::snprintf(b, sizeof b, i == 0 ? "%-*s" : " %*s", w, cells[i].c_str());
+      out += b;
+    }
+    std::printf("%s\n", out.c_str());
+  };
+  line(t.columns);
+  for (const auto& r : t.rows) line(r);
+}
+
+// A scratch folder for the children's run records, removed with everything in it.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "demi-compare-XXXXXX").string();
+    DEMI_CHECK(::mkdtemp(tmpl.data()) != nullptr, "compare: cannot create a scratch folder like '", tmpl, "'");
+    path_ = tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
 int run_compare(const ParsedArgs& args) {
   std::vector<std::string> levels, dtypes;
   {
@@ -572,63 +687,98 @@ int run_compare(const ParsedArgs& args) {
     for (std::string x; std::getline(a, x, ',');) levels.push_back(amp::level_name(amp::parse_level(x)));
     for (std::string x; std::getline(b, x, ',');) dtypes.push_back(x);
   }
+  const bool reporting = args.has("report");
+  if (reporting) check_report_option(args, "report");
+  std::optional<ScratchDir> scratch;
+  if (reporting) scratch.emplace();
   struct Row {
     std::string level, dtype;
     std::map<std::string, std::string> s;
+    std::string name() const { return level == "O0" ? "O0-fp32" : level + "-" + dtype; }
   };
   std::vector<Row> rows;
+  std::vector<std::string> records;  // the children's run records, one per row
+  const auto run_one = [&](const std::string& l, const std::string& shown, const std::string& d) {
+    std::string data = reporting ? (scratch->path() / (std::to_string(rows.size()) + ".json")).string() : "";
+    rows.push_back({l, shown, run_setting(args, l, d, data)});
+    records.push_back(data);
+  };
   for (const auto& l : levels) {
     if (l == "O0") {
-      rows.push_back({l, "fp32", run_setting(args, l, dtypes.empty() ? "bf16" : dtypes[0])});
+      run_one(l, "fp32", dtypes.empty() ? "bf16" : dtypes[0]);
       continue;
     }
-    for (const auto& d : dtypes) rows.push_back({l, d, run_setting(args, l, d)});
+    for (const auto& d : dtypes) run_one(l, d, d);
   }
   const Row* base = nullptr;
   for (const auto& r : rows)
     if (r.level == "O0") base = &r;
   std::string model = rows.empty() ? "" : rows[0].s["model"], data = rows.empty() ? "" : rows[0].s["data"];
-  std::printf("\nmodel %s on %s, %s epoch(s), batch %s — O0 against mixed precision, measured in this run\n\n",
-              model.c_str(), data.c_str(), args.get("epochs").c_str(),
-              args.get_int("batch-size") > 0 ? args.get("batch-size").c_str() : "default");
-  std::printf("%-9s %10s %7s %10s %7s %9s %9s %9s %9s %7s %8s %9s\n", "setting", "samples/s", "x O0", "peak MiB", "x O0",
-              "activ.", "cast", "work", "RSS MiB", "x O0", "loss", "test acc");
+  const std::string heading = "model " + model + " on " + data + ", " + args.get("epochs") + " epoch(s), batch " +
+                              (args.get_int("batch-size") > 0 ? args.get("batch-size") : std::string("default"));
+  std::printf("\n%s — O0 against mixed precision, measured in this run\n\n", heading.c_str());
+  const auto ratio = [](double v, double b) { return cell("%.2fx", b > 0 ? v / b : 0); };
+  train::ReportTable main_table{"samples/s, memory, loss and accuracy",
+                                {"setting", "samples/s", "x O0", "peak MiB", "x O0", "activ.", "cast", "work",
+                                 "RSS MiB", "x O0", "loss", "test acc"},
+                                {},
+                                "peak MiB: tracked tensor memory (parameters, gradients, optimizer state, activations, "
+                                "cast cache, workspace, data); activ./cast/work: its activation, cast-cache and "
+                                "workspace parts; RSS: the process's peak resident set (each setting runs in its own "
+                                "process)."};
   for (const auto& r : rows) {
     double sps = as_double(r.s, "samples_per_second"), peak = as_double(r.s, "peak_total"),
            rss = as_double(r.s, "peak_rss");
     double bsps = base ? as_double(base->s, "samples_per_second") : 0, bpeak = base ? as_double(base->s, "peak_total") : 0,
            brss = base ? as_double(base->s, "peak_rss") : 0;
-    std::string name = r.level == "O0" ? "O0-fp32" : r.level + "-" + r.dtype;
-    std::printf("%-9s %10.0f %6.2fx %10.2f %6.2fx %9.2f %9.2f %9.2f %9.1f %6.2fx %8.4f %9.4f\n", name.c_str(), sps,
-                bsps > 0 ? sps / bsps : 0, peak / (1 << 20), bpeak > 0 ? peak / bpeak : 0,
-                as_double(r.s, "peak_activation") / (1 << 20), as_double(r.s, "peak_cast_cache") / (1 << 20),
-                as_double(r.s, "peak_workspace") / (1 << 20), rss / (1 << 20), brss > 0 ? rss / brss : 0,
-                as_double(r.s, "final_loss"), as_double(r.s, "test_accuracy"));
+    main_table.rows.push_back({r.name(), cell("%.0f", sps), ratio(sps, bsps), cell("%.2f", peak / (1 << 20)),
+                               ratio(peak, bpeak), cell("%.2f", as_double(r.s, "peak_activation") / (1 << 20)),
+                               cell("%.2f", as_double(r.s, "peak_cast_cache") / (1 << 20)),
+                               cell("%.2f", as_double(r.s, "peak_workspace") / (1 << 20)), cell("%.1f", rss / (1 << 20)),
+                               ratio(rss, brss), cell("%.4f", as_double(r.s, "final_loss")),
+                               cell("%.4f", as_double(r.s, "test_accuracy"))});
   }
-  std::printf("\npeak tracked memory by category, MiB\n%-9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "setting",
-              "param", "grad", "optim", "activ.", "cast", "work", "data", "total");
+  print_table(main_table, {9, 10, 7, 10, 7, 9, 9, 9, 9, 7, 8, 9});
+
+  train::ReportTable by_category{"peak tracked memory by category, MiB",
+                                 {"setting", "param", "grad", "optim", "activ.", "cast", "work", "data", "total"},
+                                 {},
+                                 "each column is that category's own peak; total is the peak of the sum"};
   for (const auto& r : rows) {
-    std::string name = r.level == "O0" ? "O0-fp32" : r.level + "-" + r.dtype;
-    auto m = [&](const char* k) { return as_double(r.s, k) / (1 << 20); };
-    std::printf("%-9s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", name.c_str(), m("peak_parameter"),
-                m("peak_gradient"), m("peak_optimizer_state"), m("peak_activation"), m("peak_cast_cache"),
-                m("peak_workspace"), m("peak_data"), m("peak_total"));
+    auto m = [&](const char* k) { return cell("%.2f", as_double(r.s, k) / (1 << 20)); };
+    by_category.rows.push_back({r.name(), m("peak_parameter"), m("peak_gradient"), m("peak_optimizer_state"),
+                                m("peak_activation"), m("peak_cast_cache"), m("peak_workspace"), m("peak_data"),
+                                m("peak_total")});
   }
-  std::printf("(each column is that category's own peak; total is the peak of the sum)\n");
-  std::printf("\nthe training's own peak (every category but data) and what it is made of, MiB\n"
-              "%-9s %9s %9s %9s %9s %9s %9s %9s %7s\n", "setting", "param", "grad", "optim", "activ.", "cast", "work",
-              "train", "x O0");
+  std::printf("\n%s\n", by_category.title.c_str());
+  print_table(by_category, {9, 9, 9, 9, 9, 9, 9, 9, 9});
+  std::printf("(%s)\n", by_category.note.c_str());
+
+  train::ReportTable train_peak{"the training's own peak (every category but data) and what it is made of, MiB",
+                                {"setting", "param", "grad", "optim", "activ.", "cast", "work", "train", "x O0"},
+                                {},
+                                ""};
   for (const auto& r : rows) {
-    std::string name = r.level == "O0" ? "O0-fp32" : r.level + "-" + r.dtype;
-    auto m = [&](const char* k) { return as_double(r.s, std::string("at_train_peak_") + k) / (1 << 20); };
+    auto m = [&](const char* k) { return cell("%.2f", as_double(r.s, std::string("at_train_peak_") + k) / (1 << 20)); };
     double train = as_double(r.s, "peak_train"), btrain = base ? as_double(base->s, "peak_train") : 0;
-    std::printf("%-9s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %6.2fx\n", name.c_str(), m("parameter"),
-                m("gradient"), m("optimizer_state"), m("activation"), m("cast_cache"), m("workspace"),
-                train / (1 << 20), btrain > 0 ? train / btrain : 0);
+    train_peak.rows.push_back({r.name(), m("parameter"), m("gradient"), m("optimizer_state"), m("activation"),
+                               m("cast_cache"), m("workspace"), cell("%.2f", train / (1 << 20)), ratio(train, btrain)});
   }
+  std::printf("\n%s\n", train_peak.title.c_str());
+  print_table(train_peak, {9, 9, 9, 9, 9, 9, 9, 9, 7});
   std::printf("\npeak MiB: tracked tensor memory (parameters, gradients, optimizer state, activations, cast cache,\n"
               "workspace, data); activ./cast/work: its activation, cast-cache and workspace parts; RSS: the\n"
               "process's peak resident set (each setting runs in its own process).\n");
+  if (reporting) {
+    std::vector<train::RunRecord> runs;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      runs.push_back(train::read_run_record(records[i]));
+      runs.back().name = rows[i].name();
+    }
+    train::write_report(args.get("report"),
+                        train::render_comparison_html(runs, {main_table, by_category, train_peak}, "demi compare: " + heading));
+    std::printf("report: %s\n", args.get("report").c_str());
+  }
   return 0;
 }
 
@@ -645,6 +795,7 @@ std::vector<Option> training_options() {
       int_option("threads", "N", "threads (0: every core)", "0", 0, 4096),
       int_option("train-samples", "N", "use only the first N training samples (0: all)", "0", 0, 1e12),
       {"loss-scale", "S", "default (the level's), none, fixed:N or dynamic", "default"},
+      {"batch-norm", "", "model B with a BatchNorm after each convolution (kept FP32 at O2: the black list)", ""},
   };
 }
 
@@ -706,6 +857,10 @@ void add_training_commands(std::vector<Command>& cmds) {
                                             "layer with its compute and output dtypes, and ops and FLOPs per dtype", ""});
   train_opts.push_back({"numerics", "", "before training, report FP16 overflow per layer and gradient underflow "
                                         "per parameter at the loss scale", ""});
+  train_opts.push_back({"report", "PATH", "write a self-contained HTML report of the run: settings, key numbers, "
+                                          "charts of loss, loss scale, throughput and memory, events", ""});
+  train_opts.push_back({"report-data", "PATH", "write the report's data (every step, epoch, memory sample and "
+                                               "event) as JSON", ""});
   cmds.push_back({.name = "train",
                   .summary = "Train a reference model at an AMP level, then evaluate it on the test split.",
                   .options = std::move(train_opts),
@@ -723,6 +878,8 @@ void add_training_commands(std::vector<Command>& cmds) {
   std::vector<Option> cmp = training_options();
   cmp.push_back({"levels", "L", "comma-separated AMP levels", "O0,O2"});
   cmp.push_back({"dtypes", "T", "comma-separated low dtypes for levels above O0", "fp16,bf16"});
+  cmp.push_back({"report", "PATH", "write a self-contained HTML page comparing the settings: the tables, their "
+                                   "loss, loss-scale and throughput curves, samples/s and memory", ""});
   cmds.push_back({.name = "compare",
                   .summary = "Train the same model from the same seed at each setting; print one table.",
                   .options = std::move(cmp),
