@@ -8,6 +8,7 @@
 // to FP32; everything else stays float16.
 //
 //   amp_adapt [--amp O3] [--dtype fp16] [--adapt 0|1] [--epochs N] [--train-batches N] [--data DIR]
+//             [--report run.html]
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,11 +18,13 @@
 #include "demi/nn/layers.h"
 #include "demi/ops/ops.h"
 #include "demi/train/model.h"
+#include "demi/train/report.h"
+#include "demi/train/report_html.h"
 
 using namespace demi;
 
 int main(int argc, char** argv) {
-  std::string level = "O3", dtype = "fp16", dir = "/usr/share/datasets/fashion-mnist";
+  std::string level = "O3", dtype = "fp16", dir = "/usr/share/datasets/fashion-mnist", report;
   bool adapt = true;
   int epochs = 1;
   int64_t train_batches = -1;
@@ -33,6 +36,7 @@ int main(int argc, char** argv) {
     else if (k == "--epochs") epochs = std::atoi(v.c_str());
     else if (k == "--train-batches") train_batches = std::atoll(v.c_str());
     else if (k == "--data") dir = v;
+    else if (k == "--report") report = v;
     else {
       std::fprintf(stderr, "amp_adapt: unknown option %s\n", k.c_str());
       return 2;
@@ -59,9 +63,15 @@ int main(int argc, char** argv) {
     train::Model model(net, std::make_shared<nn::MSELoss>("mean"), optimizer,
                        {{"Loss", std::make_shared<train::Loss>()}},
                        {.amp_level = amp::parse_level(level), .low_dtype = parse_dtype(dtype), .amp_adapt = adapt});
-    model.train(epochs, train_ds, {std::make_shared<train::LossMonitor>(200)});
+    auto recorder = std::make_shared<train::ReportRecorder>();
+    recorder->record().title = "ink regression on Fashion-MNIST, " + level + " " + dtype + (adapt ? " adaptive" : "");
+    model.train(epochs, train_ds, {std::make_shared<train::LossMonitor>(200), recorder});
     auto metrics = model.eval(test_ds);
     const auto& s = model.last_summary();
+    if (!report.empty()) {
+      recorder->finish(s, {{"test RMSE", std::sqrt(metrics["Loss"])}});
+      train::write_report(report, train::render_report_html(recorder->record()));
+    }
     std::string promoted;
     for (const auto& p : s.promotions) promoted += (promoted.empty() ? "" : ", ") + p.layer + " (" + p.type + ")";
     std::printf("%s %s%s: %lld steps, %lld skipped, %.0f samples/s, test RMSE %.0f (ink ranges to ~1.5e5), "
