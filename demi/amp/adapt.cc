@@ -9,9 +9,8 @@ PromotedPolicy::PromotedPolicy(std::shared_ptr<const ops::PrecisionPolicy> base,
 
 bool PromotedPolicy::promoted(const char* layer) const {
   if (layer == nullptr) return false;
-  const std::string_view l(layer);
   for (const std::string& p : layers_)
-    if (l == p || (l.size() > p.size() && l.compare(0, p.size(), p) == 0 && l[p.size()] == '.')) return true;
+    if (!p.empty() && ops::layer_within(layer, p)) return true;
   return false;
 }
 

@@ -61,9 +61,7 @@ NumericsReport analyze_numerics(nn::Cell& net, nn::LossCell& loss_fn, const Tens
   for (auto& [path, cell] : net.cells_and_names()) {
     double m = 0;
     for (const auto& [layer, v] : max_by_layer)
-      if (path.empty() || layer == path || (layer.size() > path.size() && layer.compare(0, path.size(), path) == 0 &&
-                                            layer[path.size()] == '.'))
-        m = std::max(m, v);
+      if (ops::layer_within(layer, path)) m = std::max(m, v);
     r.activations.push_back({path, cell->type_name(), m, m > kHalfMax});
   }
   for (size_t i = 0; i < params.size(); ++i) {

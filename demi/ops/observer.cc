@@ -104,6 +104,11 @@ const char* intern_layer_path(std::string_view path) {
   return paths->emplace(path).first->c_str();
 }
 
+bool layer_within(std::string_view layer, std::string_view path) {
+  if (path.empty() || layer == path) return true;
+  return layer.size() > path.size() && layer.compare(0, path.size(), path) == 0 && layer[path.size()] == '.';
+}
+
 FusionScope::FusionScope(bool enabled) : saved_(t_fusion) { t_fusion = enabled; }
 FusionScope::~FusionScope() { t_fusion = saved_; }
 bool fusion_enabled() { return t_fusion; }

@@ -103,6 +103,9 @@ class LayerScope {
 const char* current_layer();
 // The one stable copy of `path` (the same pointer for equal paths).
 const char* intern_layer_path(std::string_view path);
+// Whether `layer` is `path` or below it ("features.0" is within "features"; everything is within the
+// root, "").
+bool layer_within(std::string_view layer, std::string_view path);
 
 // Whether layers may run as one fused op (Conv2d + ReLU + MaxPool2d, ReLU + MaxPool2d). On by default;
 // a diagnostic that must see each layer's own output (the numerics report) turns it off for a scope.

@@ -23,6 +23,7 @@
 #include "demi/nn/models.h"
 #include "demi/ops/dispatch.h"
 #include "demi/dist/dist.h"
+#include "demi/io/internal/json.h"
 #include "demi/train/checkpoint.h"
 #include "demi/train/model.h"
 #include "demi/train/report.h"
@@ -179,23 +180,6 @@ std::string json_object(const std::map<std::string, std::string>& fields) {
 }
 
 std::string json_str(const std::string& s) { return "\"" + s + "\""; }
-// s with JSON's escapes (quotes, backslashes, control characters), for json_str.
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-      out += b;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
 std::string num(double v) {
   if (!std::isfinite(v)) return "null";
   std::ostringstream os;
@@ -476,8 +460,8 @@ int run_train(const ParsedArgs& args) {
     std::string ops_list, promoted;
     for (const auto& [op, n] : s.overflow_ops) ops_list += (ops_list.empty() ? "" : "; ") + op + " x" + std::to_string(n);
     for (const auto& p : s.promotions) promoted += (promoted.empty() ? "" : ",") + p.layer;
-    f.emplace("overflow_ops", json_str(json_escape(ops_list)));
-    f.emplace("promotions", json_str(json_escape(promoted)));
+    f.emplace("overflow_ops", io::internal::json_quote(ops_list));
+    f.emplace("promotions", io::internal::json_quote(promoted));
     f.emplace("processes", num(static_cast<double>(dist::get_group_size())));
     if (const dist::DataParallel* dp = model.data_parallel(); dp != nullptr && dp->stats().steps > 0) {
       const double steps = static_cast<double>(dp->stats().steps);
