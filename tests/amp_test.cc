@@ -500,5 +500,43 @@ TEST(MixedBatchNorm, O2ReadsAndWritesTheLowDtypeWithTheValuesOfTheCastChain) {
   }
 }
 
+// The profiler is a process-wide observer: it times forward and backward calls while enabled and
+// sees nothing once disabled. Convolutions report their FLOPs to observers.
+TEST(Observers, TheProfilerTimesBothDirectionsOnlyWhileEnabledAndConvsReportTheirFlops) {
+  struct Flops : ops::OpObserver {
+    void on_op(const ops::OpEvent& e) override {
+      if (e.op == Op::kConv2d && !e.backward) conv_flops = e.flops;
+    }
+    int64_t conv_flops = -1;
+  } flops;
+  Generator g(9);
+  Tensor w = normal({4, 3, 3, 3}, 0, 0.1, g);
+  w.set_requires_grad(true);
+  Tensor x = normal({2, 3, 8, 8}, 0, 1, g);
+  auto run = [&] {
+    Tensor y = ops::conv2d(x, w, Tensor(), {});
+    autograd::backward(ops::sum(y));
+  };
+  ops::reset_profile();
+  ops::set_profiling(true);
+  {
+    ops::OpObserverScope observe(&flops);
+    run();
+  }
+  ops::set_profiling(false);
+  auto calls = [](bool backward) {
+    for (const auto& r : ops::profile_rows())
+      if (r.op == Op::kConv2d && r.backward == backward) return r.calls;
+    return int64_t{0};
+  };
+  EXPECT_EQ(calls(false), 1);
+  EXPECT_EQ(calls(true), 1);
+  // 2 x (N·OC·OH·OW) x (C·KH·KW): a 3x3 convolution with the default 'same' padding keeps 8x8.
+  EXPECT_EQ(flops.conv_flops, 2 * (2 * 4 * 8 * 8) * (3 * 3 * 3));
+  run();
+  EXPECT_EQ(calls(false), 1) << "nothing is recorded once profiling is off";
+  EXPECT_NE(ops::profile_report().find("Conv2d"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace demi
