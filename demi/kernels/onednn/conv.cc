@@ -21,14 +21,23 @@
 #include "demi/kernels/onednn/conv.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 
+#include "demi/core/convert.h"
+#include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/core/parallel.h"
 #include "demi/kernels/cpu/pool.h"
+#include "demi/kernels/internal/choice_cache.h"
 #include "demi/kernels/onednn/internal/onednn_util.h"
 #include "demi/kernels/onednn/primitive_cache.h"
 #include "demi/kernels/reference/conv.h"
@@ -52,13 +61,18 @@ struct ConvEntry {
   std::string impl;
 };
 
-bool use_blocked(const Conv2dParams& p, ConvDirection dir) {
+// The dtype a primitive computes in: bf16 when both inputs are bf16 and the call does not widen them.
+DType compute_dtype(DType a, DType b, bool widen) {
+  return widen ? DType::kF32 : internal::compute_dtype(a, b);
+}
+
+bool use_blocked(const Conv2dParams& p, ConvDirection dir, bool widen) {
   switch (p.layout) {
     case ConvLayout::kPlain: return false;
     case ConvLayout::kBlocked: return true;
     case ConvLayout::kAuto: break;
   }
-  const bool f32 = internal::compute_dtype(p.y_dtype, p.w_dtype) == DType::kF32;
+  const bool f32 = compute_dtype(p.y_dtype, p.w_dtype, widen) == DType::kF32;
   return !(dir == ConvDirection::kBackwardData && f32 && p.groups == 1 && p.c < 16);
 }
 
@@ -104,9 +118,9 @@ size_t max_scratch(size_t prim, std::initializer_list<size_t> others) {
 }
 
 // Builds the entry with the primitive writing `out_dtype` (f32, or bf16 from bf16 compute).
-ConvEntry make_entry(const Conv2dParams& p, ConvDirection dir, bool with_bias, DType out_dtype) {
+ConvEntry make_entry(const Conv2dParams& p, ConvDirection dir, bool with_bias, DType out_dtype, bool widen) {
   const Geometry g = geometry(p);
-  const bool blocked = use_blocked(p, dir);
+  const bool blocked = use_blocked(p, dir, widen);
   const Tag act = blocked ? Tag::any : Tag::nchw;
   const Tag wt = blocked ? Tag::any : g.w_tag;
   const memory::desc x_plain = md(g.x, DType::kF32, Tag::nchw), y_plain = md(g.y, DType::kF32, Tag::nchw);
@@ -115,7 +129,7 @@ ConvEntry make_entry(const Conv2dParams& p, ConvDirection dir, bool with_bias, D
   dnnl::primitive_attr attr = internal::user_scratchpad_attr();
   ConvEntry e;
   if (dir == ConvDirection::kForward) {
-    const DType ct = internal::compute_dtype(p.x_dtype, p.w_dtype);
+    const DType ct = compute_dtype(p.x_dtype, p.w_dtype, widen);
     if (p.relu) {
       dnnl::post_ops ops;
       ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
@@ -130,7 +144,7 @@ ConvEntry make_entry(const Conv2dParams& p, ConvDirection dir, bool with_bias, D
     e.impl = pd.impl_info_str();
     e.prim = dnnl::convolution_forward(pd);
   } else if (dir == ConvDirection::kBackwardData) {
-    const DType ct = internal::compute_dtype(p.y_dtype, p.w_dtype);
+    const DType ct = compute_dtype(p.y_dtype, p.w_dtype, widen);
     const memory::desc dx = md(g.x, out_dtype, act), w = md(g.w, ct, wt), dy = md(g.y, ct, act);
     auto hint = forward_pd(g, md(g.x, ct, act), w, memory::desc(), dy, internal::user_scratchpad_attr());
     dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, dx, w, dy, g.strides,
@@ -143,7 +157,7 @@ ConvEntry make_entry(const Conv2dParams& p, ConvDirection dir, bool with_bias, D
     e.impl = pd.impl_info_str();
     e.prim = dnnl::convolution_backward_data(pd);
   } else {
-    const DType ct = internal::compute_dtype(p.x_dtype, p.y_dtype);
+    const DType ct = compute_dtype(p.x_dtype, p.y_dtype, widen);
     const memory::desc x = md(g.x, ct, act), dw = md(g.w, out_dtype, wt), dy = md(g.y, ct, act);
     const memory::desc db = with_bias ? bias_plain : memory::desc();
     auto hint = forward_pd(g, x, md(g.w, ct, wt), db, dy, internal::user_scratchpad_attr());
@@ -163,7 +177,7 @@ ConvEntry make_entry(const Conv2dParams& p, ConvDirection dir, bool with_bias, D
   return e;
 }
 
-std::shared_ptr<const ConvEntry> entry_for(const Conv2dParams& p, ConvDirection dir, bool with_bias) {
+std::shared_ptr<const ConvEntry> entry_for(const Conv2dParams& p, ConvDirection dir, bool with_bias, bool widen) {
   static auto& cache = *new internal::PrimitiveCache<28, ConvEntry>;  // never destroyed, as the engine
   const bool fwd = dir == ConvDirection::kForward;
   internal::PrimitiveKey<28> key{{static_cast<int64_t>(dir),
@@ -190,7 +204,8 @@ std::shared_ptr<const ConvEntry> entry_for(const Conv2dParams& p, ConvDirection 
                                   with_bias && !fwd ? static_cast<int64_t>(p.bias_dtype) : -1,
                                   fwd && p.relu,
                                   !fwd && p.accumulate,
-                                  use_blocked(p, dir)}};
+                                  use_blocked(p, dir, widen),
+                                  widen}};
   return cache.get(key, [&] {
     DType in_a = dir == ConvDirection::kBackwardData ? p.y_dtype : p.x_dtype;
     DType in_b = dir == ConvDirection::kForward        ? p.w_dtype
@@ -203,12 +218,12 @@ std::shared_ptr<const ConvEntry> entry_for(const Conv2dParams& p, ConvDirection 
     // twice, which cancellation between old and new values makes visible).
     DType out = !fwd && p.accumulate
                     ? DType::kF32
-                    : internal::primitive_out_dtype(internal::compute_dtype(in_a, in_b), want);
+                    : internal::primitive_out_dtype(compute_dtype(in_a, in_b, widen), want);
     try {
-      return make_entry(p, dir, with_bias, out);
+      return make_entry(p, dir, with_bias, out, widen);
     } catch (const dnnl::error&) {
       if (out == DType::kF32) throw;
-      return make_entry(p, dir, with_bias, DType::kF32);  // no direct bf16 output here: write f32, convert
+      return make_entry(p, dir, with_bias, DType::kF32, widen);  // no direct bf16 output here: write f32, convert
     }
   });
 }
@@ -227,27 +242,72 @@ const char* op_name(ConvDirection dir) {
   throw;  // unreachable: DEMI_ASSERT(false) throws
 }
 
-// Each direction's execution, shared by the plain calls and the fused Conv2d -> ReLU -> MaxPool2d: the
-// caller brings the operand a call prepares differently (y's or dy's buffer, in the primitive's layout);
-// the rest goes through the entry's plans.
+// ---- Chunks of images ----
+// Every reorder (NCHW <-> a blocked layout) and every f16 conversion copies a call's activations into
+// workspace. A call runs its batch in chunks of images, so those copies are a chunk's size, not the
+// batch's: the f16 path (widened to f32 here) then costs about what the bf16 one does, and no call's
+// workspace grows with the batch. The weights (and bias) are prepared once per call, not per chunk.
+// kChunkBytes bounds a chunk's f32 input and output together (two copies each at most); at least one
+// image runs per primitive call. The chunk size depends on the geometry only, so every process computes
+// the same bits.
+constexpr int64_t kChunkBytes = int64_t{4} << 20;
 
-// x, w (and bias) through their plans; the output into `dst`, laid out as e.out.prim_md.
-void run_forward(CallContext& ctx, const ConvEntry& e, const Conv2dParams& p, const void* x, const void* w,
-                 const void* bias, void* dst) {
+int64_t chunk_images(const Conv2dParams& p) {
+  const int64_t per_image = (p.c * p.h * p.w + p.oc * p.out_h() * p.out_w()) * int64_t{2 * sizeof(float)};
+  return std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(per_image, 1), 1, std::max<int64_t>(p.n, 1));
+}
+
+// f(q, n0) for each chunk: q is p with q.n the chunk's images, n0 its first image.
+template <class F>
+void for_each_chunk(const Conv2dParams& p, F&& f) {
+  const int64_t nb = chunk_images(p);
+  for (int64_t n0 = 0; n0 < p.n; n0 += nb) {
+    Conv2dParams q = p;
+    q.n = std::min(nb, p.n - n0);
+    f(q, n0);
+  }
+}
+
+const void* at(const void* base, int64_t i, DType t) {
+  return static_cast<const char*>(base) + i * static_cast<int64_t>(dtype_size(t));
+}
+void* at(void* base, int64_t i, DType t) { return static_cast<char*>(base) + i * static_cast<int64_t>(dtype_size(t)); }
+
+// The weights in a chunk's primitive layout, prepared once per call: again only when a chunk's primitive
+// (the last, smaller one) wants another layout.
+class PreparedWeights {
+ public:
+  const void* get(CallContext& ctx, const InputPlan& plan, const void* w, int64_t numel) {
+    if (data_ == nullptr || !(plan.prim_md == md_)) {
+      data_ = ctx.input(plan, w, numel);
+      md_ = plan.prim_md;
+    }
+    return data_;
+  }
+
+ private:
+  const void* data_ = nullptr;
+  memory::desc md_;
+};
+
+// Each direction's execution for one chunk, shared by the plain calls and the fused Conv2d -> ReLU ->
+// MaxPool2d: the caller brings the operands a call prepares once or differently (the weights, the f32
+// bias, y's or dy's buffer in the primitive's layout); the rest goes through the entry's plans.
+
+// x through its plan; the output into `dst`, laid out as e.out.prim_md.
+void run_forward(CallContext& ctx, const ConvEntry& e, const Conv2dParams& p, const void* x, const void* ws,
+                 const float* bias32, void* dst) {
   const void* xs = ctx.input(e.in0, x, p.x_numel());
-  const void* ws = ctx.input(e.in1, w, p.w_numel());
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, internal::make_memory(e.in0.prim_md, xs)},
                                        {DNNL_ARG_WEIGHTS, internal::make_memory(e.in1.prim_md, ws)},
                                        {DNNL_ARG_DST, internal::make_memory(e.out.prim_md, dst)}};
-  if (bias)
-    args.emplace(DNNL_ARG_BIAS, internal::make_memory(e.bias_md, internal::to_f32(ctx, bias, p.bias_dtype, p.oc)));
+  if (bias32) args.emplace(DNNL_ARG_BIAS, internal::make_memory(e.bias_md, bias32));
   ctx.execute(e.prim, std::move(args));
 }
 
-// dys already laid out as e.in0.prim_md; w through its plan; dx (and its conversion) through e.out.
-void run_backward_data(CallContext& ctx, const ConvEntry& e, const Conv2dParams& p, const void* dys, const void* w,
+// dys already laid out as e.in0.prim_md, ws as e.in1.prim_md; dx (and its conversion) through e.out.
+void run_backward_data(CallContext& ctx, const ConvEntry& e, const Conv2dParams& p, const void* dys, const void* ws,
                        void* dx) {
-  const void* ws = ctx.input(e.in1, w, p.w_numel());
   void* dst = ctx.output(e.out, dx, p.x_numel());
   ctx.execute(e.prim, {{DNNL_ARG_DIFF_DST, internal::make_memory(e.in0.prim_md, dys)},
                        {DNNL_ARG_WEIGHTS, internal::make_memory(e.in1.prim_md, ws)},
@@ -273,50 +333,51 @@ void run_backward_weights(CallContext& ctx, const ConvEntry& e, const Conv2dPara
   if (db) ctx.finish_output(e.db, db_dst, db, p.oc);
 }
 
-}  // namespace
-
-void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {
-  const ConvDirection dir = ConvDirection::kForward;
-  check_conv2d_params(p, op_name(dir));
-  if (p.x_dtype == DType::kF64) return ref::conv2d_forward(p, x, w, bias, y);
-  try {
-    auto e = entry_for(p, dir, bias != nullptr);
-    CallContext ctx(e->scratch_bytes);
-    void* dst = ctx.output(e->out, y, p.y_numel());
-    run_forward(ctx, *e, p, x, w, bias, dst);
-    ctx.finish_output(e->out, dst, y, p.y_numel());
-  } catch (const dnnl::error& err) {
-    rethrow_dnnl(err, p, dir);
+// The weight (and bias) gradient summed over chunks: the first chunk writes (or adds, p.accumulate), later
+// ones add, through the primitive's own accumulating reorder. Into the caller's memory when it is f32;
+// a bf16|f16 gradient sums in f32 workspace and is rounded once at the end (finish()).
+class WeightGradSum {
+ public:
+  WeightGradSum(CallContext& ctx, const Conv2dParams& p, void* dw, void* db) : p_(p), dw_(dw), db_(db) {
+    direct_ = chunk_images(p) >= p.n || (p.w_dtype == DType::kF32 && (!db || p.bias_dtype == DType::kF32));
+    if (!direct_) {
+      dw32_ = static_cast<float*>(ctx.scratch_buffer(static_cast<size_t>(p.w_numel()) * sizeof(float)));
+      if (db) db32_ = static_cast<float*>(ctx.scratch_buffer(static_cast<size_t>(p.oc) * sizeof(float)));
+    }
   }
-}
-
-void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, void* dx) {
-  const ConvDirection dir = ConvDirection::kBackwardData;
-  check_conv2d_params(p, op_name(dir));
-  if (p.x_dtype == DType::kF64) return ref::conv2d_backward_data(p, dy, w, dx);
-  try {
-    auto e = entry_for(p, dir, false);
-    CallContext ctx(e->scratch_bytes);
-    run_backward_data(ctx, *e, p, ctx.input(e->in0, dy, p.y_numel()), w, dx);
-  } catch (const dnnl::error& err) {
-    rethrow_dnnl(err, p, dir);
+  // The chunk's parameters (its dtypes and accumulate flag) and destinations.
+  Conv2dParams chunk(const Conv2dParams& q, int64_t n0) const {
+    Conv2dParams c = q;
+    if (direct_) {
+      c.accumulate = p_.accumulate || n0 > 0;
+    } else {
+      c.w_dtype = DType::kF32;
+      c.bias_dtype = DType::kF32;
+      c.accumulate = n0 > 0;
+    }
+    return c;
   }
-}
-
-void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db) {
-  const ConvDirection dir = ConvDirection::kBackwardWeights;
-  check_conv2d_params(p, op_name(dir));
-  if (p.x_dtype == DType::kF64) return ref::conv2d_backward_weights(p, x, dy, dw, db);
-  try {
-    auto e = entry_for(p, dir, db != nullptr);
-    CallContext ctx(e->scratch_bytes);
-    run_backward_weights(ctx, *e, p, x, ctx.input(e->in1, dy, p.y_numel()), dw, db);
-  } catch (const dnnl::error& err) {
-    rethrow_dnnl(err, p, dir);
+  void* dw() const { return direct_ ? dw_ : dw32_; }
+  void* db() const { return direct_ ? db_ : db32_; }
+  void finish(CallContext& ctx) const {
+    if (direct_) return;
+    store(ctx, dw32_, dw_, p_.w_dtype, p_.w_numel());
+    if (db_) store(ctx, db32_, db_, p_.bias_dtype, p_.oc);
   }
-}
 
-namespace {
+ private:
+  void store(CallContext& ctx, float* sum, void* dst, DType t, int64_t n) const {
+    if (p_.accumulate) {
+      const float* old = internal::to_f32(ctx, dst, t, n);
+      for (int64_t i = 0; i < n; ++i) sum[i] += old[i];
+    }
+    convert(sum, DType::kF32, dst, t, n);
+  }
+  const Conv2dParams& p_;
+  void *dw_, *db_;
+  bool direct_ = true;
+  float *dw32_ = nullptr, *db32_ = nullptr;
+};
 
 // The primitive's layout of a 4-D tensor as a StridedLayout4: plain strides, or one block of channels.
 std::optional<StridedLayout4> strided_layout(const memory::desc& md) {
@@ -374,27 +435,254 @@ const void* pooled_gradient(CallContext& ctx, const InputPlan& plan, const Pool2
   return ctx.input(plan, buf, pool.x_numel());
 }
 
+// ---- Each call's body, for a given choice of bf16 compute (widen = false) or f32 on widened operands ----
+
+void forward_impl(const Conv2dParams& p, bool widen, const void* x, const void* w, const void* bias, void* y) {
+  CallContext ctx(0);
+  PreparedWeights ws;
+  const float* bias32 = bias ? internal::to_f32(ctx, bias, p.bias_dtype, p.oc) : nullptr;
+  for_each_chunk(p, [&](const Conv2dParams& q, int64_t n0) {
+    auto e = entry_for(q, ConvDirection::kForward, bias != nullptr, widen);
+    ctx.ensure_scratch(e->scratch_bytes);
+    const void* w_prim = ws.get(ctx, e->in1, w, p.w_numel());
+    const size_t mark = ctx.mark();
+    void* yc = at(y, n0 * p.oc * p.out_h() * p.out_w(), p.y_dtype);
+    void* dst = ctx.output(e->out, yc, q.y_numel());
+    run_forward(ctx, *e, q, at(x, n0 * p.c * p.h * p.w, p.x_dtype), w_prim, bias32, dst);
+    ctx.finish_output(e->out, dst, yc, q.y_numel());
+    ctx.release_to(mark);
+  });
+}
+
+void backward_data_impl(const Conv2dParams& p, bool widen, const void* dy, const void* w, void* dx) {
+  CallContext ctx(0);
+  PreparedWeights ws;
+  for_each_chunk(p, [&](const Conv2dParams& q, int64_t n0) {
+    auto e = entry_for(q, ConvDirection::kBackwardData, false, widen);
+    ctx.ensure_scratch(e->scratch_bytes);
+    const void* w_prim = ws.get(ctx, e->in1, w, p.w_numel());
+    const size_t mark = ctx.mark();
+    const void* dys = ctx.input(e->in0, at(dy, n0 * p.oc * p.out_h() * p.out_w(), p.y_dtype), q.y_numel());
+    run_backward_data(ctx, *e, q, dys, w_prim, at(dx, n0 * p.c * p.h * p.w, p.x_dtype));
+    ctx.release_to(mark);
+  });
+}
+
+void backward_weights_impl(const Conv2dParams& p, bool widen, const void* x, const void* dy, void* dw, void* db) {
+  CallContext ctx(0);
+  WeightGradSum sum(ctx, p, dw, db);
+  for_each_chunk(p, [&](const Conv2dParams& q0, int64_t n0) {
+    const Conv2dParams q = sum.chunk(q0, n0);
+    auto e = entry_for(q, ConvDirection::kBackwardWeights, db != nullptr, widen);
+    ctx.ensure_scratch(e->scratch_bytes);
+    const size_t mark = ctx.mark();
+    const void* dys = ctx.input(e->in1, at(dy, n0 * p.oc * p.out_h() * p.out_w(), p.y_dtype), q.y_numel());
+    run_backward_weights(ctx, *e, q, at(x, n0 * p.c * p.h * p.w, p.x_dtype), dys, sum.dw(), sum.db());
+    ctx.release_to(mark);
+  });
+  sum.finish(ctx);
+}
+
+void fused_forward_impl(const Conv2dParams& p, bool widen, const Pool2dParams& pool, const void* x, const void* w,
+                        const void* bias, DType y_dtype, void* y, uint8_t* argmax) {
+  CallContext ctx(0);
+  PreparedWeights ws;
+  const float* bias32 = bias ? internal::to_f32(ctx, bias, p.bias_dtype, p.oc) : nullptr;
+  const int64_t pooled = pool.c * pool.oh * pool.ow;  // per image
+  for_each_chunk(p, [&](const Conv2dParams& q, int64_t n0) {
+    auto e = entry_for(q, ConvDirection::kForward, bias != nullptr, widen);
+    ctx.ensure_scratch(e->scratch_bytes);
+    const void* w_prim = ws.get(ctx, e->in1, w, p.w_numel());
+    const size_t mark = ctx.mark();
+    Pool2dParams qp = pool;
+    qp.n = q.n;
+    void* yc = at(y, n0 * pooled, y_dtype);
+    uint8_t* am = argmax ? argmax + n0 * pooled : nullptr;
+    const memory::desc& ymd = e->out.prim_md;
+    void* conv_out = ctx.scratch_buffer(ymd.get_size());
+    run_forward(ctx, *e, q, at(x, n0 * p.c * p.h * p.w, p.x_dtype), w_prim, bias32, conv_out);
+    if (auto l = strided_layout(ymd)) {
+      DType conv_dtype = md_dtype(ymd);
+      if (conv_dtype != p.y_dtype) {  // widened bf16: pool the bf16 values conv2d_forward writes (same ties)
+        const int64_t count = static_cast<int64_t>(ymd.get_size() / sizeof(float));
+        void* rounded = ctx.scratch_buffer(static_cast<size_t>(count) * dtype_size(p.y_dtype));
+        convert(conv_out, conv_dtype, rounded, p.y_dtype, count);
+        conv_out = rounded;
+        conv_dtype = p.y_dtype;
+      }
+      relu_max_pool2d_forward_strided(qp, conv_dtype, conv_out, *l, y_dtype, yc, am);
+    } else {  // a layout the strided kernels cannot address: NCHW first, as conv2d_forward would
+      void* plain = ctx.scratch_buffer(static_cast<size_t>(q.y_numel()) * dtype_size(p.y_dtype));
+      ctx.finish_output(e->out, conv_out, plain, q.y_numel());
+      relu_max_pool2d_forward_strided(qp, p.y_dtype, plain, StridedLayout4::nchw(pool.c, pool.h, pool.w), y_dtype,
+                                      yc, am);
+    }
+    ctx.release_to(mark);
+  });
+}
+
+void fused_backward_impl(const Conv2dParams& p, bool widen, const Pool2dParams& pool, const void* x, const void* w,
+                         DType dy_dtype, const void* dy, const uint8_t* argmax, void* dx, void* dw, DType dw_dtype,
+                         void* db, DType db_dtype) {
+  Conv2dParams pw = p;
+  pw.w_dtype = dw_dtype;
+  pw.bias_dtype = db ? db_dtype : p.bias_dtype;
+  CallContext ctx(0);
+  WeightGradSum sum(ctx, pw, dw, db);
+  PreparedWeights ws;
+  const int64_t pooled = pool.c * pool.oh * pool.ow;  // per image
+  for_each_chunk(pw, [&](const Conv2dParams& q, int64_t n0) {
+    const Conv2dParams qw = sum.chunk(q, n0);
+    Conv2dParams qd = q;  // the data gradient reads the forward's weights
+    qd.w_dtype = p.w_dtype;
+    qd.bias_dtype = p.bias_dtype;
+    Pool2dParams qp = pool;
+    qp.n = q.n;
+    const void* dyc = at(dy, n0 * pooled, dy_dtype);
+    const uint8_t* am = argmax + n0 * pooled;
+    const void* xc = at(x, n0 * p.c * p.h * p.w, p.x_dtype);
+    auto e = entry_for(qw, ConvDirection::kBackwardWeights, db != nullptr, widen);
+    auto d = dx ? entry_for(qd, ConvDirection::kBackwardData, false, widen) : nullptr;
+    ctx.ensure_scratch(std::max(e->scratch_bytes, d ? d->scratch_bytes : 0));
+    const void* w_prim = d ? ws.get(ctx, d->in1, w, p.w_numel()) : nullptr;
+    const size_t mark = ctx.mark();
+    const void* dys = pooled_gradient(ctx, e->in1, qp, dy_dtype, dyc, am);
+    run_backward_weights(ctx, *e, qw, xc, dys, sum.dw(), sum.db());
+    if (d) {
+      const void* ddy = d->in0.prim_md == e->in1.prim_md ? dys : pooled_gradient(ctx, d->in0, qp, dy_dtype, dyc, am);
+      run_backward_data(ctx, *d, qd, ddy, w_prim, at(dx, n0 * p.c * p.h * p.w, p.x_dtype));
+    }
+    ctx.release_to(mark);
+  });
+  sum.finish(ctx);
+}
+
+// ---- bf16 compute or f32 on widened operands, chosen per call shape by measurement ----
+// oneDNN's bf16 kernels run AMX tiles or vdpbf16ps; on a CPU whose vdpbf16ps issues at half the FMA rate
+// (Intel Xeons without AMX) its f32 kernels on operands widened within the call (a chunk at a time) are
+// faster. Both accumulate in f32 and round the output once: they differ in summation order only. The
+// faster is measured at a shape's first call on the call's own operands and kept in memory and in
+// "conv-v1-<cpu>.txt" (internal/choice_cache.h), so every process on the machine computes the same bits.
+
+std::atomic<ConvBf16Policy>& bf16_policy_slot() {
+  static std::atomic<ConvBf16Policy> p{[] {
+    const char* s = std::getenv("DEMI_CONV_BF16");
+    if (s == nullptr || *s == '\0' || std::strcmp(s, "auto") == 0) return ConvBf16Policy::kAuto;
+    if (std::strcmp(s, "bf16") == 0) return ConvBf16Policy::kBf16;
+    if (std::strcmp(s, "f32") == 0) return ConvBf16Policy::kWidenF32;
+    DEMI_CHECK(false, "DEMI_CONV_BF16 must be auto, bf16 or f32, got \"", s, "\"");
+    return ConvBf16Policy::kAuto;
+  }()};
+  return p;
+}
+
+kernels::internal::ChoiceCache& bf16_choices() {
+  static auto& c = *new kernels::internal::ChoiceCache("conv-v1", {"onednn-bf16", "onednn-f32"});  // never destroyed
+  return c;
+}
+
+// Whether a convolution whose two inputs are bf16 computes in f32 on widened operands; run(widen) is the
+// call. One choice per geometry (every direction and the fused calls follow it, so that the fused layer
+// computes exactly what the separate calls do): the first call of the geometry measures it on its own
+// operands.
+bool widens(const Conv2dParams& p, DType in_a, DType in_b, const std::function<void(bool)>& run) {
+  if (internal::compute_dtype(in_a, in_b) != DType::kBF16) return false;
+  switch (bf16_policy_slot().load()) {
+    case ConvBf16Policy::kBf16: return false;
+    case ConvBf16Policy::kWidenF32: return true;
+    case ConvBf16Policy::kAuto: break;
+  }
+  kernels::internal::ChoiceCache::Key key{static_cast<int64_t>(cpu_level()) | int64_t{num_threads()} << 8,
+                                          p.n, p.c, p.h, p.w, p.oc, p.kh, p.kw, p.stride_h, p.stride_w,
+                                          p.pad_top, p.pad_bottom, p.pad_left, p.pad_right, p.dilation_h,
+                                          p.dilation_w, p.groups};
+  auto text = [&] {
+    return str_cat(cpu_level_name(cpu_level()), " t", num_threads(), " n", p.n, " c", p.c, " ", p.h, "x", p.w,
+                   " oc", p.oc, " k", p.kh, "x", p.kw, " s", p.stride_h, ",", p.stride_w, " p", p.pad_top, ",",
+                   p.pad_bottom, ",", p.pad_left, ",", p.pad_right, " d", p.dilation_h, ",", p.dilation_w, " g",
+                   p.groups);
+  };
+  auto tune = [&] {
+    // Each once to warm up (primitives are created), then three alternating rounds; the best time decides.
+    auto seconds = [&](bool widen) {
+      const auto t0 = std::chrono::steady_clock::now();
+      run(widen);
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    seconds(false);
+    seconds(true);
+    double best[2] = {1e30, 1e30};
+    for (int r = 0; r < 3; ++r)
+      for (int i = 0; i < 2; ++i) best[i] = std::min(best[i], seconds(i == 1));
+    return best[1] < best[0] ? 1 : 0;
+  };
+  return bf16_choices().choose(key, text, tune) == 1;
+}
+
 }  // namespace
+
+void set_conv_bf16_policy(ConvBf16Policy policy) { bf16_policy_slot().store(policy); }
+ConvBf16Policy conv_bf16_policy() { return bf16_policy_slot().load(); }
+void set_conv_cache_dir(const std::string& dir) { bf16_choices().set_dir(dir); }
+std::string conv_cache_path() { return bf16_choices().path(); }
+
+void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {
+  const ConvDirection dir = ConvDirection::kForward;
+  check_conv2d_params(p, op_name(dir));
+  if (p.x_dtype == DType::kF64) return ref::conv2d_forward(p, x, w, bias, y);
+  try {
+    // Tuning writes y, which the chosen run then overwrites.
+    const bool widen = widens(p, p.x_dtype, p.w_dtype,
+                              [&](bool wd) { forward_impl(p, wd, x, w, bias, y); });
+    forward_impl(p, widen, x, w, bias, y);
+  } catch (const dnnl::error& err) {
+    rethrow_dnnl(err, p, dir);
+  }
+}
+
+void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, void* dx) {
+  const ConvDirection dir = ConvDirection::kBackwardData;
+  check_conv2d_params(p, op_name(dir));
+  if (p.x_dtype == DType::kF64) return ref::conv2d_backward_data(p, dy, w, dx);
+  try {
+    const bool widen = widens(p, p.y_dtype, p.w_dtype, [&](bool wd) {
+      if (!p.accumulate) return backward_data_impl(p, wd, dy, w, dx);
+      internal::Workspace out(static_cast<size_t>(p.x_numel()) * dtype_size(p.x_dtype));  // dx is read
+      Conv2dParams q = p;
+      q.accumulate = false;
+      backward_data_impl(q, wd, dy, w, out.get());
+    });
+    backward_data_impl(p, widen, dy, w, dx);
+  } catch (const dnnl::error& err) {
+    rethrow_dnnl(err, p, dir);
+  }
+}
+
+void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db) {
+  const ConvDirection dir = ConvDirection::kBackwardWeights;
+  check_conv2d_params(p, op_name(dir));
+  if (p.x_dtype == DType::kF64) return ref::conv2d_backward_weights(p, x, dy, dw, db);
+  try {
+    const bool widen = widens(p, p.x_dtype, p.y_dtype, [&](bool wd) {
+      if (!p.accumulate) return backward_weights_impl(p, wd, x, dy, dw, db);
+      internal::Workspace w_out(static_cast<size_t>(p.w_numel()) * dtype_size(p.w_dtype)),  // dw, db are read
+          b_out(db ? static_cast<size_t>(p.oc) * dtype_size(p.bias_dtype) : 0);
+      Conv2dParams q = p;
+      q.accumulate = false;
+      backward_weights_impl(q, wd, x, dy, w_out.get(), db ? b_out.get() : nullptr);
+    });
+    backward_weights_impl(p, widen, x, dy, dw, db);
+  } catch (const dnnl::error& err) {
+    rethrow_dnnl(err, p, dir);
+  }
+}
 
 void conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dParams& pool, const void* x, const void* w,
                                     const void* bias, DType y_dtype, void* y, uint8_t* argmax) {
-  const char* what = "conv2d + relu + max_pool2d forward";
-  check_fused(p, pool, what);
+  check_fused(p, pool, "conv2d + relu + max_pool2d forward");
   try {
-    auto e = entry_for(p, ConvDirection::kForward, bias != nullptr);
-    CallContext ctx(e->scratch_bytes);
-    const memory::desc& ymd = e->out.prim_md;
-    void* conv_out = ctx.scratch_buffer(ymd.get_size());
-    run_forward(ctx, *e, p, x, w, bias, conv_out);
-    if (auto l = strided_layout(ymd)) {
-      relu_max_pool2d_forward_strided(pool, md_dtype(ymd), conv_out, *l, y_dtype, y, argmax);
-      return;
-    }
-    // A layout the strided kernels cannot address: NCHW first, as conv2d_forward would.
-    void* plain = ctx.scratch_buffer(static_cast<size_t>(p.y_numel()) * dtype_size(p.y_dtype));
-    ctx.finish_output(e->out, conv_out, plain, p.y_numel());
-    relu_max_pool2d_forward_strided(pool, p.y_dtype, plain, StridedLayout4::nchw(pool.c, pool.h, pool.w), y_dtype, y,
-                                    argmax);
+    auto run = [&](bool wd) { fused_forward_impl(p, wd, pool, x, w, bias, y_dtype, y, argmax); };
+    run(widens(p, p.x_dtype, p.w_dtype, run));
   } catch (const dnnl::error& err) {
     rethrow_dnnl(err, p, ConvDirection::kForward);
   }
@@ -403,22 +691,14 @@ void conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dParams& p
 void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& pool, const void* x, const void* w,
                                      DType dy_dtype, const void* dy, const uint8_t* argmax, void* dx, void* dw,
                                      DType dw_dtype, void* db, DType db_dtype) {
-  const char* what = "conv2d + relu + max_pool2d backward";
-  check_fused(p, pool, what);
+  check_fused(p, pool, "conv2d + relu + max_pool2d backward");
   try {
-    Conv2dParams q = p;
-    q.w_dtype = dw_dtype;
-    q.bias_dtype = db ? db_dtype : p.bias_dtype;
-    auto e = entry_for(q, ConvDirection::kBackwardWeights, db != nullptr);
-    CallContext ctx(e->scratch_bytes);
-    const void* dys = pooled_gradient(ctx, e->in1, pool, dy_dtype, dy, argmax);
-    run_backward_weights(ctx, *e, q, x, dys, dw, db);
-    if (dx == nullptr) return;
-    auto d = entry_for(p, ConvDirection::kBackwardData, false);
-    CallContext dctx(d->scratch_bytes);
-    const void* ddy =
-        d->in0.prim_md == e->in1.prim_md ? dys : pooled_gradient(dctx, d->in0, pool, dy_dtype, dy, argmax);
-    run_backward_data(dctx, *d, p, ddy, w, dx);
+    // Nothing accumulates here (check_fused): tuning writes dx, dw and db, which the chosen run overwrites.
+    auto run = [&](bool wd) {
+      fused_backward_impl(p, wd, pool, x, w, dy_dtype, dy, argmax, dx, dw, dw_dtype, db, db_dtype);
+    };
+    run(widens(p, p.x_dtype,
+               p.y_dtype == DType::kBF16 && dy_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32, run));
   } catch (const dnnl::error& err) {
     rethrow_dnnl(err, p, ConvDirection::kBackwardWeights);
   }
@@ -427,7 +707,7 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
 std::string conv2d_implementation(const Conv2dParams& p, ConvDirection dir, bool with_bias) {
   check_conv2d_params(p, op_name(dir));
   if (p.x_dtype == DType::kF64) return "reference";
-  return entry_for(p, dir, with_bias)->impl;
+  return entry_for(p, dir, with_bias, conv_bf16_policy() == ConvBf16Policy::kWidenF32)->impl;
 }
 
 }  // namespace demi::kernels::onednn

@@ -5,10 +5,14 @@
 //
 // Tensors are plain NCHW at the interface. Inside, oneDNN's blocked layouts are 2-4x faster than its
 // gemm-based NCHW path on most shapes even counting the reorders in and out (measured, see conv.cc), so
-// ConvLayout::kAuto reorders within the call except where NCHW measured faster. bf16 x bf16 runs oneDNN's
-// bf16 kernels (AMX or AVX512-BF16, f32 accumulation) and writes f32 or bf16; f32 and mixed inputs run in
-// f32; f16 is converted to f32 in tracked workspace (oneDNN 2.6 has no f16 kernels here) and back; f64 runs
-// the reference. Primitives and their reorders are created once per geometry, dtypes and flags, and cached.
+// ConvLayout::kAuto reorders within the call except where NCHW measured faster. f32 and mixed inputs run
+// in f32; f16 is converted to f32 in tracked workspace (oneDNN 2.6 has no f16 kernels here) and back;
+// bf16 x bf16 runs oneDNN's bf16 kernels (AMX or AVX512-BF16, f32 accumulation) or its f32 kernels on
+// operands widened within the call, whichever measured faster for that call's shape on this machine
+// (ConvBf16Policy below); f64 runs the reference. Every call runs its batch in chunks of images sized so
+// that the reorders' and conversions' copies stay within a few MiB of workspace whatever the batch
+// (conv.cc: kChunkBytes). Primitives and their reorders are created once per geometry, dtypes and flags,
+// and cached.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +60,19 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
 // For benchmarks and diagnostics: oneDNN's implementation for a call ("brgconv:avx512_core_amx_bf16",
 // "gemm:jit", ...), or "reference" for f64. Creates (and caches) the primitive if needed.
 enum class ConvDirection { kForward, kBackwardData, kBackwardWeights };
+
+// How bf16 x bf16 calls compute: kAuto (default) measures both at a shape's first call and keeps the
+// faster (in memory and in "conv-v1-<cpu>.txt" in the kernel choice folder, see
+// ../internal/choice_cache.h, so every process on the machine makes the same choice); kBf16 always uses
+// oneDNN's bf16 kernels; kWidenF32 always its f32 kernels on widened operands (exact products, f32 sums:
+// the two differ in summation order only). DEMI_CONV_BF16=auto|bf16|f32 sets it at start-up.
+enum class ConvBf16Policy { kAuto, kBf16, kWidenF32 };
+void set_conv_bf16_policy(ConvBf16Policy policy);
+ConvBf16Policy conv_bf16_policy();
+// The choice file in use ("" = memory only); set_conv_cache_dir uses another folder from now on ("" = the
+// default) and forgets the choices in memory (tests).
+std::string conv_cache_path();
+void set_conv_cache_dir(const std::string& dir);
 std::string conv2d_implementation(const Conv2dParams& p, ConvDirection dir, bool with_bias);
 
 }  // namespace demi::kernels::onednn

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -55,6 +59,53 @@ TEST(OnednnConv, MatchesReferenceForEveryGeometryDtypeAndLayout) {
         check_all_directions(f, in, out, layout, (i++ % 2) == 1);
     }
   }
+}
+
+// bf16 x bf16 either computes in bf16 or in f32 on widened operands (whichever measures faster here):
+// both match the reference on every geometry, into bf16 and f32 outputs, plain and accumulated.
+TEST(OnednnConv, Bf16NativeAndWidenedBothMatchTheReference) {
+  const ConvBf16Policy saved = conv_bf16_policy();
+  for (ConvBf16Policy policy : {ConvBf16Policy::kBf16, ConvBf16Policy::kWidenF32}) {
+    set_conv_bf16_policy(policy);
+    SCOPED_TRACE(policy == ConvBf16Policy::kBf16 ? "bf16 compute" : "widened to f32");
+    for (const Geometry& g : kGeometries) {
+      Fixture f(g);
+      check_all_directions(f, BF16, BF16, ConvLayout::kAuto, false);
+      check_all_directions(f, BF16, F32, ConvLayout::kAuto, true);
+    }
+  }
+  set_conv_bf16_policy(saved);
+}
+
+// A batch larger than one chunk of images runs chunk by chunk (the last one smaller): every direction and
+// dtype matches the reference, a low-precision weight gradient summed over the chunks in f32 and rounded
+// once, accumulation included; and the call's workspace stays bounded by a chunk, not the batch.
+TEST(OnednnConv, BatchesRunInChunksOfImages) {
+  const Geometry big = {"31 images of 8x48x48 -> 8 (chunks 14, 14, 3)", 31, 8, 48, 48, 8, 3, 3, 1, 1, 0, 0, 0, 0,
+                        1, 1, 1};
+  Fixture f(big);
+  const ConvBf16Policy saved = conv_bf16_policy();
+  int i = 0;
+  for (ConvBf16Policy policy : {ConvBf16Policy::kBf16, ConvBf16Policy::kWidenF32}) {
+    set_conv_bf16_policy(policy);
+    for (auto [in, out] : {std::pair{F32, F32}, {BF16, BF16}, {BF16, F32}, {F16, F16}, {F16, F32}})
+      check_all_directions(f, in, out, ConvLayout::kAuto, (i++ % 2) == 1);
+  }
+  set_conv_bf16_policy(saved);
+
+  // f16 in and out (the widest copies: converted and reordered both ways) on a batch 4x the size above:
+  // its workspace is a chunk's, not the batch's (which would be ~4 x 31 x 283 KiB = 34 MiB).
+  Geometry huge = big;
+  huge.n = 124;
+  Conv2dParams p = params_of(huge);
+  p.x_dtype = p.w_dtype = p.y_dtype = p.bias_dtype = F16;
+  Operand x = random_operand(F16, p.x_numel(), 1), w = random_operand(F16, p.w_numel(), 2);
+  Operand b = random_operand(F16, p.oc, 3), y = random_operand(F16, p.y_numel(), 4);
+  ScopedPeak peak;
+  conv2d_forward(p, x.data(), w.data(), b.data(), y.data());
+  conv2d_backward_data(p, y.data(), w.data(), x.data());
+  conv2d_backward_weights(p, x.data(), y.data(), w.data(), b.data());
+  EXPECT_LT(peak.peak().pk(MemCategory::kWorkspace), int64_t{12} << 20);
 }
 
 TEST(OnednnConv, AutoLayoutAndMixedInputs) {
@@ -112,7 +163,9 @@ TEST(OnednnConv, PrimitivesAreCachedAndScratchIsReturned) {
 
 TEST(OnednnConv, ModelShapesUseOptimisedKernels) {
   // oneDNN's reference convolution is ~100x slower; a layout or dtype combination that silently lands
-  // there must fail here, not in a benchmark.
+  // there must fail here, not in a benchmark (bf16 computed in bf16 and widened to f32).
+  const ConvBf16Policy saved = conv_bf16_policy();
+  for (ConvBf16Policy policy : {ConvBf16Policy::kBf16, ConvBf16Policy::kWidenF32})
   for (int gi : {0, 1, 2})
     for (DType t : {F32, BF16})
       for (ConvDirection dir :
@@ -120,9 +173,46 @@ TEST(OnednnConv, ModelShapesUseOptimisedKernels) {
         Conv2dParams p = params_of(kGeometries[gi]);
         p.x_dtype = p.w_dtype = p.y_dtype = t;
         if (dir == ConvDirection::kBackwardWeights) p.w_dtype = F32;  // AMP's master gradient
+        set_conv_bf16_policy(policy);
         std::string impl = conv2d_implementation(p, dir, true);
         EXPECT_EQ(impl.find("ref"), std::string::npos) << describe(p) << ": " << impl;
       }
+  set_conv_bf16_policy(saved);
+}
+
+// The automatic choice is measured once per geometry and written to the choice file, which a fresh
+// process (here: the in-memory choices forgotten) reads instead of measuring again.
+TEST(OnednnConv, Bf16ChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
+  const std::string dir = ::testing::TempDir() + "/demi-conv-choices-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const ConvBf16Policy saved = conv_bf16_policy();
+  set_conv_bf16_policy(ConvBf16Policy::kAuto);
+  set_conv_cache_dir(dir);
+  const std::string path = conv_cache_path();
+  ASSERT_NE(path, "");
+  Fixture f(kGeometries[2]);
+  Conv2dParams p = f.p;
+  p.x_dtype = p.w_dtype = p.y_dtype = p.bias_dtype = BF16;
+  Operand x = cast_operand(f.x, BF16), w = cast_operand(f.w, BF16), b = cast_operand(f.bias, BF16);
+  Operand y = cast_operand(f.dy, BF16);
+  auto lines = [&] {
+    std::ifstream in(path);
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  };
+  conv2d_forward(p, x.data(), w.data(), b.data(), y.data());
+  const std::vector<std::string> first = lines();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_TRUE(first[0].ends_with(" = onednn-bf16") || first[0].ends_with(" = onednn-f32")) << first[0];
+  // Every direction of the geometry follows the one choice; a new process reads it.
+  conv2d_backward_data(p, y.data(), w.data(), x.data());
+  set_conv_cache_dir(dir);
+  conv2d_forward(p, x.data(), w.data(), b.data(), y.data());
+  EXPECT_EQ(lines(), first);
+  set_conv_cache_dir("");
+  set_conv_bf16_policy(saved);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(OnednnConv, ErrorsNameTheOpAndShapes) {

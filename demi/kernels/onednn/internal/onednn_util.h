@@ -117,8 +117,16 @@ class CallContext {
   // Returns where the primitive must write; finish_output() then moves it into `user`.
   void* output(const OutputPlan& plan, void* user, int64_t numel);
   void finish_output(const OutputPlan& plan, void* prim_dst, void* user, int64_t numel);
-  // A workspace of `bytes` that lives until the call ends.
+  // A workspace of `bytes` that lives until the call ends (or release_to() a mark taken before it).
   void* scratch_buffer(size_t bytes);
+  // The buffers made so far; release_to(mark) frees every one made after it (a chunked call reuses its
+  // memory from chunk to chunk).
+  size_t mark() const { return buffers_.size(); }
+  void release_to(size_t mark) { buffers_.erase(buffers_.begin() + static_cast<std::ptrdiff_t>(mark), buffers_.end()); }
+  // Grows the primitive scratchpad to at least `bytes` (a later primitive of the call needs more).
+  void ensure_scratch(size_t bytes) {
+    if (bytes > scratch_.bytes()) scratch_ = Workspace(bytes);
+  }
 
   // Runs `prim` with `args` plus the call's scratchpad.
   void execute(const dnnl::primitive& prim, std::unordered_map<int, dnnl::memory> args);

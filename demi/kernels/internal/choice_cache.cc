@@ -1,0 +1,147 @@
+#include "demi/kernels/internal/choice_cache.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "demi/core/cpu.h"
+#include "demi/core/error.h"
+
+namespace demi::kernels::internal {
+namespace {
+
+struct KeyHash {
+  size_t operator()(const ChoiceCache::Key& k) const {
+    size_t h = 0;
+    for (int64_t x : k) h = h * 0x9E3779B97F4A7C15ull + std::hash<int64_t>()(x);
+    return h;
+  }
+};
+
+std::string default_cache_dir() {
+  if (const char* d = std::getenv("DEMI_CACHE_DIR"); d && *d) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/demi";
+  if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/demi";
+  return str_cat("/tmp/demi-", ::getuid());
+}
+
+}  // namespace
+
+std::string cpu_file_tag() {
+  const CpuId& id = cpu_id();
+  std::string name;
+  for (char ch : id.name)
+    if (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '.') name += ch;
+    else if (!name.empty() && name.back() != '_') name += '_';
+  while (!name.empty() && name.back() == '_') name.pop_back();
+  return str_cat(name, "-", id.family, "-", id.model);
+}
+
+struct ChoiceCache::State {
+  std::mutex mu;
+  std::unordered_map<Key, int, KeyHash> fast;  // what this process has decided
+  std::unordered_map<std::string, int> map;    // by the file's text keys (merged from the file)
+  std::string dir;                             // set_dir's, or "" for the default
+  std::string path;                            // "" = memory only
+  bool path_checked = false;
+};
+
+ChoiceCache::ChoiceCache(std::string stem, std::vector<std::string> names)
+    : stem_(std::move(stem)), names_(std::move(names)), s_(std::make_unique<State>()) {}
+ChoiceCache::~ChoiceCache() = default;
+
+namespace {
+
+// The cache file, created (with its folder) on first use; "" if that is not possible.
+const std::string& cache_path(const std::string& stem, bool& checked, std::string& path, const std::string& dir_in) {
+  if (!checked) {
+    checked = true;
+    const std::string dir = dir_in.empty() ? default_cache_dir() : dir_in;
+    std::error_code ec;
+    if (!dir.empty() && (std::filesystem::create_directories(dir, ec), std::filesystem::is_directory(dir, ec))) {
+      const std::string p = str_cat(dir, "/", stem, "-", cpu_file_tag(), ".txt");
+      const int fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::close(fd);
+        path = p;
+      }
+    }
+  }
+  return path;
+}
+
+}  // namespace
+
+int ChoiceCache::choose(const Key& key, const std::function<std::string()>& text, const std::function<int()>& tune) {
+  State& c = *s_;
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (auto it = c.fast.find(key); it != c.fast.end()) return it->second;
+  const std::string tkey = text();
+  if (auto it = c.map.find(tkey); it != c.map.end()) return c.fast[key] = it->second;
+  const std::string& path = cache_path(stem_, c.path_checked, c.path, c.dir);
+  struct File {  // closed (and so unlocked) however this function is left
+    int fd;
+    ~File() {
+      if (fd >= 0) ::close(fd);
+    }
+  } file{path.empty() ? -1 : ::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC)};
+  const int fd = file.fd;
+  if (fd >= 0 && ::flock(fd, LOCK_EX) == 0) {  // merge the file: entries already in memory stay
+    std::string all;
+    char buf[4096];
+    ::lseek(fd, 0, SEEK_SET);
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) all.append(buf, static_cast<size_t>(n));
+    std::istringstream in(all);
+    std::string line;
+    while (std::getline(in, line)) {
+      const size_t eq = line.rfind(" = ");
+      if (eq == std::string::npos) continue;
+      const std::string value = line.substr(eq + 3);
+      for (size_t i = 0; i < names_.size(); ++i)
+        if (value == names_[i]) c.map.emplace(line.substr(0, eq), static_cast<int>(i));
+    }
+  }
+  int k;
+  if (auto it = c.map.find(tkey); it != c.map.end()) {
+    k = it->second;
+  } else {
+    k = tune();
+    DEMI_ASSERT(k >= 0 && static_cast<size_t>(k) < names_.size(), "a tuner chose ", k, " of ", names_.size());
+    c.map.emplace(tkey, k);
+    if (fd >= 0) {
+      const std::string line = str_cat(tkey, " = ", names_[static_cast<size_t>(k)], "\n");
+      [[maybe_unused]] ssize_t w = ::write(fd, line.data(), line.size());  // one short append: all or nothing
+    }
+  }
+  c.fast[key] = k;
+  return k;
+}
+
+std::string ChoiceCache::path() {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return cache_path(stem_, s_->path_checked, s_->path, s_->dir);
+}
+
+void ChoiceCache::set_dir(const std::string& dir) {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  s_->dir = dir;
+  s_->path.clear();
+  s_->path_checked = false;
+  s_->map.clear();
+  s_->fast.clear();
+}
+
+void ChoiceCache::clear() {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  s_->map.clear();
+  s_->fast.clear();
+}
+
+}  // namespace demi::kernels::internal

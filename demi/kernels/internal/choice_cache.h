@@ -1,0 +1,53 @@
+// Which of a few kernels runs a call, decided once per shape by measurement on this machine and
+// remembered: in memory for the process (looked up per call by a packed integer key), and on disk in one
+// file per kernel family and CPU model, shared by every process on the machine, so that another process
+// (a run resumed from a checkpoint) makes the same choices and computes the same bits.
+//
+// The file: "<stem>-<cpu>.txt" in $DEMI_CACHE_DIR (else $XDG_CACHE_HOME/demi, else ~/.cache/demi, else
+// /tmp/demi-UID), <cpu> the CPU's model name, family and model. Lines "KEY = NAME"; a process tunes under
+// an exclusive lock on the file and the first choice written wins; a malformed line (a write cut short) is
+// skipped. Where no cache folder can be written, choices live in memory only.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace demi::kernels::internal {
+
+class ChoiceCache {
+ public:
+  // A call's packed key (unused slots zero).
+  using Key = std::array<int64_t, 32>;
+
+  // stem: the file name's start ("matmul-v2"); names: the candidates' names, index = choice.
+  ChoiceCache(std::string stem, std::vector<std::string> names);
+  ~ChoiceCache();
+
+  // The choice for `key`: from memory, else from the file (under text(), the file's key for it), else
+  // tune() now — under the file's lock, so that concurrent processes agree — and recorded.
+  int choose(const Key& key, const std::function<std::string()>& text, const std::function<int()>& tune);
+
+  const std::string& name(int choice) const { return names_[static_cast<size_t>(choice)]; }
+  // The file in use, or "" when choices are kept in memory only.
+  std::string path();
+  // Uses another folder from now on ("" = the default) and forgets the in-memory choices (tests).
+  void set_dir(const std::string& dir);
+  // Forgets the in-memory choices (tests; the file is left as it is).
+  void clear();
+
+ private:
+  struct State;
+  std::string stem_;
+  std::vector<std::string> names_;
+  std::unique_ptr<State> s_;
+};
+
+// "Intel_R_Xeon_R_Processor-6-207": the CPU's brand string with family and model (a VM's generic name
+// alone would let different CPUs share one file), as a file-name-safe word.
+std::string cpu_file_tag();
+
+}  // namespace demi::kernels::internal
