@@ -21,12 +21,12 @@
 namespace demi::kernels {
 namespace {
 
-enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16 };
+enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32 };
 
 // Part of the cache file's name: bumped when the kernels or the tuning change enough that choices made
 // before should be made again.
-constexpr int kTuneVersion = 2;
-constexpr const char* kKernelNames[] = {"onednn", "demi-f32", "demi-bf16"};
+constexpr int kTuneVersion = 3;
+constexpr const char* kKernelNames[] = {"onednn", "demi-f32", "demi-bf16", "onednn-f32"};
 
 MatmulPolicy policy_from_env() {
   const char* s = std::getenv("DEMI_MATMUL");
@@ -64,7 +64,7 @@ std::string key_of(const MatmulParams& p) {
 
 internal::ChoiceCache& choices() {
   static auto& c = *new internal::ChoiceCache(  // never destroyed: used until the process ends
-      str_cat("matmul-v", kTuneVersion), {kKernelNames[0], kKernelNames[1], kKernelNames[2]});
+      str_cat("matmul-v", kTuneVersion), {kKernelNames[0], kKernelNames[1], kKernelNames[2], kKernelNames[3]});
   return c;
 }
 
@@ -82,6 +82,7 @@ void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c)
     case Kernel::kOnednn: return onednn::matmul(p, a, b, c);
     case Kernel::kDemiF32: return cpu::gemm(p, a, b, c, cpu::GemmPath::kF32);
     case Kernel::kDemiBf16: return cpu::gemm(p, a, b, c, cpu::GemmPath::kBf16Dot);
+    case Kernel::kOnednnF32: return onednn::matmul_widened(p, a, b, c);
   }
 }
 
@@ -109,8 +110,9 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   std::vector<Kernel> cand;
   if (matmul_policy() != MatmulPolicy::kDemi) cand.push_back(Kernel::kOnednn);
   cand.push_back(Kernel::kDemiF32);
-  if (p.a_dtype == DType::kBF16 && p.b_dtype == DType::kBF16 && cpu::gemm_has_bf16_dot())
-    cand.push_back(Kernel::kDemiBf16);
+  const bool bf16 = p.a_dtype == DType::kBF16 && p.b_dtype == DType::kBF16;
+  if (bf16 && cpu::gemm_has_bf16_dot()) cand.push_back(Kernel::kDemiBf16);
+  if (bf16 && matmul_policy() != MatmulPolicy::kDemi) cand.push_back(Kernel::kOnednnF32);
   if (cand.size() == 1) return cand[0];
   // Output: c itself unless the product reads it (accumulate): the chosen kernel's run overwrites it after.
   const size_t c_bytes = static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(p.c_dtype);
@@ -128,10 +130,12 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   for (int r = 0; r < rounds; ++r)
     for (size_t i = 0; i < cand.size(); ++i)
       best[i] = std::min(best[i], seconds_of([&] { run(cand[i], p, a, b, out); }, reps));
-  // oneDNN's f16 path widens whole operands into f32 workspace (demi's converts panel by panel): it has to
-  // be clearly faster, by kF16WidenMargin, to be worth that memory.
+  // oneDNN's widening paths (f16 always, bf16 as "onednn-f32") copy operands into f32 workspace, a chunk
+  // or a whole operand at a time (demi's converts panel by panel): they have to be clearly faster, by
+  // kF16WidenMargin, to be worth that memory.
   const bool f16 = p.a_dtype == DType::kF16 || p.b_dtype == DType::kF16;
-  if (f16 && cand[0] == Kernel::kOnednn) best[0] *= kF16WidenMargin;
+  for (size_t i = 0; i < cand.size(); ++i)
+    if ((f16 && cand[i] == Kernel::kOnednn) || cand[i] == Kernel::kOnednnF32) best[i] *= kF16WidenMargin;
   return cand[static_cast<size_t>(std::min_element(best.begin(), best.end()) - best.begin())];
 }
 
@@ -162,7 +166,9 @@ std::string matmul_kernel(const MatmulParams& p) {
   check_matmul_params(p, "matmul");
   if (p.c_dtype == DType::kF64) return "reference";
   const Kernel k = choose(p, nullptr, nullptr, nullptr);
-  const std::string impl = k == Kernel::kOnednn ? onednn::matmul_implementation(p)
+  MatmulParams widened = p;
+  if (k == Kernel::kOnednnF32) widened.a_dtype = widened.b_dtype = DType::kF32;
+  const std::string impl = k == Kernel::kOnednn || k == Kernel::kOnednnF32 ? onednn::matmul_implementation(widened)
                                                 : cpu::gemm_implementation(p, k == Kernel::kDemiBf16
                                                                                   ? cpu::GemmPath::kBf16Dot
                                                                                   : cpu::GemmPath::kF32);

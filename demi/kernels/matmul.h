@@ -6,7 +6,9 @@
 // operands into f32 workspace, demi converts panel by panel):
 //   - "onednn"     oneDNN's matmul (f16 widened to f32 there: oneDNN has no f16 kernels);
 //   - "demi-f32"   demi's GEMM on its f32 FMA micro-kernel, low-precision operands converted in packing;
-//   - "demi-bf16"  demi's GEMM on vdpbf16ps pairs (bf16 x bf16, where the CPU has AVX512-BF16).
+//   - "demi-bf16"  demi's GEMM on vdpbf16ps pairs (bf16 x bf16, where the CPU has AVX512-BF16);
+//   - "onednn-f32" oneDNN's f32 matmul on bf16 operands widened in chunks (bf16 x bf16; like the f16
+//                  path, it must be 10% faster to be chosen).
 // f64 always runs the reference kernel.
 //
 // Choices are also kept on disk, so that another process on the same machine makes the same ones (a run

@@ -1,23 +1,13 @@
-// Layout choice (ConvLayout::kAuto), measured on 2 cores of the Xeon this was written on (AMX-BF16): time
-// per call including the reorders from and to NCHW, plain NCHW (oneDNN's gemm:jit) / blocked (jit,
-// brgconv), min over repetitions; forward with bias (no ReLU), backward-weights with db (f32 dw):
-//
-//   shape (N, C, H -> OC, k3)        dtype   forward        backward-data   backward-weights
-//   8, 64, 56 -> 64, pad 1           f32     9.5 / 5.0 ms   25 / 6.3 ms     12.9 / 5.5 ms
-//                                    bf16    6.5 / 1.7      11 / 1.1        9.1 / 1.4
-//   32, 3, 32 -> 32, valid (A)       f32     0.39 / 0.27    0.41 / 1.16     1.16 / 0.32
-//                                    bf16    0.45 / 0.27    0.47 / 0.28     1.48 / 0.38
-//   128, 1, 28 -> 32, pad 1 (B1)     f32     0.74 / 0.77    0.67 / 3.59     2.45 / 0.72
-//                                    bf16    0.86 / 1.01    0.85 / 0.94     4.03 / 1.08
-//   128, 32, 14 -> 64, pad 1 (B2)    f32     4.9 / 2.9      6.7 / 3.7       5.4 / 3.0
-//                                    bf16    3.6 / 0.62     5.6 / 0.95      4.7 / 1.1
-//   32, 32, 28 depthwise, pad 1      f32     15x slower     22x slower      30x slower
-//
-// Blocked wins except backward-data in f32 with few input channels (oneDNN's blocked f32 kernels pad
-// them to 16), which runs plain. Forward is always blocked: where plain ties (B1), the gemm path applies
-// a fused ReLU in a slow separate pass (B1 f32 under load: plain 1.2 ms bare, 5.5 ms with bias + ReLU;
-// blocked 1.5 ms either way). The machine is shared and noisy; a later run under heavy load gave 2-10x
-// longer times but the same winners, and the depthwise row comes from it.
+// What a call decides, and on what grounds:
+//   - Layout (ConvLayout::kAuto): oneDNN's blocked layouts, reordered to and from NCHW within the call,
+//     except backward-data in f32 with fewer than 16 input channels, which runs plain NCHW (the blocked
+//     f32 kernels pad the channels to 16). A rule, not a measurement: on the one machine it was measured
+//     on (an AMX Xeon, 2 cores, models A and B and a 64-channel layer) blocked won 1.5-6x everywhere else;
+//     depthwise runs blocked too. A layout that measures differently on another CPU would be a candidate
+//     for the per-geometry choice below.
+//   - Compute dtype of bf16 x bf16: measured per geometry on this machine (widens(), below).
+//   - Chunks of images: from the geometry alone (chunk_images(), below), so that bits never depend on
+//     timing.
 #include "demi/kernels/onednn/conv.h"
 
 #include <algorithm>

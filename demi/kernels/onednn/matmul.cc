@@ -144,18 +144,25 @@ int64_t chunk_rows(int64_t row_len) {
                            g_chunk_elements.load(std::memory_order_relaxed) / std::max<int64_t>(1, row_len));
 }
 
-// An operand as the primitive reads it: f32 or bf16 passed through, f16 widened to f32 (into `buf`, reused
-// across chunks, or into fresh workspace).
-const void* widen(CallContext& ctx, const void* src, DType t, int64_t n, float* buf = nullptr) {
-  if (t != DType::kF16) return src;
+// Which operands a product widens to f32: f16 always (oneDNN has no f16 kernels), bf16 too when asked.
+struct Widening {
+  bool bf16 = false;
+  bool operator()(DType t) const { return t == DType::kF16 || (bf16 && t == DType::kBF16); }
+  DType as(DType t) const { return (*this)(t) ? DType::kF32 : t; }
+};
+
+// An operand as the primitive reads it: passed through, or widened to f32 (into `buf`, reused across
+// chunks, or into fresh workspace).
+const void* widen(CallContext& ctx, const Widening& wide, const void* src, DType t, int64_t n, float* buf = nullptr) {
+  if (!wide(t)) return src;
   if (buf == nullptr) return internal::to_f32(ctx, src, t, n);
-  convert(src, DType::kF16, buf, DType::kF32, n);
+  convert(src, t, buf, DType::kF32, n);
   return buf;
 }
 
 // a plain (M, K), batch 1: b prepared once (split into [bh; bl; bh; bl], or widened), then a in row chunks,
 // each split into [ah ah al al] (four times K) or widened, and multiplied into its rows of c.
-void matmul_f16_row_chunks(const MatmulParams& p, const void* a, const void* b, void* c, bool split) {
+void matmul_row_chunks(const MatmulParams& p, const Widening& wide, const void* a, const void* b, void* c, bool split) {
   CallContext ctx(0);
   const int64_t k4 = split ? 4 * p.k : p.k;
   const void* bp = nullptr;
@@ -165,17 +172,17 @@ void matmul_f16_row_chunks(const MatmulParams& p, const void* a, const void* b, 
                   kSplitRhs, b4);
     bp = b4;
   } else {
-    bp = widen(ctx, b, p.b_dtype, p.k * p.n);
+    bp = widen(ctx, wide, b, p.b_dtype, p.k * p.n);
   }
   const int64_t rows = std::min(p.m, chunk_rows(k4));
   const size_t a_elem = dtype_size(p.a_dtype), c_elem = dtype_size(p.c_dtype);
-  void* abuf = split || p.a_dtype == DType::kF16
+  void* abuf = split || wide(p.a_dtype)
                    ? ctx.scratch_buffer(static_cast<size_t>(rows * k4) * (split ? sizeof(BFloat16) : sizeof(float)))
                    : nullptr;
   MatmulParams q = p;
   q.k = k4;
-  q.a_dtype = split ? DType::kBF16 : (p.a_dtype == DType::kF16 ? DType::kF32 : p.a_dtype);
-  q.b_dtype = split ? DType::kBF16 : (p.b_dtype == DType::kF16 ? DType::kF32 : p.b_dtype);
+  q.a_dtype = split ? DType::kBF16 : wide.as(p.a_dtype);
+  q.b_dtype = split ? DType::kBF16 : wide.as(p.b_dtype);
   for (int64_t m0 = 0; m0 < p.m; m0 += rows) {
     q.m = std::min(rows, p.m - m0);
     const void* a_rows = static_cast<const char*>(a) + static_cast<size_t>(m0 * p.k) * a_elem;
@@ -185,7 +192,7 @@ void matmul_f16_row_chunks(const MatmulParams& p, const void* a, const void* b, 
                      kSplitLhs);
       ap = abuf;
     } else {
-      ap = widen(ctx, a_rows, p.a_dtype, q.m * p.k, static_cast<float*>(abuf));
+      ap = widen(ctx, wide, a_rows, p.a_dtype, q.m * p.k, static_cast<float*>(abuf));
     }
     matmul_f32_bf16(q, ap, bp, static_cast<char*>(c) + static_cast<size_t>(m0 * p.n) * c_elem);
   }
@@ -194,38 +201,38 @@ void matmul_f16_row_chunks(const MatmulParams& p, const void* a, const void* b, 
 // a^T b with a stored (K, M) and b (K, N), batch 1, f32 c, no bias or ReLU (a weight gradient, K = the
 // batch's rows): K in chunks, each pair of row blocks widened and the partial products summed into c by
 // the primitive's sum post-op.
-void matmul_f16_k_chunks(const MatmulParams& p, const void* a, const void* b, void* c) {
+void matmul_k_chunks(const MatmulParams& p, const Widening& wide, const void* a, const void* b, void* c) {
   CallContext ctx(0);
   const int64_t rows = std::min(p.k, chunk_rows(std::max(p.m, p.n)));
-  float* abuf = p.a_dtype == DType::kF16
+  float* abuf = wide(p.a_dtype)
                     ? static_cast<float*>(ctx.scratch_buffer(static_cast<size_t>(rows * p.m) * sizeof(float)))
                     : nullptr;
-  float* bbuf = p.b_dtype == DType::kF16
+  float* bbuf = wide(p.b_dtype)
                     ? static_cast<float*>(ctx.scratch_buffer(static_cast<size_t>(rows * p.n) * sizeof(float)))
                     : nullptr;
   MatmulParams q = p;
-  q.a_dtype = p.a_dtype == DType::kF16 ? DType::kF32 : p.a_dtype;
-  q.b_dtype = p.b_dtype == DType::kF16 ? DType::kF32 : p.b_dtype;
+  q.a_dtype = wide.as(p.a_dtype);
+  q.b_dtype = wide.as(p.b_dtype);
   for (int64_t k0 = 0; k0 < p.k; k0 += rows) {
     q.k = std::min(rows, p.k - k0);
     q.accumulate = p.accumulate || k0 > 0;
-    const void* ap = widen(ctx, static_cast<const char*>(a) + static_cast<size_t>(k0 * p.m) * dtype_size(p.a_dtype),
+    const void* ap = widen(ctx, wide, static_cast<const char*>(a) + static_cast<size_t>(k0 * p.m) * dtype_size(p.a_dtype),
                            p.a_dtype, q.k * p.m, abuf);
-    const void* bp = widen(ctx, static_cast<const char*>(b) + static_cast<size_t>(k0 * p.n) * dtype_size(p.b_dtype),
+    const void* bp = widen(ctx, wide, static_cast<const char*>(b) + static_cast<size_t>(k0 * p.n) * dtype_size(p.b_dtype),
                            p.b_dtype, q.k * p.n, bbuf);
     matmul_f32_bf16(q, ap, bp, c);
   }
 }
 
-// The f16 path. Both operands f16 and a product worth it: the exact bf16 split on AMX; otherwise f16
-// operands widened to f32 and the f32 product. A plain a runs in row chunks, a weight gradient (a^T b into
-// f32) in K chunks, anything else (batched, a^T with an f16 output) widened whole. An f16 output is
-// converted back by matmul_f32_bf16.
-void matmul_f16(const MatmulParams& p, const void* a, const void* b, void* c) {
+// The widening path (f16 operands, and bf16 ones for matmul_widened). Both operands f16 and a product
+// worth it: the exact bf16 split on AMX; otherwise the operands widened to f32 and the f32 product. A
+// plain a runs in row chunks, a weight gradient (a^T b into f32) in K chunks, anything else (batched, a^T
+// with a low-precision output) widened whole. A low-precision output is converted back by matmul_f32_bf16.
+void matmul_widening(const MatmulParams& p, const Widening& wide, const void* a, const void* b, void* c) {
   const bool split = f16_matmul_splits(p);
-  if (p.batch == 1 && !p.trans_a) return matmul_f16_row_chunks(p, a, b, c, split);
+  if (p.batch == 1 && !p.trans_a) return matmul_row_chunks(p, wide, a, b, c, split);
   if (p.batch == 1 && p.trans_a && !p.trans_b && !split && p.c_dtype == DType::kF32 && p.bias == nullptr && !p.relu)
-    return matmul_f16_k_chunks(p, a, b, c);
+    return matmul_k_chunks(p, wide, a, b, c);
   CallContext ctx(0);
   if (split) {
     const int64_t a_numel = p.batch * p.m * p.k, b_numel = p.batch * p.k * p.n;
@@ -242,10 +249,10 @@ void matmul_f16(const MatmulParams& p, const void* a, const void* b, void* c) {
     return matmul_f32_bf16(q, a4, b4, c);
   }
   MatmulParams q = p;
-  a = widen(ctx, a, p.a_dtype, p.batch * p.m * p.k);
-  b = widen(ctx, b, p.b_dtype, p.batch * p.k * p.n);
-  q.a_dtype = p.a_dtype == DType::kF16 ? DType::kF32 : p.a_dtype;
-  q.b_dtype = p.b_dtype == DType::kF16 ? DType::kF32 : p.b_dtype;
+  a = widen(ctx, wide, a, p.a_dtype, p.batch * p.m * p.k);
+  b = widen(ctx, wide, b, p.b_dtype, p.batch * p.k * p.n);
+  q.a_dtype = wide.as(p.a_dtype);
+  q.b_dtype = wide.as(p.b_dtype);
   matmul_f32_bf16(q, a, b, c);
 }
 
@@ -278,8 +285,18 @@ void matmul(const MatmulParams& p, const void* a, const void* b, void* c) {
   check_matmul_params(p, "matmul");
   try {
     if (p.c_dtype == DType::kF64) return ref::matmul(p, a, b, c);
-    if (p.a_dtype == DType::kF16 || p.b_dtype == DType::kF16) return matmul_f16(p, a, b, c);
+    if (p.a_dtype == DType::kF16 || p.b_dtype == DType::kF16) return matmul_widening(p, Widening{}, a, b, c);
     matmul_f32_bf16(p, a, b, c);
+  } catch (const dnnl::error& e) {
+    DEMI_ASSERT(false, "oneDNN failed in matmul ", describe(p), ": ", e.what());
+  }
+}
+
+void matmul_widened(const MatmulParams& p, const void* a, const void* b, void* c) {
+  check_matmul_params(p, "matmul");
+  try {
+    if (p.c_dtype == DType::kF64) return ref::matmul(p, a, b, c);
+    matmul_widening(p, Widening{.bf16 = true}, a, b, c);
   } catch (const dnnl::error& e) {
     DEMI_ASSERT(false, "oneDNN failed in matmul ", describe(p), ": ", e.what());
   }

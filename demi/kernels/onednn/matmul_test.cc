@@ -138,6 +138,40 @@ TEST(OnednnMatmul, Float16SplitAndConvertPathsMatchTheReference) {
   set_f16_matmul_chunking(256, int64_t{1} << 20);
 }
 
+// bf16 operands widened to f32 (the "onednn-f32" candidate of kernels::matmul) through each path — row
+// chunks, K chunks for a weight gradient, whole operands for the rest — into bf16 and f32 outputs.
+TEST(OnednnMatmul, WidenedBFloat16MatchesTheReferenceOnEveryPath) {
+  struct Mnk {
+    int64_t m, n, k;
+  };
+  const Mnk shapes[] = {{1, 10, 3}, {7, 65, 17}, {33, 40, 300}};
+  uint64_t seed = 19000;
+  for (int chunking = 0; chunking < 2; ++chunking) {
+    set_f16_matmul_chunking(chunking ? 5 : 256, chunking ? 400 : int64_t{1} << 20);
+    for (DType c : {BF16, F32})
+      for (const Mnk& s : shapes)
+        for (int t = 0; t < 4; ++t)
+          for (int flags = 0; flags < 4; ++flags) {
+            MatmulParams p;
+            p.batch = flags == 3 ? 3 : 1;
+            p.m = s.m;
+            p.n = s.n;
+            p.k = s.k;
+            p.trans_a = t & 1;
+            p.trans_b = t & 2;
+            p.a_dtype = p.b_dtype = BF16;
+            p.c_dtype = c;
+            p.bias_dtype = flags == 1 ? BF16 : F32;
+            p.relu = flags == 2;
+            p.accumulate = flags == 1;
+            SCOPED_TRACE(describe(p));
+            kernels::testing::check_product([](auto&&... args) { onednn::matmul_widened(args...); }, p, flags != 0,
+                                            seed += 10);
+          }
+  }
+  set_f16_matmul_chunking(256, int64_t{1} << 20);
+}
+
 TEST(OnednnMatmul, Float64RunsTheReferenceExactly) {
   MatmulParams p;
   p.m = 5;
