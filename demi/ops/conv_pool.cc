@@ -82,6 +82,22 @@ int64_t conv_flops(const kernels::Conv2dParams& p) {
 }
 }  // namespace
 
+std::string conv2d_bf16_kernel(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw,
+                               int64_t pad) {
+  kernels::Conv2dParams p;
+  p.n = n;
+  p.c = c;
+  p.h = h;
+  p.w = w;
+  p.oc = oc;
+  p.kh = kh;
+  p.kw = kw;
+  p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = pad;
+  return kernels::onednn::conv2d_bf16_kernel(p);
+}
+
+std::string conv2d_kernel_cache() { return kernels::onednn::conv_cache_path(); }
+
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Conv2dOptions& o) {
   kernels::Conv2dPadding pad = conv_padding(Op::kConv2d, x_in, w_in, b_in, o);
   Dispatch d(Op::kConv2d, {&x_in, &w_in, &b_in});

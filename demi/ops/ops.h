@@ -53,6 +53,14 @@ std::string matmul_kernel_cache();
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), bool relu = false);
 
 // ---- convolution and pooling ----
+// How a bf16 convolution of x (N, C, H, W) with OC filters of kh x kw (stride 1, symmetric padding `pad`)
+// computes on this machine: "onednn-bf16 (<impl>)" or "onednn-f32 (<impl>)" on widened operands
+// (kernels/onednn/conv.h: measured at a geometry's first use, tuned now if it has not run yet). For
+// `demi info` and benchmarks.
+std::string conv2d_bf16_kernel(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw,
+                               int64_t pad);
+// The file those choices are kept in ("" when only in memory).
+std::string conv2d_kernel_cache();
 // MindSpore's pad_mode: "same", "valid", "pad" (resolved in demi/kernels/conv_params.h).
 using kernels::PadMode;
 using kernels::pad_mode_name;

@@ -122,6 +122,20 @@ void print_kernel_choices() {
   }
   const std::string cache = ops::matmul_kernel_cache();
   std::printf("  (choices kept in %s)\n", cache.empty() ? "memory only" : cache.c_str());
+
+  // Model A's and B's convolutions at their reference batch: bf16 compute or f32 on widened operands.
+  struct Conv {
+    const char* name;
+    int64_t n, c, hw, oc, pad;
+  };
+  const Conv convs[] = {{"A 3->32 k3 32x32 b32", 32, 3, 32, 32, 0},
+                        {"B 1->32 k3p1 28x28 b128", 128, 1, 28, 32, 1},
+                        {"B 32->64 k3p1 14x14 b128", 128, 32, 14, 64, 1}};
+  std::printf("\nbf16 convolutions (compute chosen on this machine):\n");
+  for (const Conv& c : convs)
+    std::printf("  %-26s %s\n", c.name, ops::conv2d_bf16_kernel(c.n, c.c, c.hw, c.hw, c.oc, 3, 3, c.pad).c_str());
+  const std::string conv_cache = ops::conv2d_kernel_cache();
+  std::printf("  (choices kept in %s)\n", conv_cache.empty() ? "memory only" : conv_cache.c_str());
 }
 
 int run_info(const ParsedArgs& args) {

@@ -694,6 +694,27 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
   }
 }
 
+std::string conv2d_bf16_kernel(const Conv2dParams& p_in) {
+  Conv2dParams p = p_in;
+  p.x_dtype = p.w_dtype = p.y_dtype = p.bias_dtype = DType::kBF16;
+  p.relu = p.accumulate = false;
+  check_conv2d_params(p, op_name(ConvDirection::kForward));
+  auto zeros = [](int64_t n) {
+    internal::Workspace w(static_cast<size_t>(n) * sizeof(BFloat16));
+    std::memset(w.get(), 0, w.bytes());
+    return w;
+  };
+  bool widen = false;
+  try {
+    internal::Workspace x = zeros(p.x_numel()), w = zeros(p.w_numel()), y = zeros(p.y_numel());
+    widen = widens(p, p.x_dtype, p.w_dtype, [&](bool wd) { forward_impl(p, wd, x.get(), w.get(), nullptr, y.get()); });
+    return str_cat(widen ? "onednn-f32 (" : "onednn-bf16 (",
+                   entry_for(p, ConvDirection::kForward, false, widen)->impl, ")");
+  } catch (const dnnl::error& err) {
+    rethrow_dnnl(err, p, ConvDirection::kForward);
+  }
+}
+
 std::string conv2d_implementation(const Conv2dParams& p, ConvDirection dir, bool with_bias) {
   check_conv2d_params(p, op_name(dir));
   if (p.x_dtype == DType::kF64) return "reference";

@@ -37,8 +37,8 @@ void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, 
 void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db);
 
 // ---- Conv2d -> ReLU -> MaxPool2d, fused ----
-// The convolution writes its full-size output in its own layout (nChw16c for f32, NHWC for bf16 on AMX)
-// into workspace and the pooling reads it there (cpu/pool.h, strided kernels): the output is never
+// The convolution writes its output in its own layout (nChw16c for f32, NHWC for bf16 on AMX) into
+// workspace, a chunk of images at a time, and the pooling reads it there (cpu/pool.h, strided kernels): the output is never
 // reordered to NCHW, nor, for f16 storage, converted — on models A and B those reorders cost as much as the
 // convolutions. Backward writes the pooling's gradient straight into the layout the weight-gradient (and
 // data-gradient) primitives read. The values are exactly those of conv2d_forward then
@@ -73,6 +73,10 @@ ConvBf16Policy conv_bf16_policy();
 // default) and forgets the choices in memory (tests).
 std::string conv_cache_path();
 void set_conv_cache_dir(const std::string& dir);
+// How a bf16 x bf16 convolution of p's geometry computes on this machine: "onednn-bf16 (<impl>)" or
+// "onednn-f32 (<impl>)", measured now on zeroed scratch operands if the geometry has not run yet (for
+// `demi info` and benchmarks). p's dtypes are ignored.
+std::string conv2d_bf16_kernel(const Conv2dParams& p);
 std::string conv2d_implementation(const Conv2dParams& p, ConvDirection dir, bool with_bias);
 
 }  // namespace demi::kernels::onednn
