@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <functional>
+#include <initializer_list>
+
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,74 +104,63 @@ struct ScopedF16Matmul {
   ~ScopedF16Matmul() { set_f16_matmul(saved); }
 };
 
+// Products with both operands `low`, into `low` and f32, for every transpose and epilogue (flags: 0 plain,
+// 1 bias in `low` + accumulate, 2 ReLU, 3 batched), over small and odd shapes; f(p, with_bias).
+void for_each_low_precision_product(DType low, std::initializer_list<std::array<int64_t, 3>> shapes,
+                                    const std::function<void(const MatmulParams&, bool)>& f) {
+  for (DType c : {low, F32})
+    for (const auto& [m, n, k] : shapes)
+      for (int t = 0; t < 4; ++t)
+        for (int flags = 0; flags < 4; ++flags) {
+          MatmulParams p;
+          p.batch = flags == 3 ? 3 : 1;
+          p.m = m;
+          p.n = n;
+          p.k = k;
+          p.trans_a = t & 1;
+          p.trans_b = t & 2;
+          p.a_dtype = p.b_dtype = low;
+          p.c_dtype = c;
+          p.bias_dtype = flags == 1 ? low : F32;
+          p.relu = flags == 2;
+          p.accumulate = flags == 1;
+          f(p, flags != 0);
+        }
+}
+
 // f16 x f16 both ways — split into bf16 pairs over 4K, and converted to f32 — against the f32 reference
 // at the output dtype's tolerance: f32 outputs hold the split path to f32 accuracy (its products are
 // exact). Every transpose, batched, with bias, ReLU and accumulation.
 TEST(OnednnMatmul, Float16SplitAndConvertPathsMatchTheReference) {
-  struct Mnk {
-    int64_t m, n, k;
-  };
-  const Mnk shapes[] = {{1, 10, 3}, {7, 65, 17}, {33, 40, 300}, {64, 48, 80}};
   uint64_t seed = 9000;
   for (int chunking = 0; chunking < 2; ++chunking)
-  for (F16Matmul mode : {F16Matmul::kSplitBf16, F16Matmul::kConvertF32}) {
-    ScopedF16Matmul scoped(mode);
-    // Chunks of 5+ rows (or ~400 elements): M and, for a^T b into f32, K run in several chunks.
-    set_f16_matmul_chunking(chunking ? 5 : 256, chunking ? 400 : int64_t{1} << 20);
-    for (DType c : {F16, F32})
-      for (const Mnk& s : shapes)
-        for (int t = 0; t < 4; ++t)
-          for (int flags = 0; flags < 4; ++flags) {
-            MatmulParams p;
-            p.batch = flags == 3 ? 3 : 1;
-            p.m = s.m;
-            p.n = s.n;
-            p.k = s.k;
-            p.trans_a = t & 1;
-            p.trans_b = t & 2;
-            p.a_dtype = p.b_dtype = F16;
-            p.c_dtype = c;
-            p.bias_dtype = flags == 1 ? F16 : F32;
-            p.relu = flags == 2;
-            p.accumulate = flags == 1;
-            SCOPED_TRACE(mode == F16Matmul::kSplitBf16 ? "split" : "convert");
-            EXPECT_EQ(f16_matmul_splits(p), mode == F16Matmul::kSplitBf16);
-            check(p, flags != 0, seed += 10);
-          }
-  }
+    for (F16Matmul mode : {F16Matmul::kSplitBf16, F16Matmul::kConvertF32}) {
+      ScopedF16Matmul scoped(mode);
+      // Chunks of 5+ rows (or ~400 elements): M and, for a^T b into f32, K run in several chunks.
+      set_f16_matmul_chunking(chunking ? 5 : 256, chunking ? 400 : int64_t{1} << 20);
+      SCOPED_TRACE(mode == F16Matmul::kSplitBf16 ? "split" : "convert");
+      for_each_low_precision_product(F16, {{1, 10, 3}, {7, 65, 17}, {33, 40, 300}, {64, 48, 80}},
+                                     [&](const MatmulParams& p, bool with_bias) {
+                                       EXPECT_EQ(f16_matmul_splits(p), mode == F16Matmul::kSplitBf16);
+                                       check(p, with_bias, seed += 10);
+                                     });
+    }
   set_f16_matmul_chunking(256, int64_t{1} << 20);
 }
 
 // bf16 operands widened to f32 (the "onednn-f32" candidate of kernels::matmul) through each path — row
 // chunks, K chunks for a weight gradient, whole operands for the rest — into bf16 and f32 outputs.
 TEST(OnednnMatmul, WidenedBFloat16MatchesTheReferenceOnEveryPath) {
-  struct Mnk {
-    int64_t m, n, k;
-  };
-  const Mnk shapes[] = {{1, 10, 3}, {7, 65, 17}, {33, 40, 300}};
   uint64_t seed = 19000;
   for (int chunking = 0; chunking < 2; ++chunking) {
     set_f16_matmul_chunking(chunking ? 5 : 256, chunking ? 400 : int64_t{1} << 20);
-    for (DType c : {BF16, F32})
-      for (const Mnk& s : shapes)
-        for (int t = 0; t < 4; ++t)
-          for (int flags = 0; flags < 4; ++flags) {
-            MatmulParams p;
-            p.batch = flags == 3 ? 3 : 1;
-            p.m = s.m;
-            p.n = s.n;
-            p.k = s.k;
-            p.trans_a = t & 1;
-            p.trans_b = t & 2;
-            p.a_dtype = p.b_dtype = BF16;
-            p.c_dtype = c;
-            p.bias_dtype = flags == 1 ? BF16 : F32;
-            p.relu = flags == 2;
-            p.accumulate = flags == 1;
-            SCOPED_TRACE(describe(p));
-            kernels::testing::check_product([](auto&&... args) { onednn::matmul_widened(args...); }, p, flags != 0,
-                                            seed += 10);
-          }
+    for_each_low_precision_product(BF16, {{1, 10, 3}, {7, 65, 17}, {33, 40, 300}},
+                                   [&](const MatmulParams& p, bool with_bias) {
+                                     SCOPED_TRACE(describe(p));
+                                     kernels::testing::check_product(
+                                         [](auto&&... args) { onednn::matmul_widened(args...); }, p, with_bias,
+                                         seed += 10);
+                                   });
   }
   set_f16_matmul_chunking(256, int64_t{1} << 20);
 }
