@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -70,13 +69,6 @@ internal::ChoiceCache& choices() {
 
 constexpr double kF16WidenMargin = 1.1;
 
-// Seconds per call of f, over `reps` calls.
-double seconds_of(const std::function<void()>& f, int reps = 1) {
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
-}
-
 void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c) {
   switch (k) {
     case Kernel::kOnednn: return onednn::matmul(p, a, b, c);
@@ -121,7 +113,7 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   if (out != c) std::memset(out, 0, c_bytes);
   std::vector<double> best(cand.size(), 1e30);
   double total = 0;
-  for (size_t i = 0; i < cand.size(); ++i) total += seconds_of([&] { run(cand[i], p, a, b, out); });
+  for (size_t i = 0; i < cand.size(); ++i) total += internal::seconds_of([&] { run(cand[i], p, a, b, out); });
   // Each measurement repeats a small product to ~0.5 ms (one call of a tiny product is all noise); about 3
   // rounds, fewer for products that take long (the tuning stays under ~0.2 s per shape).
   const double per_call = total / static_cast<double>(cand.size());
@@ -129,7 +121,7 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   const int rounds = std::clamp(static_cast<int>(0.2 / std::max(total * reps, 1e-9)), 1, 3);
   for (int r = 0; r < rounds; ++r)
     for (size_t i = 0; i < cand.size(); ++i)
-      best[i] = std::min(best[i], seconds_of([&] { run(cand[i], p, a, b, out); }, reps));
+      best[i] = std::min(best[i], internal::seconds_of([&] { run(cand[i], p, a, b, out); }, reps));
   // oneDNN's widening paths (f16 always, bf16 as "onednn-f32") copy operands into f32 workspace, a chunk
   // or a whole operand at a time (demi's converts panel by panel): they have to be clearly faster, by
   // kF16WidenMargin, to be worth that memory.

@@ -348,6 +348,17 @@ std::string thinning_note(const Points& p, size_t steps) {
          std::to_string(p.per_point) + " steps). ";
 }
 
+// The per-step line (thinned to the chart's points) and, from 8 steps on, its smoothed line; *note says
+// how the steps were thinned.
+void add_step_lines(internal::LineChart& c, const std::vector<double>& x, const std::vector<double>& y,
+                    const std::string& raw_name, const char* raw_color, const char* smooth_color, std::string* note) {
+  Points raw = thinned(x, y), smooth = thinned(x, smoothed(y));
+  *note = thinning_note(raw, x.size());
+  c.series.push_back({.name = raw_name, .color = raw_color, .x = raw.x, .y = raw.y, .width = 1.2});
+  if (x.size() >= 8)
+    c.series.push_back({.name = "smoothed", .color = smooth_color, .x = smooth.x, .y = smooth.y, .width = 2.4});
+}
+
 // ---- one run's charts ----
 
 internal::Rendered loss_chart(const RunRecord& r, const std::string& id, std::string* note) {
@@ -357,12 +368,7 @@ internal::Rendered loss_chart(const RunRecord& r, const std::string& id, std::st
   c.y = {.label = "loss", .robust_max = true};
   c.x_marks = epoch_marks(r);
   c.nonfinite_label = "non-finite loss";
-  const std::vector<double> x = step_x(r), y = step_loss(r);
-  Points raw = thinned(x, y), smooth = thinned(x, smoothed(y));
-  *note = thinning_note(raw, x.size());
-  c.series.push_back({.name = "per step", .color = "#9db7de", .x = raw.x, .y = raw.y, .width = 1.2});
-  if (x.size() >= 8)
-    c.series.push_back({.name = "smoothed", .color = kPalette[0], .x = smooth.x, .y = smooth.y, .width = 2.4});
+  add_step_lines(c, step_x(r), step_loss(r), "per step", "#9db7de", kPalette[0], note);
   // Per-epoch losses at each epoch's last step: the train mean, and eval losses when they were run.
   const std::map<int, double> ends = epoch_end_steps(r);
   std::map<std::string, internal::Series> per_epoch;
@@ -440,12 +446,7 @@ internal::Rendered throughput_chart(const RunRecord& r, const std::string& id, s
   c.y = {.label = "samples/s", .from_zero = true, .robust_max = true};
   c.x_marks = epoch_marks(r);
   c.nonfinite_label = "not timed";
-  const std::vector<double> x = step_x(r), y = step_rate(r);
-  Points raw = thinned(x, y), smooth = thinned(x, smoothed(y));
-  *note = thinning_note(raw, x.size());
-  c.series.push_back({.name = "per step (train step only)", .color = "#a8d5b5", .x = raw.x, .y = raw.y, .width = 1.2});
-  if (x.size() >= 8)
-    c.series.push_back({.name = "smoothed", .color = kPalette[2], .x = smooth.x, .y = smooth.y, .width = 2.4});
+  add_step_lines(c, step_x(r), step_rate(r), "per step (train step only)", "#a8d5b5", kPalette[2], note);
   const std::map<int, double> ends = epoch_end_steps(r);
   internal::Series epochs{.name = "epoch average (with data waits)", .color = "#1f5f35",
                           .style = internal::Series::Style::kDots, .width = 4.5};

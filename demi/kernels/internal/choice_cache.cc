@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -33,6 +34,12 @@ std::string default_cache_dir() {
 }
 
 }  // namespace
+
+double seconds_of(const std::function<void()>& f, int reps) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
 
 std::string cpu_file_tag() {
   const CpuId& id = cpu_id();

@@ -46,6 +46,9 @@ class ChoiceCache {
   std::unique_ptr<State> s_;
 };
 
+// Seconds per call of f over `reps` calls (steady clock): what a tuner compares.
+double seconds_of(const std::function<void()>& f, int reps = 1);
+
 // "Intel_R_Xeon_R_Processor-6-207": the CPU's brand string with family and model (a VM's generic name
 // alone would let different CPUs share one file), as a file-name-safe word.
 std::string cpu_file_tag();

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -26,6 +25,7 @@
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/core/parallel.h"
+#include "demi/kernels/cpu/internal/workspace.h"
 #include "demi/kernels/cpu/pool.h"
 #include "demi/kernels/internal/choice_cache.h"
 #include "demi/kernels/onednn/internal/onednn_util.h"
@@ -40,6 +40,7 @@ using internal::CallContext;
 using internal::InputPlan;
 using internal::OutputPlan;
 using Tag = memory::format_tag;
+using cpu_internal::element_at;
 
 struct ConvEntry {
   dnnl::primitive prim;
@@ -258,11 +259,6 @@ void for_each_chunk(const Conv2dParams& p, F&& f) {
   }
 }
 
-const void* at(const void* base, int64_t i, DType t) {
-  return static_cast<const char*>(base) + i * static_cast<int64_t>(dtype_size(t));
-}
-void* at(void* base, int64_t i, DType t) { return static_cast<char*>(base) + i * static_cast<int64_t>(dtype_size(t)); }
-
 // The weights in a chunk's primitive layout, prepared once per call: again only when a chunk's primitive
 // (the last, smaller one) wants another layout.
 class PreparedWeights {
@@ -436,9 +432,9 @@ void forward_impl(const Conv2dParams& p, bool widen, const void* x, const void* 
     ctx.ensure_scratch(e->scratch_bytes);
     const void* w_prim = ws.get(ctx, e->in1, w, p.w_numel());
     const size_t mark = ctx.mark();
-    void* yc = at(y, n0 * p.oc * p.out_h() * p.out_w(), p.y_dtype);
+    void* yc = element_at(y, n0 * p.oc * p.out_h() * p.out_w(), p.y_dtype);
     void* dst = ctx.output(e->out, yc, q.y_numel());
-    run_forward(ctx, *e, q, at(x, n0 * p.c * p.h * p.w, p.x_dtype), w_prim, bias32, dst);
+    run_forward(ctx, *e, q, element_at(x, n0 * p.c * p.h * p.w, p.x_dtype), w_prim, bias32, dst);
     ctx.finish_output(e->out, dst, yc, q.y_numel());
     ctx.release_to(mark);
   });
@@ -452,8 +448,8 @@ void backward_data_impl(const Conv2dParams& p, bool widen, const void* dy, const
     ctx.ensure_scratch(e->scratch_bytes);
     const void* w_prim = ws.get(ctx, e->in1, w, p.w_numel());
     const size_t mark = ctx.mark();
-    const void* dys = ctx.input(e->in0, at(dy, n0 * p.oc * p.out_h() * p.out_w(), p.y_dtype), q.y_numel());
-    run_backward_data(ctx, *e, q, dys, w_prim, at(dx, n0 * p.c * p.h * p.w, p.x_dtype));
+    const void* dys = ctx.input(e->in0, element_at(dy, n0 * p.oc * p.out_h() * p.out_w(), p.y_dtype), q.y_numel());
+    run_backward_data(ctx, *e, q, dys, w_prim, element_at(dx, n0 * p.c * p.h * p.w, p.x_dtype));
     ctx.release_to(mark);
   });
 }
@@ -466,8 +462,8 @@ void backward_weights_impl(const Conv2dParams& p, bool widen, const void* x, con
     auto e = entry_for(q, ConvDirection::kBackwardWeights, db != nullptr, widen);
     ctx.ensure_scratch(e->scratch_bytes);
     const size_t mark = ctx.mark();
-    const void* dys = ctx.input(e->in1, at(dy, n0 * p.oc * p.out_h() * p.out_w(), p.y_dtype), q.y_numel());
-    run_backward_weights(ctx, *e, q, at(x, n0 * p.c * p.h * p.w, p.x_dtype), dys, sum.dw(), sum.db());
+    const void* dys = ctx.input(e->in1, element_at(dy, n0 * p.oc * p.out_h() * p.out_w(), p.y_dtype), q.y_numel());
+    run_backward_weights(ctx, *e, q, element_at(x, n0 * p.c * p.h * p.w, p.x_dtype), dys, sum.dw(), sum.db());
     ctx.release_to(mark);
   });
   sum.finish(ctx);
@@ -486,11 +482,11 @@ void fused_forward_impl(const Conv2dParams& p, bool widen, const Pool2dParams& p
     const size_t mark = ctx.mark();
     Pool2dParams qp = pool;
     qp.n = q.n;
-    void* yc = at(y, n0 * pooled, y_dtype);
+    void* yc = element_at(y, n0 * pooled, y_dtype);
     uint8_t* am = argmax ? argmax + n0 * pooled : nullptr;
     const memory::desc& ymd = e->out.prim_md;
     void* conv_out = ctx.scratch_buffer(ymd.get_size());
-    run_forward(ctx, *e, q, at(x, n0 * p.c * p.h * p.w, p.x_dtype), w_prim, bias32, conv_out);
+    run_forward(ctx, *e, q, element_at(x, n0 * p.c * p.h * p.w, p.x_dtype), w_prim, bias32, conv_out);
     if (auto l = strided_layout(ymd)) {
       DType conv_dtype = md_dtype(ymd);
       if (conv_dtype != p.y_dtype) {  // widened bf16: pool the bf16 values conv2d_forward writes (same ties)
@@ -528,9 +524,9 @@ void fused_backward_impl(const Conv2dParams& p, bool widen, const Pool2dParams& 
     qd.bias_dtype = p.bias_dtype;
     Pool2dParams qp = pool;
     qp.n = q.n;
-    const void* dyc = at(dy, n0 * pooled, dy_dtype);
+    const void* dyc = element_at(dy, n0 * pooled, dy_dtype);
     const uint8_t* am = argmax + n0 * pooled;
-    const void* xc = at(x, n0 * p.c * p.h * p.w, p.x_dtype);
+    const void* xc = element_at(x, n0 * p.c * p.h * p.w, p.x_dtype);
     auto e = entry_for(qw, ConvDirection::kBackwardWeights, db != nullptr, widen);
     auto d = dx ? entry_for(qd, ConvDirection::kBackwardData, false, widen) : nullptr;
     ctx.ensure_scratch(std::max(e->scratch_bytes, d ? d->scratch_bytes : 0));
@@ -540,7 +536,7 @@ void fused_backward_impl(const Conv2dParams& p, bool widen, const Pool2dParams& 
     run_backward_weights(ctx, *e, qw, xc, dys, sum.dw(), sum.db());
     if (d) {
       const void* ddy = d->in0.prim_md == e->in1.prim_md ? dys : pooled_gradient(ctx, d->in0, qp, dy_dtype, dyc, am);
-      run_backward_data(ctx, *d, qd, ddy, w_prim, at(dx, n0 * p.c * p.h * p.w, p.x_dtype));
+      run_backward_data(ctx, *d, qd, ddy, w_prim, element_at(dx, n0 * p.c * p.h * p.w, p.x_dtype));
     }
     ctx.release_to(mark);
   });
@@ -594,11 +590,7 @@ bool widens(const Conv2dParams& p, DType in_a, DType in_b, const std::function<v
   };
   auto tune = [&] {
     // Each once to warm up (primitives are created), then three alternating rounds; the best time decides.
-    auto seconds = [&](bool widen) {
-      const auto t0 = std::chrono::steady_clock::now();
-      run(widen);
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    };
+    auto seconds = [&](bool widen) { return kernels::internal::seconds_of([&] { run(widen); }); };
     seconds(false);
     seconds(true);
     double best[2] = {1e30, 1e30};
@@ -694,20 +686,32 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
   }
 }
 
-std::string conv2d_bf16_kernel(const Conv2dParams& p_in) {
+namespace {
+
+// The bf16 choice for p's geometry, measured (if not made yet) by a forward on zeroed bf16 scratch
+// operands: for diagnostics, which have no operands of their own.
+bool widens_on_scratch(const Conv2dParams& p_in) {
   Conv2dParams p = p_in;
   p.x_dtype = p.w_dtype = p.y_dtype = p.bias_dtype = DType::kBF16;
   p.relu = p.accumulate = false;
-  check_conv2d_params(p, op_name(ConvDirection::kForward));
   auto zeros = [](int64_t n) {
     internal::Workspace w(static_cast<size_t>(n) * sizeof(BFloat16));
     std::memset(w.get(), 0, w.bytes());
     return w;
   };
-  bool widen = false;
+  internal::Workspace x = zeros(p.x_numel()), w = zeros(p.w_numel()), y = zeros(p.y_numel());
+  return widens(p, p.x_dtype, p.w_dtype, [&](bool wd) { forward_impl(p, wd, x.get(), w.get(), nullptr, y.get()); });
+}
+
+}  // namespace
+
+std::string conv2d_bf16_kernel(const Conv2dParams& p_in) {
+  Conv2dParams p = p_in;
+  p.x_dtype = p.w_dtype = p.y_dtype = p.bias_dtype = DType::kBF16;
+  p.relu = p.accumulate = false;
+  check_conv2d_params(p, op_name(ConvDirection::kForward));
   try {
-    internal::Workspace x = zeros(p.x_numel()), w = zeros(p.w_numel()), y = zeros(p.y_numel());
-    widen = widens(p, p.x_dtype, p.w_dtype, [&](bool wd) { forward_impl(p, wd, x.get(), w.get(), nullptr, y.get()); });
+    const bool widen = widens_on_scratch(p);
     return str_cat(widen ? "onednn-f32 (" : "onednn-bf16 (",
                    entry_for(p, ConvDirection::kForward, false, widen)->impl, ")");
   } catch (const dnnl::error& err) {
