@@ -722,7 +722,14 @@ std::string conv2d_bf16_kernel(const Conv2dParams& p_in) {
 std::string conv2d_implementation(const Conv2dParams& p, ConvDirection dir, bool with_bias) {
   check_conv2d_params(p, op_name(dir));
   if (p.x_dtype == DType::kF64) return "reference";
-  return entry_for(p, dir, with_bias, conv_bf16_policy() == ConvBf16Policy::kWidenF32)->impl;
+  const DType in_a = dir == ConvDirection::kBackwardData ? p.y_dtype : p.x_dtype;
+  const DType in_b = dir == ConvDirection::kBackwardWeights ? p.y_dtype : p.w_dtype;
+  const bool bf16 = internal::compute_dtype(in_a, in_b) == DType::kBF16;
+  try {
+    return entry_for(p, dir, with_bias, bf16 && widens_on_scratch(p))->impl;
+  } catch (const dnnl::error& err) {
+    rethrow_dnnl(err, p, dir);
+  }
 }
 
 }  // namespace demi::kernels::onednn

@@ -58,7 +58,8 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
                                      DType dw_dtype, void* db, DType db_dtype);
 
 // For benchmarks and diagnostics: oneDNN's implementation for a call ("brgconv:avx512_core_amx_bf16",
-// "gemm:jit", ...), or "reference" for f64. Creates (and caches) the primitive if needed.
+// "gemm:jit", ...), or "reference" for f64, for bf16 x bf16 as the policy or the measured choice for the
+// geometry has it (measured now on scratch operands if not yet). Creates (and caches) the primitive.
 enum class ConvDirection { kForward, kBackwardData, kBackwardWeights };
 
 // How bf16 x bf16 calls compute: kAuto (default) measures both at a shape's first call and keeps the
