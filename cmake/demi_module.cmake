@@ -69,7 +69,12 @@ function(demi_module name)
   set_property(GLOBAL APPEND PROPERTY DEMI_MODULES ${name})
 
   if(DEMI_BUILD_TESTS AND test_srcs)
-    add_executable(demi_${name}_test ${test_srcs})
+    # The test sources compile once, into an object library: the sanitizer subsets
+    # (cmake/sanitizer_subsets.cmake) link the same objects against their instrumented libraries.
+    add_library(demi_${name}_test_objs OBJECT ${test_srcs})
+    target_link_libraries(demi_${name}_test_objs PRIVATE demi_${name} ${private_uses} ${arg_TEST_LIBS} GTest::gtest)
+    demi_own_flags(demi_${name}_test_objs)
+    add_executable(demi_${name}_test $<TARGET_OBJECTS:demi_${name}_test_objs>)
     target_link_libraries(demi_${name}_test PRIVATE demi_${name} ${private_uses} ${arg_TEST_LIBS} GTest::gtest GTest::gtest_main)
     demi_own_flags(demi_${name}_test)
     gtest_discover_tests(demi_${name}_test DISCOVERY_MODE PRE_TEST

@@ -55,19 +55,33 @@ def main() -> int:
         args = shlex.split(entry["command"])
         i = args.index("-o")
         args = args[:i] + args[i + 2:]
-        args = [str(probe) if a == entry["file"] else a for a in args] + ["-fsyntax-only"]
+        args = [str(probe) if a == entry["file"] else a for a in args]
         cases = [(other, HEADER[other], other in visible or other == module) for other in VISIBLE]
         if module not in ("core", "data", "io"):
             cases.append(("kernels' vocabulary", VOCABULARY, True))
-        for other, header, allowed in cases:
-            probe.write_text(f'#include "{header}"\n')
-            r = subprocess.run(args, cwd=entry["directory"], capture_output=True, text=True)
+
+        def probe_with(headers, mode):
+            probe.write_text("".join(f'#include "{h}"\n' for h in headers))
+            return subprocess.run(args + mode, cwd=entry["directory"], capture_output=True, text=True)
+
+        # Every header the module may use, in one probe compiled for syntax; only when that fails, one probe
+        # per header, to name the one at fault.
+        allowed = [(other, header) for other, header, ok in cases if ok]
+        checked += len(allowed)
+        if probe_with([h for _, h in allowed], ["-fsyntax-only"]).returncode != 0:
+            for other, header in allowed:
+                r = probe_with([header], ["-fsyntax-only"])
+                if r.returncode != 0:
+                    failures.append(f"{module} may use {other}, but including {header} fails:\n{r.stderr[-800:]}")
+        # A header it may not use must not even be found: the preprocessor alone decides.
+        for other, header, ok in cases:
+            if ok:
+                continue
+            r = probe_with([header], ["-E", "-o", "/dev/null"])
             checked += 1
-            if allowed and r.returncode != 0:
-                failures.append(f"{module} may use {other}, but including {header} fails:\n{r.stderr[-800:]}")
-            elif not allowed and r.returncode == 0:
+            if r.returncode == 0:
                 failures.append(f"{module} may not use {other}, yet including {header} compiles")
-            elif not allowed and "No such file" not in r.stderr:
+            elif "No such file" not in r.stderr:
                 failures.append(f"{module} + {header} fails for another reason than the include path:\n"
                                 f"{r.stderr[-800:]}")
     probe.unlink(missing_ok=True)
