@@ -165,7 +165,8 @@ std::vector<SweepCase> make_cases() {
          std::vector<Tensor> parts = ops::split(x[0], 1, 3);
          return ops::sub(parts[0], ops::mul_scalar(parts[2], 2.0));
        }},
-      // Two batches of two heads, a per-batch additive mask with one key masked out (-inf).
+      // Two batches of two heads, a per-batch additive mask with one key masked out (-inf), causal (3 queries,
+      // the last 3 of 5 positions; tests/transformer_test.cc checks causal against its explicit mask).
       {Op::kAttention,
        [](Generator& g) {
          Tensor mask = rnd(g, {2, 3, 5}, -1, 0);
@@ -173,7 +174,7 @@ std::vector<SweepCase> make_cases() {
          return V{rnd(g, {4, 3, 4}, -2, 2), rnd(g, {4, 5, 4}, -2, 2), rnd(g, {4, 5, 3}), mask};
        },
        {true, true, true, false},
-       [](const V& x) { return ops::scaled_dot_product_attention(x[0], x[1], x[2], x[3], 0.6, 2); }, true, 6},
+       [](const V& x) { return ops::scaled_dot_product_attention(x[0], x[1], x[2], x[3], 0.6, 2, true); }, true, 6},
       // 16 output channels, so the fast (16-channel) pooling runs in low precision; the 6x7 ("same") convolution output
       // leaves its last column outside every 2x2 window. (f64 runs the two ops; the fused kernels are checked
       // against them bit for bit in kernels/onednn/conv_test.cc.)

@@ -155,9 +155,11 @@ std::vector<Tensor> split(const Tensor& x, int axis, int64_t sections);
 // compute dtype for ·v and for backward. mask: undefined, or additive floating (Sq, Sk) for every matrix,
 // (B, Sq, Sk) or (B, 1, Sk) (key padding) where N = B * heads and matrix n reads mask b = n / heads; -inf
 // masks a key out, and a query whose every key is masked attends to nothing (a zero output row). scale 0
-// means 1 / sqrt(Dk). The mask gets no gradient.
+// means 1 / sqrt(Dk). The mask gets no gradient. causal: query i also sees only keys j <= i + (Sk - Sq) (a
+// decoder; with Sk > Sq the queries are the last positions, as with a KV cache), applied inside the
+// softmax kernel: no (Sq, Sk) mask tensor exists.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = Tensor(),
-                                    double scale = 0, int64_t heads = 1);
+                                    double scale = 0, int64_t heads = 1, bool causal = false);
 
 // ---- engine and multi-tensor helpers: the kernels run directly (not recorded, no AMP policy, no trace) ----
 // a + b, both of one dtype and one number of elements (b is read in a's shape): how the autograd engine

@@ -221,7 +221,7 @@ std::vector<Tensor> split(const Tensor& x_in, int axis_in, int64_t sections) {
 
 // ---- Scaled dot-product attention ----
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& mask_in,
-                                    double scale, int64_t heads) {
+                                    double scale, int64_t heads, bool causal) {
   const Op op = Op::kAttention;
   internal::check_floating(op, q_in, "q");
   internal::check_floating(op, k_in, "k");
@@ -239,6 +239,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   p.heads = heads;
   p.rows = sq;
   p.cols = sk;
+  p.causal = causal;
   p.scale = static_cast<float>(scale == 0 ? 1.0 / std::sqrt(static_cast<double>(dim_k)) : scale);
   DEMI_CHECK(p.scale > 0, op_name(op), ": scale must be positive, got ", scale);
   if (mask_in.defined()) {

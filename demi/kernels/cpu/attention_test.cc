@@ -39,14 +39,19 @@ AttentionSoftmaxParams params(int64_t b, int64_t h, int64_t sq, int64_t sk, floa
 TEST(AttentionSoftmax, ForwardAndBackwardMatchReference) {
   struct Dims { int64_t b, h, sq, sk; };
   // The last row is longer than the kernel's stack buffer of exponentials (they are recomputed).
-  for (Dims dm : {Dims{2, 3, 5, 7}, Dims{1, 1, 1, 1}, Dims{2, 4, 33, 128}, Dims{1, 2, 3, 300}, Dims{1, 1, 2, 4100}}) {
+  // Causal too: Sq < Sk (a KV cache's queries are the last positions), Sq == Sk, and Sq > Sk (the first
+  // rows see no key at all and give zeros).
+  for (Dims dm : {Dims{2, 3, 5, 7}, Dims{1, 1, 1, 1}, Dims{2, 4, 33, 128}, Dims{1, 2, 3, 300}, Dims{1, 1, 2, 4100},
+                  Dims{2, 2, 40, 40}, Dims{1, 2, 9, 4}})
+  for (bool causal : {false, true}) {
     const MaskCase masks[] = {{"none", -1, -1},
                               {"shared (Sq, Sk)", 0, dm.sk},
                               {"per batch (B, Sq, Sk)", dm.sq * dm.sk, dm.sk},
                               {"key padding (B, 1, Sk)", dm.sk, 0}};
     for (const MaskCase& mc : masks) {
-      const AttentionSoftmaxParams p = params(dm.b, dm.h, dm.sq, dm.sk, 0.125f, mc);
-      SCOPED_TRACE(str_cat("(", p.batch, ", ", p.rows, ", ", p.cols, ") mask ", mc.name));
+      AttentionSoftmaxParams p = params(dm.b, dm.h, dm.sq, dm.sk, 0.125f, mc);
+      p.causal = causal;
+      SCOPED_TRACE(str_cat("(", p.batch, ", ", p.rows, ", ", p.cols, ") mask ", mc.name, causal ? ", causal" : ""));
       std::vector<float> s = random_floats(p.numel(), 31, -20.0f, 20.0f), dp = random_floats(p.numel(), 32);
       std::vector<float> mask;
       if (mc.batch_stride >= 0) {

@@ -19,8 +19,10 @@ void attention_softmax_forward(const S* s, const S* mask, const AttentionSoftmax
       const S* mrow = mask ? mask + (n / p.heads) * p.mask_batch_stride + i * p.mask_row_stride : nullptr;
       P* prow = probs + (n * p.rows + i) * sk;
       S m = -std::numeric_limits<S>::infinity();
+      const int64_t visible = p.visible_keys(i);
       for (int64_t j = 0; j < sk; ++j) {
-        z[static_cast<size_t>(j)] = static_cast<S>(p.scale) * srow[j] + (mrow ? mrow[j] : S(0));
+        z[static_cast<size_t>(j)] = j >= visible ? -std::numeric_limits<S>::infinity()
+                                                 : static_cast<S>(p.scale) * srow[j] + (mrow ? mrow[j] : S(0));
         if (z[static_cast<size_t>(j)] > m) m = z[static_cast<size_t>(j)];
       }
       if (m == -std::numeric_limits<S>::infinity()) {  // every key masked: attend to nothing
@@ -40,10 +42,12 @@ void attention_softmax_backward(const P* probs, const S* dprobs, const Attention
   for (int64_t r = 0; r < p.batch * p.rows; ++r) {
     const P* pr = probs + r * sk;
     const S* gr = dprobs + r * sk;
+    const int64_t visible = p.visible_keys(r % p.rows);  // hidden keys: p = 0, so ds = 0
     SumT dot = 0;
-    for (int64_t j = 0; j < sk; ++j) dot += static_cast<S>(pr[j]) * gr[j];
+    for (int64_t j = 0; j < visible; ++j) dot += static_cast<S>(pr[j]) * gr[j];
     for (int64_t j = 0; j < sk; ++j)
-      ds[r * sk + j] = P(static_cast<S>(p.scale) * static_cast<S>(pr[j]) * (gr[j] - static_cast<S>(dot)));
+      ds[r * sk + j] = j >= visible ? P(S(0))
+                                    : P(static_cast<S>(p.scale) * static_cast<S>(pr[j]) * (gr[j] - static_cast<S>(dot)));
   }
 }
 

@@ -7,6 +7,7 @@
 // when a score exceeds fp16's 65504. Only the probabilities are rounded to the low dtype (P·V's operand).
 //
 //   p = softmax_over_keys(scale * s + mask)                 a row whose every entry is -inf gives zeros
+//                                                           (causal: hidden keys count as -inf)
 //   ds = scale * p * (dp - sum_over_keys(dp * p))           (the gradient w.r.t. the unscaled scores)
 #pragma once
 
@@ -24,7 +25,17 @@ struct AttentionSoftmaxParams {
   // broadcasts (batch stride 0: one mask for all; row stride 0: one row for every query, a key-padding mask).
   int64_t mask_batch_stride = 0;
   int64_t mask_row_stride = 0;
+  // Causal (a decoder's self-attention, no mask tensor): query i sees keys j <= i + (cols - rows) only, so
+  // with as many keys as queries each position sees itself and the past, and with more keys (a KV cache)
+  // the queries are the last `rows` positions. Hidden keys get probability 0 and gradient 0.
+  bool causal = false;
   int64_t numel() const { return batch * rows * cols; }
+  // Keys query row i sees: the first visible_keys(i) (all of them unless causal; can be 0).
+  int64_t visible_keys(int64_t i) const {
+    if (!causal) return cols;
+    const int64_t v = i + (cols - rows) + 1;
+    return v < 0 ? 0 : (v > cols ? cols : v);
+  }
 };
 
 namespace ref {

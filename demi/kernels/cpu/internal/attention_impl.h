@@ -101,6 +101,12 @@ void attention_backward_row(const P* probs, const float* dp, int64_t n, float sc
   }
 }
 
+// out[from, n) = 0 (a causal row's hidden keys)
+template <class P>
+void zero_tail(P* out, int64_t from, int64_t n) {
+  for (int64_t j = from; j < n; ++j) out[j] = P(0.0f);
+}
+
 template <class V>
 void attention_forward_entry(const float* s, const float* mask, const AttentionSoftmaxParams& p, void* probs,
                              DType p_dtype) {
@@ -112,7 +118,9 @@ void attention_forward_entry(const float* s, const float* mask, const AttentionS
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t b = r / p.rows, i = r % p.rows;
         const float* m = mask ? mask + (b / p.heads) * p.mask_batch_stride + i * p.mask_row_stride : nullptr;
-        attention_row<V>(s + r * n, m, n, p.scale, out + r * n);
+        const int64_t visible = p.visible_keys(i);  // causal: the keys after it are hidden, probability 0
+        if (visible > 0) attention_row<V>(s + r * n, m, visible, p.scale, out + r * n);
+        zero_tail(out + r * n, visible, n);
       }
     });
   });
@@ -127,7 +135,11 @@ void attention_backward_entry(const void* probs, DType p_dtype, const float* dpr
     P* out = static_cast<P*>(ds);
     const int64_t rows = p.batch * p.rows, n = p.cols;
     parallel_for(0, rows, grain_for<V>(n), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) attention_backward_row<V>(pp + r * n, dprobs + r * n, n, p.scale, out + r * n);
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t visible = p.visible_keys(r % p.rows);
+        if (visible > 0) attention_backward_row<V>(pp + r * n, dprobs + r * n, visible, p.scale, out + r * n);
+        zero_tail(out + r * n, visible, n);
+      }
     });
   });
 }
