@@ -208,6 +208,15 @@ SoftmaxCrossEntropyWithLogits::SoftmaxCrossEntropyWithLogits(bool sparse, const 
     : LossCell("SoftmaxCrossEntropyWithLogits"), sparse_(sparse), reduction_(ops::parse_reduction(reduction)) {}
 
 Tensor SoftmaxCrossEntropyWithLogits::construct(const Tensor& logits, const Tensor& labels) {
+  if (sparse_ && logits.rank() > 2 && labels.rank() == logits.rank() - 1) {
+    // A sequence model's (B, T, C) logits with (B, T) labels: every position is one sample.
+    for (int i = 0; i < labels.rank(); ++i)
+      DEMI_CHECK(labels.dim(i) == logits.dim(i), "expected labels of shape ", logits.shape(),
+                 " without its last axis for logits ", logits.describe(), ", got ", labels.describe());
+    Tensor loss = ops::softmax_cross_entropy(ops::reshape(logits, {-1, logits.dim(-1)}), ops::reshape(labels, {-1}),
+                                             true, reduction_);
+    return reduction_ == ops::Reduction::kNone ? ops::reshape(loss, labels.shape()) : loss;
+  }
   return ops::softmax_cross_entropy(logits, labels, sparse_, reduction_);
 }
 

@@ -187,7 +187,9 @@ class SequentialCell : public Cell {
 
 // ---- losses ----
 
-// MindSpore: SoftmaxCrossEntropyWithLogits(sparse=False, reduction="none").
+// MindSpore: SoftmaxCrossEntropyWithLogits(sparse=False, reduction="none"). logits (N, C) with labels (N)
+// class ids (sparse) or (N, C) probabilities; sparse also takes a sequence's (*, C) logits with (*) labels
+// (a language model's (B, T, vocab) and (B, T)), every position one sample ("none" returns shape (*)).
 class SoftmaxCrossEntropyWithLogits : public LossCell {
  public:
   explicit SoftmaxCrossEntropyWithLogits(bool sparse = false, const std::string& reduction = "none");
