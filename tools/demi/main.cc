@@ -6,6 +6,7 @@
 //   demi demo              the seed's comparison: models A and B at O0 and O2, side by side
 //   demi train / compare   train a reference model at an AMP level; compare settings in one table
 //   demi formats           f32 <-> f16 / bf16 conversions and the memory tracker's report
+//   demi generate / data   sample text from a GPT checkpoint; prepare the King James Bible
 #include <malloc.h>
 
 #include <oneapi/dnnl/dnnl.h>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "demi/core/context.h"
+#include "tools/demi/gpt.h"
 #include "tools/demi/training.h"
 #include "demi/core/cpu.h"
 #include "demi/core/dtype.h"
@@ -219,6 +221,7 @@ std::vector<Command> commands() {
                   .options = {},
                   .run = run_training_demo});
   add_training_commands(cmds);
+  add_gpt_commands(cmds);
   return cmds;
 }
 

@@ -28,6 +28,7 @@
 #include "demi/train/model.h"
 #include "demi/train/report.h"
 #include "demi/train/report_html.h"
+#include "tools/demi/gpt.h"
 
 namespace demi::cli {
 namespace {
@@ -47,7 +48,7 @@ std::string model_key(const std::string& m) {
   if (m == "B" || m == "b" || m == "lenet") return "B";
   if (m == "C" || m == "c" || m == "mlp") return "C";
   if (m == "D" || m == "d" || m == "transformer") return "D";
-  throw UsageError("unknown --model '" + m + "'; expected A (simplecnn), B (lenet), C (mlp) or D (transformer)");
+  throw UsageError("unknown --model '" + m + "'; expected A (simplecnn), B (lenet), C (mlp), D (transformer) or gpt");
 }
 
 std::shared_ptr<amp::LossScaleManager> parse_loss_scale(const std::string& s) {
@@ -304,6 +305,7 @@ void start_data_parallel(const ParsedArgs& args) {
 
 int run_train(const ParsedArgs& args) {
   start_data_parallel(args);
+  if (is_gpt_model(args.get("model"))) return run_train_gpt(args);
   apply_thread_option(args);
   bool json = args.flag("json");
   // Rank 0 writes the report (every process agrees on the losses, the overflows and the scale).
@@ -768,9 +770,9 @@ int run_compare(const ParsedArgs& args) {
 
 std::vector<Option> training_options() {
   return {
-      {"model", "M", "A (simplecnn), B (lenet), C (mlp) or D (transformer)", "A"},
-      {"data", "D", "synthetic, fashion-mnist, mnist:DIR, cifar10:DIR (default: synthetic for A, fashion-mnist)",
-       "default"},
+      {"model", "M", "A (simplecnn), B (lenet), C (mlp), D (transformer) or gpt (train only)", "A"},
+      {"data", "D", "synthetic, fashion-mnist, mnist:DIR, cifar10:DIR (default: synthetic for A, fashion-mnist); "
+                    "gpt: text:PATH (default: the King James Bible)", "default"},
       int_option("epochs", "N", "epochs", "1", 1, 1e6),
       int_option("batch-size", "N", "batch size (0: the model's reference batch: A 32, B 128, C 256, D 32)", "0", 0,
                  1 << 20),
@@ -819,6 +821,7 @@ int run_training_demo(const ParsedArgs& args) {
 
 void add_training_commands(std::vector<Command>& cmds) {
   std::vector<Option> train_opts = training_options();
+  for (Option& o : gpt_train_options()) train_opts.push_back(std::move(o));
   train_opts.push_back({"amp", "LEVEL", "AMP level: O0, O1, O2, O3", "O0"});
   train_opts.push_back({"dtype", "T", "low-precision dtype: fp16 or bf16", "fp16"});
   train_opts.push_back({"json", "", "print one JSON object per epoch and a summary", ""});

@@ -1,0 +1,324 @@
+// demi train --model gpt, demi generate, demi data: a character-level GPT (nn/gpt.h) trained on a text
+// file, the King James Bible (Debian's bible-kjv) by default, and sampled from its checkpoint.
+#include "tools/demi/gpt.h"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "demi/amp/policy.h"
+#include "demi/core/rng.h"
+#include "demi/data/text.h"
+#include "demi/io/atomic_file.h"
+#include "demi/nn/gpt.h"
+#include "demi/ops/ops.h"
+#include "demi/optim/optimizer.h"
+#include "demi/optim/param_groups.h"
+#include "demi/train/checkpoint.h"
+#include "demi/train/model.h"
+#include "tools/demi/training.h"
+
+namespace demi::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kBibleRange = "Gen1:1-Rev22:21";
+
+// $DEMI_CACHE_DIR, else $XDG_CACHE_HOME/demi, else ~/.cache/demi.
+fs::path cache_dir() {
+  if (const char* d = std::getenv("DEMI_CACHE_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "demi";
+  const char* home = std::getenv("HOME");
+  return fs::path(home && *home ? home : "/tmp") / ".cache" / "demi";
+}
+
+fs::path kjv_path() { return cache_dir() / "kjv.txt"; }
+
+// The whole King James Bible from Debian's bible-kjv (`bible -f`), written once (atomically) to the cache.
+fs::path ensure_kjv(bool verbose) {
+  const fs::path path = kjv_path();
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec) && fs::file_size(path, ec) > 0) return path;
+  FILE* pipe = ::popen((std::string("bible -f '") + kBibleRange + "' 2>/dev/null").c_str(), "r");
+  std::string text;
+  if (pipe != nullptr) {
+    char buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) text.append(buf, n);
+    const int status = ::pclose(pipe);
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) text.clear();
+  }
+  if (text.size() < 1000000)
+    throw Error("the default text is the King James Bible from Debian's bible-kjv package, and `bible -f " +
+                std::string(kBibleRange) + "` did not print it (" +
+                (text.empty() ? "is the package installed? scripts/setup installs it; apt-get install bible-kjv"
+                              : "only " + std::to_string(text.size()) + " bytes") +
+                "); or train on any UTF-8 file with --data text:PATH");
+  fs::create_directories(path.parent_path(), ec);
+  if (ec) throw Error("cannot create the cache folder " + path.parent_path().string() + ": " + ec.message());
+  io::write_file_atomic(path, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+  if (verbose) std::fprintf(stderr, "demi: wrote the King James Bible (%zu bytes) to %s\n", text.size(), path.c_str());
+  return path;
+}
+
+// --data: "default" (the Bible) or "text:PATH".
+std::string text_path(const std::string& data) {
+  if (data == "default" || data == "kjv") return ensure_kjv(true).string();
+  if (data.rfind("text:", 0) == 0 && data.size() > 5) return data.substr(5);
+  throw UsageError("--model gpt trains on text: --data text:PATH (any UTF-8 file) or default (the King James "
+                   "Bible), got '" + data + "'");
+}
+
+nn::GPTOptions gpt_options(const ParsedArgs& args, int64_t vocab_size) {
+  nn::GPTOptions o;
+  o.vocab_size = vocab_size;
+  o.block_size = args.get_int("block-size");
+  o.n_layer = args.get_int("layers");
+  o.n_head = args.get_int("heads");
+  o.n_embd = args.get_int("dim");
+  o.dropout = args.get_real("dropout");
+  return o;
+}
+
+// What `demi generate` needs to rebuild the network, stored in every checkpoint of a GPT run.
+io::Metadata gpt_metadata(const nn::GPTOptions& o, const data::TextVocab& vocab, const std::string& text) {
+  return {{"gpt.vocab", vocab.to_string()},         {"gpt.block_size", std::to_string(o.block_size)},
+          {"gpt.n_layer", std::to_string(o.n_layer)}, {"gpt.n_head", std::to_string(o.n_head)},
+          {"gpt.n_embd", std::to_string(o.n_embd)},   {"gpt.bias", o.bias ? "1" : "0"},
+          {"gpt.text", text}};
+}
+
+int64_t meta_int(const io::Metadata& m, const std::string& key, const std::string& file) {
+  auto it = m.find(key);
+  std::optional<int64_t> v = it == m.end() ? std::nullopt : parse_int(it->second);
+  if (!v || *v < 1)
+    throw Error(file + " is not a checkpoint of `demi train --model gpt` (its metadata has no valid '" + key + "')");
+  return *v;
+}
+
+// Prints train and validation loss at each evaluation, and keeps the numbers for the summary.
+struct EvalPoint {
+  int64_t step;
+  double train_loss, valid_loss;
+};
+
+}  // namespace
+
+bool is_gpt_model(const std::string& m) { return m == "gpt" || m == "GPT"; }
+
+int run_train_gpt(const ParsedArgs& args) {
+  apply_thread_option(args);
+  const bool json = args.flag("json");
+  if (args.get_int("dim") % args.get_int("heads") != 0)
+    throw UsageError("--dim (" + args.get("dim") + ") must be a multiple of --heads (" + args.get("heads") + ")");
+  const std::string path = text_path(args.get("data"));
+  const uint64_t seed = static_cast<uint64_t>(args.get_int("seed"));
+  set_seed(seed);
+  data::TextVocab vocab = data::TextVocab::chars_of_file(path);
+  nn::GPTOptions o = gpt_options(args, vocab.size());
+  const int64_t batch = args.get_int("batch-size") > 0 ? args.get_int("batch-size") : 32;
+  const int64_t steps = args.get_int("steps") > 0 ? args.get_int("steps") : 2000;
+  const int64_t eval_every = std::min(args.get_int("eval-every"), steps);
+  const int64_t eval_windows = args.get_int("eval-windows");
+  auto net = std::make_shared<nn::GPT>(o);
+  // Each epoch is eval_every steps of fresh random windows; the validation windows are fixed by the seed.
+  auto train_text = std::make_shared<data::TextDataset>(
+      path, vocab,
+      data::TextDatasetOptions{.block_size = o.block_size, .split = "train", .windows = eval_every * batch, .seed = seed});
+  auto valid_text = std::make_shared<data::TextDataset>(
+      path, vocab,
+      data::TextDatasetOptions{.block_size = o.block_size, .split = "valid", .windows = eval_windows, .seed = seed + 1});
+  auto train_ds = train_text->batch(batch);
+  auto valid_ds = valid_text->batch(std::min(batch, eval_windows));
+  const double lr = args.has("lr") ? args.get_real("lr") : 1e-3;
+  const double wd = args.get_real("weight-decay");
+  const int64_t warmup = std::min(args.get_int("warmup"), steps);
+  // AdamW (0.9, 0.99) with decoupled decay on the weight matrices only (not biases, norms, embeddings),
+  // cosine decay to lr / 10 after a linear warm-up: nanoGPT's Shakespeare-char recipe.
+  auto groups = optim::weight_decay_groups(net->parameters_and_names(), wd, {"wte", "wpe"});
+  auto opt = std::make_shared<optim::AdamW>(groups, optim::cosine_lr(lr, steps, warmup, lr / 10),
+                                            optim::AdamOptions{.beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8});
+  train::ModelOptions mo;
+  mo.amp_level = amp::parse_level(args.get("amp"));
+  mo.low_dtype = parse_dtype(args.get("dtype"));
+  if (!is_low_precision(mo.low_dtype)) throw UsageError("--dtype must be fp16 or bf16, got '" + args.get("dtype") + "'");
+  if (args.get("loss-scale") == "dynamic") mo.loss_scale_manager = std::make_shared<amp::DynamicLossScaleManager>();
+  else if (args.get("loss-scale") == "none") mo.no_loss_scale = true;
+  else if (args.get("loss-scale") != "default")
+    throw UsageError("--model gpt takes --loss-scale default, none or dynamic, got '" + args.get("loss-scale") + "'");
+  mo.clip_grad_norm = args.has("clip-grad-norm") ? args.get_real("clip-grad-norm") : 1.0;
+  mo.max_steps = steps;
+  train::Model model(net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt,
+                     {{"Loss", std::make_shared<train::Loss>()}}, mo);
+  const std::string level = amp::level_name(mo.amp_level);
+  const std::string dtype = mo.amp_level == amp::Level::kO0 ? "float32" : std::string(dtype_name(mo.low_dtype));
+  std::vector<train::CallbackPtr> cbs;
+  const std::string ckpt_dir = args.get("ckpt-dir");
+  if (!ckpt_dir.empty()) {
+    train::CheckpointConfig cc;
+    cc.save_checkpoint_steps = args.get_int("ckpt-every");
+    cc.save_checkpoint_epochs = 1;  // at every evaluation
+    cc.keep_checkpoint_max = static_cast<int>(args.get_int("keep-ckpt"));
+    cc.extra = gpt_metadata(o, vocab, path);
+    cbs.push_back(std::make_shared<train::ModelCheckpoint>("gpt", ckpt_dir, cc));
+  }
+  if (!json)
+    std::printf("GPT %lld layers x %lld heads x %lld wide, context %lld, %.2fM parameters; %s of %s (%lld train, "
+                "%lld validation tokens); %s %s, batch %lld, %lld steps\n",
+                static_cast<long long>(o.n_layer), static_cast<long long>(o.n_head), static_cast<long long>(o.n_embd),
+                static_cast<long long>(o.block_size), static_cast<double>(net->num_parameters()) / 1e6,
+                vocab.describe().c_str(), path.c_str(), static_cast<long long>(train_text->num_tokens()),
+                static_cast<long long>(valid_text->num_tokens()), level.c_str(), dtype.c_str(),
+                static_cast<long long>(batch), static_cast<long long>(steps));
+  std::fflush(stdout);
+  if (args.flag("profile")) ops::set_profiling(true);
+  std::vector<EvalPoint> points;
+  double train_seconds = 0;
+  int64_t peak_train = 0, skipped = 0;
+  std::vector<double> chunk_tps;
+  while (model.steps_done() < steps) {
+    const auto t0 = std::chrono::steady_clock::now();
+    model.train(1, train_ds, cbs, true);
+    train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const train::TrainSummary& s = model.last_summary();
+    chunk_tps.push_back(s.samples_per_second * static_cast<double>(o.block_size));
+    peak_train = std::max(peak_train, s.peak.train_peak);
+    skipped += s.skipped_steps;
+    const double valid = model.eval(valid_ds)["Loss"];
+    points.push_back({model.steps_done(), s.mean_last_epoch_loss, valid});
+    if (json)
+      std::printf("{\"kind\":\"eval\",\"step\":%lld,\"train_loss\":%.6f,\"valid_loss\":%.6f,\"tokens_per_second\":%.1f,"
+                  "\"loss_scale\":%g}\n",
+                  static_cast<long long>(model.steps_done()), s.mean_last_epoch_loss, valid, chunk_tps.back(),
+                  s.final_loss_scale);
+    else
+      std::printf("step %5lld  train loss %.4f  valid loss %.4f  (nats per character)  %.0f tokens/s%s\n",
+                  static_cast<long long>(model.steps_done()), s.mean_last_epoch_loss, valid, chunk_tps.back(),
+                  s.skipped_steps > 0 ? str_cat("  ", s.skipped_steps, " step(s) skipped").c_str() : "");
+    std::fflush(stdout);
+  }
+  std::sort(chunk_tps.begin(), chunk_tps.end());
+  const double median_tps = chunk_tps[chunk_tps.size() / 2];
+  const EvalPoint& last = points.back();
+  if (json) {
+    std::printf("{\"kind\":\"summary\",\"model\":\"gpt\",\"amp\":\"%s\",\"dtype\":\"%s\",\"steps\":%lld,"
+                "\"train_loss\":%.6f,\"valid_loss\":%.6f,\"tokens_per_second\":%.1f,\"peak_train\":%lld,"
+                "\"skipped_steps\":%lld,\"seconds\":%.2f}\n",
+                level.c_str(), dtype.c_str(), static_cast<long long>(last.step), last.train_loss, last.valid_loss,
+                median_tps, static_cast<long long>(peak_train), static_cast<long long>(skipped), train_seconds);
+  } else {
+    std::printf("GPT %s %s: %lld steps, valid loss %.4f, %.0f tokens/s (median over evaluations), training peak "
+                "%.2f MiB, %lld step(s) skipped, %.1f s training\n",
+                level.c_str(), dtype.c_str(), static_cast<long long>(last.step), last.valid_loss, median_tps,
+                static_cast<double>(peak_train) / (1 << 20), static_cast<long long>(skipped), train_seconds);
+    if (!ckpt_dir.empty())
+      std::printf("checkpoint: %s (demi generate --checkpoint %s/gpt-latest)\n", ckpt_dir.c_str(), ckpt_dir.c_str());
+  }
+  if (args.flag("profile")) std::printf("\n%s", ops::profile_report().c_str());
+  return 0;
+}
+
+int run_generate(const ParsedArgs& args) {
+  apply_thread_option(args);
+  if (!args.has("checkpoint")) throw UsageError("generate needs --checkpoint FILE (from demi train --model gpt)");
+  std::string file = args.get("checkpoint");
+  // "DIR/gpt-latest" names the newest checkpoint in a one-line text file (train::ModelCheckpoint).
+  if (file.ends_with("-latest")) {
+    FILE* f = std::fopen(file.c_str(), "r");
+    if (f == nullptr) throw Error("cannot open " + file);
+    char line[4096] = {};
+    const bool ok = std::fgets(line, sizeof line, f) != nullptr;
+    std::fclose(f);
+    std::string name = ok ? std::string(line) : std::string();
+    while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+    if (name.empty()) throw Error(file + " names no checkpoint");
+    file = (fs::path(file).parent_path() / fs::path(name).filename()).string();
+  }
+  io::TrainingState state = train::load_checkpoint(file);
+  const io::Metadata& m = state.meta.extra;
+  auto vit = m.find("gpt.vocab");
+  if (vit == m.end())
+    throw Error(file + " is not a checkpoint of `demi train --model gpt` (its metadata has no vocabulary)");
+  data::TextVocab vocab = data::TextVocab::parse(vit->second);
+  nn::GPTOptions o;
+  o.vocab_size = vocab.size();
+  o.block_size = meta_int(m, "gpt.block_size", file);
+  o.n_layer = meta_int(m, "gpt.n_layer", file);
+  o.n_head = meta_int(m, "gpt.n_head", file);
+  o.n_embd = meta_int(m, "gpt.n_embd", file);
+  o.bias = m.count("gpt.bias") == 0 || m.at("gpt.bias") == "1";
+  nn::GPT net(o);
+  train::load_param_into_net(net, state.tensors, /*strict=*/true);
+  const std::string prompt = args.get("prompt");
+  if (prompt.empty()) throw UsageError("--prompt must not be empty");
+  std::vector<int32_t> ids = vocab.encode(prompt);
+  nn::SampleOptions so;
+  so.max_new_tokens = args.get_int("tokens");
+  so.temperature = args.get_real("temperature");
+  so.top_k = args.get_int("top-k");
+  Generator gen(static_cast<uint64_t>(args.get_int("seed")));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int32_t> out = net.generate(ids, so, gen);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%s%s\n", prompt.c_str(), vocab.decode(out).c_str());
+  std::fprintf(stderr, "demi: %zu tokens in %.2f s (%.0f tokens/s, KV-cached), step %lld of %s\n", out.size(), seconds,
+               seconds > 0 ? static_cast<double>(out.size()) / seconds : 0.0,
+               static_cast<long long>(state.meta.global_step), file.c_str());
+  return 0;
+}
+
+int run_data(const ParsedArgs& args) {
+  const std::vector<std::string>& pos = args.positional();
+  if (pos.empty() || pos[0] != "kjv")
+    throw UsageError("demi data: expected the name of a data set to prepare: kjv (the King James Bible)");
+  const fs::path p = ensure_kjv(false);
+  std::printf("%s\n", p.c_str());
+  return 0;
+}
+
+std::vector<Option> gpt_train_options() {
+  return {
+      int_option("block-size", "N", "--model gpt: context length in characters", "128", 1, 1 << 16),
+      int_option("layers", "N", "--model gpt: Transformer blocks", "4", 1, 1024),
+      int_option("heads", "N", "--model gpt: attention heads", "4", 1, 1024),
+      int_option("dim", "N", "--model gpt: embedding width", "256", 1, 1 << 16),
+      real_option("dropout", "P", "--model gpt: dropout on the embeddings and residual branches", "0", 0, 0.99),
+      int_option("eval-every", "N", "--model gpt: evaluate (and checkpoint) every N steps", "250", 1, 1e12),
+      int_option("eval-windows", "N", "--model gpt: validation windows per evaluation", "256", 1, 1e9),
+      real_option("weight-decay", "W", "--model gpt: AdamW decoupled decay on the weight matrices", "0.1", 0, 10),
+      int_option("warmup", "N", "--model gpt: linear learning-rate warm-up steps before the cosine decay", "100", 0,
+                 1e12),
+  };
+}
+
+void add_gpt_commands(std::vector<Command>& cmds) {
+  std::vector<Option> gen = {
+      {"checkpoint", "FILE", "a checkpoint of demi train --model gpt (or DIR/gpt-latest)", ""},
+      {"prompt", "TEXT", "the text to continue", "In the beginning"},
+      int_option("tokens", "N", "characters to generate", "300", 0, 1e9),
+      real_option("temperature", "T", "sampling temperature (lower: more conservative)", "0.8", 1e-6, 100),
+      int_option("top-k", "K", "sample among the K most likely characters (0: all)", "40", 0, 1e9),
+      int_option("seed", "S", "random seed of the sampling", "1", 0, 1e18),
+      int_option("threads", "N", "threads (0: every core)", "0", 0, 4096),
+  };
+  cmds.push_back({.name = "generate",
+                  .summary = "Sample text from a GPT checkpoint (KV-cached, deterministic per seed).",
+                  .options = std::move(gen),
+                  .run = run_generate});
+  cmds.push_back({.name = "data",
+                  .summary = "Prepare a data set once in the cache folder: kjv (the King James Bible, from bible-kjv).",
+                  .options = {},
+                  .run = run_data,
+                  .max_positional = 1,
+                  .positional_usage = "kjv"});
+}
+
+}  // namespace demi::cli

@@ -1,0 +1,19 @@
+// The language-model commands of the demi tool: train --model gpt (on a text file; the King James Bible by
+// default), generate (sample from a GPT checkpoint) and data (prepare a data set in the cache folder).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tools/demi/args.h"
+
+namespace demi::cli {
+
+bool is_gpt_model(const std::string& model);
+// demi train --model gpt: the options of train plus gpt_train_options().
+int run_train_gpt(const ParsedArgs& args);
+std::vector<Option> gpt_train_options();
+// Appends generate and data to the command list.
+void add_gpt_commands(std::vector<Command>& cmds);
+
+}  // namespace demi::cli
