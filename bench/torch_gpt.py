@@ -35,7 +35,12 @@ class Block(nn.Module):
         b, t, d = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=2)
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if hasattr(F, "scaled_dot_product_attention"):  # PyTorch >= 2.0: the fused kernel
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # 1.13: nanoGPT's slow path
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.shape[-1]))
+            att = att.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+            y = F.softmax(att.float(), dim=-1).to(v.dtype) @ v
         x = x + F.dropout(self.c_proj(y.transpose(1, 2).reshape(b, t, d)), self.dropout, self.training)
         return x + F.dropout(self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)))), self.dropout, self.training)
 

@@ -257,8 +257,57 @@ def encoder_layer():
     write("encoder_layer", d)
 
 
+def gpt():
+    """demi's nn::GPT (nanoGPT's architecture) in f64 under demi's parameter names: vocab 11, context 8, 2
+    layers x 2 heads x 8 wide, the output projection tied to wte; logits of ids (2, 6), the mean cross
+    entropy against targets, and the gradient of every parameter."""
+    torch.manual_seed(1717)
+    vocab, block, layers, heads, d = 11, 8, 2, 2, 8
+    p = {"wte.embedding_table": rand(vocab, d) * 0.3, "wpe": rand(block, d) * 0.3}
+    for i in range(layers):
+        h = f"h.{i}."
+        p[h + "ln_1.gamma"], p[h + "ln_1.beta"] = 1 + 0.2 * rand(d), 0.2 * rand(d)
+        p[h + "attn.c_attn.weight"], p[h + "attn.c_attn.bias"] = 0.3 * rand(3 * d, d), 0.1 * rand(3 * d)
+        p[h + "attn.c_proj.weight"], p[h + "attn.c_proj.bias"] = 0.3 * rand(d, d), 0.1 * rand(d)
+        p[h + "ln_2.gamma"], p[h + "ln_2.beta"] = 1 + 0.2 * rand(d), 0.2 * rand(d)
+        p[h + "mlp.c_fc.weight"], p[h + "mlp.c_fc.bias"] = 0.3 * rand(4 * d, d), 0.1 * rand(4 * d)
+        p[h + "mlp.c_proj.weight"], p[h + "mlp.c_proj.bias"] = 0.3 * rand(d, 4 * d), 0.1 * rand(d)
+    p["ln_f.gamma"], p["ln_f.beta"] = 1 + 0.2 * rand(d), 0.2 * rand(d)
+    for t in p.values():
+        t.requires_grad_()
+    idx = torch.randint(0, vocab, (2, 6))
+    targets = torch.randint(0, vocab, (2, 6))
+    b, t = idx.shape
+    x = p["wte.embedding_table"][idx] + p["wpe"][:t]
+    causal = torch.ones(t, t, dtype=torch.bool).triu(1)
+    for i in range(layers):
+        h = f"h.{i}."
+        a = F.layer_norm(x, (d,), p[h + "ln_1.gamma"], p[h + "ln_1.beta"], 1e-5)
+        q, k, v = F.linear(a, p[h + "attn.c_attn.weight"], p[h + "attn.c_attn.bias"]).split(d, dim=2)
+        q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / (d // heads) ** 0.5
+        y = F.softmax(att.masked_fill(causal, float("-inf")), dim=-1) @ v
+        x = x + F.linear(y.transpose(1, 2).reshape(b, t, d), p[h + "attn.c_proj.weight"], p[h + "attn.c_proj.bias"])
+        m = F.layer_norm(x, (d,), p[h + "ln_2.gamma"], p[h + "ln_2.beta"], 1e-5)
+        m = F.gelu(F.linear(m, p[h + "mlp.c_fc.weight"], p[h + "mlp.c_fc.bias"]))
+        x = x + F.linear(m, p[h + "mlp.c_proj.weight"], p[h + "mlp.c_proj.bias"])
+    x = F.layer_norm(x, (d,), p["ln_f.gamma"], p["ln_f.beta"], 1e-5)
+    logits = x @ p["wte.embedding_table"].t()
+    loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+    gs = torch.autograd.grad(loss, list(p.values()))
+    out = {"idx": idx, "targets": targets, "logits": logits, "loss": loss.reshape(1)}
+    for (name, t_), g in zip(p.items(), gs):
+        out[name] = t_
+        out["d." + name] = g
+    write("gpt", out)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
+    if sys.argv[1:]:  # only the named fixtures (each that needs it seeds itself), e.g. make_golden.py gpt
+        for name in sys.argv[1:]:
+            globals()[name]()
+        sys.exit(0)
     dense()
     conv("conv_pad1", 2, 3, 7, 7, 4, 3, 1, 1, 1, 1)
     conv("conv_stride2", 2, 3, 9, 8, 4, 3, 2, 0, 1, 1)
@@ -272,3 +321,4 @@ if __name__ == "__main__":
     layernorm()
     mha()
     encoder_layer()
+    gpt()

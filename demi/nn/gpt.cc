@@ -87,7 +87,7 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, KVCache::Layer& laye
 // ---- GPTMLP ----
 GPTMLP::GPTMLP(const GPTOptions& o) : Cell("GPTMLP") {
   c_fc = register_cell("c_fc", std::make_shared<Dense>(o.n_embd, 4 * o.n_embd, dense_options(o, 0.02)));
-  gelu = register_cell("gelu", std::make_shared<GELU>());
+  gelu = register_cell("gelu", std::make_shared<GELU>(/*approximate=*/false));  // exact, as nanoGPT
   c_proj = register_cell("c_proj", std::make_shared<Dense>(4 * o.n_embd, o.n_embd, dense_options(o, residual_sigma(o))));
   if (auto d = maybe_dropout(o.dropout)) dropout = register_cell("dropout", d);
 }

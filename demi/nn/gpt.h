@@ -10,7 +10,8 @@
 // attn: c_attn Dense(E -> 3E) packs q, k, v; causal multi-head attention through the fused
 // ops::scaled_dot_product_attention(causal = true) — the causal mask is applied inside the softmax kernel,
 // no (T, T) mask tensor exists, scores and softmax are FP32 at every AMP level; c_proj Dense(E -> E), then
-// dropout. mlp: c_fc Dense(E -> 4E), exact GELU, c_proj Dense(4E -> E), dropout. LayerNorms eps 1e-5.
+// dropout. mlp: c_fc Dense(E -> 4E), exact (erf) GELU as nanoGPT's (MindSpore's nn.GELU defaults to the
+// tanh form), c_proj Dense(4E -> E), dropout. LayerNorms eps 1e-5.
 // Initialisation as nanoGPT: every Dense weight and both embeddings Normal(0, 0.02), the residual
 // projections (attn.c_proj, mlp.c_proj) Normal(0, 0.02 / sqrt(2 n_layer)), biases zero. Dropout acts on the
 // embeddings and the two residual branches (attention probabilities are not dropped: the fused core keeps

@@ -16,6 +16,7 @@
 #include "demi/amp/policy.h"
 #include "demi/core/rng.h"
 #include "demi/data/text.h"
+#include "demi/dist/dist.h"
 #include "demi/io/atomic_file.h"
 #include "demi/nn/gpt.h"
 #include "demi/ops/ops.h"
@@ -110,6 +111,28 @@ struct EvalPoint {
   double train_loss, valid_loss;
 };
 
+// Options of `demi train` that mean nothing for the GPT (the reference models' data and reports): refused,
+// never silently ignored.
+void refuse_unsupported(const ParsedArgs& args) {
+  for (const char* o : {"epochs", "train-samples", "batch-norm", "report", "report-data", "numerics", "trace-dtypes"})
+    if (args.has(o))
+      throw UsageError(std::string("--") + o + " is not supported with --model gpt (use --steps and --eval-every)");
+}
+
+// The metadata keys that fix the network's shape: a resumed run must have the same.
+void check_resume_shape(const io::Metadata& saved, const io::Metadata& now, const std::string& file) {
+  for (const char* key : {"gpt.vocab", "gpt.block_size", "gpt.n_layer", "gpt.n_head", "gpt.n_embd", "gpt.bias"}) {
+    auto it = saved.find(key);
+    if (it == saved.end())
+      throw Error("--resume: " + file + " is not a checkpoint of `demi train --model gpt` (no '" + key + "')");
+    if (it->second != now.at(key))
+      throw UsageError("--resume: " + file + " was trained with another " + std::string(key).substr(4) +
+                       (std::string(key) == "gpt.vocab" ? " (another text)" : " (" + it->second + ", now " +
+                                                                                   now.at(key) + ")") +
+                       "; resume with the same model options and text, or start a new --ckpt-dir");
+  }
+}
+
 }  // namespace
 
 bool is_gpt_model(const std::string& m) { return m == "gpt" || m == "GPT"; }
@@ -117,6 +140,7 @@ bool is_gpt_model(const std::string& m) { return m == "gpt" || m == "GPT"; }
 int run_train_gpt(const ParsedArgs& args) {
   apply_thread_option(args);
   const bool json = args.flag("json");
+  refuse_unsupported(args);
   if (args.get_int("dim") % args.get_int("heads") != 0)
     throw UsageError("--dim (" + args.get("dim") + ") must be a multiple of --heads (" + args.get("heads") + ")");
   const std::string path = text_path(args.get("data"));
@@ -129,10 +153,13 @@ int run_train_gpt(const ParsedArgs& args) {
   const int64_t eval_every = std::min(args.get_int("eval-every"), steps);
   const int64_t eval_windows = args.get_int("eval-windows");
   auto net = std::make_shared<nn::GPT>(o);
-  // Each epoch is eval_every steps of fresh random windows; the validation windows are fixed by the seed.
+  // Each epoch is eval_every updates of fresh random windows (each update takes --accumulate batches per
+  // process); the validation windows are fixed by the seed.
+  const int64_t batches_per_update = args.get_int("accumulate") * dist::get_group_size();
   auto train_text = std::make_shared<data::TextDataset>(
       path, vocab,
-      data::TextDatasetOptions{.block_size = o.block_size, .split = "train", .windows = eval_every * batch, .seed = seed});
+      data::TextDatasetOptions{
+          .block_size = o.block_size, .split = "train", .windows = eval_every * batch * batches_per_update, .seed = seed});
   auto valid_text = std::make_shared<data::TextDataset>(
       path, vocab,
       data::TextDatasetOptions{.block_size = o.block_size, .split = "valid", .windows = eval_windows, .seed = seed + 1});
@@ -150,10 +177,20 @@ int run_train_gpt(const ParsedArgs& args) {
   mo.amp_level = amp::parse_level(args.get("amp"));
   mo.low_dtype = parse_dtype(args.get("dtype"));
   if (!is_low_precision(mo.low_dtype)) throw UsageError("--dtype must be fp16 or bf16, got '" + args.get("dtype") + "'");
-  if (args.get("loss-scale") == "dynamic") mo.loss_scale_manager = std::make_shared<amp::DynamicLossScaleManager>();
-  else if (args.get("loss-scale") == "none") mo.no_loss_scale = true;
-  else if (args.get("loss-scale") != "default")
-    throw UsageError("--model gpt takes --loss-scale default, none or dynamic, got '" + args.get("loss-scale") + "'");
+  const std::string ls = args.get("loss-scale");
+  if (ls == "dynamic") {
+    mo.loss_scale_manager = std::make_shared<amp::DynamicLossScaleManager>();
+  } else if (ls.rfind("fixed:", 0) == 0) {
+    std::optional<double> v = parse_real(std::string_view(ls).substr(6));
+    if (!v || !(*v > 0)) throw UsageError("--loss-scale fixed:N needs a number N > 0, got '" + ls + "'");
+    mo.loss_scale_manager = std::make_shared<amp::FixedLossScaleManager>(*v, true);
+  } else if (ls == "none") {
+    mo.no_loss_scale = true;
+  } else if (ls != "default") {
+    throw UsageError("unknown --loss-scale '" + ls + "'; expected default, none, fixed:N or dynamic");
+  }
+  mo.accumulate = static_cast<int>(args.get_int("accumulate"));
+  mo.amp_adapt = args.flag("amp-adapt");
   mo.clip_grad_norm = args.has("clip-grad-norm") ? args.get_real("clip-grad-norm") : 1.0;
   mo.max_steps = steps;
   train::Model model(net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt,
@@ -162,12 +199,33 @@ int run_train_gpt(const ParsedArgs& args) {
   const std::string dtype = mo.amp_level == amp::Level::kO0 ? "float32" : std::string(dtype_name(mo.low_dtype));
   std::vector<train::CallbackPtr> cbs;
   const std::string ckpt_dir = args.get("ckpt-dir");
+  const io::Metadata meta = gpt_metadata(o, vocab, path);
+  if (args.flag("resume")) {
+    if (ckpt_dir.empty()) throw UsageError("--resume needs --ckpt-dir DIR (where the run's checkpoints are)");
+    std::vector<train::SkippedCheckpoint> skipped;
+    auto last = train::latest_loadable_checkpoint(ckpt_dir, "gpt", &skipped, /*set_aside=*/true);
+    for (const train::SkippedCheckpoint& sk : skipped)
+      std::fprintf(stderr, "demi: warning: --resume skips a checkpoint that does not load, kept as %s: %s\n",
+                   sk.path.string().c_str(), sk.error.c_str());
+    if (!last && !skipped.empty())
+      throw Error("--resume: no checkpoint in " + ckpt_dir + " loads (" + std::to_string(skipped.size()) +
+                  " damaged); move them away to start from the beginning");
+    if (last) {
+      check_resume_shape(last->state.meta.extra, meta, last->path.string());
+      train::restore_checkpoint(last->state, model);
+      if (!json)
+        std::printf("resumed from %s: step %lld\n", last->path.string().c_str(),
+                    static_cast<long long>(model.steps_done()));
+    } else if (!json) {
+      std::printf("no checkpoint in %s yet: starting from the beginning\n", ckpt_dir.c_str());
+    }
+  }
   if (!ckpt_dir.empty()) {
     train::CheckpointConfig cc;
     cc.save_checkpoint_steps = args.get_int("ckpt-every");
     cc.save_checkpoint_epochs = 1;  // at every evaluation
     cc.keep_checkpoint_max = static_cast<int>(args.get_int("keep-ckpt"));
-    cc.extra = gpt_metadata(o, vocab, path);
+    cc.extra = meta;
     cbs.push_back(std::make_shared<train::ModelCheckpoint>("gpt", ckpt_dir, cc));
   }
   if (!json)
@@ -204,6 +262,12 @@ int run_train_gpt(const ParsedArgs& args) {
                   static_cast<long long>(model.steps_done()), s.mean_last_epoch_loss, valid, chunk_tps.back(),
                   s.skipped_steps > 0 ? str_cat("  ", s.skipped_steps, " step(s) skipped").c_str() : "");
     std::fflush(stdout);
+  }
+  if (points.empty()) {
+    if (!json)
+      std::printf("the checkpoint already has the %lld step(s) of --steps: nothing left to train\n",
+                  static_cast<long long>(steps));
+    return 0;
   }
   std::sort(chunk_tps.begin(), chunk_tps.end());
   const double median_tps = chunk_tps[chunk_tps.size() / 2];

@@ -833,7 +833,8 @@ void add_training_commands(std::vector<Command>& cmds) {
   train_opts.push_back(real_option("clip-grad-norm", "X", "clip the gradients to global L2 norm X after unscaling "
                                                           "(0: off)", "0", 0, 1e12));
   train_opts.push_back(int_option("accumulate", "N", "batches per update (gradient accumulation)", "1", 1, 1 << 20));
-  train_opts.push_back(int_option("steps", "N", "stop after N updates in all (0: --epochs decides)", "0", 0, 1e15));
+  train_opts.push_back(int_option("steps", "N", "stop after N updates in all (0: --epochs decides; --model gpt: the run's "
+                                               "length, which the learning-rate schedule spans, default 2000)", "0", 0, 1e15));
   train_opts.push_back({"comm-dtype", "T", "under mpirun: gradients travel as fp32 or bf16 (summed in FP32, "
                                             "rounded once)", "fp32"});
   train_opts.push_back(real_option("bucket-mb", "MB", "under mpirun: gradient bucket size in MiB (0: a quarter of "
