@@ -13,49 +13,13 @@
 
 #include "demi/core/error.h"
 #include "demi/core/memory.h"
+#include "demi/core/utf8.h"
 #include "demi/data/internal/util.h"
 
 namespace demi::data {
 namespace {
 
 inline constexpr uint64_t kSaltText = 0x54455854ull;  // "TEXT"
-
-// The code point at text[pos] and its length in bytes; 0 bytes: invalid (truncated, overlong, a
-// surrogate, beyond U+10FFFF, a stray continuation byte).
-std::pair<char32_t, int> next_utf8(std::string_view s, size_t pos) {
-  const auto b = [&](size_t i) { return static_cast<uint8_t>(s[i]); };
-  const uint8_t c = b(pos);
-  if (c < 0x80) return {c, 1};
-  int len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
-  if (len == 0 || c > 0xF4 || pos + static_cast<size_t>(len) > s.size()) return {0, 0};
-  char32_t cp = c & (0x7F >> len);
-  for (int i = 1; i < len; ++i) {
-    const uint8_t cc = b(pos + static_cast<size_t>(i));
-    if ((cc & 0xC0) != 0x80) return {0, 0};
-    cp = (cp << 6) | (cc & 0x3F);
-  }
-  static constexpr char32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return {0, 0};
-  return {cp, len};
-}
-
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 // "'a'", "U+000A", "byte 0xff"
 std::string char_name(char32_t cp) {
@@ -68,7 +32,7 @@ std::string char_name(char32_t cp) {
 template <typename F>
 void for_each_char(std::string_view s, const std::string& what, F&& f) {
   for (size_t pos = 0; pos < s.size();) {
-    auto [cp, len] = next_utf8(s, pos);
+    auto [cp, len] = decode_utf8(s, pos);
     if (len == 0) {
       char b[8];
       std::snprintf(b, sizeof b, "0x%02x", static_cast<unsigned>(static_cast<uint8_t>(s[pos])));

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "demi/core/error.h"
+#include "demi/core/utf8.h"
 
 namespace demi::io::internal {
 namespace {
@@ -157,55 +158,17 @@ class Parser {
     return cp;
   }
 
-  static void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   // Copies one UTF-8 sequence starting at pos_, refusing overlong forms, surrogates and code points
   // above U+10FFFF (RFC 3629).
   void copy_utf8(std::string& out) {
-    auto b = [&](size_t i) { return static_cast<unsigned char>(s_[pos_ + i]); };
-    unsigned char c = b(0);
-    size_t len;
-    uint32_t cp;
-    if (c < 0x80) {
-      len = 1;
-      cp = c;
-    } else if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1Fu;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0Fu;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07u;
-    } else {
-      fail("invalid UTF-8 in a string");
+    const auto [cp, len] = decode_utf8(s_, pos_);
+    if (len == 0) {
+      const unsigned char c = static_cast<unsigned char>(s_[pos_]);
+      const size_t want = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+      fail(want != 0 && s_.size() - pos_ < want ? "truncated UTF-8 sequence in a string" : "invalid UTF-8 in a string");
     }
-    if (s_.size() - pos_ < len) fail("truncated UTF-8 sequence in a string");
-    for (size_t i = 1; i < len; ++i) {
-      if ((b(i) & 0xC0) != 0x80) fail("invalid UTF-8 in a string");
-      cp = (cp << 6) | (b(i) & 0x3Fu);
-    }
-    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) fail("invalid UTF-8 in a string");
-    out.append(s_.substr(pos_, len));
-    pos_ += len;
+    out.append(s_.substr(pos_, static_cast<size_t>(len)));
+    pos_ += static_cast<size_t>(len);
   }
 
   std::string parse_string() {
@@ -247,7 +210,7 @@ class Parser {
             if (lo < 0xDC00 || lo > 0xDFFF) fail("a high surrogate must be followed by a low one");
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
           }
-          append_utf8(out, cp);
+          append_utf8(out, static_cast<char32_t>(cp));
           break;
         }
         default:
