@@ -73,12 +73,14 @@ def main():
     base = "demi O0"
     print(f"GPT ({args.config}) on the King James Bible, {args.steps} steps, median of {args.reps} interleaved "
           "repetition(s)")
-    print(f"  {'setting':22s} {'tokens/s':>9s} {'x demi O0':>9s} {'valid loss':>10s} {'peak MiB':>9s}")
+    print(f"  {'setting':24s} {'tokens/s':>9s} {'x demi O0':>9s} {'valid loss':>10s} {'train peak':>10s} "
+          f"{'RSS MiB':>8s}")
     for name in results:
         peak = med(name, "peak_train") if "peak_train" in results[name][0] else float("nan")
-        print(f"  {name:22s} {med(name, 'tokens_per_second'):9.0f} "
+        print(f"  {name:24s} {med(name, 'tokens_per_second'):9.0f} "
               f"{med(name, 'tokens_per_second') / med(base, 'tokens_per_second'):9.2f} "
-              f"{med(name, 'valid_loss'):10.4f} {peak / (1 << 20):9.2f}")
+              f"{med(name, 'valid_loss'):10.4f} {peak / (1 << 20):10.2f} {med(name, 'peak_rss') / (1 << 20):8.1f}")
+    print("  (train peak: demi's tracked training peak; RSS: the process's peak resident set)")
 
 
 def run_json_text(cmd):

@@ -302,6 +302,34 @@ def gpt():
     write("gpt", out)
 
 
+def basic_block():
+    """demi's nn::BasicBlock (ResNet, torchvision's names) in f64, training mode: 4 -> 8 channels, stride 2,
+    so the shortcut is the 1x1 convolution + BatchNorm; input (2, 4, 6, 6); output, the input gradient and
+    every parameter's gradient for a random output gradient; and AdaptiveAvgPool2d(1) of the output."""
+    torch.manual_seed(1818)
+    p = {"conv1.weight": rand(8, 4, 3, 3) * 0.3, "bn1.gamma": 1 + 0.2 * rand(8), "bn1.beta": 0.2 * rand(8),
+         "conv2.weight": rand(8, 8, 3, 3) * 0.2, "bn2.gamma": 1 + 0.2 * rand(8), "bn2.beta": 0.2 * rand(8),
+         "downsample.0.weight": rand(8, 4, 1, 1) * 0.5, "downsample.1.gamma": 1 + 0.2 * rand(8),
+         "downsample.1.beta": 0.2 * rand(8)}
+    for t in p.values():
+        t.requires_grad_()
+    x = rand(2, 4, 6, 6).requires_grad_()
+
+    def bn(z, name):
+        return F.batch_norm(z, torch.zeros(8, dtype=torch.float64), torch.ones(8, dtype=torch.float64),
+                            p[name + ".gamma"], p[name + ".beta"], training=True, momentum=0.1, eps=1e-5)
+
+    y = F.relu(bn(F.conv2d(x, p["conv1.weight"], stride=2, padding=1), "bn1"))
+    y = bn(F.conv2d(y, p["conv2.weight"], padding=1), "bn2")
+    y = F.relu(y + bn(F.conv2d(x, p["downsample.0.weight"], stride=2), "downsample.1"))
+    r, gs = grads_of(y, [x] + list(p.values()))
+    out = {"x": x, "y": y, "dy": r, "dx": gs[0], "pooled": F.adaptive_avg_pool2d(y, 1)}
+    for (name, t), g in zip(p.items(), gs[1:]):
+        out[name] = t
+        out["d." + name] = g
+    write("basic_block", out)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     if sys.argv[1:]:  # only the named fixtures (each that needs it seeds itself), e.g. make_golden.py gpt
@@ -322,3 +350,4 @@ if __name__ == "__main__":
     mha()
     encoder_layer()
     gpt()
+    basic_block()

@@ -133,6 +133,24 @@ Tensor AvgPool2d::construct(const Tensor& x) {
   return ops::avg_pool2d(x, options);
 }
 
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(std::array<int64_t, 2> size) : Cell("AdaptiveAvgPool2d"), output_size(size) {
+  DEMI_CHECK(size[0] >= 1 && size[1] >= 1, "AdaptiveAvgPool2d: output_size must be >= 1, got (", size[0], ", ",
+             size[1], ")");
+}
+
+Tensor AdaptiveAvgPool2d::construct(const Tensor& x) {
+  DEMI_CHECK(x.rank() == 4, "expected a 4-D input (N, C, H, W), got ", x.describe());
+  const int64_t h = x.dim(2), w = x.dim(3), oh = output_size[0], ow = output_size[1];
+  DEMI_CHECK(h % oh == 0 && w % ow == 0, "input ", x.describe(), ": H and W (", h, ", ", w,
+             ") must be multiples of the output size (", oh, ", ", ow,
+             ") (overlapping adaptive windows are not supported)");
+  if (oh == 1 && ow == 1) return ops::mean(x, {2, 3}, /*keepdim=*/true);
+  ops::Pool2dOptions o;
+  o.kernel = {h / oh, w / ow};
+  o.stride = o.kernel;
+  return ops::avg_pool2d(x, o);
+}
+
 // ---- BatchNorm ----
 BatchNorm::BatchNorm(const char* type_name, int rank, int64_t features, const BatchNormOptions& options)
     : Cell(type_name), num_features(features), rank_(rank), options_(options) {

@@ -86,6 +86,25 @@ class AvgPool2d : public Cell {
   ops::Pool2dOptions options;
 };
 
+// PyTorch: AdaptiveAvgPool2d(output_size) (MindSpore: nn.AdaptiveAvgPool2d). x (N, C, H, W) -> (N, C, oh, ow),
+// each output the mean of its window. H and W must be multiples of the output size (the windows then
+// tile the input: an AvgPool2d with kernel = stride = H / oh); other sizes, whose PyTorch windows overlap,
+// are refused. Output (1, 1) is global average pooling, one reduction.
+class AdaptiveAvgPool2d : public Cell {
+ public:
+  explicit AdaptiveAvgPool2d(std::array<int64_t, 2> size);
+  explicit AdaptiveAvgPool2d(int64_t size) : AdaptiveAvgPool2d(std::array<int64_t, 2>{size, size}) {}
+  Tensor construct(const Tensor& x) override;
+  std::array<int64_t, 2> output_size;
+};
+
+// The input, unchanged (a placeholder in a SequentialCell, a residual block's shortcut).
+class Identity : public Cell {
+ public:
+  Identity() : Cell("Identity") {}
+  Tensor construct(const Tensor& x) override { return x; }
+};
+
 class ReLU : public Cell {
  public:
   ReLU() : Cell("ReLU") {}

@@ -1,6 +1,6 @@
 // The reference models of BENCHMARKS.md (A: the seed's SimpleCNN, B: LeNet-style, C: MLP, D: Transformer
-// encoder classifier), built from demi's layers, shared by the command-line tool, the examples, the tests
-// and the benchmarks.
+// encoder classifier; and R, ResNet-18 for 3x32x32), built from demi's layers, shared by the command-line
+// tool, the examples, the tests and the benchmarks.
 #pragma once
 
 #include <memory>
@@ -119,6 +119,65 @@ class TransformerClassifier : public Cell {
   Tensor pos_embedding;
   std::shared_ptr<TransformerEncoder> encoder;
   std::shared_ptr<Dense> classifier;
+};
+
+// ResNet's BasicBlock (He et al. 2016; torchvision's names): conv1 3x3 (stride) -> bn1 -> ReLU -> conv2 3x3 ->
+// bn2, plus the shortcut — the input itself, or a 1x1 convolution (stride) and a BatchNorm when the shape
+// changes ("downsample.0", "downsample.1") — then ReLU. Convolutions without bias, BatchNorm after each.
+class BasicBlock : public Cell {
+ public:
+  BasicBlock(int64_t in_channels, int64_t channels, int64_t stride) : Cell("BasicBlock") {
+    conv1 = register_cell("conv1",
+                          std::make_shared<Conv2d>(in_channels, channels, 3, Conv2dOptions::Make(stride, "pad", 1)));
+    bn1 = register_cell("bn1", std::make_shared<BatchNorm2d>(channels));
+    conv2 = register_cell("conv2", std::make_shared<Conv2d>(channels, channels, 3, Conv2dOptions::Make(1, "pad", 1)));
+    bn2 = register_cell("bn2", std::make_shared<BatchNorm2d>(channels));
+    if (stride != 1 || in_channels != channels) {
+      downsample = register_cell("downsample", std::make_shared<SequentialCell>());
+      downsample->append(std::make_shared<Conv2d>(in_channels, channels, 1, Conv2dOptions::Make(stride, "valid")));
+      downsample->append(std::make_shared<BatchNorm2d>(channels));
+    }
+  }
+  Tensor construct(const Tensor& x) override {
+    Tensor y = bn2->call(conv2->call(ops::relu(bn1->call(conv1->call(x)))));
+    return ops::relu(ops::add(y, downsample ? downsample->call(x) : x));
+  }
+  std::shared_ptr<Conv2d> conv1, conv2;
+  std::shared_ptr<BatchNorm2d> bn1, bn2;
+  std::shared_ptr<SequentialCell> downsample;  // null: the identity shortcut
+};
+
+// Model R, ResNet-18 for 3x32x32 images (the CIFAR form: a 3x3 stem of 64 channels, no max-pool): conv1 ->
+// bn1 -> ReLU -> layer1..layer4 (two BasicBlocks each; 64, 128, 256, 512 channels; strides 1, 2, 2, 2) ->
+// global average pool -> fc (512 -> num_classes). 11.2M parameters; BatchNorm (FP32 at O2: the black list)
+// after every convolution.
+class ResNet18 : public Cell {
+ public:
+  explicit ResNet18(int64_t num_classes = 10) : Cell("ResNet18") {
+    conv1 = register_cell("conv1", std::make_shared<Conv2d>(3, 64, 3, Conv2dOptions::Make(1, "pad", 1)));
+    bn1 = register_cell("bn1", std::make_shared<BatchNorm2d>(64));
+    int64_t in = 64;
+    const int64_t channels[4] = {64, 128, 256, 512};
+    for (int i = 0; i < 4; ++i) {
+      auto layer = std::make_shared<SequentialCell>();
+      layer->append(std::make_shared<BasicBlock>(in, channels[i], i == 0 ? 1 : 2));
+      layer->append(std::make_shared<BasicBlock>(channels[i], channels[i], 1));
+      layers.push_back(register_cell("layer" + std::to_string(i + 1), layer));
+      in = channels[i];
+    }
+    avgpool = register_cell("avgpool", std::make_shared<AdaptiveAvgPool2d>(1));
+    fc = register_cell("fc", std::make_shared<Dense>(512, num_classes));
+  }
+  Tensor construct(const Tensor& x) override {
+    Tensor y = ops::relu(bn1->call(conv1->call(x)));
+    for (auto& layer : layers) y = layer->call(y);
+    return fc->call(ops::flatten(avgpool->call(y)));
+  }
+  std::shared_ptr<Conv2d> conv1;
+  std::shared_ptr<BatchNorm2d> bn1;
+  std::vector<std::shared_ptr<SequentialCell>> layers;
+  std::shared_ptr<AdaptiveAvgPool2d> avgpool;
+  std::shared_ptr<Dense> fc;
 };
 
 }  // namespace demi::nn

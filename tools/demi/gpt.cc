@@ -240,7 +240,7 @@ int run_train_gpt(const ParsedArgs& args) {
   if (args.flag("profile")) ops::set_profiling(true);
   std::vector<EvalPoint> points;
   double train_seconds = 0;
-  int64_t peak_train = 0, skipped = 0;
+  int64_t peak_train = 0, skipped = 0, peak_rss = 0;
   std::vector<double> chunk_tps;
   while (model.steps_done() < steps) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -249,6 +249,7 @@ int run_train_gpt(const ParsedArgs& args) {
     const train::TrainSummary& s = model.last_summary();
     chunk_tps.push_back(s.samples_per_second * static_cast<double>(o.block_size));
     peak_train = std::max(peak_train, s.peak.train_peak);
+    peak_rss = std::max(peak_rss, s.peak_rss_bytes);
     skipped += s.skipped_steps;
     const double valid = model.eval(valid_ds)["Loss"];
     points.push_back({model.steps_done(), s.mean_last_epoch_loss, valid});
@@ -275,9 +276,10 @@ int run_train_gpt(const ParsedArgs& args) {
   if (json) {
     std::printf("{\"kind\":\"summary\",\"model\":\"gpt\",\"amp\":\"%s\",\"dtype\":\"%s\",\"steps\":%lld,"
                 "\"train_loss\":%.6f,\"valid_loss\":%.6f,\"tokens_per_second\":%.1f,\"peak_train\":%lld,"
-                "\"skipped_steps\":%lld,\"seconds\":%.2f}\n",
+                "\"peak_rss\":%lld,\"skipped_steps\":%lld,\"seconds\":%.2f}\n",
                 level.c_str(), dtype.c_str(), static_cast<long long>(last.step), last.train_loss, last.valid_loss,
-                median_tps, static_cast<long long>(peak_train), static_cast<long long>(skipped), train_seconds);
+                median_tps, static_cast<long long>(peak_train), static_cast<long long>(peak_rss),
+                static_cast<long long>(skipped), train_seconds);
   } else {
     std::printf("GPT %s %s: %lld steps, valid loss %.4f, %.0f tokens/s (median over evaluations), training peak "
                 "%.2f MiB, %lld step(s) skipped, %.1f s training\n",

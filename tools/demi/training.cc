@@ -48,7 +48,9 @@ std::string model_key(const std::string& m) {
   if (m == "B" || m == "b" || m == "lenet") return "B";
   if (m == "C" || m == "c" || m == "mlp") return "C";
   if (m == "D" || m == "d" || m == "transformer") return "D";
-  throw UsageError("unknown --model '" + m + "'; expected A (simplecnn), B (lenet), C (mlp), D (transformer) or gpt");
+  if (m == "R" || m == "r" || m == "resnet18") return "R";
+  throw UsageError("unknown --model '" + m + "'; expected A (simplecnn), B (lenet), C (mlp), D (transformer), "
+                   "R (resnet18) or gpt");
 }
 
 std::shared_ptr<amp::LossScaleManager> parse_loss_scale(const std::string& s) {
@@ -102,12 +104,13 @@ Job make_job(const ParsedArgs& args) {
   Job job;
   job.model_key = model_key(args.get("model"));
   int64_t batch = args.get_int("batch-size");
-  if (batch <= 0) batch = job.model_key == "A" ? 32 : job.model_key == "B" ? 128 : job.model_key == "C" ? 256 : 32;
+  if (batch <= 0) batch = job.model_key == "B" ? 128 : job.model_key == "C" ? 256 : 32;  // A, D, R: 32
   job.batch_size = batch;
   int64_t limit = args.get_int("train-samples");
   uint64_t seed = static_cast<uint64_t>(args.get_int("seed"));
   std::string data = args.get("data");
-  if (data == "default") data = job.model_key == "A" || job.model_key == "D" ? "synthetic" : "fashion-mnist";
+  const bool images3 = job.model_key == "A" || job.model_key == "R";  // 3x32x32 inputs
+  if (data == "default") data = images3 || job.model_key == "D" ? "synthetic" : "fashion-mnist";
   job.data_name = data;
   set_seed(seed);
   if (job.model_key == "A") job.net = std::make_shared<nn::SimpleCNN>();
@@ -115,6 +118,7 @@ Job make_job(const ParsedArgs& args) {
   if (args.flag("batch-norm") && job.model_key != "B")
     throw UsageError("--batch-norm is for model B (LeNet with a BatchNorm after each convolution)");
   if (job.model_key == "C") job.net = std::make_shared<nn::MLP>();
+  if (job.model_key == "R") job.net = std::make_shared<nn::ResNet18>();
   if (job.model_key == "D") {
     job.net = std::make_shared<nn::TransformerClassifier>();
     if (data != "synthetic") throw UsageError("--model D trains on --data synthetic (random tokens)");
@@ -126,7 +130,7 @@ Job make_job(const ParsedArgs& args) {
   }
   if (data == "synthetic") {
     data::SeedDataOptions o;
-    if (job.model_key != "A") o.channels = 1, o.height = 28, o.width = 28;
+    if (!images3) o.channels = 1, o.height = 28, o.width = 28;
     int64_t n = limit > 0 ? limit : 1000;
     job.train_ds = synthetic_images(n, batch, seed, o);
     job.test_ds = synthetic_images(std::max<int64_t>(n / 4, batch), 256, seed + 1, o);
@@ -138,8 +142,8 @@ Job make_job(const ParsedArgs& args) {
   else if (data.rfind("mnist:", 0) == 0) dir = data.substr(6);
   else if (data.rfind("cifar10:", 0) == 0) dir = data.substr(8), cifar = true;
   else throw UsageError("unknown --data '" + data + "'; expected synthetic, fashion-mnist, mnist:DIR or cifar10:DIR");
-  if (cifar != (job.model_key == "A"))
-    throw UsageError("--model " + job.model_key + " takes " + (job.model_key == "A" ? "3x32x32 images (synthetic, cifar10:DIR)" :
+  if (cifar != images3)
+    throw UsageError("--model " + job.model_key + " takes " + (images3 ? "3x32x32 images (synthetic, cifar10:DIR)" :
                                                          "1x28x28 images (fashion-mnist, mnist:DIR, synthetic)"));
   std::vector<data::Transform> norm;
   std::shared_ptr<data::Dataset> train, test;
@@ -770,11 +774,11 @@ int run_compare(const ParsedArgs& args) {
 
 std::vector<Option> training_options() {
   return {
-      {"model", "M", "A (simplecnn), B (lenet), C (mlp), D (transformer) or gpt (train only)", "A"},
-      {"data", "D", "synthetic, fashion-mnist, mnist:DIR, cifar10:DIR (default: synthetic for A, fashion-mnist); "
-                    "gpt: text:PATH (default: the King James Bible)", "default"},
+      {"model", "M", "A (simplecnn), B (lenet), C (mlp), D (transformer), R (resnet18) or gpt (train only)", "A"},
+      {"data", "D", "synthetic, fashion-mnist, mnist:DIR, cifar10:DIR (default: synthetic for A, D, R, else "
+                    "fashion-mnist); gpt: text:PATH (default: the King James Bible)", "default"},
       int_option("epochs", "N", "epochs", "1", 1, 1e6),
-      int_option("batch-size", "N", "batch size (0: the model's reference batch: A 32, B 128, C 256, D 32)", "0", 0,
+      int_option("batch-size", "N", "batch size (0: the model's reference batch: A 32, B 128, C 256, D 32, R 32)", "0", 0,
                  1 << 20),
       real_option("lr", "LR", "learning rate (Momentum 0.9)", "0.01", 1e-12, 1e3),
       int_option("seed", "S", "random seed (weights, data order, synthetic data)", "1", 0, 1e18),
