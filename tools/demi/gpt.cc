@@ -105,7 +105,7 @@ int64_t meta_int(const io::Metadata& m, const std::string& key, const std::strin
   return *v;
 }
 
-// Prints train and validation loss at each evaluation, and keeps the numbers for the summary.
+// One evaluation: the step it followed, the mean training loss since the previous one, the validation loss.
 struct EvalPoint {
   int64_t step;
   double train_loss, valid_loss;
