@@ -330,6 +330,36 @@ def basic_block():
     write("basic_block", out)
 
 
+def optimizers():
+    """torch.optim.RMSprop and Adagrad in f64: four steps from fixed weights with fixed gradients, the
+    weights after each step. (demi follows MindSpore's formulas; with eps = 1e-10 they agree with PyTorch's
+    to far below float32's resolution.)"""
+    torch.manual_seed(1919)
+    w0 = rand(6)
+    grads = [rand(6) for _ in range(4)]
+    cases = {
+        "rmsprop": lambda p: torch.optim.RMSprop([p], lr=0.01, alpha=0.9, eps=1e-10),
+        "rmsprop_momentum_wd": lambda p: torch.optim.RMSprop([p], lr=0.01, alpha=0.9, eps=1e-10, momentum=0.5,
+                                                             weight_decay=0.1),
+        "rmsprop_centered": lambda p: torch.optim.RMSprop([p], lr=0.01, alpha=0.9, eps=1e-10, momentum=0.5,
+                                                          centered=True),
+        "adagrad": lambda p: torch.optim.Adagrad([p], lr=0.1, initial_accumulator_value=0.1, eps=1e-10),
+        "adagrad_wd": lambda p: torch.optim.Adagrad([p], lr=0.1, initial_accumulator_value=0.1, eps=1e-10,
+                                                    weight_decay=0.1),
+    }
+    out = {"w0": w0}
+    for i, g in enumerate(grads):
+        out[f"g{i}"] = g
+    for name, make in cases.items():
+        p = w0.clone().requires_grad_()
+        opt = make(p)
+        for i, g in enumerate(grads):
+            p.grad = g.clone()
+            opt.step()
+            out[f"{name}.w{i}"] = p.detach().clone()
+    write("optimizers", out)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     if sys.argv[1:]:  # only the named fixtures (each that needs it seeds itself), e.g. make_golden.py gpt
@@ -351,3 +381,4 @@ if __name__ == "__main__":
     encoder_layer()
     gpt()
     basic_block()
+    optimizers()

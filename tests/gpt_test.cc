@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <unistd.h>
+
 #include "demi/autograd/autograd.h"
 #include "demi/data/text.h"
 #include "demi/nn/gpt.h"
@@ -174,7 +176,9 @@ TEST(GPT, SamplingIsDeterministicPerSeedAndSlidesPastTheBlock) {
 
 std::string kjv_file() {
   static const std::string path = [] {
-    std::string p = (std::filesystem::temp_directory_path() / "demi_gpt_test_kjv.txt").string();
+    // Per process (tests run side by side, and other checkouts may run theirs): written once, then renamed.
+    const std::string p =
+        (std::filesystem::temp_directory_path() / ("demi_gpt_test_kjv_" + std::to_string(::getpid()) + ".txt")).string();
     const std::string cmd = "bible -f 'Gen1:1-Rev22:21' > '" + p + ".tmp' 2>/dev/null && mv '" + p + ".tmp' '" + p + "'";
     if (std::system(cmd.c_str()) != 0) return std::string();
     return p;

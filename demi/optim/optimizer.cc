@@ -1,5 +1,6 @@
 #include "demi/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "demi/core/convert.h"
@@ -174,5 +175,64 @@ AdamW::AdamW(std::vector<Tensor> params, double learning_rate, const AdamOptions
 
 AdamW::AdamW(std::vector<ParamGroup> groups, LrSchedulePtr lr, const AdamOptions& options)
     : Adam(std::move(groups), std::move(lr), options, true) {}
+
+// ---- RMSProp ----
+RMSProp::RMSProp(std::vector<Tensor> params, double learning_rate, const RMSPropOptions& options, double weight_decay)
+    : RMSProp(one_group(std::move(params), weight_decay), fixed_lr(learning_rate), options) {}
+
+RMSProp::RMSProp(std::vector<ParamGroup> groups, LrSchedulePtr lr, const RMSPropOptions& options)
+    : Optimizer("RMSProp", std::move(groups), std::move(lr)), options_(options) {
+  DEMI_CHECK(options.decay >= 0 && options.decay < 1, "RMSProp: decay must be in [0, 1), got ", options.decay);
+  check_hyper("RMSProp", "momentum", options.momentum);
+  check_hyper("RMSProp", "epsilon", options.epsilon, false);
+  if (options.centered)
+    add_state_slots({"mean_square", "moment", "mean_grad"});
+  else
+    add_state_slots({"mean_square", "moment"});
+}
+
+void RMSProp::update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
+                     double weight_decay) {
+  float* ms = slot(0, index) + begin;
+  float* mom = slot(1, index) + begin;
+  float* mg = options_.centered ? slot(2, index) + begin : nullptr;
+  const float d = static_cast<float>(options_.decay), m = static_cast<float>(options_.momentum);
+  const float eps = static_cast<float>(options_.epsilon), l = static_cast<float>(lr);
+  const float wd = static_cast<float>(weight_decay);
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] + wd * p[i];
+    ms[i] = d * ms[i] + (1 - d) * gi * gi;
+    float var = ms[i];
+    if (mg) {
+      mg[i] = d * mg[i] + (1 - d) * gi;
+      var -= mg[i] * mg[i];
+    }
+    mom[i] = m * mom[i] + l * gi / std::sqrt(var + eps);
+    p[i] -= mom[i];
+  }
+}
+
+// ---- Adagrad ----
+Adagrad::Adagrad(std::vector<Tensor> params, double learning_rate, double initial_accum, double weight_decay)
+    : Adagrad(one_group(std::move(params), weight_decay), fixed_lr(learning_rate), initial_accum) {}
+
+Adagrad::Adagrad(std::vector<ParamGroup> groups, LrSchedulePtr lr, double initial_accum)
+    : Optimizer("Adagrad", std::move(groups), std::move(lr)) {
+  check_hyper("Adagrad", "initial_accum", initial_accum, false);
+  add_state_slots({"accum"});
+  const std::vector<Tensor> params = parameters();
+  for (size_t i = 0; i < params.size(); ++i) std::fill_n(slot(0, i), params[i].numel(), static_cast<float>(initial_accum));
+}
+
+void Adagrad::update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
+                     double weight_decay) {
+  float* acc = slot(0, index) + begin;
+  const float l = static_cast<float>(lr), wd = static_cast<float>(weight_decay);
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] + wd * p[i];
+    acc[i] += gi * gi;
+    p[i] -= l * gi / std::sqrt(acc[i]);
+  }
+}
 
 }  // namespace demi::optim

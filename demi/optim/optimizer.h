@@ -1,5 +1,5 @@
 // Optimizers on FP32 master weights: Momentum (MindSpore's, with Nesterov and weight decay), SGD, Adam,
-// AdamW. Parameters, gradients and optimizer state are FP32; each update is one fused pass over a
+// AdamW, RMSProp, Adagrad. Parameters, gradients and optimizer state are FP32; each update is one fused pass over a
 // parameter, its gradient and its state (not a chain of tensor ops), parallel over elements.
 //
 // Gradients are read from each parameter's .grad (accumulated there by autograd). step() applies one
@@ -121,6 +121,45 @@ class AdamW : public Adam {
   AdamW(std::vector<Tensor> params, double learning_rate, const AdamOptions& options = {},
         double weight_decay = 0.01);
   AdamW(std::vector<ParamGroup> groups, LrSchedulePtr lr, const AdamOptions& options = {});
+};
+
+struct RMSPropOptions {
+  double decay = 0.9;      // MindSpore's decay (PyTorch's alpha)
+  double momentum = 0.0;
+  double epsilon = 1e-10;
+  bool centered = false;   // divide by the estimated variance (mean square minus squared mean)
+};
+
+// MindSpore's RMSProp (nn.RMSProp): with g = grad + wd * w,
+//   ms = decay * ms + (1 - decay) * g^2                 [centered: mg = decay * mg + (1 - decay) * g]
+//   mom = momentum * mom + lr * g / sqrt(ms + eps)       [centered: sqrt(ms - mg^2 + eps)]
+//   w -= mom
+// (PyTorch's RMSprop adds eps outside the square root: the same update up to eps.)
+class RMSProp : public Optimizer {
+ public:
+  RMSProp(std::vector<Tensor> params, double learning_rate, const RMSPropOptions& options = {},
+          double weight_decay = 0);
+  RMSProp(std::vector<ParamGroup> groups, LrSchedulePtr lr, const RMSPropOptions& options = {});
+
+ protected:
+  void update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
+              double weight_decay) override;
+
+ private:
+  RMSPropOptions options_;
+};
+
+// MindSpore's Adagrad (nn.Adagrad): with g = grad + wd * w, accum += g^2; w -= lr * g / sqrt(accum). The
+// accumulators start at initial_accum (MindSpore's accum = 0.1), which keeps the first step finite; there
+// is no epsilon (PyTorch's Adagrad starts at 0 and adds eps = 1e-10 to the root).
+class Adagrad : public Optimizer {
+ public:
+  Adagrad(std::vector<Tensor> params, double learning_rate, double initial_accum = 0.1, double weight_decay = 0);
+  Adagrad(std::vector<ParamGroup> groups, LrSchedulePtr lr, double initial_accum = 0.1);
+
+ protected:
+  void update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
+              double weight_decay) override;
 };
 
 }  // namespace demi::optim
