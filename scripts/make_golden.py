@@ -360,6 +360,33 @@ def optimizers():
     write("optimizers", out)
 
 
+def more_layers():
+    """GroupNorm (2 groups of 2 channels, affine), Conv1d (stride 2, padding 1, bias), Softmax and
+    LogSoftmax + NLLLoss, in f64: outputs and gradients for a random output gradient (NLLLoss: of the
+    mean loss)."""
+    torch.manual_seed(2020)
+    out = {}
+    x, g, b = rand(2, 4, 3, 3).requires_grad_(), (1 + 0.2 * rand(4)).requires_grad_(), (0.2 * rand(4)).requires_grad_()
+    y = F.group_norm(x, 2, g, b, eps=1e-5)
+    r, (dx, dg, db) = grads_of(y, (x, g, b))
+    out.update({"gn.x": x, "gn.gamma": g, "gn.beta": b, "gn.y": y, "gn.dy": r, "gn.dx": dx, "gn.dgamma": dg,
+                "gn.dbeta": db})
+    x, w, bias = rand(2, 3, 7).requires_grad_(), rand(4, 3, 3).requires_grad_(), rand(4).requires_grad_()
+    y = F.conv1d(x, w, bias, stride=2, padding=1)
+    r, (dx, dw, db) = grads_of(y, (x, w, bias))
+    out.update({"c1.x": x, "c1.w": w, "c1.b": bias, "c1.y": y, "c1.dy": r, "c1.dx": dx, "c1.dw": dw, "c1.db": db})
+    x = rand(4, 5).requires_grad_()
+    y = F.softmax(x, dim=1)
+    r, (dx,) = grads_of(y, (x,))
+    out.update({"sm.x": x, "sm.y": y, "sm.dy": r, "sm.dx": dx})
+    x = rand(4, 5).requires_grad_()
+    labels = torch.tensor([3, 0, 4, 1])
+    loss = F.nll_loss(F.log_softmax(x, dim=1), labels)
+    (dx,) = torch.autograd.grad(loss, (x,))
+    out.update({"nll.x": x, "nll.labels": labels, "nll.loss": loss.reshape(1), "nll.dx": dx})
+    write("more_layers", out)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     if sys.argv[1:]:  # only the named fixtures (each that needs it seeds itself), e.g. make_golden.py gpt
@@ -382,3 +409,4 @@ if __name__ == "__main__":
     gpt()
     basic_block()
     optimizers()
+    more_layers()

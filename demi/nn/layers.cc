@@ -89,6 +89,37 @@ Conv2d::Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> kernel, const Con
                               initialize({out}, options.bias_init.value_or(default_bias_init(fan_in(wshape))), gen));
 }
 
+// ---- Conv1d ----
+Conv1d::Conv1d(int64_t in, int64_t out, int64_t kernel, const Conv1dOptions& o)
+    : Cell("Conv1d"), in_channels(in), out_channels(out), kernel_size(kernel) {
+  DEMI_CHECK(in >= 1 && out >= 1 && kernel >= 1 && o.stride >= 1 && o.dilation >= 1 && o.padding >= 0,
+             "Conv1d: in_channels, out_channels, kernel_size, stride and dilation must be >= 1 and padding >= 0, "
+             "got ", in, ", ", out, ", ", kernel, ", ", o.stride, ", ", o.dilation, ", ", o.padding);
+  DEMI_CHECK(o.group >= 1 && in % o.group == 0 && out % o.group == 0, "Conv1d: in_channels (", in,
+             ") and out_channels (", out, ") must be divisible by group (", o.group, ")");
+  op_options.stride = {1, o.stride};
+  op_options.pad_mode = ops::parse_pad_mode(o.pad_mode);
+  DEMI_CHECK(op_options.pad_mode == ops::PadMode::kPad || o.padding == 0,
+             "Conv1d: padding is only allowed with pad_mode=\"pad\" (as in MindSpore), got pad_mode=\"", o.pad_mode,
+             "\" with padding ", o.padding);
+  op_options.padding = {0, 0, o.padding, o.padding};
+  op_options.dilation = {1, o.dilation};
+  op_options.groups = o.group;
+  const Shape wshape{out, in / o.group, kernel};
+  Generator& gen = default_generator();
+  weight = register_parameter("weight", initialize(wshape, Initializer::HeUniform(std::sqrt(5.0)), gen));
+  if (o.has_bias) bias = register_parameter("bias", initialize({out}, default_bias_init(fan_in(wshape)), gen));
+}
+
+Tensor Conv1d::construct(const Tensor& x) {
+  DEMI_CHECK(x.rank() == 3 && x.dim(1) == in_channels, "expected a 3-D input (N, ", in_channels, ", L), got ",
+             x.describe());
+  const int64_t n = x.dim(0), l = x.dim(2);
+  Tensor w = ops::reshape(weight, {out_channels, weight.dim(1), 1, kernel_size});
+  Tensor y = ops::conv2d(ops::reshape(x, {n, in_channels, 1, l}), w, bias, op_options);
+  return ops::reshape(y, {n, out_channels, y.dim(3)});
+}
+
 Shape Conv2d::output_shape(const Shape& input) const {
   DEMI_CHECK(input.rank() == 4 && input[1] == in_channels, "Conv2d: expected an input (N, ", in_channels,
              ", H, W), got ", input);
@@ -236,6 +267,53 @@ Tensor SoftmaxCrossEntropyWithLogits::construct(const Tensor& logits, const Tens
     return reduction_ == ops::Reduction::kNone ? ops::reshape(loss, labels.shape()) : loss;
   }
   return ops::softmax_cross_entropy(logits, labels, sparse_, reduction_);
+}
+
+// ---- GroupNorm ----
+GroupNorm::GroupNorm(int64_t groups, int64_t channels, double eps, bool affine)
+    : Cell("GroupNorm"), num_groups(groups), num_channels(channels), epsilon(eps) {
+  DEMI_CHECK(groups >= 1 && channels >= 1 && channels % groups == 0, "GroupNorm: num_channels (", channels,
+             ") must be a positive multiple of num_groups (", groups, ")");
+  DEMI_CHECK(eps > 0, "GroupNorm: eps must be positive, got ", eps);
+  if (affine) {
+    gamma = register_parameter("gamma", ones({channels}));
+    beta = register_parameter("beta", zeros({channels}));
+  }
+}
+
+Tensor GroupNorm::construct(const Tensor& x) {
+  DEMI_CHECK(x.rank() >= 2 && x.dim(1) == num_channels, "expected an input (N, ", num_channels, ", *), got ",
+             x.describe());
+  const int64_t n = x.dim(0);
+  Tensor y = ops::layer_norm(ops::reshape(x, {n * num_groups, -1}), Tensor(), Tensor(), epsilon);
+  y = ops::reshape(y, x.shape());
+  if (!gamma.defined()) return y;
+  std::vector<int64_t> dims(static_cast<size_t>(x.rank() - 1), 1);  // (C, 1, ..., 1)
+  dims[0] = num_channels;
+  const Shape per_channel{std::span<const int64_t>(dims)};
+  return ops::add(ops::mul(y, ops::reshape(gamma, per_channel)), ops::reshape(beta, per_channel));
+}
+
+// ---- NLLLoss ----
+NLLLoss::NLLLoss(const std::string& reduction) : LossCell("NLLLoss"), reduction_(ops::parse_reduction(reduction)) {}
+
+Tensor NLLLoss::construct(const Tensor& log_probs, const Tensor& labels) {
+  DEMI_CHECK(log_probs.rank() == 2 && labels.rank() == 1 && labels.dim(0) == log_probs.dim(0) &&
+                 (labels.dtype() == DType::kI32 || labels.dtype() == DType::kI64),
+             "expected log-probabilities (N, C) and int32|int64 labels (N), got ", log_probs.describe(), " and ",
+             labels.describe());
+  const int64_t n = log_probs.dim(0), c = log_probs.dim(1);
+  // The selection as a constant one-hot mask: -sum_c(logp * onehot) per sample.
+  Tensor onehot = zeros({n, c});
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t y = static_cast<int64_t>(labels.get(i));
+    DEMI_CHECK(y >= 0 && y < c, "label ", y, " of sample ", i, " is outside [0, ", c, ") for log-probabilities ",
+               log_probs.describe());
+    onehot.set(i * c + y, 1.0);
+  }
+  Tensor per_sample = ops::neg(ops::sum(ops::mul(log_probs, onehot), {1}));
+  if (reduction_ == ops::Reduction::kNone) return per_sample;
+  return reduction_ == ops::Reduction::kSum ? ops::sum(per_sample) : ops::mean(per_sample);
 }
 
 MSELoss::MSELoss(const std::string& reduction) : LossCell("MSELoss"), reduction_(ops::parse_reduction(reduction)) {}

@@ -71,6 +71,26 @@ class Conv2d : public Cell {
   const ops::Pool2dOptions* fused_pool_ = nullptr;  // set only during call_relu_max_pool
 };
 
+// MindSpore: Conv1d(in_channels, out_channels, kernel_size, stride=1, pad_mode="same", padding=0, dilation=1,
+// group=1, has_bias=False): x (N, in_channels, L) -> (N, out_channels, OL); weight (out, in/group, k). Runs as
+// the 2-D convolution of (N, C, 1, L) by (out, in/group, 1, k) (the same kernels, forward and backward).
+struct Conv1dOptions {
+  int64_t stride = 1;
+  std::string pad_mode = "same";
+  int64_t padding = 0;  // both ends; only with pad_mode "pad"
+  int64_t dilation = 1;
+  int64_t group = 1;
+  bool has_bias = false;
+};
+class Conv1d : public Cell {
+ public:
+  Conv1d(int64_t in, int64_t out, int64_t kernel, const Conv1dOptions& options = {});
+  Tensor construct(const Tensor& x) override;
+  Tensor weight, bias;
+  int64_t in_channels, out_channels, kernel_size;
+  ops::Conv2dOptions op_options;
+};
+
 // MindSpore: MaxPool2d(kernel_size=1, stride=1, pad_mode="valid").
 class MaxPool2d : public Cell {
  public:
@@ -204,6 +224,37 @@ class SequentialCell : public Cell {
   std::vector<CellPtr> cells_;
 };
 
+// MindSpore: GroupNorm(num_groups, num_channels, eps=1e-5, affine=True): x (N, C, *) normalised over each
+// group of C / num_groups channels and all trailing positions, then gamma, beta (C) per channel. Computed
+// as a LayerNorm of (N * groups, C / groups * positions) — FP32 statistics, on the AMP black list like the
+// other norms — followed by the per-channel affine.
+class GroupNorm : public Cell {
+ public:
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
+  Tensor construct(const Tensor& x) override;
+  Tensor gamma, beta;  // undefined without affine
+  int64_t num_groups, num_channels;
+  double epsilon;
+};
+
+// MindSpore: Softmax(axis=-1) and LogSoftmax(axis=-1): the ops as layers (FP32 accumulation, AMP black list).
+class Softmax : public Cell {
+ public:
+  explicit Softmax(int axis = -1) : Cell("Softmax"), axis_(axis) {}
+  Tensor construct(const Tensor& x) override { return ops::softmax(x, axis_); }
+
+ private:
+  int axis_;
+};
+class LogSoftmax : public Cell {
+ public:
+  explicit LogSoftmax(int axis = -1) : Cell("LogSoftmax"), axis_(axis) {}
+  Tensor construct(const Tensor& x) override { return ops::log_softmax(x, axis_); }
+
+ private:
+  int axis_;
+};
+
 // ---- losses ----
 
 // MindSpore: SoftmaxCrossEntropyWithLogits(sparse=False, reduction="none"). logits (N, C) with labels (N)
@@ -216,6 +267,18 @@ class SoftmaxCrossEntropyWithLogits : public LossCell {
 
  private:
   bool sparse_;
+  ops::Reduction reduction_;
+};
+
+// MindSpore: NLLLoss(reduction="mean") (no class weights): log-probabilities (N, C) and class ids (N) int32|int64
+// -> -logp[n, label n], averaged, summed, or per sample ("none"). LogSoftmax then NLLLoss is the cross
+// entropy. A label outside [0, C) is an error naming it.
+class NLLLoss : public LossCell {
+ public:
+  explicit NLLLoss(const std::string& reduction = "mean");
+  Tensor construct(const Tensor& log_probs, const Tensor& labels) override;
+
+ private:
   ops::Reduction reduction_;
 };
 
