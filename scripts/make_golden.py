@@ -387,6 +387,43 @@ def more_layers():
     write("more_layers", out)
 
 
+def composite_layers():
+    """LeakyReLU (0.2), PReLU (3 channels), L1Loss, SmoothL1Loss (beta 0.5, per element) and
+    BCEWithLogitsLoss (logits up to +-30, soft targets) in f64, with their input gradients."""
+    torch.manual_seed(2121)
+    out = {}
+    x = away_from_zero_f64(3, 4).requires_grad_()
+    y = F.leaky_relu(x, 0.2)
+    r, (dx,) = grads_of(y, (x,))
+    out.update({"leaky.x": x, "leaky.y": y, "leaky.dy": r, "leaky.dx": dx})
+    x = away_from_zero_f64(2, 3, 4).requires_grad_()
+    w = torch.tensor([0.25, -0.1, 0.6], dtype=torch.float64).requires_grad_()
+    y = F.prelu(x, w)
+    r, (dx, dw) = grads_of(y, (x, w))
+    out.update({"prelu.x": x, "prelu.w": w, "prelu.y": y, "prelu.dy": r, "prelu.dx": dx, "prelu.dw": dw})
+    a, t = rand(4, 5).requires_grad_(), rand(4, 5)
+    loss = F.l1_loss(a, t)
+    (da,) = torch.autograd.grad(loss, (a,))
+    out.update({"l1.x": a, "l1.t": t, "l1.loss": loss.reshape(1), "l1.dx": da})
+    a = rand(4, 5).requires_grad_()
+    y = F.smooth_l1_loss(a, t, reduction="none", beta=0.5)
+    r, (da,) = grads_of(y, (a,))
+    out.update({"sl1.x": a, "sl1.t": t, "sl1.y": y, "sl1.dy": r, "sl1.dx": da})
+    a = (rand(3, 4) * 10).requires_grad_()
+    with torch.no_grad():
+        a[0, 0], a[0, 1] = 30.0, -30.0
+    tb = torch.rand(3, 4, dtype=torch.float64)
+    loss = F.binary_cross_entropy_with_logits(a, tb)
+    (da,) = torch.autograd.grad(loss, (a,))
+    out.update({"bce.x": a, "bce.t": tb, "bce.loss": loss.reshape(1), "bce.dx": da})
+    write("composite_layers", out)
+
+
+def away_from_zero_f64(*shape):
+    t = rand(*shape)
+    return t + 0.3 * torch.sign(t)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     if sys.argv[1:]:  # only the named fixtures (each that needs it seeds itself), e.g. make_golden.py gpt
@@ -410,3 +447,4 @@ if __name__ == "__main__":
     basic_block()
     optimizers()
     more_layers()
+    composite_layers()

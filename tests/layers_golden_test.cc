@@ -1,5 +1,6 @@
-// Layers of issue 17 against PyTorch (scripts/make_golden.py more_layers): GroupNorm, Conv1d, Softmax, and
-// LogSoftmax + NLLLoss, forward and backward in f32; bad input named.
+// Layers of issue 17 against PyTorch (scripts/make_golden.py more_layers, composite_layers): GroupNorm,
+// Conv1d, Softmax, LogSoftmax + NLLLoss, LeakyReLU, PReLU, L1Loss, SmoothL1Loss, BCEWithLogitsLoss, forward
+// and backward in f32; bad input named.
 #include <gtest/gtest.h>
 
 #include "demi/amp/policy.h"
@@ -62,6 +63,49 @@ TEST(LayersGolden, SoftmaxAndNllLossMatchPyTorch) {
   EXPECT_NEAR(ce.item(), loss.item(), 1e-6);
 }
 
+// Layers composed of swept ops (their forward, backward and AMP class are those ops'), against PyTorch.
+TEST(LayersGolden, ComposedActivationsAndLossesMatchPyTorch) {
+  auto g = testing::read_golden("composite_layers");
+  {
+    Tensor x = leaf(g["leaky.x"]);
+    Tensor y = nn::LeakyReLU(0.2)(x);
+    expect_close(y, g["leaky.y"], tol(4), "leaky y");
+    autograd::backward(y, g["leaky.dy"].to(DType::kF32));
+    expect_close(x.grad(), g["leaky.dx"], tol(4), "leaky dx");
+  }
+  {
+    nn::PReLU prelu(3);
+    prelu.w.copy_(g["prelu.w"]);
+    Tensor x = leaf(g["prelu.x"]);
+    Tensor y = prelu(x);
+    expect_close(y, g["prelu.y"], tol(4), "prelu y");
+    autograd::backward(y, g["prelu.dy"].to(DType::kF32));
+    expect_close(x.grad(), g["prelu.dx"], tol(4), "prelu dx");
+    expect_close(prelu.w.grad(), g["prelu.dw"], tol(20), "prelu dw");
+  }
+  {
+    Tensor x = leaf(g["l1.x"]);
+    Tensor loss = nn::L1Loss()(x, g["l1.t"].to(DType::kF32));
+    expect_close(loss.reshape({1}), g["l1.loss"], tol(20), "l1");
+    autograd::backward(loss);
+    expect_close(x.grad(), g["l1.dx"], tol(20), "l1 dx");
+  }
+  {
+    Tensor x = leaf(g["sl1.x"]);
+    Tensor y = nn::SmoothL1Loss(0.5)(x, g["sl1.t"].to(DType::kF32));
+    expect_close(y, g["sl1.y"], tol(8), "smooth l1");
+    autograd::backward(y, g["sl1.dy"].to(DType::kF32));
+    expect_close(x.grad(), g["sl1.dx"], tol(8), "smooth l1 dx");
+  }
+  {
+    Tensor x = leaf(g["bce.x"]);
+    Tensor loss = nn::BCEWithLogitsLoss()(x, g["bce.t"].to(DType::kF32));
+    expect_close(loss.reshape({1}), g["bce.loss"], tol(40), "bce (logits +-30 stay finite)");
+    autograd::backward(loss);
+    expect_close(x.grad(), g["bce.dx"], tol(40), "bce dx");
+  }
+}
+
 TEST(Layers, BadInputIsNamed) {
   nn::NLLLoss nll;
   Tensor lp = zeros({2, 3});
@@ -77,6 +121,11 @@ TEST(Layers, BadInputIsNamed) {
   nn::Conv1d conv(3, 4, 3);
   EXPECT_THROW(conv(zeros({2, 5, 7})), Error);
   EXPECT_THROW(nn::Conv1d(3, 4, 3, nn::Conv1dOptions{.padding = 1}), Error) << "padding needs pad_mode pad";
+  EXPECT_THROW(nn::LeakyReLU(1.5), Error);
+  nn::PReLU prelu(3);
+  EXPECT_THROW(prelu(zeros({2, 4, 5})), Error);
+  EXPECT_THROW(nn::L1Loss()(zeros({2, 3}), zeros({3, 2})), Error);
+  EXPECT_THROW(nn::BCEWithLogitsLoss()(zeros({2, 3}), zeros({2, 3}, DType::kI32)), Error);
 }
 
 }  // namespace

@@ -294,6 +294,89 @@ Tensor GroupNorm::construct(const Tensor& x) {
   return ops::add(ops::mul(y, ops::reshape(gamma, per_channel)), ops::reshape(beta, per_channel));
 }
 
+// ---- LeakyReLU, PReLU ----
+LeakyReLU::LeakyReLU(double a) : Cell("LeakyReLU"), alpha(a) {
+  DEMI_CHECK(a >= 0 && a <= 1, "LeakyReLU: alpha must be in [0, 1], got ", a);
+}
+
+Tensor LeakyReLU::construct(const Tensor& x) {
+  return ops::sub(ops::relu(x), ops::mul_scalar(ops::relu(ops::neg(x)), alpha));
+}
+
+PReLU::PReLU(int64_t channel, double w_init) : Cell("PReLU") {
+  DEMI_CHECK(channel >= 1, "PReLU: channel must be >= 1, got ", channel);
+  w = register_parameter("w", full({channel}, w_init));
+}
+
+Tensor PReLU::construct(const Tensor& x) {
+  const int64_t c = w.numel();
+  DEMI_CHECK(c == 1 || (x.rank() >= 2 && x.dim(1) == c), "expected an input (N, ", c, ", *) for ", c,
+             " slopes, got ", x.describe());
+  Tensor slope = w;
+  if (c > 1 && x.rank() > 2) {
+    std::vector<int64_t> dims(static_cast<size_t>(x.rank() - 1), 1);  // (C, 1, ..., 1)
+    dims[0] = c;
+    slope = ops::reshape(w, Shape{std::span<const int64_t>(dims)});
+  }
+  return ops::sub(ops::relu(x), ops::mul(ops::relu(ops::neg(x)), slope));
+}
+
+namespace {
+
+Tensor reduce_loss(const Tensor& per_element, ops::Reduction r) {
+  if (r == ops::Reduction::kNone) return per_element;
+  return r == ops::Reduction::kSum ? ops::sum(per_element) : ops::mean(per_element);
+}
+
+void check_same_shape(const Tensor& logits, const Tensor& labels) {
+  DEMI_CHECK(logits.shape() == labels.shape() && is_floating(labels.dtype()),
+             "expected floating labels of the logits' shape ", logits.shape(), ", got ", labels.describe());
+}
+
+}  // namespace
+
+// ---- L1Loss, SmoothL1Loss, BCEWithLogitsLoss ----
+L1Loss::L1Loss(const std::string& reduction) : LossCell("L1Loss"), reduction_(ops::parse_reduction(reduction)) {}
+
+Tensor L1Loss::construct(const Tensor& logits, const Tensor& labels) {
+  check_same_shape(logits, labels);
+  Tensor d = ops::sub(logits, labels);
+  return reduce_loss(ops::add(ops::relu(d), ops::relu(ops::neg(d))), reduction_);
+}
+
+SmoothL1Loss::SmoothL1Loss(double beta, const std::string& reduction)
+    : LossCell("SmoothL1Loss"), beta_(beta), reduction_(ops::parse_reduction(reduction)) {
+  DEMI_CHECK(beta > 0, "SmoothL1Loss: beta must be > 0, got ", beta);
+}
+
+Tensor SmoothL1Loss::construct(const Tensor& logits, const Tensor& labels) {
+  check_same_shape(logits, labels);
+  Tensor d = ops::sub(logits, labels);
+  Tensor a = ops::add(ops::relu(d), ops::relu(ops::neg(d)));
+  Tensor q = ops::sub(a, ops::relu(ops::add_scalar(a, -beta_)));  // min(a, beta)
+  return reduce_loss(ops::mul_scalar(ops::mul(q, ops::sub(a, ops::mul_scalar(q, 0.5))), 1.0 / beta_), reduction_);
+}
+
+BCEWithLogitsLoss::BCEWithLogitsLoss(const std::string& reduction)
+    : LossCell("BCEWithLogitsLoss"), reduction_(ops::parse_reduction(reduction)) {}
+
+Tensor BCEWithLogitsLoss::construct(const Tensor& logits, const Tensor& labels) {
+  check_same_shape(logits, labels);
+  // [x, 0] per element as one (M, 1) x (1, 2) product, then log-softmax: [log sigmoid(x), log sigmoid(-x)].
+  Tensor pair = ops::matmul(ops::reshape(logits, {-1, 1}), from_vector(std::vector<float>{1.0f, 0.0f}, {1, 2}));
+  Tensor lp = ops::log_softmax(pair, -1);
+  // y, 1 - y as the (M, 2) weights of the two columns (labels get no gradient).
+  const Tensor y = labels.to(DType::kF32);
+  Tensor w = empty({logits.numel(), 2});
+  for (int64_t i = 0; i < logits.numel(); ++i) {
+    const double yi = y.get(i);
+    w.set(2 * i, yi);
+    w.set(2 * i + 1, 1.0 - yi);
+  }
+  Tensor per = ops::neg(ops::sum(ops::mul(lp, w), {1}));
+  return reduce_loss(ops::reshape(per, logits.shape()), reduction_);
+}
+
 // ---- NLLLoss ----
 NLLLoss::NLLLoss(const std::string& reduction) : LossCell("NLLLoss"), reduction_(ops::parse_reduction(reduction)) {}
 

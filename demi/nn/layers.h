@@ -118,6 +118,24 @@ class AdaptiveAvgPool2d : public Cell {
   std::array<int64_t, 2> output_size;
 };
 
+// MindSpore: LeakyReLU(alpha=0.2): x for x >= 0, alpha * x below (alpha in [0, 1]); composed as
+// relu(x) - alpha * relu(-x) from swept ops (forward, backward and AMP class are theirs).
+class LeakyReLU : public Cell {
+ public:
+  explicit LeakyReLU(double alpha = 0.2);
+  Tensor construct(const Tensor& x) override;
+  double alpha;
+};
+
+// MindSpore: PReLU(channel=1, w=0.25): LeakyReLU with a learned slope per channel (axis 1), the parameter
+// "w" (channel); channel 1 shares one slope. Composed as relu(x) - w * relu(-x).
+class PReLU : public Cell {
+ public:
+  explicit PReLU(int64_t channel = 1, double w_init = 0.25);
+  Tensor construct(const Tensor& x) override;
+  Tensor w;
+};
+
 // The input, unchanged (a placeholder in a SequentialCell, a residual block's shortcut).
 class Identity : public Cell {
  public:
@@ -277,6 +295,41 @@ class NLLLoss : public LossCell {
  public:
   explicit NLLLoss(const std::string& reduction = "mean");
   Tensor construct(const Tensor& log_probs, const Tensor& labels) override;
+
+ private:
+  ops::Reduction reduction_;
+};
+
+// MindSpore: L1Loss(reduction="mean"): |logits - labels|, composed as relu(d) + relu(-d).
+class L1Loss : public LossCell {
+ public:
+  explicit L1Loss(const std::string& reduction = "mean");
+  Tensor construct(const Tensor& logits, const Tensor& labels) override;
+
+ private:
+  ops::Reduction reduction_;
+};
+
+// MindSpore: SmoothL1Loss(beta=1.0, reduction="none") (PyTorch's default reduction is "mean"): with
+// a = |logits - labels|, 0.5 a^2 / beta below beta and a - 0.5 beta above; composed as q (a - q / 2) / beta
+// with q = min(a, beta) = a - relu(a - beta).
+class SmoothL1Loss : public LossCell {
+ public:
+  explicit SmoothL1Loss(double beta = 1.0, const std::string& reduction = "none");
+  Tensor construct(const Tensor& logits, const Tensor& labels) override;
+
+ private:
+  double beta_;
+  ops::Reduction reduction_;
+};
+
+// MindSpore: BCEWithLogitsLoss(reduction="mean") (no weights): -[y log sigmoid(x) + (1 - y) log sigmoid(-x)],
+// targets y in [0, 1] of the logits' shape. Both log-sigmoids come from one stable log-softmax over
+// [x, 0] (so no exp of a large x overflows, at any AMP level).
+class BCEWithLogitsLoss : public LossCell {
+ public:
+  explicit BCEWithLogitsLoss(const std::string& reduction = "mean");
+  Tensor construct(const Tensor& logits, const Tensor& labels) override;
 
  private:
   ops::Reduction reduction_;
