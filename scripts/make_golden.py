@@ -388,7 +388,7 @@ def more_layers():
 
 
 def composite_layers():
-    """LeakyReLU (0.2), PReLU (3 channels), L1Loss, SmoothL1Loss (beta 0.5, per element) and
+    """LeakyReLU (0.2), ELU (0.7, down to x = -40), PReLU (3 channels), L1Loss, SmoothL1Loss (beta 0.5, per element) and
     BCEWithLogitsLoss (logits up to +-30, soft targets) in f64, with their input gradients."""
     torch.manual_seed(2121)
     out = {}
@@ -396,6 +396,12 @@ def composite_layers():
     y = F.leaky_relu(x, 0.2)
     r, (dx,) = grads_of(y, (x,))
     out.update({"leaky.x": x, "leaky.y": y, "leaky.dy": r, "leaky.dx": dx})
+    x = (rand(3, 4) * 3).requires_grad_()
+    with torch.no_grad():
+        x[0, 0] = -40.0
+    y = F.elu(x, 0.7)
+    r, (dx,) = grads_of(y, (x,))
+    out.update({"elu.x": x, "elu.y": y, "elu.dy": r, "elu.dx": dx})
     x = away_from_zero_f64(2, 3, 4).requires_grad_()
     w = torch.tensor([0.25, -0.1, 0.6], dtype=torch.float64).requires_grad_()
     y = F.prelu(x, w)

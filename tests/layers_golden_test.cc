@@ -1,5 +1,5 @@
 // Layers of issue 17 against PyTorch (scripts/make_golden.py more_layers, composite_layers): GroupNorm,
-// Conv1d, Softmax, LogSoftmax + NLLLoss, LeakyReLU, PReLU, L1Loss, SmoothL1Loss, BCEWithLogitsLoss, forward
+// Conv1d, Softmax, LogSoftmax + NLLLoss, LeakyReLU, ELU, PReLU, L1Loss, SmoothL1Loss, BCEWithLogitsLoss, forward
 // and backward in f32; bad input named.
 #include <gtest/gtest.h>
 
@@ -72,6 +72,13 @@ TEST(LayersGolden, ComposedActivationsAndLossesMatchPyTorch) {
     expect_close(y, g["leaky.y"], tol(4), "leaky y");
     autograd::backward(y, g["leaky.dy"].to(DType::kF32));
     expect_close(x.grad(), g["leaky.dx"], tol(4), "leaky dx");
+  }
+  {
+    Tensor x = leaf(g["elu.x"]);
+    Tensor y = nn::ELU(0.7)(x);
+    expect_close(y, g["elu.y"], tol(8), "elu y");
+    autograd::backward(y, g["elu.dy"].to(DType::kF32));
+    expect_close(x.grad(), g["elu.dx"], tol(8), "elu dx");
   }
   {
     nn::PReLU prelu(3);

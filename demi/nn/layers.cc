@@ -303,6 +303,16 @@ Tensor LeakyReLU::construct(const Tensor& x) {
   return ops::sub(ops::relu(x), ops::mul_scalar(ops::relu(ops::neg(x)), alpha));
 }
 
+ELU::ELU(double a) : Cell("ELU"), alpha(a) {
+  DEMI_CHECK(a > 0 && std::isfinite(a), "ELU: alpha must be positive, got ", a);
+}
+
+Tensor ELU::construct(const Tensor& x) {
+  Tensor z = ops::neg(ops::relu(ops::neg(x)));                          // min(x, 0)
+  Tensor ez = ops::div(ops::sigmoid(z), ops::sigmoid(ops::neg(z)));     // e^z
+  return ops::add(ops::relu(x), ops::mul_scalar(ops::add_scalar(ez, -1.0), alpha));
+}
+
 PReLU::PReLU(int64_t channel, double w_init) : Cell("PReLU") {
   DEMI_CHECK(channel >= 1, "PReLU: channel must be >= 1, got ", channel);
   w = register_parameter("w", full({channel}, w_init));

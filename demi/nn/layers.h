@@ -127,6 +127,15 @@ class LeakyReLU : public Cell {
   double alpha;
 };
 
+// MindSpore: ELU(alpha=1.0): x for x > 0, alpha (e^x - 1) below. Composed of swept ops: with z = min(x, 0)
+// = -relu(-x), e^z = sigmoid(z) / sigmoid(-z), where the divisor is >= 1/2 (no cancellation for any z).
+class ELU : public Cell {
+ public:
+  explicit ELU(double alpha = 1.0);
+  Tensor construct(const Tensor& x) override;
+  double alpha;
+};
+
 // MindSpore: PReLU(channel=1, w=0.25): LeakyReLU with a learned slope per channel (axis 1), the parameter
 // "w" (channel); channel 1 shares one slope. Composed as relu(x) - w * relu(-x).
 class PReLU : public Cell {
