@@ -430,6 +430,33 @@ def away_from_zero_f64(*shape):
     return t + 0.3 * torch.sign(t)
 
 
+def recurrent():
+    """torch.nn.LSTM and GRU (3 -> 4, 2 layers, batch_first) in f64 from given initial states: the output,
+    h_n (and c_n), and the gradients of the input and of every parameter for random output gradients."""
+    torch.manual_seed(2222)
+    out = {}
+    for kind in ("lstm", "gru"):
+        net = (torch.nn.LSTM if kind == "lstm" else torch.nn.GRU)(3, 4, num_layers=2, batch_first=True).double()
+        x = rand(2, 5, 3).requires_grad_()
+        h0 = rand(2, 2, 4) * 0.5
+        if kind == "lstm":
+            c0 = rand(2, 2, 4) * 0.5
+            y, (hn, cn) = net(x, (h0, c0))
+            out[f"{kind}.c0"], out[f"{kind}.cn"] = c0, cn
+        else:
+            y, hn = net(x, h0)
+        ry, rh = rand(*y.shape), rand(*hn.shape)
+        loss = (y * ry).sum() + (hn * rh).sum()
+        params = dict(net.named_parameters())
+        gs = torch.autograd.grad(loss, [x] + list(params.values()))
+        out.update({f"{kind}.x": x, f"{kind}.h0": h0, f"{kind}.y": y, f"{kind}.hn": hn, f"{kind}.ry": ry,
+                    f"{kind}.rh": rh, f"{kind}.dx": gs[0]})
+        for (name, p), g in zip(params.items(), gs[1:]):
+            out[f"{kind}.{name}"] = p
+            out[f"{kind}.d.{name}"] = g
+    write("recurrent", out)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     if sys.argv[1:]:  # only the named fixtures (each that needs it seeds itself), e.g. make_golden.py gpt
@@ -454,3 +481,4 @@ if __name__ == "__main__":
     optimizers()
     more_layers()
     composite_layers()
+    recurrent()

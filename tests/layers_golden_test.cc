@@ -1,7 +1,9 @@
 // Layers of issue 17 against PyTorch (scripts/make_golden.py more_layers, composite_layers): GroupNorm,
-// Conv1d, Softmax, LogSoftmax + NLLLoss, LeakyReLU, ELU, PReLU, L1Loss, SmoothL1Loss, BCEWithLogitsLoss, forward
+// Conv1d, Softmax, LogSoftmax + NLLLoss, LeakyReLU, ELU, PReLU, L1Loss, SmoothL1Loss, BCEWithLogitsLoss, LSTM, GRU, forward
 // and backward in f32; bad input named.
 #include <gtest/gtest.h>
+
+#include <memory>
 
 #include "demi/amp/policy.h"
 #include "demi/autograd/autograd.h"
@@ -113,6 +115,36 @@ TEST(LayersGolden, ComposedActivationsAndLossesMatchPyTorch) {
   }
 }
 
+// Two-layer LSTM and GRU from given initial states: output, h_n (c_n), and every gradient, against PyTorch.
+TEST(LayersGolden, LstmAndGruMatchPyTorch) {
+  auto g = testing::read_golden("recurrent");
+  for (const std::string kind : {"lstm", "gru"}) {
+    SCOPED_TRACE(kind);
+    std::unique_ptr<nn::Cell> cell;
+    if (kind == "lstm") cell = std::make_unique<nn::LSTM>(3, 4, 2);
+    else cell = std::make_unique<nn::GRU>(3, 4, 2);
+    auto named = cell->parameters_and_names();
+    ASSERT_EQ(named.size(), 8u);
+    for (auto& [name, p] : named) {
+      ASSERT_TRUE(g.count(kind + "." + name)) << "no PyTorch value for " << name;
+      p.copy_(g[kind + "." + name]);
+    }
+    Tensor x = leaf(g[kind + ".x"]);
+    nn::RecurrentState s = kind == "lstm"
+                               ? static_cast<nn::LSTM&>(*cell).forward(x, g[kind + ".h0"].to(DType::kF32),
+                                                                        g[kind + ".c0"].to(DType::kF32))
+                               : static_cast<nn::GRU&>(*cell).forward(x, g[kind + ".h0"].to(DType::kF32));
+    expect_close(s.output, g[kind + ".y"], tol(200), "output");
+    expect_close(s.h_n, g[kind + ".hn"], tol(200), "h_n");
+    if (kind == "lstm") expect_close(s.c_n, g[kind + ".cn"], tol(200), "c_n");
+    Tensor loss = ops::add(ops::sum(ops::mul(s.output, g[kind + ".ry"].to(DType::kF32))),
+                           ops::sum(ops::mul(s.h_n, g[kind + ".rh"].to(DType::kF32))));
+    autograd::backward(loss);
+    expect_close(x.grad(), g[kind + ".dx"], tol(1000), "dx");
+    for (auto& [name, p] : named) expect_close(p.grad(), g[kind + ".d." + name], tol(1000), "d " + name);
+  }
+}
+
 TEST(Layers, BadInputIsNamed) {
   nn::NLLLoss nll;
   Tensor lp = zeros({2, 3});
@@ -129,6 +161,9 @@ TEST(Layers, BadInputIsNamed) {
   EXPECT_THROW(conv(zeros({2, 5, 7})), Error);
   EXPECT_THROW(nn::Conv1d(3, 4, 3, nn::Conv1dOptions{.padding = 1}), Error) << "padding needs pad_mode pad";
   EXPECT_THROW(nn::LeakyReLU(1.5), Error);
+  nn::LSTM lstm(3, 4, 2);
+  EXPECT_THROW(lstm(zeros({2, 5, 4})), Error) << "input_size 3";
+  EXPECT_THROW(lstm.forward(zeros({2, 5, 3}), zeros({1, 2, 4})), Error) << "h0 needs 2 layers";
   nn::PReLU prelu(3);
   EXPECT_THROW(prelu(zeros({2, 4, 5})), Error);
   EXPECT_THROW(nn::L1Loss()(zeros({2, 3}), zeros({3, 2})), Error);

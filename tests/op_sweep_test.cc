@@ -182,6 +182,9 @@ std::vector<SweepCase> make_cases() {
        [](Generator& g) { return V{rnd(g, {2, 3, 6, 7}), rnd(g, {16, 3, 3, 3}), rnd(g, {16})}; }, {true, true, true},
        [](const V& x) { return ops::conv2d_relu_max_pool2d(x[0], x[1], x[2], ops::Conv2dOptions{}, pool(2, 2)); },
        true, 5},
+      // Three parts of different widths along the middle axis; the middle one is not differentiated.
+      {Op::kConcat, [](Generator& g) { return V{rnd(g, {2, 1, 3}), rnd(g, {2, 3, 3}), rnd(g, {2, 2, 3})}; },
+       {true, false, true}, [](const V& x) { return ops::concat(x, 1); }},
   };
   static_assert(std::extent_v<decltype(table)> == ops::kNumOps,
                 "every op in the op table needs its case in this sweep (one per Op, in enum order)");

@@ -1,6 +1,7 @@
 #include "demi/nn/layers.h"
 
 #include <cmath>
+#include <functional>
 
 namespace demi::nn {
 namespace {
@@ -385,6 +386,133 @@ Tensor BCEWithLogitsLoss::construct(const Tensor& logits, const Tensor& labels) 
   }
   Tensor per = ops::neg(ops::sum(ops::mul(lp, w), {1}));
   return reduce_loss(ops::reshape(per, logits.shape()), reduction_);
+}
+
+// ---- LSTM, GRU ----
+namespace {
+
+// Registers layer k's four tensors of a recurrent cell with `gates` gates, drawn from U(+-1/sqrt(H)).
+void register_recurrent_layer(const std::function<Tensor(const std::string&, Tensor)>& reg, int64_t k, int64_t in,
+                              int64_t hidden, int64_t gates, bool has_bias, std::vector<Tensor>& w_ih,
+                              std::vector<Tensor>& w_hh, std::vector<Tensor>& b_ih, std::vector<Tensor>& b_hh) {
+  const Initializer init = Initializer::Uniform(1.0 / std::sqrt(static_cast<double>(hidden)));
+  Generator& gen = default_generator();
+  const std::string l = "_l" + std::to_string(k);
+  w_ih.push_back(reg("weight_ih" + l, initialize({gates * hidden, in}, init, gen)));
+  w_hh.push_back(reg("weight_hh" + l, initialize({gates * hidden, hidden}, init, gen)));
+  b_ih.push_back(has_bias ? reg("bias_ih" + l, initialize({gates * hidden}, init, gen)) : Tensor());
+  b_hh.push_back(has_bias ? reg("bias_hh" + l, initialize({gates * hidden}, init, gen)) : Tensor());
+}
+
+void check_recurrent_input(const Tensor& x, int64_t input_size) {
+  DEMI_CHECK(x.rank() == 3 && x.dim(2) == input_size && x.dim(1) >= 1, "expected a batch-first input (B, T, ",
+             input_size, ") with T >= 1, got ", x.describe());
+}
+
+// The initial state of layer k: state[k] of a (num_layers, B, H) tensor, or zeros.
+Tensor initial_state(const Tensor& s, int64_t k, int64_t layers, int64_t b, int64_t h, const char* name) {
+  if (!s.defined()) return zeros({b, h});
+  DEMI_CHECK(s.rank() == 3 && s.dim(0) == layers && s.dim(1) == b && s.dim(2) == h, "expected ", name, " (", layers,
+             ", ", b, ", ", h, "), got ", s.describe());
+  return ops::reshape(ops::split(s, 0, layers)[static_cast<size_t>(k)], {b, h});
+}
+
+// The per-step input projections x_t W_ih^T + b_ih of all steps, as T tensors (B, gates * H).
+std::vector<Tensor> input_projections(const Tensor& x, const Tensor& w, const Tensor& b) {
+  const int64_t bs = x.dim(0), t = x.dim(1), g = w.dim(0);
+  Tensor xw = ops::reshape(ops::dense(ops::reshape(x, {bs * t, x.dim(2)}), w, b), {bs, t, g});
+  std::vector<Tensor> steps = ops::split(xw, 1, t);
+  for (Tensor& s : steps) s = ops::reshape(s, {bs, g});
+  return steps;
+}
+
+Tensor stack_steps(const std::vector<Tensor>& hs, int64_t b, int64_t h) {
+  std::vector<Tensor> parts;
+  for (const Tensor& t : hs) parts.push_back(ops::reshape(t, {b, 1, h}));
+  return ops::concat(parts, 1);
+}
+
+Tensor stack_layers(const std::vector<Tensor>& hs, int64_t b, int64_t h) {
+  std::vector<Tensor> parts;
+  for (const Tensor& t : hs) parts.push_back(ops::reshape(t, {1, b, h}));
+  return ops::concat(parts, 0);
+}
+
+}  // namespace
+
+LSTM::LSTM(int64_t in, int64_t hidden, int64_t layers, bool has_bias)
+    : Cell("LSTM"), input_size(in), hidden_size(hidden), num_layers(layers) {
+  DEMI_CHECK(in >= 1 && hidden >= 1 && layers >= 1, "LSTM: input_size, hidden_size and num_layers must be >= 1, got ",
+             in, ", ", hidden, ", ", layers);
+  auto reg = [this](const std::string& n, Tensor t) { return register_parameter(n, std::move(t)); };
+  for (int64_t k = 0; k < layers; ++k)
+    register_recurrent_layer(reg, k, k == 0 ? in : hidden, hidden, 4, has_bias, weight_ih, weight_hh, bias_ih, bias_hh);
+}
+
+Tensor LSTM::construct(const Tensor& x) { return forward(x).output; }
+
+RecurrentState LSTM::forward(const Tensor& x, const Tensor& h0, const Tensor& c0) {
+  check_recurrent_input(x, input_size);
+  const int64_t b = x.dim(0), hs = hidden_size;
+  Tensor layer_in = x;
+  std::vector<Tensor> h_last, c_last;
+  RecurrentState out;
+  for (int64_t k = 0; k < num_layers; ++k) {
+    const size_t kk = static_cast<size_t>(k);
+    Tensor h = initial_state(h0, k, num_layers, b, hs, "h0"), c = initial_state(c0, k, num_layers, b, hs, "c0");
+    std::vector<Tensor> hs_t;
+    for (const Tensor& xt : input_projections(layer_in, weight_ih[kk], bias_ih[kk])) {
+      std::vector<Tensor> g = ops::split(ops::add(xt, ops::dense(h, weight_hh[kk], bias_hh[kk])), 1, 4);
+      c = ops::add(ops::mul(ops::sigmoid(g[1]), c), ops::mul(ops::sigmoid(g[0]), ops::tanh(g[2])));
+      h = ops::mul(ops::sigmoid(g[3]), ops::tanh(c));
+      hs_t.push_back(h);
+    }
+    layer_in = stack_steps(hs_t, b, hs);
+    h_last.push_back(h);
+    c_last.push_back(c);
+  }
+  out.output = layer_in;
+  out.h_n = stack_layers(h_last, b, hs);
+  out.c_n = stack_layers(c_last, b, hs);
+  return out;
+}
+
+GRU::GRU(int64_t in, int64_t hidden, int64_t layers, bool has_bias)
+    : Cell("GRU"), input_size(in), hidden_size(hidden), num_layers(layers) {
+  DEMI_CHECK(in >= 1 && hidden >= 1 && layers >= 1, "GRU: input_size, hidden_size and num_layers must be >= 1, got ",
+             in, ", ", hidden, ", ", layers);
+  auto reg = [this](const std::string& n, Tensor t) { return register_parameter(n, std::move(t)); };
+  for (int64_t k = 0; k < layers; ++k)
+    register_recurrent_layer(reg, k, k == 0 ? in : hidden, hidden, 3, has_bias, weight_ih, weight_hh, bias_ih, bias_hh);
+}
+
+Tensor GRU::construct(const Tensor& x) { return forward(x).output; }
+
+RecurrentState GRU::forward(const Tensor& x, const Tensor& h0) {
+  check_recurrent_input(x, input_size);
+  const int64_t b = x.dim(0), hs = hidden_size;
+  Tensor layer_in = x;
+  std::vector<Tensor> h_last;
+  RecurrentState out;
+  for (int64_t k = 0; k < num_layers; ++k) {
+    const size_t kk = static_cast<size_t>(k);
+    Tensor h = initial_state(h0, k, num_layers, b, hs, "h0");
+    std::vector<Tensor> hs_t;
+    for (const Tensor& xt : input_projections(layer_in, weight_ih[kk], bias_ih[kk])) {
+      std::vector<Tensor> gi = ops::split(xt, 1, 3);
+      std::vector<Tensor> gh = ops::split(ops::dense(h, weight_hh[kk], bias_hh[kk]), 1, 3);
+      Tensor r = ops::sigmoid(ops::add(gi[0], gh[0]));
+      Tensor z = ops::sigmoid(ops::add(gi[1], gh[1]));
+      Tensor n = ops::tanh(ops::add(gi[2], ops::mul(r, gh[2])));
+      h = ops::add(n, ops::mul(z, ops::sub(h, n)));  // (1 - z) n + z h
+      hs_t.push_back(h);
+    }
+    layer_in = stack_steps(hs_t, b, hs);
+    h_last.push_back(h);
+  }
+  out.output = layer_in;
+  out.h_n = stack_layers(h_last, b, hs);
+  return out;
 }
 
 // ---- NLLLoss ----

@@ -282,6 +282,43 @@ class LogSoftmax : public Cell {
   int axis_;
 };
 
+// MindSpore / PyTorch: LSTM(input_size, hidden_size, num_layers=1, has_bias=True), batch-first only (demi has
+// no sequence-first layout), unidirectional, no dropout between layers. Per layer k the parameters are
+// weight_ih_l{k} (4H, in), weight_hh_l{k} (4H, H), bias_ih_l{k}, bias_hh_l{k} (4H), gates in PyTorch's
+// order i, f, g, o, all drawn from U(+-1/sqrt(H)):
+//   i, f, o = sigmoid(.), g = tanh(.) of x_t W_ih^T + b_ih + h W_hh^T + b_hh;  c = f c + i g;  h = o tanh(c)
+// Composed of swept ops (Dense, Split, the activations, Concat): one product over all steps for the input
+// part, one per step for the recurrent part.
+struct RecurrentState {
+  Tensor output;  // (B, T, H): the last layer's h at every step
+  Tensor h_n;     // (num_layers, B, H)
+  Tensor c_n;     // (num_layers, B, H) (LSTM only)
+};
+class LSTM : public Cell {
+ public:
+  LSTM(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, bool has_bias = true);
+  // x (B, T, input_size) from zero states -> the output (B, T, H)
+  Tensor construct(const Tensor& x) override;
+  // x (B, T, input_size), h0 and c0 (num_layers, B, H) or undefined (zeros) -> output, h_n, c_n
+  RecurrentState forward(const Tensor& x, const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor());
+  int64_t input_size, hidden_size, num_layers;
+  std::vector<Tensor> weight_ih, weight_hh, bias_ih, bias_hh;  // per layer (biases undefined without has_bias)
+};
+
+// MindSpore / PyTorch: GRU(input_size, hidden_size, num_layers=1, has_bias=True), batch-first, unidirectional;
+// weight_ih_l{k} (3H, in), weight_hh_l{k} (3H, H), gates r, z, n:
+//   r = sigmoid(x W_ir + b_ir + h W_hr + b_hr), z likewise, n = tanh(x W_in + b_in + r (h W_hn + b_hn)),
+//   h' = (1 - z) n + z h
+class GRU : public Cell {
+ public:
+  GRU(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, bool has_bias = true);
+  Tensor construct(const Tensor& x) override;
+  // h0 (num_layers, B, H) or undefined (zeros) -> output, h_n (c_n undefined)
+  RecurrentState forward(const Tensor& x, const Tensor& h0 = Tensor());
+  int64_t input_size, hidden_size, num_layers;
+  std::vector<Tensor> weight_ih, weight_hh, bias_ih, bias_hh;
+};
+
 // ---- losses ----
 
 // MindSpore: SoftmaxCrossEntropyWithLogits(sparse=False, reduction="none"). logits (N, C) with labels (N)

@@ -85,7 +85,7 @@ int64_t cast_cache_hits() { return t_cast_cache.hits; }
 int64_t cast_cache_misses() { return t_cast_cache.misses; }
 
 // ---- Dispatch ----
-Dispatch::Dispatch(Op op, std::initializer_list<const Tensor*> inputs) : op_(op), inputs_(inputs) {
+Dispatch::Dispatch(Op op, std::span<const Tensor* const> inputs) : op_(op), inputs_(inputs.begin(), inputs.end()) {
   compute_ = resolve_compute_dtype(op, natural_dtype(inputs_));
   needs_grad_ = g_recorder != nullptr && op_info(op).differentiable && g_recorder->needs_grad(inputs_);
   if (observing()) {

@@ -115,7 +115,10 @@ void set_low_copies(bool enabled);
 class Dispatch {
  public:
   // inputs: every tensor input of the call (nullptr or undefined for an absent optional input).
-  Dispatch(Op op, std::initializer_list<const Tensor*> inputs);
+  Dispatch(Op op, std::initializer_list<const Tensor*> inputs)
+      : Dispatch(op, std::span<const Tensor* const>(inputs.begin(), inputs.size())) {}
+  // The same for an op with a variable number of inputs (Concat).
+  Dispatch(Op op, std::span<const Tensor* const> inputs);
   ~Dispatch();
   Dispatch(const Dispatch&) = delete;
   Dispatch& operator=(const Dispatch&) = delete;

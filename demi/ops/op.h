@@ -49,8 +49,9 @@ enum class Op : uint16_t {
   kSplit,
   kAttention,
   kConv2dReluMaxPool2d,
+  kConcat,
 };
-inline constexpr int kNumOps = static_cast<int>(Op::kConv2dReluMaxPool2d) + 1;
+inline constexpr int kNumOps = static_cast<int>(Op::kConcat) + 1;
 
 // How automatic mixed precision treats an op (demi/amp turns a level into a compute dtype per class).
 enum class AmpClass : uint8_t {
@@ -111,6 +112,8 @@ inline constexpr std::array<OpInfo, kNumOps> kOpTable = {{
     {Op::kSplit, "Split", AmpClass::kFollow, true},
     {Op::kAttention, "ScaledDotProductAttention", AmpClass::kWhite, true},
     {Op::kConv2dReluMaxPool2d, "Conv2dReLUMaxPool2d", AmpClass::kWhite, true},
+    // Concat joins tensors along an axis in their common (promoted) dtype; its gradient is split back.
+    {Op::kConcat, "Concat", AmpClass::kFollow, true},
 }};
 
 constexpr bool op_table_in_enum_order() {

@@ -149,6 +149,9 @@ Tensor transpose(const Tensor& x, const std::vector<int>& perm);
 // outermost non-unit extent are views; otherwise copies. Backward writes every part's gradient (zeros for
 // parts that got none) into one tensor of x's shape.
 std::vector<Tensor> split(const Tensor& x, int axis, int64_t sections);
+// xs (one or more, equal in every dimension but `axis`) joined along `axis` (torch.cat, MindSpore's
+// ops.concat), in their promoted dtype; the gradient is cut back into each input's part.
+Tensor concat(std::span<const Tensor> xs, int axis);
 // Scaled dot-product attention, one fused op: q (N, Sq, Dk), k (N, Sk, Dk), v (N, Sk, Dv) ->
 // (N, Sq, Dv) = softmax(scale * q·kᵀ + mask) · v over the keys. The scores are written and soft-maxed in
 // FP32 whatever dtype q, k, v compute in (O2-fp16 cannot overflow them); the probabilities are kept in the

@@ -219,6 +219,65 @@ std::vector<Tensor> split(const Tensor& x_in, int axis_in, int64_t sections) {
   });
 }
 
+// ---- Concat ----
+Tensor concat(std::span<const Tensor> xs, int axis_in) {
+  const Op op = Op::kConcat;
+  DEMI_CHECK(!xs.empty(), op_name(op), ": needs at least one tensor");
+  const Tensor& first = xs[0];
+  DEMI_CHECK(first.defined() && first.rank() >= 1, op_name(op), ": expected tensors of rank >= 1, got ",
+             describe_or_none(first));
+  DEMI_CHECK(axis_in >= -first.rank() && axis_in < first.rank(), op_name(op), ": axis ", axis_in,
+             " is out of range for ", first.describe());
+  const int axis = first.shape().wrap(axis_in);
+  int64_t total = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Tensor& t = xs[i];
+    bool ok = t.defined() && t.rank() == first.rank();
+    for (int d = 0; ok && d < t.rank(); ++d) ok = d == axis || t.dim(d) == first.dim(d);
+    DEMI_CHECK(ok, op_name(op), ": tensor ", i, " is ", describe_or_none(t), "; every tensor must match ",
+               first.describe(), " except along axis ", axis);
+    total += t.dim(axis);
+  }
+  std::vector<const Tensor*> ptrs;
+  for (const Tensor& t : xs) ptrs.push_back(&t);
+  Dispatch d(op, std::span<const Tensor* const>(ptrs));
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; ++i) outer *= first.dim(i);
+  for (int i = axis + 1; i < first.rank(); ++i) inner *= first.dim(i);
+  Shape out_shape = first.shape();
+  out_shape[axis] = total;
+  const DType dt = d.compute_dtype();
+  Tensor y = empty(out_shape, dt);
+  const size_t elem = dtype_size(dt);
+  std::vector<int64_t> widths;  // elements of each part per outer index
+  int64_t offset = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    Tensor x = d.input(i);
+    const int64_t w = x.dim(axis) * inner;
+    kernels::copy_strided(x.raw_data(), w, static_cast<char*>(y.raw_data()) + offset * static_cast<int64_t>(elem),
+                          total * inner, outer, w, elem);
+    widths.push_back(w);
+    offset += w;
+  }
+  std::vector<Shape> shapes;
+  std::vector<DType> dtypes;
+  for (const Tensor& t : xs) shapes.push_back(t.shape()), dtypes.push_back(t.dtype());
+  return d.finish(y, [widths, shapes, dtypes, outer, total, inner, dt](const TensorList& g) {
+    Tensor go = grad_as(g[0], dt);
+    const size_t e = dtype_size(dt);
+    TensorList dx;
+    int64_t off = 0;
+    for (size_t i = 0; i < widths.size(); ++i) {
+      Tensor part = empty(shapes[i], dt);
+      kernels::copy_strided(static_cast<const char*>(go.raw_data()) + off * static_cast<int64_t>(e), total * inner,
+                            part.raw_data(), widths[i], outer, widths[i], e);
+      dx.push_back(dtypes[i] == dt ? part : part.to(dtypes[i]));
+      off += widths[i];
+    }
+    return dx;
+  });
+}
+
 // ---- Scaled dot-product attention ----
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& mask_in,
                                     double scale, int64_t heads, bool causal) {
