@@ -350,6 +350,15 @@ def optimizers():
     out = {"w0": w0}
     for i, g in enumerate(grads):
         out[f"g{i}"] = g
+    # LAMB has no torch.optim twin: its paper's update, written out in f64 (lr 0.01, wd 0.1).
+    w, m, v = w0.clone(), torch.zeros(6, dtype=torch.float64), torch.zeros(6, dtype=torch.float64)
+    for i, g in enumerate(grads):
+        t = i + 1
+        m = 0.9 * m + 0.1 * g
+        v = 0.999 * v + 0.001 * g * g
+        u = (m / (1 - 0.9 ** t)) / ((v / (1 - 0.999 ** t)).sqrt() + 1e-6) + 0.1 * w
+        w = w - 0.01 * (w.norm() / u.norm()) * u
+        out[f"lamb.w{i}"] = w.clone()
     for name, make in cases.items():
         p = w0.clone().requires_grad_()
         opt = make(p)

@@ -1,5 +1,6 @@
-// RMSProp and Adagrad against PyTorch (scripts/make_golden.py optimizers): four steps from the same weights
-// with the same gradients, the weights after every step; plus their argument checks and checkpointed state.
+// RMSProp and Adagrad against PyTorch (scripts/make_golden.py optimizers), LAMB against its paper's update
+// written out in f64 there: four steps from the same weights with the same gradients, the weights after
+// every step; plus their argument checks and checkpointed state.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -11,7 +12,7 @@
 namespace demi {
 namespace {
 
-TEST(OptimizerGolden, RMSPropAndAdagradMatchPyTorch) {
+TEST(OptimizerGolden, RMSPropAdagradAndLambMatchTheirReferences) {
   auto g = testing::read_golden("optimizers");
   using Make = std::function<std::unique_ptr<optim::Optimizer>(Tensor)>;
   const std::pair<const char*, Make> cases[] = {
@@ -28,6 +29,11 @@ TEST(OptimizerGolden, RMSPropAndAdagradMatchPyTorch) {
        }},
       {"adagrad", [](Tensor p) { return std::make_unique<optim::Adagrad>(std::vector<Tensor>{p}, 0.1); }},
       {"adagrad_wd", [](Tensor p) { return std::make_unique<optim::Adagrad>(std::vector<Tensor>{p}, 0.1, 0.1, 0.1); }},
+      {"lamb",
+       [](Tensor p) {
+         return std::make_unique<optim::LAMB>(std::vector<Tensor>{p}, 0.01,
+                                              optim::AdamOptions{.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6}, 0.1);
+       }},
   };
   for (const auto& [name, make] : cases) {
     SCOPED_TRACE(name);
@@ -50,6 +56,7 @@ TEST(OptimizerGolden, BadHyperparametersAreRefused) {
   EXPECT_THROW(optim::RMSProp({p}, 0.01, optim::RMSPropOptions{.epsilon = 0}), Error);
   EXPECT_THROW(optim::RMSProp({p}, 0.01, optim::RMSPropOptions{.momentum = -1}), Error);
   EXPECT_THROW(optim::Adagrad({p}, 0.1, 0.0), Error);
+  EXPECT_THROW(optim::LAMB({p}, 0.1, optim::AdamOptions{.beta1 = 1.0}), Error);
 }
 
 }  // namespace

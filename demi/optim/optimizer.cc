@@ -72,8 +72,8 @@ void Optimizer::step() {
     const ParamGroup& group = groups_[group_of_[i]];
     float* pp = p.data<float>();
     const float* gp = g.data<float>();
-    double lr = base * group.lr_scale;
     double wd = group.weight_decay;
+    double lr = prepare(i, pp, gp, p.numel(), base * group.lr_scale, wd);
     // A current low-precision copy (AMP O2/O3) is rewritten chunk by chunk while the chunk is in cache:
     // the next forward reads it instead of casting the parameter again.
     AutogradMeta& meta = p.autograd_meta();
@@ -233,6 +233,45 @@ void Adagrad::update(size_t index, int64_t begin, float* p, const float* g, int6
     acc[i] += gi * gi;
     p[i] -= l * gi / std::sqrt(acc[i]);
   }
+}
+
+// ---- LAMB ----
+LAMB::LAMB(std::vector<Tensor> params, double learning_rate, const AdamOptions& options, double weight_decay)
+    : LAMB(one_group(std::move(params), weight_decay), fixed_lr(learning_rate), options) {}
+
+LAMB::LAMB(std::vector<ParamGroup> groups, LrSchedulePtr lr, const AdamOptions& options)
+    : Optimizer("LAMB", std::move(groups), std::move(lr)), options_(options) {
+  DEMI_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
+             "LAMB: betas must be in [0, 1), got (", options.beta1, ", ", options.beta2, ")");
+  check_hyper("LAMB", "eps", options.eps, false);
+  add_state_slots({"moment1", "moment2", "update"});
+}
+
+double LAMB::prepare(size_t index, const float* p, const float* g, int64_t n, double lr, double weight_decay) {
+  float* m = slot(0, index);
+  float* v = slot(1, index);
+  float* u = slot(2, index);
+  const double t = static_cast<double>(global_step() + 1);
+  const float b1 = static_cast<float>(options_.beta1), b2 = static_cast<float>(options_.beta2);
+  const float bc1 = static_cast<float>(1.0 - std::pow(options_.beta1, t));
+  const float bc2 = static_cast<float>(1.0 - std::pow(options_.beta2, t));
+  const float eps = static_cast<float>(options_.eps), wd = static_cast<float>(weight_decay);
+  double w2 = 0, u2 = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = b1 * m[i] + (1 - b1) * g[i];
+    v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+    u[i] = (m[i] / bc1) / (std::sqrt(v[i] / bc2) + eps) + wd * p[i];
+    w2 += static_cast<double>(p[i]) * p[i];
+    u2 += static_cast<double>(u[i]) * u[i];
+  }
+  const double ratio = w2 > 0 && u2 > 0 ? std::sqrt(w2) / std::sqrt(u2) : 1.0;
+  return lr * ratio;
+}
+
+void LAMB::update(size_t index, int64_t begin, float* p, const float*, int64_t n, double lr, double) {
+  const float* u = slot(2, index) + begin;
+  const float l = static_cast<float>(lr);
+  for (int64_t i = 0; i < n; ++i) p[i] -= l * u[i];
 }
 
 }  // namespace demi::optim

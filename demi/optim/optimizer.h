@@ -1,5 +1,5 @@
 // Optimizers on FP32 master weights: Momentum (MindSpore's, with Nesterov and weight decay), SGD, Adam,
-// AdamW, RMSProp, Adagrad. Parameters, gradients and optimizer state are FP32; each update is one fused pass over a
+// AdamW, RMSProp, Adagrad, LAMB. Parameters, gradients and optimizer state are FP32; each update is one fused pass over a
 // parameter, its gradient and its state (not a chain of tensor ops), parallel over elements.
 //
 // Gradients are read from each parameter's .grad (accumulated there by autograd). step() applies one
@@ -52,6 +52,13 @@ class Optimizer {
   // `begin`; state slots are read through slot(s, index) + begin. Called in parallel on disjoint chunks.
   virtual void update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
                       double weight_decay) = 0;
+  // Called once per parameter before its chunks are updated, with the whole parameter and gradient: an
+  // optimizer whose update depends on whole-parameter quantities (LAMB's trust ratio) computes them here
+  // and returns the learning rate the chunks then get (default: lr unchanged).
+  virtual double prepare(size_t index, const float* p, const float* g, int64_t n, double lr, double weight_decay) {
+    (void)index, (void)p, (void)g, (void)n, (void)weight_decay;
+    return lr;
+  }
   // Allocates `slots` zero-initialised FP32 state tensors per parameter (MemCategory::kOptimizerState).
   void add_state_slots(const std::vector<std::string>& slot_names);
   float* slot(size_t slot_index, size_t param_index) { return state_[slot_index][param_index].data<float>(); }
@@ -160,6 +167,30 @@ class Adagrad : public Optimizer {
  protected:
   void update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
               double weight_decay) override;
+};
+
+// MindSpore's Lamb (You et al., "Large Batch Optimization for Deep Learning", 2019): Adam's bias-corrected
+// moments, then per parameter a trust ratio. With u = m_hat / (sqrt(v_hat) + eps) + wd * w,
+//   w -= lr * (||w|| / ||u||) * u        (ratio 1 when either norm is 0)
+// The norms are taken over the whole parameter (in f64, in a fixed order: thread-count independent), so
+// each parameter's update is two passes: moments and u (kept in the "update" slot), then the step.
+class LAMB : public Optimizer {
+ public:
+  LAMB(std::vector<Tensor> params, double learning_rate, const AdamOptions& options = {.beta1 = 0.9,
+                                                                                      .beta2 = 0.999,
+                                                                                      .eps = 1e-6},
+       double weight_decay = 0);
+  LAMB(std::vector<ParamGroup> groups, LrSchedulePtr lr, const AdamOptions& options = {.beta1 = 0.9,
+                                                                                      .beta2 = 0.999,
+                                                                                      .eps = 1e-6});
+
+ protected:
+  double prepare(size_t index, const float* p, const float* g, int64_t n, double lr, double weight_decay) override;
+  void update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
+              double weight_decay) override;
+
+ private:
+  AdamOptions options_;
 };
 
 }  // namespace demi::optim
