@@ -202,14 +202,7 @@ int run_train_gpt(const ParsedArgs& args) {
   const io::Metadata meta = gpt_metadata(o, vocab, path);
   if (args.flag("resume")) {
     if (ckpt_dir.empty()) throw UsageError("--resume needs --ckpt-dir DIR (where the run's checkpoints are)");
-    std::vector<train::SkippedCheckpoint> skipped;
-    auto last = train::latest_loadable_checkpoint(ckpt_dir, "gpt", &skipped, /*set_aside=*/true);
-    for (const train::SkippedCheckpoint& sk : skipped)
-      std::fprintf(stderr, "demi: warning: --resume skips a checkpoint that does not load, kept as %s: %s\n",
-                   sk.path.string().c_str(), sk.error.c_str());
-    if (!last && !skipped.empty())
-      throw Error("--resume: no checkpoint in " + ckpt_dir + " loads (" + std::to_string(skipped.size()) +
-                  " damaged); move them away to start from the beginning");
+    auto last = resume_checkpoint(ckpt_dir, "gpt");
     if (last) {
       check_resume_shape(last->state.meta.extra, meta, last->path.string());
       train::restore_checkpoint(last->state, model);

@@ -373,15 +373,7 @@ int run_train(const ParsedArgs& args) {
   std::string ckpt_dir = args.get("ckpt-dir");
   if (args.flag("resume")) {
     if (ckpt_dir.empty()) throw UsageError("--resume needs --ckpt-dir DIR (where the run's checkpoints are)");
-    // The newest checkpoint that verifies: a damaged newer one is skipped (and kept), with the reason.
-    std::vector<train::SkippedCheckpoint> skipped;
-    auto last = train::latest_loadable_checkpoint(ckpt_dir, "model" + job.model_key, &skipped, /*set_aside=*/true);
-    for (const train::SkippedCheckpoint& s : skipped)
-      std::fprintf(stderr, "demi: warning: --resume skips a checkpoint that does not load, kept as %s: %s\n",
-                   s.path.string().c_str(), s.error.c_str());
-    if (!last && !skipped.empty())
-      throw Error("--resume: no checkpoint in " + ckpt_dir + " loads (" + std::to_string(skipped.size()) +
-                  " damaged); move them away to start from the beginning");
+    auto last = resume_checkpoint(ckpt_dir, "model" + job.model_key);
     if (last) {
       const io::TrainingState& state = last->state;
       check_resume_settings(state.meta, run_settings(args, job), last->path.string());
@@ -790,6 +782,18 @@ std::vector<Option> training_options() {
 }
 
 }  // namespace
+
+std::optional<train::LoadedCheckpoint> resume_checkpoint(const std::string& dir, const std::string& prefix) {
+  std::vector<train::SkippedCheckpoint> skipped;
+  auto last = train::latest_loadable_checkpoint(dir, prefix, &skipped, /*set_aside=*/true);
+  for (const train::SkippedCheckpoint& s : skipped)
+    std::fprintf(stderr, "demi: warning: --resume skips a checkpoint that does not load, kept as %s: %s\n",
+                 s.path.string().c_str(), s.error.c_str());
+  if (!last && !skipped.empty())
+    throw Error("--resume: no checkpoint in " + dir + " loads (" + std::to_string(skipped.size()) +
+                " damaged); move them away to start from the beginning");
+  return last;
+}
 
 void apply_thread_option(const ParsedArgs& args) {
   ContextOptions ctx = get_context();

@@ -1,8 +1,11 @@
 // The training commands of the demi tool: train, eval, compare (and the demo built on compare).
 #pragma once
 
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "demi/train/checkpoint.h"
 #include "tools/demi/args.h"
 
 namespace demi::cli {
@@ -11,6 +14,10 @@ namespace demi::cli {
 // threads would make each step wait on oversubscribed workers (hundreds of times slower): clamped to the
 // hardware threads, with a warning on stderr.
 void apply_thread_option(const ParsedArgs& args);
+// --resume: the newest checkpoint `prefix`-* in `dir` that verifies (a damaged newer one is skipped, kept
+// as .damaged, with a warning naming its error); nullopt when there is none; an error when every one is
+// damaged.
+std::optional<train::LoadedCheckpoint> resume_checkpoint(const std::string& dir, const std::string& prefix);
 // Appends train, eval and compare to the command list.
 void add_training_commands(std::vector<Command>& cmds);
 // `demi demo`: the seed's comparison, O0 against O2, on model A (random data) and model B (Fashion-MNIST).
