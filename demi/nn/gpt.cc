@@ -28,18 +28,6 @@ Tensor positions(int64_t first, int64_t t) {
   return from_vector(p, {t});
 }
 
-// (N, la, d) ++ (N, lb, d) along the middle axis, FP32 host values.
-std::vector<float> append_rows(const std::vector<float>& a, int64_t la, const Tensor& b, int64_t n, int64_t d) {
-  const std::vector<float> bv = b.to_vector();
-  const int64_t lb = b.numel() / (n * d);
-  std::vector<float> out(static_cast<size_t>(n * (la + lb) * d));
-  for (int64_t i = 0; i < n; ++i) {
-    std::copy_n(a.begin() + i * la * d, la * d, out.begin() + i * (la + lb) * d);
-    std::copy_n(bv.begin() + i * lb * d, lb * d, out.begin() + (i * (la + lb) + la) * d);
-  }
-  return out;
-}
-
 }  // namespace
 
 // ---- CausalSelfAttention ----
@@ -75,12 +63,12 @@ Tensor CausalSelfAttention::construct(const Tensor& x) {
 }
 
 Tensor CausalSelfAttention::forward_cached(const Tensor& x, KVCache::Layer& layer, int64_t cached) {
-  const int64_t b = x.dim(0), t = x.dim(1), dh = n_embd / n_head, n = b * n_head;
+  const int64_t b = x.dim(0), t = x.dim(1);
   std::vector<Tensor> qkv = split_heads(c_attn->call(x), b, t);
-  layer.k = append_rows(layer.k, cached, qkv[1], n, dh);
-  layer.v = append_rows(layer.v, cached, qkv[2], n, dh);
-  Tensor k = from_vector(layer.k, {n, cached + t, dh}), v = from_vector(layer.v, {n, cached + t, dh});
-  Tensor o = ops::scaled_dot_product_attention(qkv[0], k, v, Tensor(), 0, n_head, /*causal=*/true);
+  // The new positions' keys and values join the cached ones along the sequence axis.
+  layer.k = cached == 0 ? qkv[1] : ops::concat(std::vector<Tensor>{layer.k, qkv[1]}, 1);
+  layer.v = cached == 0 ? qkv[2] : ops::concat(std::vector<Tensor>{layer.v, qkv[2]}, 1);
+  Tensor o = ops::scaled_dot_product_attention(qkv[0], layer.k, layer.v, Tensor(), 0, n_head, /*causal=*/true);
   return c_proj->call(merge_heads(o, b, t));
 }
 

@@ -42,10 +42,10 @@ struct GPTOptions {
   bool bias = true;  // biases in the Dense layers (LayerNorms always have beta)
 };
 
-// One layer's keys and values of the tokens seen so far, as (B * n_head, length, head_dim) FP32.
+// Each layer's keys and values of the tokens seen so far, (B * n_head, length, head_dim) in the compute dtype.
 struct KVCache {
   struct Layer {
-    std::vector<float> k, v;
+    Tensor k, v;
   };
   std::vector<Layer> layers;
   int64_t batch = 0;
