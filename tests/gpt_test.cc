@@ -151,6 +151,20 @@ TEST(GPT, TiedEmbeddingGradientMatchesFiniteDifferences) {
   EXPECT_NEAR(fd, std::sqrt(norm2), 2e-2 * std::sqrt(norm2));
 }
 
+// With dropout the embedding and residual dropouts draw new masks per training call and vanish in eval.
+TEST(GPT, DropoutActsInTrainingOnly) {
+  set_seed(9);
+  nn::GPTOptions o = tiny_options();
+  o.dropout = 0.3;
+  nn::GPT net(o);
+  ASSERT_TRUE(net.drop != nullptr && net.h[0]->attn->resid_dropout != nullptr && net.h[0]->mlp->dropout != nullptr);
+  autograd::NoGradGuard no_grad;
+  const Tensor ids = ids_of({1, 5, 2, 9});
+  EXPECT_NE(net(ids).to_vector(), net(ids).to_vector()) << "training: new masks per call";
+  net.set_train(false);
+  EXPECT_EQ(net(ids).to_vector(), net(ids).to_vector()) << "eval: no dropout";
+}
+
 TEST(GPT, SamplingIsDeterministicPerSeedAndSlidesPastTheBlock) {
   set_seed(7);
   nn::GPT net(tiny_options());

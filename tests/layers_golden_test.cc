@@ -145,6 +145,18 @@ TEST(LayersGolden, LstmAndGruMatchPyTorch) {
   }
 }
 
+// Without states the recurrent layers start from zeros; Identity passes its input through.
+TEST(Layers, ZeroStatesAndIdentity) {
+  set_seed(4);
+  nn::LSTM lstm(3, 4, 2);
+  nn::GRU gru(3, 4, 2);
+  Tensor x = normal({2, 5, 3}, 0, 1, default_generator());
+  EXPECT_EQ(lstm(x).to_vector(), lstm.forward(x, zeros({2, 2, 4}), zeros({2, 2, 4})).output.to_vector());
+  EXPECT_EQ(gru(x).to_vector(), gru.forward(x, zeros({2, 2, 4})).output.to_vector());
+  EXPECT_EQ(lstm(x).shape(), Shape({2, 5, 4}));
+  EXPECT_TRUE(nn::Identity()(x).is_same(x));
+}
+
 TEST(Layers, BadInputIsNamed) {
   nn::NLLLoss nll;
   Tensor lp = zeros({2, 3});
