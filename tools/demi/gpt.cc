@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "demi/amp/policy.h"
@@ -231,7 +232,7 @@ int run_train_gpt(const ParsedArgs& args) {
                 static_cast<long long>(batch), static_cast<long long>(steps));
   std::fflush(stdout);
   if (args.flag("profile")) ops::set_profiling(true);
-  std::vector<EvalPoint> points;
+  std::optional<EvalPoint> last;  // the latest evaluation
   double train_seconds = 0;
   int64_t peak_train = 0, skipped = 0, peak_rss = 0;
   std::vector<double> chunk_tps;
@@ -245,7 +246,7 @@ int run_train_gpt(const ParsedArgs& args) {
     peak_rss = std::max(peak_rss, s.peak_rss_bytes);
     skipped += s.skipped_steps;
     const double valid = model.eval(valid_ds)["Loss"];
-    points.push_back({model.steps_done(), s.mean_last_epoch_loss, valid});
+    last = EvalPoint{model.steps_done(), s.mean_last_epoch_loss, valid};
     if (json)
       std::printf("{\"kind\":\"eval\",\"step\":%lld,\"train_loss\":%.6f,\"valid_loss\":%.6f,\"tokens_per_second\":%.1f,"
                   "\"loss_scale\":%g}\n",
@@ -257,7 +258,7 @@ int run_train_gpt(const ParsedArgs& args) {
                   s.skipped_steps > 0 ? str_cat("  ", s.skipped_steps, " step(s) skipped").c_str() : "");
     std::fflush(stdout);
   }
-  if (points.empty()) {
+  if (!last) {
     if (!json)
       std::printf("the checkpoint already has the %lld step(s) of --steps: nothing left to train\n",
                   static_cast<long long>(steps));
@@ -265,18 +266,17 @@ int run_train_gpt(const ParsedArgs& args) {
   }
   std::sort(chunk_tps.begin(), chunk_tps.end());
   const double median_tps = chunk_tps[chunk_tps.size() / 2];
-  const EvalPoint& last = points.back();
   if (json) {
     std::printf("{\"kind\":\"summary\",\"model\":\"gpt\",\"amp\":\"%s\",\"dtype\":\"%s\",\"steps\":%lld,"
                 "\"train_loss\":%.6f,\"valid_loss\":%.6f,\"tokens_per_second\":%.1f,\"peak_train\":%lld,"
                 "\"peak_rss\":%lld,\"skipped_steps\":%lld,\"seconds\":%.2f}\n",
-                level.c_str(), dtype.c_str(), static_cast<long long>(last.step), last.train_loss, last.valid_loss,
+                level.c_str(), dtype.c_str(), static_cast<long long>(last->step), last->train_loss, last->valid_loss,
                 median_tps, static_cast<long long>(peak_train), static_cast<long long>(peak_rss),
                 static_cast<long long>(skipped), train_seconds);
   } else {
     std::printf("GPT %s %s: %lld steps, valid loss %.4f, %.0f tokens/s (median over evaluations), training peak "
                 "%.2f MiB, %lld step(s) skipped, %.1f s training\n",
-                level.c_str(), dtype.c_str(), static_cast<long long>(last.step), last.valid_loss, median_tps,
+                level.c_str(), dtype.c_str(), static_cast<long long>(last->step), last->valid_loss, median_tps,
                 static_cast<double>(peak_train) / (1 << 20), static_cast<long long>(skipped), train_seconds);
     if (!ckpt_dir.empty())
       std::printf("checkpoint: %s (demi generate --checkpoint %s/gpt-latest)\n", ckpt_dir.c_str(), ckpt_dir.c_str());
