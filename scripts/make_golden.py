@@ -396,6 +396,35 @@ def more_layers():
     write("more_layers", out)
 
 
+def conv_transpose():
+    """Conv2dTranspose in MindSpore's three pad modes, against PyTorch's conv_transpose2d in f64:
+    "pad" (2 groups, stride (2, 1), padding (1, 0), output_padding (1, 0), dilation (1, 2), bias);
+    "same" (k3 s2: OH = 2H, the convolution's padding (0, 1): PyTorch's full output less its last row and
+    column); "valid" (k2 s3, kernel below the stride: OH = 3H, PyTorch's output_padding 1)."""
+    torch.manual_seed(2027)
+    out = {}
+
+    def case(prefix, x, w, b, fn):
+        x.requires_grad_()
+        w.requires_grad_()
+        inputs = (x, w) if b is None else (x, w, b.requires_grad_())
+        y = fn(*inputs)
+        r, gs = grads_of(y, inputs)
+        out.update({f"{prefix}.x": x, f"{prefix}.w": w, f"{prefix}.y": y, f"{prefix}.dy": r,
+                    f"{prefix}.dx": gs[0], f"{prefix}.dw": gs[1]})
+        if b is not None:
+            out.update({f"{prefix}.b": b, f"{prefix}.db": gs[2]})
+
+    case("pad", rand(2, 4, 3, 4), rand(4, 3, 3, 2), rand(6),
+         lambda x, w, b: F.conv_transpose2d(x, w, b, stride=(2, 1), padding=(1, 0), output_padding=(1, 0),
+                                            groups=2, dilation=(1, 2)))
+    case("same", rand(2, 3, 4, 5), rand(3, 2, 3, 3), rand(2),
+         lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2)[:, :, :8, :10])
+    case("valid", rand(1, 2, 3, 2), rand(2, 3, 2, 2), None,
+         lambda x, w: F.conv_transpose2d(x, w, stride=3, output_padding=1))
+    write("conv_transpose", out)
+
+
 def composite_layers():
     """LeakyReLU (0.2), ELU (0.7, down to x = -40), PReLU (3 channels), L1Loss, SmoothL1Loss (beta 0.5, per element) and
     BCEWithLogitsLoss (logits up to +-30, soft targets) in f64, with their input gradients."""
@@ -491,3 +520,4 @@ if __name__ == "__main__":
     more_layers()
     composite_layers()
     recurrent()
+    conv_transpose()

@@ -1,5 +1,5 @@
 // Layers of issue 17 against PyTorch (scripts/make_golden.py more_layers, composite_layers): GroupNorm,
-// Conv1d, Softmax, LogSoftmax + NLLLoss, LeakyReLU, ELU, PReLU, L1Loss, SmoothL1Loss, BCEWithLogitsLoss, LSTM, GRU, forward
+// Conv1d, Conv2dTranspose (scripts/make_golden.py conv_transpose), Softmax, LogSoftmax + NLLLoss, LeakyReLU, ELU, PReLU, L1Loss, SmoothL1Loss, BCEWithLogitsLoss, LSTM, GRU, forward
 // and backward in f32; bad input named.
 #include <gtest/gtest.h>
 
@@ -46,6 +46,89 @@ TEST(LayersGolden, Conv1dMatchesPyTorch) {
   expect_close(x.grad(), g["c1.dx"], tol(40), "dx");
   expect_close(conv.weight.grad(), g["c1.dw"], tol(40), "dw");
   expect_close(conv.bias.grad(), g["c1.db"], tol(40), "db");
+}
+
+// MindSpore's three pad modes; "pad" with groups, stride, dilation and output_padding.
+TEST(LayersGolden, Conv2dTransposeMatchesPyTorch) {
+  auto g = testing::read_golden("conv_transpose");
+  struct Case {
+    const char* name;
+    nn::Conv2dTransposeOptions options;
+    std::array<int64_t, 2> kernel;
+  } cases[] = {
+      {"pad",
+       {.stride = {2, 1}, .pad_mode = "pad", .padding = {1, 1, 0, 0}, .output_padding = {1, 0}, .dilation = {1, 2},
+        .group = 2, .has_bias = true},
+       {3, 2}},
+      {"same", {.stride = {2, 2}, .has_bias = true}, {3, 3}},
+      {"valid", {.stride = {3, 3}, .pad_mode = "valid"}, {2, 2}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string p = c.name;
+    Tensor x0 = g[p + ".x"], w0 = g[p + ".w"];
+    nn::Conv2dTranspose conv(x0.dim(1), w0.dim(1) * c.options.group, c.kernel, c.options);
+    ASSERT_EQ(conv.weight.shape(), w0.shape());
+    conv.weight.copy_(w0);
+    if (c.options.has_bias) conv.bias.copy_(g[p + ".b"]);
+    Tensor x = leaf(x0);
+    Tensor y = conv(x);
+    ASSERT_EQ(y.shape(), g[p + ".y"].shape());
+    EXPECT_EQ(conv.output_shape(x.shape()), y.shape());
+    expect_close(y, g[p + ".y"], tol(20), "y");
+    autograd::backward(y, g[p + ".dy"].to(DType::kF32));
+    expect_close(x.grad(), g[p + ".dx"], tol(40), "dx");
+    expect_close(conv.weight.grad(), g[p + ".dw"], tol(80), "dw");
+    if (c.options.has_bias) expect_close(conv.bias.grad(), g[p + ".db"], tol(200), "db");
+  }
+}
+
+// Conv2dTranspose is the adjoint of Conv2d: <conv(u), v> = <u, conv_transpose(v)> for the same weight, at
+// strides and paddings where a strided convolution leaves rows unread (output_padding).
+TEST(Layers, Conv2dTransposeIsTheAdjointOfConv2d) {
+  Generator gen(7);
+  ops::Conv2dOptions co;
+  co.stride = {2, 3};
+  co.pad_mode = ops::PadMode::kPad;
+  co.padding = {1, 2, 0, 1};
+  co.groups = 3;
+  ops::Conv2dTransposeOptions to;
+  to.stride = co.stride;
+  to.pad_mode = co.pad_mode;
+  to.padding = co.padding;
+  to.output_padding = {1, 2};
+  to.groups = co.groups;
+  Tensor w = uniform({6, 2, 3, 2}, -1, 1, gen, DType::kF64);  // conv: 6 <- 6 channels; transposed: 6 -> 6
+  Tensor v = uniform({2, 6, 4, 3}, -1, 1, gen, DType::kF64);
+  Tensor ct = ops::conv2d_transpose(v, w, Tensor(), to);
+  Tensor u = uniform(ct.shape(), -1, 1, gen, DType::kF64);
+  Tensor cu = ops::conv2d(u, w, Tensor(), co);
+  ASSERT_EQ(cu.shape(), v.shape());
+  double lhs = ops::sum(ops::mul(cu, v)).item(), rhs = ops::sum(ops::mul(u, ct)).item();
+  EXPECT_NEAR(lhs, rhs, 1e-10 * std::max(1.0, std::abs(lhs)));
+}
+
+TEST(Layers, Conv2dTransposeRefusesBadOptionsAndInput) {
+  using O = nn::Conv2dTransposeOptions;
+  EXPECT_THROW(nn::Conv2dTranspose(3, 4, 3, O{.padding = {1, 1, 1, 1}}), Error) << "padding needs pad_mode pad";
+  EXPECT_THROW(nn::Conv2dTranspose(3, 4, 3, O{.stride = {2, 2}, .output_padding = {1, 1}}), Error)
+      << "output_padding needs pad_mode pad";
+  EXPECT_THROW(nn::Conv2dTranspose(3, 4, 3, O{.stride = {2, 2}, .pad_mode = "pad", .output_padding = {2, 0}}), Error)
+      << "output_padding below the stride";
+  EXPECT_THROW(nn::Conv2dTranspose(3, 4, 3, O{.group = 2}), Error) << "3 channels in 2 groups";
+  nn::Conv2dTranspose conv(3, 4, 3, O{.pad_mode = "pad", .padding = {2, 2, 0, 0}});
+  try {
+    conv(zeros({2, 3, 1, 5}));  // (1 - 1) * 1 + 3 - 4 = -1 rows
+    ADD_FAILURE() << "an empty output was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("leaves no output"), std::string::npos) << e.what();
+  }
+  try {
+    conv(zeros({2, 4, 5, 5}));
+    ADD_FAILURE() << "4 channels were accepted by a layer of 3";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(N, 3, H, W)"), std::string::npos) << e.what();
+  }
 }
 
 TEST(LayersGolden, SoftmaxAndNllLossMatchPyTorch) {

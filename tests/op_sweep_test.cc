@@ -76,6 +76,17 @@ ops::Conv2dOptions conv_opts() {
   return o;
 }
 
+ops::Conv2dTransposeOptions conv_transpose_opts() {
+  ops::Conv2dTransposeOptions o;
+  o.stride = {2, 1};
+  o.pad_mode = ops::PadMode::kPad;
+  o.padding = {1, 0, 0, 1};
+  o.output_padding = {1, 0};
+  o.dilation = {1, 2};
+  o.groups = 2;
+  return o;
+}
+
 std::vector<SweepCase> make_cases() {
   using V = std::vector<Tensor>;
   SweepCase table[] = {
@@ -185,6 +196,10 @@ std::vector<SweepCase> make_cases() {
       // Three parts of different widths along the middle axis; the middle one is not differentiated.
       {Op::kConcat, [](Generator& g) { return V{rnd(g, {2, 1, 3}), rnd(g, {2, 3, 3}), rnd(g, {2, 2, 3})}; },
        {true, false, true}, [](const V& x) { return ops::concat(x, 1); }},
+      // Two groups, a stride, a dilation, asymmetric padding and an output_padding row, with a bias.
+      {Op::kConv2dTranspose, [](Generator& g) { return V{rnd(g, {2, 4, 3, 4}), rnd(g, {4, 3, 3, 2}), rnd(g, {6})}; },
+       {true, true, true}, [](const V& x) { return ops::conv2d_transpose(x[0], x[1], x[2], conv_transpose_opts()); },
+       true, 5},
   };
   static_assert(std::extent_v<decltype(table)> == ops::kNumOps,
                 "every op in the op table needs its case in this sweep (one per Op, in enum order)");

@@ -90,6 +90,46 @@ Conv2d::Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> kernel, const Con
                               initialize({out}, options.bias_init.value_or(default_bias_init(fan_in(wshape))), gen));
 }
 
+// ---- Conv2dTranspose ----
+Conv2dTranspose::Conv2dTranspose(int64_t in, int64_t out, std::array<int64_t, 2> kernel,
+                                 const Conv2dTransposeOptions& options)
+    : Cell("Conv2dTranspose"), in_channels(in), out_channels(out), kernel_size(kernel) {
+  DEMI_CHECK(in >= 1 && out >= 1, "Conv2dTranspose: in_channels and out_channels must be >= 1, got ", in, " and ",
+             out);
+  DEMI_CHECK(kernel[0] >= 1 && kernel[1] >= 1, "Conv2dTranspose: kernel_size must be >= 1, got (", kernel[0], ", ",
+             kernel[1], ")");
+  DEMI_CHECK(options.group >= 1 && in % options.group == 0 && out % options.group == 0,
+             "Conv2dTranspose: in_channels (", in, ") and out_channels (", out, ") must be divisible by group (",
+             options.group, ")");
+  op_options.stride = options.stride;
+  op_options.pad_mode = ops::parse_pad_mode(options.pad_mode);
+  op_options.padding = options.padding;
+  op_options.output_padding = options.output_padding;
+  op_options.dilation = options.dilation;
+  op_options.groups = options.group;
+  ops::check_conv2d_transpose_options(op_options);
+  Shape wshape{in, out / options.group, kernel[0], kernel[1]};
+  Generator& gen = default_generator();
+  weight = register_parameter(
+      "weight", initialize(wshape, options.weight_init.value_or(Initializer::HeUniform(std::sqrt(5.0))), gen));
+  if (options.has_bias)
+    bias = register_parameter("bias",
+                              initialize({out}, options.bias_init.value_or(default_bias_init(fan_in(wshape))), gen));
+}
+
+Shape Conv2dTranspose::output_shape(const Shape& input) const {
+  DEMI_CHECK(input.rank() == 4 && input[1] == in_channels, "Conv2dTranspose: expected an input (N, ", in_channels,
+             ", H, W), got ", input);
+  auto [oh, ow] = ops::conv2d_transpose_output_size(input[2], input[3], kernel_size[0], kernel_size[1], op_options);
+  return {input[0], out_channels, oh, ow};
+}
+
+Tensor Conv2dTranspose::construct(const Tensor& x) {
+  DEMI_CHECK(x.rank() == 4 && x.dim(1) == in_channels, "expected a 4-D input (N, ", in_channels, ", H, W), got ",
+             x.describe());
+  return ops::conv2d_transpose(x, weight, bias, op_options);
+}
+
 // ---- Conv1d ----
 Conv1d::Conv1d(int64_t in, int64_t out, int64_t kernel, const Conv1dOptions& o)
     : Cell("Conv1d"), in_channels(in), out_channels(out), kernel_size(kernel) {

@@ -91,6 +91,35 @@ class Conv1d : public Cell {
   ops::Conv2dOptions op_options;
 };
 
+// MindSpore: Conv2dTranspose(in_channels, out_channels, kernel_size, stride=1, pad_mode="same", padding=0,
+// output_padding=0, dilation=1, group=1, has_bias=False): x (N, in, H, W) -> (N, out, OH, OW), the
+// adjoint of Conv2d(out, in, ...) (ops::conv2d_transpose has the output sizes); weight (in, out/group, kh,
+// kw), as MindSpore and PyTorch hold it, initialised as PyTorch's ConvTranspose2d (HeUniform(sqrt(5)) over
+// fan_in = out/group * kh * kw).
+struct Conv2dTransposeOptions {
+  std::array<int64_t, 2> stride{1, 1};
+  std::string pad_mode = "same";
+  std::array<int64_t, 4> padding{0, 0, 0, 0};  // top, bottom, left, right; only with pad_mode "pad"
+  std::array<int64_t, 2> output_padding{0, 0};  // only with pad_mode "pad"; below the stride
+  std::array<int64_t, 2> dilation{1, 1};
+  int64_t group = 1;
+  bool has_bias = false;
+  std::optional<Initializer> weight_init;
+  std::optional<Initializer> bias_init;
+};
+class Conv2dTranspose : public Cell {
+ public:
+  Conv2dTranspose(int64_t in, int64_t out, std::array<int64_t, 2> kernel, const Conv2dTransposeOptions& options = {});
+  Conv2dTranspose(int64_t in, int64_t out, int64_t kernel, const Conv2dTransposeOptions& options = {})
+      : Conv2dTranspose(in, out, std::array<int64_t, 2>{kernel, kernel}, options) {}
+  Tensor construct(const Tensor& x) override;
+  Shape output_shape(const Shape& input) const;
+  Tensor weight, bias;
+  int64_t in_channels, out_channels;
+  std::array<int64_t, 2> kernel_size;
+  ops::Conv2dTransposeOptions op_options;
+};
+
 // MindSpore: MaxPool2d(kernel_size=1, stride=1, pad_mode="valid").
 class MaxPool2d : public Cell {
  public:

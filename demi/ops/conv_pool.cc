@@ -146,6 +146,113 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   });
 }
 
+void check_conv2d_transpose_options(const Conv2dTransposeOptions& o) {
+  const char* op = "Conv2dTranspose";
+  DEMI_CHECK(o.groups >= 1, op, ": groups must be >= 1, got ", o.groups);
+  DEMI_CHECK(o.stride[0] >= 1 && o.stride[1] >= 1 && o.dilation[0] >= 1 && o.dilation[1] >= 1, op, ": stride (",
+             o.stride[0], ", ", o.stride[1], ") and dilation (", o.dilation[0], ", ", o.dilation[1],
+             ") must be >= 1");
+  const auto& pd = o.padding;
+  DEMI_CHECK(pd[0] >= 0 && pd[1] >= 0 && pd[2] >= 0 && pd[3] >= 0, op,
+             ": padding must be non-negative, got (top ", pd[0], ", bottom ", pd[1], ", left ", pd[2], ", right ",
+             pd[3], ")");
+  DEMI_CHECK(o.pad_mode == PadMode::kPad || (pd[0] == 0 && pd[1] == 0 && pd[2] == 0 && pd[3] == 0), op,
+             ": padding must be 0 when pad_mode is \"", pad_mode_name(o.pad_mode), "\" (as in MindSpore), got (",
+             pd[0], ", ", pd[1], ", ", pd[2], ", ", pd[3], "); use pad_mode \"pad\" for explicit padding");
+  const auto& op_pad = o.output_padding;
+  DEMI_CHECK(op_pad[0] >= 0 && op_pad[1] >= 0, op, ": output_padding must be non-negative, got (", op_pad[0], ", ",
+             op_pad[1], ")");
+  DEMI_CHECK(o.pad_mode == PadMode::kPad || (op_pad[0] == 0 && op_pad[1] == 0), op,
+             ": output_padding needs pad_mode \"pad\", got (", op_pad[0], ", ", op_pad[1], ") with pad_mode \"",
+             pad_mode_name(o.pad_mode), "\"");
+  // Below the stride, the extra rows are the ones a strided convolution leaves unread (its output size is
+  // a floor): then the convolution OH -> H exists and this is its adjoint.
+  DEMI_CHECK(op_pad[0] < o.stride[0] && op_pad[1] < o.stride[1], op, ": output_padding (", op_pad[0], ", ",
+             op_pad[1], ") must be smaller than the stride (", o.stride[0], ", ", o.stride[1], ")");
+}
+
+std::array<int64_t, 2> conv2d_transpose_output_size(int64_t h, int64_t w, int64_t kh, int64_t kw,
+                                                    const Conv2dTransposeOptions& o) {
+  const char* op = "Conv2dTranspose";
+  check_conv2d_transpose_options(o);
+  DEMI_CHECK(h >= 1 && w >= 1 && kh >= 1 && kw >= 1, op, ": input (", h, "x", w, ") and kernel (", kh, "x", kw,
+             ") sizes must be positive");
+  const auto& pd = o.padding;
+  const auto& op_pad = o.output_padding;
+  auto size = [&](const char* dim, int64_t in, int64_t k, int64_t s, int64_t d, int64_t lo, int64_t hi,
+                  int64_t extra) {
+    const int64_t dk = d * (k - 1) + 1;
+    int64_t out = 0;
+    switch (o.pad_mode) {
+      case PadMode::kSame: out = in * s; break;
+      case PadMode::kValid: out = in * s + std::max<int64_t>(dk - s, 0); break;
+      case PadMode::kPad: out = (in - 1) * s + dk - lo - hi + extra; break;
+    }
+    DEMI_CHECK(out >= 1, op, ": the ", dim, " padding (", lo, ", ", hi, ") leaves no output for an input of ", in,
+               " with a kernel of ", k, " (dilation ", d, ") and stride ", s);
+    return out;
+  };
+  return {size("height", h, kh, o.stride[0], o.dilation[0], pd[0], pd[1], op_pad[0]),
+          size("width", w, kw, o.stride[1], o.dilation[1], pd[2], pd[3], op_pad[1])};
+}
+
+// The convolution y (N, OC, OH, OW) -> x (N, IC, H, W) by w (IC, OC/groups, KH, KW) whose adjoint this is:
+// forward = its backward-data, backward = its forward (dx) and backward-weights (dw, with x and dy swapped).
+Tensor conv2d_transpose(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Conv2dTransposeOptions& o) {
+  const Op op = Op::kConv2dTranspose;
+  internal::check_floating(op, x_in, "x");
+  internal::check_floating(op, w_in, "weight");
+  internal::check_rank(op, x_in, 4, "x", "(N, IC, H, W)");
+  internal::check_rank(op, w_in, 4, "weight", "(IC, OC/groups, KH, KW)");
+  DEMI_CHECK(o.groups >= 1 && w_in.dim(0) % o.groups == 0 && x_in.dim(1) == w_in.dim(0), "Conv2dTranspose: input ",
+             x_in.describe(), " has ", x_in.dim(1), " channels but weight ", w_in.describe(), " with groups=",
+             o.groups, " expects ", w_in.dim(0), " (its first dimension, divisible by groups)");
+  const int64_t oc = w_in.dim(1) * o.groups;
+  if (b_in.defined())
+    DEMI_CHECK(b_in.rank() == 1 && b_in.dim(0) == oc, "Conv2dTranspose: expected bias (", oc, "), got ",
+               b_in.describe());
+  const auto [oh, ow] = conv2d_transpose_output_size(x_in.dim(2), x_in.dim(3), w_in.dim(2), w_in.dim(3), o);
+  kernels::Conv2dPadding pad = kernels::resolve_conv2d_padding(
+      o.pad_mode, oh, ow, w_in.dim(2), w_in.dim(3), o.stride[0], o.stride[1], o.dilation[0], o.dilation[1],
+      o.padding[0], o.padding[1], o.padding[2], o.padding[3]);
+  DEMI_CHECK(pad.out_h == x_in.dim(2) && pad.out_w == x_in.dim(3), "Conv2dTranspose: internal: the convolution ",
+             oh, "x", ow, " -> ", pad.out_h, "x", pad.out_w, " does not map back to the input ", x_in.describe());
+
+  Dispatch d(op, {&x_in, &w_in});
+  Tensor x = d.input(0), w = d.input(1);
+  kernels::Conv2dParams p;
+  p.n = x.dim(0), p.c = oc, p.h = oh, p.w = ow;
+  p.oc = x.dim(1), p.kh = w.dim(2), p.kw = w.dim(3);
+  p.stride_h = o.stride[0], p.stride_w = o.stride[1];
+  p.pad_top = pad.top, p.pad_bottom = pad.bottom, p.pad_left = pad.left, p.pad_right = pad.right;
+  p.dilation_h = o.dilation[0], p.dilation_w = o.dilation[1];
+  p.groups = o.groups;
+  p.x_dtype = d.compute_dtype();  // the convolution's input is this op's output
+  p.w_dtype = w.dtype();
+  p.y_dtype = x.dtype();          // and its output this op's input
+  p.bias_dtype = p.x_dtype;
+  d.set_flops(conv_flops(p));
+  Tensor y = empty({p.n, oc, oh, ow}, p.x_dtype);
+  kernels::onednn::conv2d_backward_data(p, x.raw_data(), w.raw_data(), y.raw_data());
+  const bool need_dx = d.input_needs_grad(0);
+  Tensor out = d.finish(y, [x, w, p, need_dx](const TensorList& g) {
+    Tensor gy = grad_as(g[0], p.x_dtype);
+    Tensor dx;
+    if (need_dx) {
+      dx = empty(x.shape(), p.y_dtype);
+      kernels::onednn::conv2d_forward(p, gy.raw_data(), w.raw_data(), nullptr, dx.raw_data());
+    }
+    kernels::Conv2dParams q = p;
+    q.w_dtype = master_dtype(p.w_dtype);
+    Tensor dw = empty(w.shape(), q.w_dtype);
+    kernels::onednn::conv2d_backward_weights(q, gy.raw_data(), x.raw_data(), dw.raw_data(), nullptr);
+    return TensorList{dx, dw};
+  });
+  // MindSpore's Conv2dTranspose adds its bias with BiasAdd after the product; so does this.
+  if (!b_in.defined()) return out;
+  return add(out, reshape(b_in, {1, oc, 1, 1}));
+}
+
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o) { return max_pool_impl(Op::kMaxPool2d, x, o, false); }
 
 Tensor relu_max_pool2d(const Tensor& x, const Pool2dOptions& o) {

@@ -50,8 +50,9 @@ enum class Op : uint16_t {
   kAttention,
   kConv2dReluMaxPool2d,
   kConcat,
+  kConv2dTranspose,
 };
-inline constexpr int kNumOps = static_cast<int>(Op::kConcat) + 1;
+inline constexpr int kNumOps = static_cast<int>(Op::kConv2dTranspose) + 1;
 
 // How automatic mixed precision treats an op (demi/amp turns a level into a compute dtype per class).
 enum class AmpClass : uint8_t {
@@ -114,6 +115,8 @@ inline constexpr std::array<OpInfo, kNumOps> kOpTable = {{
     {Op::kConv2dReluMaxPool2d, "Conv2dReLUMaxPool2d", AmpClass::kWhite, true},
     // Concat joins tensors along an axis in their common (promoted) dtype; its gradient is split back.
     {Op::kConcat, "Concat", AmpClass::kFollow, true},
+    // The transposed convolution is the convolution's adjoint (its backward-data): white like Conv2d.
+    {Op::kConv2dTranspose, "Conv2dTranspose", AmpClass::kWhite, true},
 }};
 
 constexpr bool op_table_in_enum_order() {

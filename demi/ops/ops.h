@@ -77,6 +77,30 @@ struct Conv2dOptions {
 // x (N, C, H, W), w (OC, C/groups, KH, KW), b (OC) or undefined -> (N, OC, OH, OW)
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& options);
 
+// The transposed convolution (MindSpore's nn.Conv2dTranspose / ops.Conv2DTranspose, PyTorch's
+// conv_transpose2d): the adjoint of conv2d, computed as its backward-data. x (N, IC, H, W), w (IC, OC/groups,
+// KH, KW), b (OC) or undefined -> (N, OC, OH, OW) with MindSpore's output size (dk = dilation * (k - 1) + 1):
+//   "same":  OH = H * stride
+//   "valid": OH = H * stride + max(dk - stride, 0)
+//   "pad":   OH = (H - 1) * stride + dk - (top + bottom) + output_padding   (PyTorch's, with top = bottom)
+// The padding is that of the convolution OH -> H it is the adjoint of ("same" splits it as Conv2d does,
+// the odd one at the bottom / right). output_padding (rows at the bottom, columns at the right; pad_mode
+// "pad" only) must be below the stride or the dilation, as in PyTorch.
+struct Conv2dTransposeOptions {
+  std::array<int64_t, 2> stride{1, 1};
+  PadMode pad_mode = PadMode::kSame;
+  std::array<int64_t, 4> padding{0, 0, 0, 0};  // top, bottom, left, right (pad_mode kPad only)
+  std::array<int64_t, 2> output_padding{0, 0};
+  std::array<int64_t, 2> dilation{1, 1};
+  int64_t groups = 1;
+};
+Tensor conv2d_transpose(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dTransposeOptions& options);
+// Throws a demi::Error naming the op unless the options are valid (the layer checks them when built).
+void check_conv2d_transpose_options(const Conv2dTransposeOptions& options);
+// The output's (OH, OW) for an input's (H, W), or a demi::Error naming the op and the sizes.
+std::array<int64_t, 2> conv2d_transpose_output_size(int64_t h, int64_t w, int64_t kh, int64_t kw,
+                                                    const Conv2dTransposeOptions& options);
+
 struct Pool2dOptions {
   std::array<int64_t, 2> kernel{1, 1};
   std::array<int64_t, 2> stride{1, 1};
