@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -141,6 +142,8 @@ bool is_gpt_model(const std::string& m) { return m == "gpt" || m == "GPT"; }
 int run_train_gpt(const ParsedArgs& args) {
   apply_thread_option(args);
   const bool json = args.flag("json");
+  // Standard output carries only the JSON lines; what callbacks and Model.train report goes to stderr.
+  if (json) train::set_callback_stream(&std::cerr);
   refuse_unsupported(args);
   if (args.get_int("dim") % args.get_int("heads") != 0)
     throw UsageError("--dim (" + args.get("dim") + ") must be a multiple of --heads (" + args.get("heads") + ")");

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <optional>
 #include <memory>
@@ -312,6 +313,8 @@ int run_train(const ParsedArgs& args) {
   if (is_gpt_model(args.get("model"))) return run_train_gpt(args);
   apply_thread_option(args);
   bool json = args.flag("json");
+  // Standard output carries only the JSON lines; what callbacks and Model.train report goes to stderr.
+  if (json) train::set_callback_stream(&std::cerr);
   // Rank 0 writes the report (every process agrees on the losses, the overflows and the scale).
   const bool reporting = (args.has("report") || args.has("report-data")) && dist::get_rank() == 0;
   if (reporting) {
