@@ -400,7 +400,8 @@ def conv_transpose():
     """Conv2dTranspose in MindSpore's three pad modes, against PyTorch's conv_transpose2d in f64:
     "pad" (2 groups, stride (2, 1), padding (1, 0), output_padding (1, 0), dilation (1, 2), bias);
     "same" (k3 s2: OH = 2H, the convolution's padding (0, 1): PyTorch's full output less its last row and
-    column); "valid" (k2 s3, kernel below the stride: OH = 3H, PyTorch's output_padding 1)."""
+    column); "valid" (k2 s3, kernel below the stride: OH = 3H, PyTorch's output_padding 1). And
+    AdaptiveAvgPool2d with overlapping windows of different sizes (7x5 -> 3x2)."""
     torch.manual_seed(2027)
     out = {}
 
@@ -422,6 +423,10 @@ def conv_transpose():
          lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2)[:, :, :8, :10])
     case("valid", rand(1, 2, 3, 2), rand(2, 3, 2, 2), None,
          lambda x, w: F.conv_transpose2d(x, w, stride=3, output_padding=1))
+    x = rand(2, 3, 7, 5).requires_grad_()
+    y = F.adaptive_avg_pool2d(x, (3, 2))
+    r, (dx,) = grads_of(y, (x,))
+    out.update({"adaptive.x": x, "adaptive.y": y, "adaptive.dy": r, "adaptive.dx": dx})
     write("conv_transpose", out)
 
 

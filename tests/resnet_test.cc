@@ -1,6 +1,7 @@
 // Model R, ResNet-18: its BasicBlock against PyTorch (training-mode BatchNorm, the downsampling shortcut;
 // scripts/make_golden.py basic_block), the network's shape and parameter count against torchvision's
-// CIFAR form, and AdaptiveAvgPool2d.
+// CIFAR form, AdaptiveAvgPool2d (tiling and overlapping windows, scripts/make_golden.py conv_transpose) and
+// Residual.
 #include <gtest/gtest.h>
 
 #include "demi/autograd/autograd.h"
@@ -55,11 +56,44 @@ TEST(AdaptiveAvgPool2d, TilesTheInputOrRefuses) {
   Tensor global = nn::AdaptiveAvgPool2d(1)(x);
   EXPECT_EQ(global.shape(), Shape({2, 3, 1, 1}));
   expect_close(global, ops::mean(x, {2, 3}, true), f32_tol(24), "global");
+}
+
+// Windows that overlap and differ in size (7 -> 3 rows: [0, 3), [2, 5), [4, 7); 5 -> 2 columns: [0, 3),
+// [2, 5)) against PyTorch, forward and backward.
+TEST(AdaptiveAvgPool2d, OverlappingWindowsMatchPyTorch) {
+  auto g = testing::read_golden("conv_transpose");
+  Tensor x = g["adaptive.x"].to(DType::kF32, true).set_requires_grad(true);
+  nn::AdaptiveAvgPool2d pool({3, 2});
+  Tensor y = pool(x);
+  ASSERT_EQ(y.shape(), Shape({2, 3, 3, 2}));
+  expect_close(y, g["adaptive.y"], f32_tol(12), "y");
+  autograd::backward(y, g["adaptive.dy"].to(DType::kF32));
+  expect_close(x.grad(), g["adaptive.dx"], f32_tol(12), "dx");
+}
+
+TEST(Residual, AddsTheShortcutAndChecksShapes) {
+  Generator gen(5);
+  auto dense = std::make_shared<nn::Dense>(4, 4);
+  nn::Residual res(dense);
+  Tensor x0 = normal({3, 4}, 0, 1, gen);
+  Tensor x = x0.clone().set_requires_grad(true);
+  Tensor y = res(x);
+  autograd::backward(ops::sum(y));
+  autograd::NoGradGuard no_grad;
+  expect_close(y, ops::add((*dense)(x0), x0), f32_tol(8), "dense(x) + x");
+  // d/dx sum(W x + b + x) = the column sums of W, plus one.
+  Tensor expected = ops::add_scalar(ops::sum(dense->weight, {0}), 1.0);
+  expect_close(x.grad(), ops::add(zeros({3, 4}), expected), f32_tol(8), "gradient");
+  EXPECT_EQ(res.parameters_and_names().size(), 2u) << "body.weight and body.bias";
+  nn::Residual projected(std::make_shared<nn::Dense>(4, 6),
+                        std::make_shared<nn::Dense>(4, 6, nn::DenseOptions{.has_bias = false}));
+  EXPECT_EQ(projected(x).shape(), Shape({3, 6}));
+  nn::Residual mismatched(std::make_shared<nn::Dense>(4, 6));
   try {
-    nn::AdaptiveAvgPool2d({3, 4})(x);
-    ADD_FAILURE() << "overlapping windows were accepted";
+    mismatched(x);
+    ADD_FAILURE() << "a shape mismatch was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("must be multiples of the output size (3, 4)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("differ in shape"), std::string::npos) << e.what();
   }
 }
 

@@ -213,14 +213,43 @@ AdaptiveAvgPool2d::AdaptiveAvgPool2d(std::array<int64_t, 2> size) : Cell("Adapti
 Tensor AdaptiveAvgPool2d::construct(const Tensor& x) {
   DEMI_CHECK(x.rank() == 4, "expected a 4-D input (N, C, H, W), got ", x.describe());
   const int64_t h = x.dim(2), w = x.dim(3), oh = output_size[0], ow = output_size[1];
-  DEMI_CHECK(h % oh == 0 && w % ow == 0, "input ", x.describe(), ": H and W (", h, ", ", w,
-             ") must be multiples of the output size (", oh, ", ", ow,
-             ") (overlapping adaptive windows are not supported)");
   if (oh == 1 && ow == 1) return ops::mean(x, {2, 3}, /*keepdim=*/true);
-  ops::Pool2dOptions o;
-  o.kernel = {h / oh, w / ow};
-  o.stride = o.kernel;
-  return ops::avg_pool2d(x, o);
+  if (h % oh == 0 && w % ow == 0) {
+    ops::Pool2dOptions o;
+    o.kernel = {h / oh, w / ow};
+    o.stride = o.kernel;
+    return ops::avg_pool2d(x, o);
+  }
+  // (out, in): row i averages PyTorch's window [floor(i in / out), ceil((i + 1) in / out)).
+  auto averaging = [&](int64_t out, int64_t in) {
+    std::vector<double> m(static_cast<size_t>(out * in), 0.0);
+    for (int64_t i = 0; i < out; ++i) {
+      const int64_t start = i * in / out, end = ((i + 1) * in + out - 1) / out;
+      for (int64_t j = start; j < end; ++j) m[static_cast<size_t>(i * in + j)] = 1.0 / static_cast<double>(end - start);
+    }
+    return from_vector(m, {out, in}).to(x.dtype());
+  };
+  const int64_t n = x.dim(0), c = x.dim(1);
+  // Columns: (N C H, W) x (ow, W)^T; then rows: (N C ow, H) x (oh, H)^T, and back to (N, C, oh, ow).
+  Tensor cols = ops::matmul(ops::reshape(x, {n * c * h, w}), averaging(ow, w), false, true);
+  Tensor t = ops::transpose(ops::reshape(cols, {n * c, h, ow}), {0, 2, 1});
+  Tensor rows = ops::matmul(ops::reshape(t, {n * c * ow, h}), averaging(oh, h), false, true);
+  return ops::reshape(ops::transpose(ops::reshape(rows, {n * c, ow, oh}), {0, 2, 1}), {n, c, oh, ow});
+}
+
+Residual::Residual(CellPtr body_cell, CellPtr shortcut_cell)
+    : Cell("Residual"), body(std::move(body_cell)), shortcut(std::move(shortcut_cell)) {
+  DEMI_CHECK(body != nullptr, "Residual: the body must be a cell");
+  add_cell("body", body);
+  if (shortcut) add_cell("shortcut", shortcut);
+}
+
+Tensor Residual::construct(const Tensor& x) {
+  Tensor y = (*body)(x);
+  Tensor s = shortcut ? (*shortcut)(x) : x;
+  DEMI_CHECK(y.shape() == s.shape(), "Residual: the body's output ", y.describe(), " and the shortcut's ",
+             s.describe(), " differ in shape (give a shortcut that projects the input)");
+  return ops::add(y, s);
 }
 
 // ---- BatchNorm ----

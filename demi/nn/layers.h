@@ -136,9 +136,11 @@ class AvgPool2d : public Cell {
 };
 
 // PyTorch: AdaptiveAvgPool2d(output_size) (MindSpore: nn.AdaptiveAvgPool2d). x (N, C, H, W) -> (N, C, oh, ow),
-// each output the mean of its window. H and W must be multiples of the output size (the windows then
-// tile the input: an AvgPool2d with kernel = stride = H / oh); other sizes, whose PyTorch windows overlap,
-// are refused. Output (1, 1) is global average pooling, one reduction.
+// output (i, j) the mean of rows [floor(i H / oh), ceil((i + 1) H / oh)) and the columns likewise, PyTorch's
+// windows. Output (1, 1) is global average pooling, one reduction; where H and W are multiples of the
+// output size the windows tile the input (an AvgPool2d with kernel = stride = H / oh); other sizes, whose
+// windows may overlap and differ in size, are two products with constant averaging matrices, (oh, H) on
+// the rows and (ow, W) on the columns (swept ops: matmul, transpose, reshape).
 class AdaptiveAvgPool2d : public Cell {
  public:
   explicit AdaptiveAvgPool2d(std::array<int64_t, 2> size);
@@ -172,6 +174,15 @@ class PReLU : public Cell {
   explicit PReLU(int64_t channel = 1, double w_init = 0.25);
   Tensor construct(const Tensor& x) override;
   Tensor w;
+};
+
+// A residual connection: body(x) + shortcut(x), the shortcut the input itself unless given (a projection
+// where the body changes the shape). The sum is ops::add, so it runs in the branches' common dtype.
+class Residual : public Cell {
+ public:
+  explicit Residual(CellPtr body, CellPtr shortcut = nullptr);
+  Tensor construct(const Tensor& x) override;
+  CellPtr body, shortcut;
 };
 
 // The input, unchanged (a placeholder in a SequentialCell, a residual block's shortcut).
