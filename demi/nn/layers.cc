@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <functional>
+#include <utility>
 
 namespace demi::nn {
 namespace {
@@ -20,6 +21,26 @@ ops::Pool2dOptions pool_options(const char* layer, int64_t kernel, int64_t strid
   DEMI_CHECK(o.pad_mode != ops::PadMode::kPad, layer, ": pad_mode must be \"valid\" or \"same\", got \"",
              pad_mode, "\"");
   return o;
+}
+
+// The checks Conv2d and Conv2dTranspose share: positive sizes, channels divisible by the group count.
+void check_conv_layer(const char* type, int64_t in, int64_t out, std::array<int64_t, 2> kernel, int64_t group) {
+  DEMI_CHECK(in >= 1 && out >= 1, type, ": in_channels and out_channels must be >= 1, got ", in, " and ", out);
+  DEMI_CHECK(kernel[0] >= 1 && kernel[1] >= 1, type, ": kernel_size must be >= 1, got (", kernel[0], ", ",
+             kernel[1], ")");
+  DEMI_CHECK(group >= 1 && in % group == 0 && out % group == 0, type, ": in_channels (", in, ") and out_channels (",
+             out, ") must be divisible by group (", group, ")");
+}
+
+// A convolution layer's initial weight (HeUniform(sqrt(5)) unless given) and, with has_bias, its bias
+// (U(+-1/sqrt(fan_in)) unless given; undefined otherwise), drawn in that order.
+template <class Options>
+std::pair<Tensor, Tensor> initial_conv_parameters(const Shape& wshape, int64_t out, const Options& options) {
+  Generator& gen = default_generator();
+  Tensor w = initialize(wshape, options.weight_init.value_or(Initializer::HeUniform(std::sqrt(5.0))), gen);
+  Tensor b;
+  if (options.has_bias) b = initialize({out}, options.bias_init.value_or(default_bias_init(fan_in(wshape))), gen);
+  return {w, b};
 }
 
 }  // namespace
@@ -65,12 +86,7 @@ Conv2dOptions Conv2dOptions::Make(int64_t stride, const std::string& pad_mode, i
 
 Conv2d::Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> kernel, const Conv2dOptions& options)
     : Cell("Conv2d"), in_channels(in), out_channels(out), kernel_size(kernel) {
-  DEMI_CHECK(in >= 1 && out >= 1, "Conv2d: in_channels and out_channels must be >= 1, got ", in, " and ", out);
-  DEMI_CHECK(kernel[0] >= 1 && kernel[1] >= 1, "Conv2d: kernel_size must be >= 1, got (", kernel[0], ", ",
-             kernel[1], ")");
-  DEMI_CHECK(options.group >= 1 && in % options.group == 0 && out % options.group == 0,
-             "Conv2d: in_channels (", in, ") and out_channels (", out, ") must be divisible by group (",
-             options.group, ")");
+  check_conv_layer("Conv2d", in, out, kernel, options.group);
   op_options.stride = options.stride;
   op_options.pad_mode = ops::parse_pad_mode(options.pad_mode);
   op_options.padding = options.padding;
@@ -82,25 +98,16 @@ Conv2d::Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> kernel, const Con
              options.pad_mode, "\" with padding (", options.padding[0], ", ", options.padding[1], ", ",
              options.padding[2], ", ", options.padding[3], ")");
   Shape wshape{out, in / options.group, kernel[0], kernel[1]};
-  Generator& gen = default_generator();
-  weight = register_parameter(
-      "weight", initialize(wshape, options.weight_init.value_or(Initializer::HeUniform(std::sqrt(5.0))), gen));
-  if (options.has_bias)
-    bias = register_parameter("bias",
-                              initialize({out}, options.bias_init.value_or(default_bias_init(fan_in(wshape))), gen));
+  auto [w0, b0] = initial_conv_parameters(wshape, out, options);
+  weight = register_parameter("weight", w0);
+  if (b0.defined()) bias = register_parameter("bias", b0);
 }
 
 // ---- Conv2dTranspose ----
 Conv2dTranspose::Conv2dTranspose(int64_t in, int64_t out, std::array<int64_t, 2> kernel,
                                  const Conv2dTransposeOptions& options)
     : Cell("Conv2dTranspose"), in_channels(in), out_channels(out), kernel_size(kernel) {
-  DEMI_CHECK(in >= 1 && out >= 1, "Conv2dTranspose: in_channels and out_channels must be >= 1, got ", in, " and ",
-             out);
-  DEMI_CHECK(kernel[0] >= 1 && kernel[1] >= 1, "Conv2dTranspose: kernel_size must be >= 1, got (", kernel[0], ", ",
-             kernel[1], ")");
-  DEMI_CHECK(options.group >= 1 && in % options.group == 0 && out % options.group == 0,
-             "Conv2dTranspose: in_channels (", in, ") and out_channels (", out, ") must be divisible by group (",
-             options.group, ")");
+  check_conv_layer("Conv2dTranspose", in, out, kernel, options.group);
   op_options.stride = options.stride;
   op_options.pad_mode = ops::parse_pad_mode(options.pad_mode);
   op_options.padding = options.padding;
@@ -109,12 +116,9 @@ Conv2dTranspose::Conv2dTranspose(int64_t in, int64_t out, std::array<int64_t, 2>
   op_options.groups = options.group;
   ops::check_conv2d_transpose_options(op_options);
   Shape wshape{in, out / options.group, kernel[0], kernel[1]};
-  Generator& gen = default_generator();
-  weight = register_parameter(
-      "weight", initialize(wshape, options.weight_init.value_or(Initializer::HeUniform(std::sqrt(5.0))), gen));
-  if (options.has_bias)
-    bias = register_parameter("bias",
-                              initialize({out}, options.bias_init.value_or(default_bias_init(fan_in(wshape))), gen));
+  auto [w0, b0] = initial_conv_parameters(wshape, out, options);
+  weight = register_parameter("weight", w0);
+  if (b0.defined()) bias = register_parameter("bias", b0);
 }
 
 Shape Conv2dTranspose::output_shape(const Shape& input) const {
