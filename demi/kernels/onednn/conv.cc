@@ -25,6 +25,7 @@
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/core/parallel.h"
+#include "demi/kernels/cpu/conv_direct.h"
 #include "demi/kernels/cpu/internal/workspace.h"
 #include "demi/kernels/cpu/pool.h"
 #include "demi/kernels/internal/choice_cache.h"
@@ -608,10 +609,11 @@ ConvBf16Policy conv_bf16_policy() { return bf16_policy_slot().load(); }
 void set_conv_cache_dir(const std::string& dir) { bf16_choices().set_dir(dir); }
 std::string conv_cache_path() { return bf16_choices().path(); }
 
-void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {
+namespace {
+
+// oneDNN's forward and weight gradient, bf16 compute chosen as for any call (the direct choice measures these).
+void onednn_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {
   const ConvDirection dir = ConvDirection::kForward;
-  check_conv2d_params(p, op_name(dir));
-  if (p.x_dtype == DType::kF64) return ref::conv2d_forward(p, x, w, bias, y);
   try {
     // Tuning writes y, which the chosen run then overwrites.
     const bool widen = widens(p, p.x_dtype, p.w_dtype,
@@ -620,6 +622,81 @@ void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const v
   } catch (const dnnl::error& err) {
     rethrow_dnnl(err, p, dir);
   }
+}
+
+void onednn_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db);
+
+// ---- demi's direct convolution (cpu/conv_direct.h) or oneDNN, chosen per geometry by measurement ----
+// For the few-input-channel geometries the direct kernels take (a network's first layers): one choice per
+// geometry, input dtype and direction (forward or weight gradient), which the separate calls and the fused
+// Conv2d -> ReLU -> MaxPool2d both follow, so that the fused layer computes exactly what the separate calls
+// do (the data gradient stays on oneDNN either way). The first call of a geometry and direction (in a network,
+// the fused layer's) measures both on its own operands (the direct weight gradient's speed depends on how many
+// gradients are zero), each warmed up, then three alternating rounds; the best time decides.
+std::atomic<ConvDirectPolicy>& direct_policy_slot() {
+  static std::atomic<ConvDirectPolicy> p{[] {
+    const char* s = std::getenv("DEMI_CONV_DIRECT");
+    if (s == nullptr || *s == '\0' || std::strcmp(s, "auto") == 0) return ConvDirectPolicy::kAuto;
+    if (std::strcmp(s, "on") == 0) return ConvDirectPolicy::kOn;
+    if (std::strcmp(s, "off") == 0) return ConvDirectPolicy::kOff;
+    DEMI_CHECK(false, "DEMI_CONV_DIRECT must be auto, on or off, got \"", s, "\"");
+    return ConvDirectPolicy::kAuto;
+  }()};
+  return p;
+}
+
+kernels::internal::ChoiceCache& direct_choices() {
+  static auto& c = *new kernels::internal::ChoiceCache("conv-direct-v1", {"onednn", "demi-direct"});  // never destroyed
+  return c;
+}
+
+// run(direct) makes the call with the direct kernel or with oneDNN's; the choice is measured on the call's
+// own operands (its outputs are written by each candidate, then by the chosen one).
+bool direct_chosen(const Conv2dParams& p, ConvDirection dir, const std::function<void(bool)>& run) {
+  if (dir == ConvDirection::kBackwardData || p.x_dtype == DType::kF64 || !cpu::direct_conv_supported(p)) return false;
+  switch (direct_policy_slot().load()) {
+    case ConvDirectPolicy::kOff: return false;
+    case ConvDirectPolicy::kOn: return true;
+    case ConvDirectPolicy::kAuto: break;
+  }
+  const bool forward = dir == ConvDirection::kForward;
+  kernels::internal::ChoiceCache::Key key{static_cast<int64_t>(cpu_level()) | int64_t{num_threads()} << 8 |
+                                              static_cast<int64_t>(p.x_dtype) << 24 | int64_t{forward} << 32,
+                                          p.n, p.c, p.h, p.w, p.oc, p.kh, p.kw,
+                                          p.pad_top, p.pad_bottom, p.pad_left, p.pad_right};
+  auto text = [&] {
+    return str_cat(cpu_level_name(cpu_level()), " t", num_threads(), forward ? " fwd " : " dw ", dtype_name(p.x_dtype),
+                   " n", p.n, " c", p.c, " ", p.h, "x", p.w, " oc", p.oc, " k", p.kh, "x", p.kw, " p", p.pad_top, ",",
+                   p.pad_bottom, ",", p.pad_left, ",", p.pad_right);
+  };
+  auto tune = [&] {
+    auto seconds = [&](bool direct) { return kernels::internal::seconds_of([&] { run(direct); }); };
+    seconds(false);
+    seconds(true);
+    double best[2] = {1e30, 1e30};
+    for (int r = 0; r < 3; ++r)
+      for (int i = 0; i < 2; ++i) best[i] = std::min(best[i], seconds(i == 1));
+    return best[1] < best[0] ? 1 : 0;
+  };
+  return direct_choices().choose(key, text, tune) == 1;
+}
+
+}  // namespace
+
+void set_conv_direct_policy(ConvDirectPolicy policy) { direct_policy_slot().store(policy); }
+ConvDirectPolicy conv_direct_policy() { return direct_policy_slot().load(); }
+std::string conv_direct_cache_path() { return direct_choices().path(); }
+void set_conv_direct_cache_dir(const std::string& dir) { direct_choices().set_dir(dir); }
+
+
+void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {
+  check_conv2d_params(p, op_name(ConvDirection::kForward));
+  if (p.x_dtype == DType::kF64) return ref::conv2d_forward(p, x, w, bias, y);
+  // Tuning writes y, which the chosen run then overwrites.
+  const bool direct = direct_chosen(p, ConvDirection::kForward, [&](bool d) {
+    d ? cpu::direct_conv2d_forward(p, x, w, bias, y) : onednn_forward(p, x, w, bias, y);
+  });
+  direct ? cpu::direct_conv2d_forward(p, x, w, bias, y) : onednn_forward(p, x, w, bias, y);
 }
 
 void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, void* dx) {
@@ -641,9 +718,26 @@ void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, 
 }
 
 void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db) {
-  const ConvDirection dir = ConvDirection::kBackwardWeights;
-  check_conv2d_params(p, op_name(dir));
+  check_conv2d_params(p, op_name(ConvDirection::kBackwardWeights));
   if (p.x_dtype == DType::kF64) return ref::conv2d_backward_weights(p, x, dy, dw, db);
+  auto call = [&](bool direct, const Conv2dParams& q, void* gw, void* gb) {
+    direct ? cpu::direct_conv2d_backward_weights(q, x, dy, gw, gb) : onednn_backward_weights(q, x, dy, gw, gb);
+  };
+  const bool direct = direct_chosen(p, ConvDirection::kBackwardWeights, [&](bool d) {
+    if (!p.accumulate) return call(d, p, dw, db);
+    internal::Workspace w_out(static_cast<size_t>(p.w_numel()) * dtype_size(p.w_dtype)),  // dw, db are read
+        b_out(db ? static_cast<size_t>(p.oc) * dtype_size(p.bias_dtype) : 0);
+    Conv2dParams q = p;
+    q.accumulate = false;
+    call(d, q, w_out.get(), db ? b_out.get() : nullptr);
+  });
+  call(direct, p, dw, db);
+}
+
+namespace {
+
+void onednn_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db) {
+  const ConvDirection dir = ConvDirection::kBackwardWeights;
   try {
     const bool widen = widens(p, p.x_dtype, p.y_dtype, [&](bool wd) {
       if (!p.accumulate) return backward_weights_impl(p, wd, x, dy, dw, db);
@@ -659,31 +753,54 @@ void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* d
   }
 }
 
+}  // namespace
+
 void conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dParams& pool, const void* x, const void* w,
                                     const void* bias, DType y_dtype, void* y, uint8_t* argmax) {
   check_fused(p, pool, "conv2d + relu + max_pool2d forward");
-  try {
-    auto run = [&](bool wd) { fused_forward_impl(p, wd, pool, x, w, bias, y_dtype, y, argmax); };
-    run(widens(p, p.x_dtype, p.w_dtype, run));
-  } catch (const dnnl::error& err) {
-    rethrow_dnnl(err, p, ConvDirection::kForward);
-  }
+  auto onednn_run = [&](bool wd) { fused_forward_impl(p, wd, pool, x, w, bias, y_dtype, y, argmax); };
+  // Tuning writes y and argmax, which the chosen run then overwrites.
+  auto run = [&](bool direct) {
+    if (direct) return cpu::direct_conv2d_relu_max_pool2d_forward(p, pool, x, w, bias, y_dtype, y, argmax);
+    try {
+      onednn_run(widens(p, p.x_dtype, p.w_dtype, onednn_run));
+    } catch (const dnnl::error& err) {
+      rethrow_dnnl(err, p, ConvDirection::kForward);
+    }
+  };
+  run(direct_chosen(p, ConvDirection::kForward, run));
 }
 
 void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& pool, const void* x, const void* w,
                                      DType dy_dtype, const void* dy, const uint8_t* argmax, void* dx, void* dw,
                                      DType dw_dtype, void* db, DType db_dtype) {
   check_fused(p, pool, "conv2d + relu + max_pool2d backward");
-  try {
-    // Nothing accumulates here (check_fused): tuning writes dx, dw and db, which the chosen run overwrites.
-    auto run = [&](bool wd) {
-      fused_backward_impl(p, wd, pool, x, w, dy_dtype, dy, argmax, dx, dw, dw_dtype, db, db_dtype);
-    };
-    run(widens(p, p.x_dtype,
-               p.y_dtype == DType::kBF16 && dy_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32, run));
-  } catch (const dnnl::error& err) {
-    rethrow_dnnl(err, p, ConvDirection::kBackwardWeights);
-  }
+  auto onednn_run = [&](bool wd) {
+    fused_backward_impl(p, wd, pool, x, w, dy_dtype, dy, argmax, dx, dw, dw_dtype, db, db_dtype);
+  };
+  // Nothing accumulates here (check_fused): tuning writes dx, dw and db, which the chosen run overwrites.
+  auto run = [&](bool direct) {
+    if (direct) {
+      // As the separate calls: the data gradient from the pool's dense gradient (in dy's dtype) on oneDNN.
+      if (dx) {
+        internal::Workspace dz(static_cast<size_t>(p.y_numel()) * dtype_size(dy_dtype));
+        max_pool2d_backward(pool, dy_dtype, dy, argmax, dz.get());
+        Conv2dParams q = p;
+        q.y_dtype = dy_dtype;
+        conv2d_backward_data(q, dz.get(), w, dx);
+      }
+      return cpu::direct_conv2d_relu_max_pool2d_backward_weights(p, pool, x, dy_dtype, dy, argmax, dw, dw_dtype, db,
+                                                                 db_dtype);
+    }
+    try {
+      onednn_run(widens(p, p.x_dtype,
+                        p.y_dtype == DType::kBF16 && dy_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32,
+                        onednn_run));
+    } catch (const dnnl::error& err) {
+      rethrow_dnnl(err, p, ConvDirection::kBackwardWeights);
+    }
+  };
+  run(direct_chosen(p, ConvDirection::kBackwardWeights, run));
 }
 
 namespace {

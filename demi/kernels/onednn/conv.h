@@ -80,4 +80,18 @@ void set_conv_cache_dir(const std::string& dir);
 std::string conv2d_bf16_kernel(const Conv2dParams& p);
 std::string conv2d_implementation(const Conv2dParams& p, ConvDirection dir, bool with_bias);
 
+// ---- demi's direct convolution for few input channels (../cpu/conv_direct.h) ----
+// The geometries it takes (a network's first layers: groups 1, stride 1, dilation 1, C*KH*KW <= 64) run
+// there or on oneDNN, whichever measured faster at the geometry's first call, per direction (forward, weight
+// gradient; on that call's own operands), kept per geometry and input dtype in memory and in
+// "conv-direct-v1-<cpu>.txt" (../internal/choice_cache.h). The separate calls and the fused Conv2d -> ReLU ->
+// MaxPool2d follow the same choices (the fused layer stays bit for bit the separate calls); the data gradient
+// is oneDNN's. DEMI_CONV_DIRECT=auto|on|off sets the policy at start-up (on: every geometry it takes).
+enum class ConvDirectPolicy { kAuto, kOn, kOff };
+void set_conv_direct_policy(ConvDirectPolicy policy);
+ConvDirectPolicy conv_direct_policy();
+std::string conv_direct_cache_path();
+void set_conv_direct_cache_dir(const std::string& dir);
+
+
 }  // namespace demi::kernels::onednn

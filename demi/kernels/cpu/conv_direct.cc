@@ -1,0 +1,339 @@
+#include "demi/kernels/cpu/conv_direct.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "demi/core/convert.h"
+#include "demi/core/cpu.h"
+#include "demi/core/error.h"
+#include "demi/core/parallel.h"
+#include "demi/kernels/cpu/internal/conv_direct_kernels.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
+#include "demi/kernels/cpu/internal/workspace.h"
+#include "demi/kernels/cpu/pool.h"
+
+namespace demi::kernels {
+namespace cpu_internal {
+namespace {
+
+// The portable variant: the same loops one lane at a time (fallback below AVX-512, and the twin the tests
+// compare the vector kernels with).
+void forward_scalar(const DirectGeom& g, const float* xp, const float* wp, const float* bias, bool relu, float* y,
+                    int ocn) {
+  for (int o = 0; o < ocn; ++o)
+    for (int64_t oy = 0; oy < g.oh; ++oy)
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        float acc = 0.0f;
+        int64_t k = 0;
+        for (int64_t c = 0; c < g.c; ++c)
+          for (int64_t i = 0; i < g.kh; ++i)
+            for (int64_t j = 0; j < g.kw; ++j, ++k)
+              acc = std::fma(wp[k * kDirectOcb + o], xp[(c * g.hp + oy + i) * g.wp + ox + j], acc);
+        float v = acc + bias[o];
+        if (relu) v = v < 0.0f ? 0.0f : v;
+        y[(o * g.oh + oy) * g.ow + ox] = v;
+      }
+}
+
+void columns_scalar(const DirectGeom& g, const float* xp, float* colT) {
+  for (int64_t oy = 0; oy < g.oh; ++oy)
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      float* dst = colT + (oy * g.ow + ox) * g.kpad;
+      int64_t k = 0;
+      for (int64_t c = 0; c < g.c; ++c)
+        for (int64_t i = 0; i < g.kh; ++i)
+          for (int64_t j = 0; j < g.kw; ++j) dst[k++] = xp[(c * g.hp + oy + i) * g.wp + ox + j];
+      for (; k < g.kpad; ++k) dst[k] = 0.0f;
+    }
+}
+
+void accumulate_scalar(const float* colT, int64_t kpad, const int32_t* pos, const float* val, int64_t count,
+                       float* dw) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float* col = colT + pos[i] * kpad;
+    for (int64_t k = 0; k < kpad; ++k) dw[k] = std::fma(val[i], col[k], dw[k]);
+  }
+}
+
+int64_t nonzeros_scalar(const float* row, int64_t n, int32_t* pos, float* val) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (!(row[i] == 0.0f)) {
+      pos[count] = static_cast<int32_t>(i);
+      val[count++] = row[i];
+    }
+  return count;
+}
+
+}  // namespace
+
+const DirectConvKernels& direct_conv_kernels_scalar() {
+  static const DirectConvKernels k{"scalar", forward_scalar, columns_scalar, accumulate_scalar, nonzeros_scalar};
+  return k;
+}
+
+}  // namespace cpu_internal
+
+namespace cpu {
+namespace {
+
+using cpu_internal::DirectConvKernels;
+using cpu_internal::DirectGeom;
+using cpu_internal::element_at;
+using cpu_internal::kDirectOcb;
+using cpu_internal::Workspace;
+
+const DirectConvKernels& kernels() {
+  static const cpu_internal::KernelTable<DirectConvKernels> table{
+      {CpuLevel::kScalar, cpu_internal::direct_conv_kernels_scalar},
+      {CpuLevel::kAvx512, cpu_internal::direct_conv_kernels_avx512}};
+  return table.get();
+}
+
+int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+DirectGeom geometry(const Conv2dParams& p) {
+  DirectGeom g;
+  g.c = p.c;
+  g.kh = p.kh;
+  g.kw = p.kw;
+  g.hp = p.h + p.pad_top + p.pad_bottom;
+  g.wp = p.w + p.pad_left + p.pad_right;
+  g.oh = p.out_h();
+  g.ow = p.out_w();
+  g.k = p.c * p.kh * p.kw;
+  g.kpad = round_up(g.k, 16);
+  return g;
+}
+
+size_t padded_floats(const DirectGeom& g) { return static_cast<size_t>(g.c * g.hp * g.wp + cpu_internal::kDirectSlack); }
+
+// Image n of x (dtype t) -> xp, zero-padded f32 (bf16 and f16 converted exactly on the way).
+void pad_image(const Conv2dParams& p, const DirectGeom& g, const void* x, int64_t n, float* xp) {
+  const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(cpu_level());
+  std::memset(xp, 0, padded_floats(g) * sizeof(float));
+  for (int64_t c = 0; c < p.c; ++c)
+    for (int64_t iy = 0; iy < p.h; ++iy) {
+      const char* src = element_at(x, ((n * p.c + c) * p.h + iy) * p.w, p.x_dtype);
+      float* dst = xp + (c * g.hp + iy + p.pad_top) * g.wp + p.pad_left;
+      switch (p.x_dtype) {
+        case DType::kBF16: cvt.bf16_to_f32(reinterpret_cast<const BFloat16*>(src), dst, p.w); break;
+        case DType::kF16: cvt.f16_to_f32(reinterpret_cast<const Half*>(src), dst, p.w); break;
+        default: std::memcpy(dst, src, static_cast<size_t>(p.w) * sizeof(float)); break;
+      }
+    }
+}
+
+// The forward tiles' weights [tile][K][kDirectOcb] and bias [tile][kDirectOcb], f32, zero past OC.
+struct PackedWeights {
+  std::vector<float> w, bias;
+  int64_t tiles = 0;
+};
+
+PackedWeights pack_weights(const Conv2dParams& p, const DirectGeom& g, const void* w, const void* bias) {
+  PackedWeights pw;
+  pw.tiles = (p.oc + kDirectOcb - 1) / kDirectOcb;
+  pw.w.assign(static_cast<size_t>(pw.tiles * g.k * kDirectOcb), 0.0f);
+  pw.bias.assign(static_cast<size_t>(pw.tiles * kDirectOcb), 0.0f);
+  std::vector<float> w32(static_cast<size_t>(p.oc * g.k));
+  convert(w, p.w_dtype, w32.data(), DType::kF32, p.oc * g.k);
+  for (int64_t oc = 0; oc < p.oc; ++oc)
+    for (int64_t k = 0; k < g.k; ++k)
+      pw.w[static_cast<size_t>(((oc / kDirectOcb) * g.k + k) * kDirectOcb + oc % kDirectOcb)] = w32[oc * g.k + k];
+  if (bias) convert(bias, p.bias_dtype, pw.bias.data(), DType::kF32, p.oc);  // tile t's bias starts at t * Ocb
+  return pw;
+}
+
+// One image's convolution into y32 (OC, OH, OW) f32.
+void forward_image(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g, const PackedWeights& pw,
+                   const float* xp, bool relu, float* y32) {
+  for (int64_t t = 0; t < pw.tiles; ++t) {
+    const int ocn = static_cast<int>(std::min<int64_t>(kDirectOcb, p.oc - t * kDirectOcb));
+    kern.forward(g, xp, pw.w.data() + t * g.k * kDirectOcb, pw.bias.data() + t * kDirectOcb, relu,
+                 y32 + t * kDirectOcb * g.oh * g.ow, ocn);
+  }
+}
+
+void check(const Conv2dParams& p, const char* op) {
+  check_conv2d_params(p, op);
+  DEMI_CHECK(direct_conv_supported(p), op, ": the direct convolution takes groups 1, stride 1, dilation 1, C*KH*KW <= ",
+             kDirectMaxK, " and f32|bf16|f16 tensors, got ", describe(p));
+}
+
+bool fast(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+
+// The weight gradient, for output channels split over the threads: `rows(n, oc0, oc1, tmp)` returns image n's
+// dz for channels oc0 .. oc1-1 as f32 rows of OH * OW (in place, or built in tmp: (oc1 - oc0) * OH * OW
+// floats of the thread's scratch). dw32 (OC, KPAD) and db32 (OC) are summed over the images in order, and
+// within an image over the nonzero dz in row-major order.
+template <class Rows>
+void backward_weights_impl(const Conv2dParams& p, const void* x, Rows&& rows, float* dw32, float* db32) {
+  const DirectConvKernels& kern = kernels();
+  const DirectGeom g = geometry(p);
+  const int64_t positions = g.oh * g.ow;
+  std::fill(dw32, dw32 + p.oc * g.kpad, 0.0f);
+  std::fill(db32, db32 + p.oc, 0.0f);
+  parallel_for(0, p.oc, 1, [&](int64_t oc0, int64_t oc1) {
+    Workspace xp(padded_floats(g) * sizeof(float));
+    Workspace colT(static_cast<size_t>(positions * g.kpad) * sizeof(float));
+    // The lists take 16 more entries: the vector kernel stores whole vectors past the last nonzero.
+    Workspace lists(static_cast<size_t>(positions + 16) * (sizeof(int32_t) + sizeof(float)));
+    Workspace tmp(static_cast<size_t>((oc1 - oc0) * positions) * sizeof(float));
+    auto* pos = reinterpret_cast<int32_t*>(lists.f32());
+    float* val = lists.f32() + positions + 16;
+    for (int64_t n = 0; n < p.n; ++n) {
+      pad_image(p, g, x, n, xp.f32());
+      kern.columns(g, xp.f32(), colT.f32());
+      const float* dz = rows(n, oc0, oc1, tmp.f32());
+      for (int64_t oc = oc0; oc < oc1; ++oc) {
+        const int64_t count = kern.nonzeros(dz + (oc - oc0) * positions, positions, pos, val);
+        kern.accumulate(colT.f32(), g.kpad, pos, val, count, dw32 + oc * g.kpad);
+        float sum = db32[oc];
+        for (int64_t i = 0; i < count; ++i) sum += val[i];
+        db32[oc] = sum;
+      }
+    }
+  });
+}
+
+// dw32 (OC, KPAD) -> dw (OC, K) in dtype t (+= when accumulate); db32 -> db likewise.
+void store_gradients(const Conv2dParams& p, const float* dw32, const float* db32, void* dw, DType dw_dtype, void* db,
+                     DType db_dtype, bool accumulate) {
+  const DirectGeom g = geometry(p);
+  std::vector<float> row(static_cast<size_t>(g.k));
+  for (int64_t oc = 0; oc < p.oc; ++oc) {
+    void* dst = element_at(dw, oc * g.k, dw_dtype);
+    const float* src = dw32 + oc * g.kpad;
+    if (accumulate) {
+      convert(dst, dw_dtype, row.data(), DType::kF32, g.k);
+      for (int64_t k = 0; k < g.k; ++k) row[static_cast<size_t>(k)] += src[k];
+      src = row.data();
+    }
+    convert(src, DType::kF32, dst, dw_dtype, g.k);
+  }
+  if (!db) return;
+  std::vector<float> b(db32, db32 + p.oc);
+  if (accumulate) {
+    std::vector<float> old(static_cast<size_t>(p.oc));
+    convert(db, db_dtype, old.data(), DType::kF32, p.oc);
+    for (int64_t oc = 0; oc < p.oc; ++oc) b[static_cast<size_t>(oc)] += old[static_cast<size_t>(oc)];
+  }
+  convert(b.data(), DType::kF32, db, db_dtype, p.oc);
+}
+
+}  // namespace
+
+bool direct_conv_supported(const Conv2dParams& p) {
+  return p.groups == 1 && p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
+         p.c * p.kh * p.kw <= kDirectMaxK && p.out_h() >= 1 && p.out_w() >= 1 && fast(p.x_dtype) &&
+         fast(p.w_dtype) && fast(p.bias_dtype) && fast(p.y_dtype);
+}
+
+void direct_conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {
+  check(p, "conv2d_forward (direct)");
+  const DirectConvKernels& kern = kernels();
+  const DirectGeom g = geometry(p);
+  const PackedWeights pw = pack_weights(p, g, w, bias);
+  const int64_t per_image = p.oc * g.oh * g.ow;
+  parallel_for(0, p.n, 1, [&](int64_t n0, int64_t n1) {
+    Workspace xp(padded_floats(g) * sizeof(float));
+    Workspace y32(p.y_dtype == DType::kF32 ? 0 : static_cast<size_t>(per_image) * sizeof(float));
+    for (int64_t n = n0; n < n1; ++n) {
+      pad_image(p, g, x, n, xp.f32());
+      float* out = p.y_dtype == DType::kF32 ? static_cast<float*>(y) + n * per_image : y32.f32();
+      forward_image(kern, p, g, pw, xp.f32(), p.relu, out);
+      if (out != static_cast<float*>(y) + n * per_image)
+        convert(out, DType::kF32, element_at(y, n * per_image, p.y_dtype), p.y_dtype, per_image);
+    }
+  });
+}
+
+void direct_conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dParams& pool, const void* x,
+                                           const void* w, const void* bias, DType y_dtype, void* y,
+                                           uint8_t* argmax) {
+  check(p, "conv2d + relu + max_pool2d forward (direct)");
+  DEMI_CHECK(strided_pool_supported(pool) && pool.c == p.oc && pool.h == p.out_h() && pool.w == p.out_w(),
+             "conv2d + relu + max_pool2d forward (direct): the pool must cover the convolution's output with windows "
+             "that neither overlap nor reach padding");
+  const DirectConvKernels& kern = kernels();
+  const DirectGeom g = geometry(p);
+  const PackedWeights pw = pack_weights(p, g, w, bias);
+  const int64_t per_image = p.oc * g.oh * g.ow, pooled = pool.c * pool.oh * pool.ow;
+  Pool2dParams one = pool;
+  one.n = 1;
+  parallel_for(0, p.n, 1, [&](int64_t n0, int64_t n1) {
+    Workspace xp(padded_floats(g) * sizeof(float));
+    Workspace y32(static_cast<size_t>(per_image) * sizeof(float));
+    // Pooled in the convolution's own output dtype (p.y_dtype: bf16 values as conv2d_forward stores them, the
+    // same ties), then rounded once into y_dtype where that differs (f16 storage of an f32 convolution).
+    const DType conv_dtype = p.y_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+    Workspace ylow(conv_dtype != DType::kF32 ? static_cast<size_t>(per_image) * dtype_size(conv_dtype) : 0);
+    Workspace pooled_tmp(conv_dtype != y_dtype ? static_cast<size_t>(pooled) * dtype_size(conv_dtype) : 0);
+    for (int64_t n = n0; n < n1; ++n) {
+      pad_image(p, g, x, n, xp.f32());
+      forward_image(kern, p, g, pw, xp.f32(), false, y32.f32());
+      const void* conv_out = y32.f32();
+      if (conv_dtype != DType::kF32) {
+        convert(y32.f32(), DType::kF32, ylow.f32(), conv_dtype, per_image);
+        conv_out = ylow.f32();
+      }
+      void* dst = element_at(y, n * pooled, y_dtype);
+      relu_max_pool2d_forward(one, conv_dtype, conv_out, conv_dtype == y_dtype ? dst : pooled_tmp.f32(),
+                              argmax ? argmax + n * pooled : nullptr);
+      if (conv_dtype != y_dtype) convert(pooled_tmp.f32(), conv_dtype, dst, y_dtype, pooled);
+    }
+  });
+}
+
+void direct_conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db) {
+  check(p, "conv2d_backward_weights (direct)");
+  const DirectGeom g = geometry(p);
+  const int64_t positions = g.oh * g.ow;
+  std::vector<float> dw32(static_cast<size_t>(p.oc * g.kpad)), db32(static_cast<size_t>(p.oc));
+  backward_weights_impl(
+      p, x,
+      [&](int64_t n, int64_t oc0, int64_t oc1, float* tmp) -> const float* {
+        const int64_t at = (n * p.oc + oc0) * positions;
+        if (p.y_dtype == DType::kF32) return static_cast<const float*>(dy) + at;
+        convert(element_at(dy, at, p.y_dtype), p.y_dtype, tmp, DType::kF32, (oc1 - oc0) * positions);
+        return tmp;
+      },
+      dw32.data(), db32.data());
+  store_gradients(p, dw32.data(), db32.data(), dw, p.w_dtype, db, p.bias_dtype, p.accumulate);
+}
+
+void direct_conv2d_relu_max_pool2d_backward_weights(const Conv2dParams& p, const Pool2dParams& pool, const void* x,
+                                                    DType dy_dtype, const void* dy, const uint8_t* argmax, void* dw,
+                                                    DType dw_dtype, void* db, DType db_dtype) {
+  check(p, "conv2d + relu + max_pool2d backward (direct)");
+  DEMI_CHECK(strided_pool_supported(pool) && pool.c == p.oc && pool.h == p.out_h() && pool.w == p.out_w(),
+             "conv2d + relu + max_pool2d backward (direct): the pool must cover the convolution's output with windows "
+             "that neither overlap nor reach padding");
+  const int64_t pooled = pool.oh * pool.ow;
+  std::vector<float> dw32(static_cast<size_t>(p.oc * geometry(p).kpad)), db32(static_cast<size_t>(p.oc));
+  // dz = max_pool2d_backward(dy, argmax), as the separate ops give the convolution (dy's values, exactly), built
+  // for the thread's channels of one image at a time while they are hot.
+  backward_weights_impl(
+      p, x,
+      [&](int64_t n, int64_t oc0, int64_t oc1, float* tmp) -> const float* {
+        Pool2dParams sub = pool;
+        sub.n = 1;
+        sub.c = oc1 - oc0;
+        const int64_t at = (n * p.oc + oc0) * pooled;
+        const void* src = element_at(dy, at, dy_dtype);
+        Workspace dy32(dy_dtype == DType::kF32 ? 0 : static_cast<size_t>(sub.c * pooled) * sizeof(float));
+        if (dy_dtype != DType::kF32) {
+          convert(src, dy_dtype, dy32.f32(), DType::kF32, sub.c * pooled);
+          src = dy32.f32();
+        }
+        max_pool2d_backward(sub, DType::kF32, src, argmax + at, tmp);
+        return tmp;
+      },
+      dw32.data(), db32.data());
+  store_gradients(p, dw32.data(), db32.data(), dw, dw_dtype, db, db_dtype, false);
+}
+
+}  // namespace cpu
+}  // namespace demi::kernels

@@ -1,0 +1,125 @@
+// The direct few-channel convolution against the reference (every geometry of the shared list it takes, one
+// with output rows wider than a tile and a partial channel tile, every dtype pairing, accumulation, every CPU
+// level), and its fused Conv2d -> ReLU -> MaxPool2d against its own separate kernels, bit for bit.
+#include "demi/kernels/cpu/conv_direct.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "demi/core/convert.h"
+#include "demi/core/cpu.h"
+#include "demi/core/error.h"
+#include "demi/kernels/cpu/pool.h"
+#include "demi/kernels/internal/conv_test_util.h"
+
+namespace demi::kernels::cpu {
+namespace {
+
+using kernels::testing::Fixture;
+using kernels::testing::Geometry;
+using kernels::testing::kGeometries;
+using kernels::testing::Operand;
+using kernels::testing::random_operand;
+
+constexpr DType F32 = DType::kF32, BF16 = DType::kBF16, F16 = DType::kF16;
+
+// 45 output columns (a 32-column tile and a 13-column one), 13 output channels (a 12-channel tile and a
+// 1-channel one), asymmetric padding, K = 24.
+const Geometry kWide = {"wide rows, asymmetric padding", 2, 2, 5, 45, 13, 3, 4, 1, 1, 1, 0, 2, 1, 1, 1, 1};
+
+// The data gradient is not the direct kernels' (oneDNN's serves it): the reference stands in.
+const kernels::testing::ConvKernels kDirect{direct_conv2d_forward, ref::conv2d_backward_data,
+                                            direct_conv2d_backward_weights};
+
+std::vector<Geometry> direct_geometries() {
+  std::vector<Geometry> out;
+  for (const Geometry& g : kGeometries)
+    if (direct_conv_supported(kernels::testing::params_of(g))) out.push_back(g);
+  out.push_back(kWide);
+  return out;
+}
+
+TEST(DirectConv, TakesFewChannelStrideOneGeometriesOnly) {
+  EXPECT_GE(direct_geometries().size(), 4u);  // A's and B's first layers, 1x1, the wide one
+  Conv2dParams p = kernels::testing::params_of(kGeometries[2]);  // model B conv2: K = 288
+  EXPECT_FALSE(direct_conv_supported(p));
+  std::vector<float> buf(1 << 16);
+  EXPECT_THROW(direct_conv2d_forward(p, buf.data(), buf.data(), nullptr, buf.data()), Error);
+  p = kernels::testing::params_of(kGeometries[3]);  // stride 2
+  EXPECT_FALSE(direct_conv_supported(p));
+  p = kernels::testing::params_of(kGeometries[0]);
+  p.x_dtype = p.w_dtype = p.y_dtype = p.bias_dtype = DType::kF64;
+  EXPECT_FALSE(direct_conv_supported(p));
+}
+
+TEST(DirectConv, MatchesReferenceForEveryGeometryDtypeAndLevel) {
+  const std::pair<DType, DType> dtypes[] = {{F32, F32}, {BF16, BF16}, {BF16, F32}, {F16, F16}, {F16, F32}};
+  for (CpuLevel level : supported_cpu_levels()) {
+    ScopedCpuLevel scoped(level);
+    SCOPED_TRACE(cpu_level_name(level));
+    int i = 0;
+    for (const Geometry& g : direct_geometries()) {
+      Fixture f(g);
+      for (auto [in, out] : dtypes)
+        kernels::testing::check_all_directions(kDirect, f, in, out, ConvLayout::kAuto, (i++ % 2) == 1);
+    }
+  }
+}
+
+// The fused forward equals direct_conv2d_forward then relu_max_pool2d_forward (values and window indices),
+// and the fused weight gradient equals max_pool2d_backward then direct_conv2d_backward_weights, bit for bit:
+// the fused op visits the same nonzero gradients in the same order.
+TEST(DirectConv, FusedReluMaxPoolEqualsItsSeparateKernelsBitForBit) {
+  struct Case {
+    DType in, conv;  // x and w; the convolution's own output dtype (f16 storage: f32)
+  };
+  const Case cases[] = {{F32, F32}, {BF16, BF16}, {F16, F32}};
+  uint64_t seed = 900;
+  for (CpuLevel level : supported_cpu_levels()) {
+    ScopedCpuLevel scoped(level);
+    for (const Geometry& g : direct_geometries()) {
+      for (const Case& k : cases) {
+        Conv2dParams p = kernels::testing::params_of(g);
+        if (p.out_h() < 2 || p.out_w() < 2) continue;
+        p.x_dtype = p.w_dtype = k.in;
+        p.y_dtype = k.conv;
+        p.bias_dtype = F32;
+        const DType out = k.in;
+        SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << g.name << " " << dtype_name(k.in));
+        const Pool2dParams pool = make_pool2d_params(p.n, p.oc, p.out_h(), p.out_w(), 2, 2, 2, 2, PadMode::kValid);
+        Operand x = random_operand(k.in, p.x_numel(), seed += 10), w = random_operand(k.in, p.w_numel(), seed + 1);
+        Operand b = random_operand(F32, p.oc, seed + 2), dy = random_operand(out, pool.y_numel(), seed + 3);
+
+        // Separate: the convolution, ReLU + pool (f16 storage: pool the f32 output, round once), and back.
+        Operand conv = random_operand(k.conv, p.y_numel(), 1);
+        direct_conv2d_forward(p, x.data(), w.data(), b.data(), conv.data());
+        Operand want_y = random_operand(out, pool.y_numel(), 2), pooled = random_operand(k.conv, pool.y_numel(), 3);
+        std::vector<uint8_t> want_a(static_cast<size_t>(pool.y_numel())), got_a(want_a.size());
+        relu_max_pool2d_forward(pool, k.conv, conv.data(), pooled.data(), want_a.data());
+        convert(pooled.data(), k.conv, want_y.data(), out, pool.y_numel());
+        Operand got_y = random_operand(out, pool.y_numel(), 4);
+        direct_conv2d_relu_max_pool2d_forward(p, pool, x.data(), w.data(), b.data(), out, got_y.data(), got_a.data());
+        EXPECT_EQ(got_y.bytes, want_y.bytes) << "forward values";
+        EXPECT_EQ(got_a, want_a) << "window indices";
+
+        Operand dz = random_operand(out, p.y_numel(), 5);
+        max_pool2d_backward(pool, out, dy.data(), want_a.data(), dz.data());
+        Conv2dParams q = p;
+        q.y_dtype = out;
+        q.w_dtype = q.bias_dtype = F32;
+        Operand want_dw = random_operand(F32, p.w_numel(), 7), want_db = random_operand(F32, p.oc, 8);
+        direct_conv2d_backward_weights(q, x.data(), dz.data(), want_dw.data(), want_db.data());
+        Operand got_dw = random_operand(F32, p.w_numel(), 9), got_db = random_operand(F32, p.oc, 10);
+        direct_conv2d_relu_max_pool2d_backward_weights(p, pool, x.data(), out, dy.data(), want_a.data(), got_dw.data(),
+                                                       F32, got_db.data(), F32);
+        EXPECT_EQ(got_dw.bytes, want_dw.bytes) << "weight gradient";
+        EXPECT_EQ(got_db.bytes, want_db.bytes) << "bias gradient";
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace demi::kernels::cpu
