@@ -37,40 +37,33 @@ void forward_scalar(const DirectGeom& g, const float* xp, const float* wp, const
       }
 }
 
-void columns_scalar(const DirectGeom& g, const float* xp, float* colT) {
-  for (int64_t oy = 0; oy < g.oh; ++oy)
-    for (int64_t ox = 0; ox < g.ow; ++ox) {
-      float* dst = colT + (oy * g.ow + ox) * g.kpad;
-      int64_t k = 0;
-      for (int64_t c = 0; c < g.c; ++c)
-        for (int64_t i = 0; i < g.kh; ++i)
-          for (int64_t j = 0; j < g.kw; ++j) dst[k++] = xp[(c * g.hp + oy + i) * g.wp + ox + j];
-      for (; k < g.kpad; ++k) dst[k] = 0.0f;
-    }
+void columns_scalar(const DirectGeom& g, const float* xp, float* col) {
+  int64_t k = 0;
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j, ++k)
+        for (int64_t oy = 0; oy < g.oh; ++oy)
+          for (int64_t ox = 0; ox < g.ow; ++ox)
+            col[(k * g.oh + oy) * g.ow + ox] = xp[(c * g.hp + oy + i) * g.wp + ox + j];
 }
 
-void accumulate_scalar(const float* colT, int64_t kpad, const int32_t* pos, const float* val, int64_t count,
-                       float* dw) {
-  for (int64_t i = 0; i < count; ++i) {
-    const float* col = colT + pos[i] * kpad;
-    for (int64_t k = 0; k < kpad; ++k) dw[k] = std::fma(val[i], col[k], dw[k]);
+void dot_rows_scalar(const float* dz, const float* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
+                     float* db_lanes) {
+  for (int64_t o = 0; o < oc; ++o) {
+    const float* d = dz + o * positions;
+    for (int64_t t = 0; t < k; ++t) {
+      float* l = lanes + (o * k + t) * 16;
+      const float* x = col + t * positions;
+      for (int64_t p = 0; p < positions; ++p) l[p % 16] = std::fma(d[p], x[p], l[p % 16]);
+    }
+    for (int64_t p = 0; p < positions; ++p) db_lanes[o * 16 + p % 16] += d[p];
   }
-}
-
-int64_t nonzeros_scalar(const float* row, int64_t n, int32_t* pos, float* val) {
-  int64_t count = 0;
-  for (int64_t i = 0; i < n; ++i)
-    if (!(row[i] == 0.0f)) {
-      pos[count] = static_cast<int32_t>(i);
-      val[count++] = row[i];
-    }
-  return count;
 }
 
 }  // namespace
 
 const DirectConvKernels& direct_conv_kernels_scalar() {
-  static const DirectConvKernels k{"scalar", forward_scalar, columns_scalar, accumulate_scalar, nonzeros_scalar};
+  static const DirectConvKernels k{"scalar", forward_scalar, columns_scalar, dot_rows_scalar, nullptr};
   return k;
 }
 
@@ -92,7 +85,6 @@ const DirectConvKernels& kernels() {
   return table.get();
 }
 
-int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
 DirectGeom geometry(const Conv2dParams& p) {
   DirectGeom g;
@@ -104,7 +96,6 @@ DirectGeom geometry(const Conv2dParams& p) {
   g.oh = p.out_h();
   g.ow = p.out_w();
   g.k = p.c * p.kh * p.kw;
-  g.kpad = round_up(g.k, 16);
   return g;
 }
 
@@ -126,23 +117,24 @@ void pad_image(const Conv2dParams& p, const DirectGeom& g, const void* x, int64_
     }
 }
 
-// The forward tiles' weights [tile][K][kDirectOcb] and bias [tile][kDirectOcb], f32, zero past OC.
+// The forward tiles' weights [tile][K][ocb] and bias [tile][ocb], f32, zero past OC.
 struct PackedWeights {
   std::vector<float> w, bias;
-  int64_t tiles = 0;
+  int64_t tiles = 0, ocb = 0;
 };
 
-PackedWeights pack_weights(const Conv2dParams& p, const DirectGeom& g, const void* w, const void* bias) {
+PackedWeights pack_weights(const Conv2dParams& p, const DirectGeom& g, const void* w, const void* bias, int64_t ocb) {
   PackedWeights pw;
-  pw.tiles = (p.oc + kDirectOcb - 1) / kDirectOcb;
-  pw.w.assign(static_cast<size_t>(pw.tiles * g.k * kDirectOcb), 0.0f);
-  pw.bias.assign(static_cast<size_t>(pw.tiles * kDirectOcb), 0.0f);
+  pw.ocb = ocb;
+  pw.tiles = (p.oc + ocb - 1) / ocb;
+  pw.w.assign(static_cast<size_t>(pw.tiles * g.k * ocb), 0.0f);
+  pw.bias.assign(static_cast<size_t>(pw.tiles * ocb), 0.0f);
   std::vector<float> w32(static_cast<size_t>(p.oc * g.k));
   convert(w, p.w_dtype, w32.data(), DType::kF32, p.oc * g.k);
   for (int64_t oc = 0; oc < p.oc; ++oc)
     for (int64_t k = 0; k < g.k; ++k)
-      pw.w[static_cast<size_t>(((oc / kDirectOcb) * g.k + k) * kDirectOcb + oc % kDirectOcb)] = w32[oc * g.k + k];
-  if (bias) convert(bias, p.bias_dtype, pw.bias.data(), DType::kF32, p.oc);  // tile t's bias starts at t * Ocb
+      pw.w[static_cast<size_t>(((oc / ocb) * g.k + k) * ocb + oc % ocb)] = w32[static_cast<size_t>(oc * g.k + k)];
+  if (bias) convert(bias, p.bias_dtype, pw.bias.data(), DType::kF32, p.oc);  // tile t's bias starts at t * ocb
   return pw;
 }
 
@@ -151,7 +143,7 @@ void forward_image(const DirectConvKernels& kern, const Conv2dParams& p, const D
                    const float* xp, bool relu, float* y32) {
   for (int64_t t = 0; t < pw.tiles; ++t) {
     const int ocn = static_cast<int>(std::min<int64_t>(kDirectOcb, p.oc - t * kDirectOcb));
-    kern.forward(g, xp, pw.w.data() + t * g.k * kDirectOcb, pw.bias.data() + t * kDirectOcb, relu,
+    kern.forward(g, xp, pw.w.data() + t * g.k * pw.ocb, pw.bias.data() + t * pw.ocb, relu,
                  y32 + t * kDirectOcb * g.oh * g.ow, ocn);
   }
 }
@@ -164,48 +156,52 @@ void check(const Conv2dParams& p, const char* op) {
 
 bool fast(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
-// The weight gradient, for output channels split over the threads: `rows(n, oc0, oc1, tmp)` returns image n's
-// dz for channels oc0 .. oc1-1 as f32 rows of OH * OW (in place, or built in tmp: (oc1 - oc0) * OH * OW
-// floats of the thread's scratch). dw32 (OC, KPAD) and db32 (OC) are summed over the images in order, and
-// within an image over the nonzero dz in row-major order.
+// The weight gradient. The threads take contiguous runs of images, each summing into its own 16-lane partials
+// (DirectConvKernels::dot_rows: a fixed order within and across its images); at the end each (oc, k)'s lanes
+// are added in lane order, then the threads' sums in thread order (the bits depend on the thread count, as
+// the choice cache's key does). `rows(n, tmp)` returns image n's dz as OC f32 rows of OH * OW (in place, or
+// built in tmp: OC * OH * OW floats of the thread's scratch). dw32 (OC, K), db32 (OC).
 template <class Rows>
 void backward_weights_impl(const Conv2dParams& p, const void* x, Rows&& rows, float* dw32, float* db32) {
   const DirectConvKernels& kern = kernels();
   const DirectGeom g = geometry(p);
-  const int64_t positions = g.oh * g.ow;
-  std::fill(dw32, dw32 + p.oc * g.kpad, 0.0f);
-  std::fill(db32, db32 + p.oc, 0.0f);
-  parallel_for(0, p.oc, 1, [&](int64_t oc0, int64_t oc1) {
+  const int64_t positions = g.oh * g.ow, threads = std::min<int64_t>(num_threads(), p.n);
+  const int64_t part = (p.oc * g.k + p.oc) * 16;  // one thread's lanes for dw and db
+  Workspace partials(static_cast<size_t>(threads * part) * sizeof(float));
+  std::fill(partials.f32(), partials.f32() + threads * part, 0.0f);
+  parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
     Workspace xp(padded_floats(g) * sizeof(float));
-    Workspace colT(static_cast<size_t>(positions * g.kpad) * sizeof(float));
-    // The lists take 16 more entries: the vector kernel stores whole vectors past the last nonzero.
-    Workspace lists(static_cast<size_t>(positions + 16) * (sizeof(int32_t) + sizeof(float)));
-    Workspace tmp(static_cast<size_t>((oc1 - oc0) * positions) * sizeof(float));
-    auto* pos = reinterpret_cast<int32_t*>(lists.f32());
-    float* val = lists.f32() + positions + 16;
-    for (int64_t n = 0; n < p.n; ++n) {
-      pad_image(p, g, x, n, xp.f32());
-      kern.columns(g, xp.f32(), colT.f32());
-      const float* dz = rows(n, oc0, oc1, tmp.f32());
-      for (int64_t oc = oc0; oc < oc1; ++oc) {
-        const int64_t count = kern.nonzeros(dz + (oc - oc0) * positions, positions, pos, val);
-        kern.accumulate(colT.f32(), g.kpad, pos, val, count, dw32 + oc * g.kpad);
-        float sum = db32[oc];
-        for (int64_t i = 0; i < count; ++i) sum += val[i];
-        db32[oc] = sum;
+    Workspace col(static_cast<size_t>(g.k * positions) * sizeof(float));
+    Workspace tmp(static_cast<size_t>(p.oc * positions) * sizeof(float));
+    for (int64_t t = t0; t < t1; ++t) {
+      float* lanes = partials.f32() + t * part;
+      for (int64_t n = t * p.n / threads; n < (t + 1) * p.n / threads; ++n) {
+        pad_image(p, g, x, n, xp.f32());
+        kern.columns(g, xp.f32(), col.f32());
+        kern.dot_rows(rows(n, tmp.f32()), col.f32(), p.oc, g.k, positions, lanes, lanes + p.oc * g.k * 16);
       }
     }
   });
+  auto lane_sum = [](const float* l) {
+    float s = 0.0f;
+    for (int i = 0; i < 16; ++i) s += l[i];
+    return s;
+  };
+  for (int64_t i = 0; i < p.oc * g.k + p.oc; ++i) {
+    float s = 0.0f;
+    for (int64_t t = 0; t < threads; ++t) s += lane_sum(partials.f32() + t * part + i * 16);
+    (i < p.oc * g.k ? dw32[i] : db32[i - p.oc * g.k]) = s;
+  }
 }
 
-// dw32 (OC, KPAD) -> dw (OC, K) in dtype t (+= when accumulate); db32 -> db likewise.
+// dw32 (OC, K) -> dw (OC, K) in dtype t (+= when accumulate); db32 -> db likewise.
 void store_gradients(const Conv2dParams& p, const float* dw32, const float* db32, void* dw, DType dw_dtype, void* db,
                      DType db_dtype, bool accumulate) {
   const DirectGeom g = geometry(p);
   std::vector<float> row(static_cast<size_t>(g.k));
   for (int64_t oc = 0; oc < p.oc; ++oc) {
     void* dst = element_at(dw, oc * g.k, dw_dtype);
-    const float* src = dw32 + oc * g.kpad;
+    const float* src = dw32 + oc * g.k;
     if (accumulate) {
       convert(dst, dw_dtype, row.data(), DType::kF32, g.k);
       for (int64_t k = 0; k < g.k; ++k) row[static_cast<size_t>(k)] += src[k];
@@ -235,7 +231,7 @@ void direct_conv2d_forward(const Conv2dParams& p, const void* x, const void* w, 
   check(p, "conv2d_forward (direct)");
   const DirectConvKernels& kern = kernels();
   const DirectGeom g = geometry(p);
-  const PackedWeights pw = pack_weights(p, g, w, bias);
+  const PackedWeights pw = pack_weights(p, g, w, bias, kDirectOcb);
   const int64_t per_image = p.oc * g.oh * g.ow;
   parallel_for(0, p.n, 1, [&](int64_t n0, int64_t n1) {
     Workspace xp(padded_floats(g) * sizeof(float));
@@ -259,16 +255,37 @@ void direct_conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dPa
              "that neither overlap nor reach padding");
   const DirectConvKernels& kern = kernels();
   const DirectGeom g = geometry(p);
-  const PackedWeights pw = pack_weights(p, g, w, bias);
   const int64_t per_image = p.oc * g.oh * g.ow, pooled = pool.c * pool.oh * pool.ow;
+  // The convolution's own output dtype: the separate ops pool the values it stores (bf16: the same ties), and
+  // an f16 output of an f32 convolution is pooled in f32, rounded once.
+  const DType conv_dtype = p.y_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  if (pool.is_2x2_stride_2() && kern.forward_pool2x2) {  // pooled in registers: the output is never stored
+    const PackedWeights pw = pack_weights(p, g, w, bias, cpu_internal::kDirectPoolOcb);
+    const int64_t plane = pool.oh * pool.ow;
+    parallel_for(0, p.n, 1, [&](int64_t n0, int64_t n1) {
+      Workspace xp(padded_floats(g) * sizeof(float));
+      Workspace out32(y_dtype == DType::kF32 ? 0 : static_cast<size_t>(pooled) * sizeof(float));
+      for (int64_t n = n0; n < n1; ++n) {
+        pad_image(p, g, x, n, xp.f32());
+        float* dst = y_dtype == DType::kF32 ? static_cast<float*>(y) + n * pooled : out32.f32();
+        uint8_t* am = argmax ? argmax + n * pooled : nullptr;
+        for (int64_t t = 0; t < pw.tiles; ++t) {
+          const int ocn = static_cast<int>(std::min<int64_t>(pw.ocb, p.oc - t * pw.ocb));
+          kern.forward_pool2x2(g, xp.f32(), pw.w.data() + t * g.k * pw.ocb, pw.bias.data() + t * pw.ocb,
+                               conv_dtype == DType::kBF16, dst + t * pw.ocb * plane,
+                               am ? am + t * pw.ocb * plane : nullptr, ocn, pool.oh, pool.ow);
+        }
+        if (y_dtype != DType::kF32) convert(dst, DType::kF32, element_at(y, n * pooled, y_dtype), y_dtype, pooled);
+      }
+    });
+    return;
+  }
+  const PackedWeights pw = pack_weights(p, g, w, bias, kDirectOcb);
   Pool2dParams one = pool;
   one.n = 1;
   parallel_for(0, p.n, 1, [&](int64_t n0, int64_t n1) {
     Workspace xp(padded_floats(g) * sizeof(float));
     Workspace y32(static_cast<size_t>(per_image) * sizeof(float));
-    // Pooled in the convolution's own output dtype (p.y_dtype: bf16 values as conv2d_forward stores them, the
-    // same ties), then rounded once into y_dtype where that differs (f16 storage of an f32 convolution).
-    const DType conv_dtype = p.y_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
     Workspace ylow(conv_dtype != DType::kF32 ? static_cast<size_t>(per_image) * dtype_size(conv_dtype) : 0);
     Workspace pooled_tmp(conv_dtype != y_dtype ? static_cast<size_t>(pooled) * dtype_size(conv_dtype) : 0);
     for (int64_t n = n0; n < n1; ++n) {
@@ -291,13 +308,13 @@ void direct_conv2d_backward_weights(const Conv2dParams& p, const void* x, const 
   check(p, "conv2d_backward_weights (direct)");
   const DirectGeom g = geometry(p);
   const int64_t positions = g.oh * g.ow;
-  std::vector<float> dw32(static_cast<size_t>(p.oc * g.kpad)), db32(static_cast<size_t>(p.oc));
+  std::vector<float> dw32(static_cast<size_t>(p.oc * g.k)), db32(static_cast<size_t>(p.oc));
   backward_weights_impl(
       p, x,
-      [&](int64_t n, int64_t oc0, int64_t oc1, float* tmp) -> const float* {
-        const int64_t at = (n * p.oc + oc0) * positions;
+      [&](int64_t n, float* tmp) -> const float* {
+        const int64_t at = n * p.oc * positions;
         if (p.y_dtype == DType::kF32) return static_cast<const float*>(dy) + at;
-        convert(element_at(dy, at, p.y_dtype), p.y_dtype, tmp, DType::kF32, (oc1 - oc0) * positions);
+        convert(element_at(dy, at, p.y_dtype), p.y_dtype, tmp, DType::kF32, p.oc * positions);
         return tmp;
       },
       dw32.data(), db32.data());
@@ -312,23 +329,22 @@ void direct_conv2d_relu_max_pool2d_backward_weights(const Conv2dParams& p, const
              "conv2d + relu + max_pool2d backward (direct): the pool must cover the convolution's output with windows "
              "that neither overlap nor reach padding");
   const int64_t pooled = pool.oh * pool.ow;
-  std::vector<float> dw32(static_cast<size_t>(p.oc * geometry(p).kpad)), db32(static_cast<size_t>(p.oc));
+  std::vector<float> dw32(static_cast<size_t>(p.oc * geometry(p).k)), db32(static_cast<size_t>(p.oc));
   // dz = max_pool2d_backward(dy, argmax), as the separate ops give the convolution (dy's values, exactly), built
-  // for the thread's channels of one image at a time while they are hot.
+  // one image at a time while it is hot.
   backward_weights_impl(
       p, x,
-      [&](int64_t n, int64_t oc0, int64_t oc1, float* tmp) -> const float* {
-        Pool2dParams sub = pool;
-        sub.n = 1;
-        sub.c = oc1 - oc0;
-        const int64_t at = (n * p.oc + oc0) * pooled;
+      [&](int64_t n, float* tmp) -> const float* {
+        Pool2dParams one = pool;
+        one.n = 1;
+        const int64_t at = n * p.oc * pooled;
         const void* src = element_at(dy, at, dy_dtype);
-        Workspace dy32(dy_dtype == DType::kF32 ? 0 : static_cast<size_t>(sub.c * pooled) * sizeof(float));
+        Workspace dy32(dy_dtype == DType::kF32 ? 0 : static_cast<size_t>(p.oc * pooled) * sizeof(float));
         if (dy_dtype != DType::kF32) {
-          convert(src, dy_dtype, dy32.f32(), DType::kF32, sub.c * pooled);
+          convert(src, dy_dtype, dy32.f32(), DType::kF32, p.oc * pooled);
           src = dy32.f32();
         }
-        max_pool2d_backward(sub, DType::kF32, src, argmax + at, tmp);
+        max_pool2d_backward(one, DType::kF32, src, argmax + at, tmp);
         return tmp;
       },
       dw32.data(), db32.data());

@@ -7,14 +7,13 @@
 //   forward           one output row of up to 32 columns x 12 output channels stays in 24 zmm accumulators
 //                     over all K taps, read straight from a zero-padded f32 copy of the image (bf16 and f16
 //                     converted while padding: products exact, f32 sums); the fused op pools each image's
-//                     output while it is hot in L2 (cpu/pool.h's strided kernel) and never writes it out.
-//   backward-weights  dW[oc, k] = sum_n sum_p dz[n, oc, p] * col[n, p, k], summed for each output channel
-//                     over the images in order and, within an image, over the output positions p in
-//                     row-major order, skipping dz == 0 exactly: after ReLU -> 2x2 MaxPool three in four
-//                     are zero, and the fused op visits only the pooled winners (from their argmax) in that
-//                     same order, so the fused and the separate ops give the same bits.
-// Threads take images (forward) or output channels (backward, each thread building every image's
-// columns): no sum depends on the thread count.
+//                     output while it is hot in L2 (cpu/pool.h) and never writes it out.
+//   backward-weights  dW[oc, k] = sum_n sum_p dz[n, oc, p] * col[n, p, k] over the nonzero dz only: after
+//                     ReLU -> 2x2 MaxPool three in four are zero. Each image's sums for a channel are a fixed
+//                     function of its list of nonzero dz in row-major order; the fused op rebuilds each
+//                     image's dz from the pool's winners (max_pool2d_backward of dy and argmax) while it is
+//                     hot, so it and the separate call see the same lists and give the same bits.
+// Threads take images (each its own partial sums for the weight gradient, added in thread order).
 //
 // Serves: groups 1, stride 1, dilation 1, any padding, K <= kDirectMaxK, f32|bf16|f16 tensors. The
 // kernels exist at AVX-512 (conv_direct_avx512.cc) and as portable loops (conv_direct.cc); the oracles are

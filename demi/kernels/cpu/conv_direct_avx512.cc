@@ -1,11 +1,11 @@
 // The AVX-512 pieces of the direct convolution (internal/conv_direct_kernels.h): the forward tile (12 output
 // channels x up to 32 columns of one output row in 24 zmm accumulators; per tap 2 loads of the padded input
-// row and 12 broadcast weights for 24 FMAs), the transposed columns by 16 x 16 register transposes, and the
-// weight-gradient accumulation over compressed lists of nonzero gradients.
+// row and 12 broadcast weights for 24 FMAs), the fused forward with ReLU -> 2x2 MaxPool2d pooled in
+// registers, an image's columns, and the weight gradient's dot products (4 channels x 6 taps a tile).
 #include <algorithm>
 
+#include "demi/kernels/cpu/internal/vec_avx512.h"  // first: immintrin.h under its warning pragmas
 #include "demi/kernels/cpu/internal/conv_direct_kernels.h"
-#include "demi/kernels/cpu/internal/gemm_avx512_impl.h"
 
 namespace demi::kernels::cpu_internal {
 namespace {
@@ -36,9 +36,13 @@ void forward_row(const DirectGeom& g, const float* xp, const float* wp, const fl
       }
     }
   const __m512 zero = _mm512_setzero_ps();
-  for (int o = 0; o < ocn; ++o) {
+  // Over the tile's channels by a constant bound (a runtime one would index the accumulators from memory).
+#pragma GCC unroll 12
+  for (int o = 0; o < kDirectOcb; ++o) {
+    if (o >= ocn) break;
     float* out = y + (o * g.oh + oy) * g.ow + ox0;
     const __m512 b = _mm512_set1_ps(bias[o]);
+#pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) {
       const int64_t n = std::min<int64_t>(16, cols - 16 * v);
       if (n <= 0) break;
@@ -60,70 +64,176 @@ void forward(const DirectGeom& g, const float* xp, const float* wp, const float*
     }
 }
 
-void columns(const DirectGeom& g, const float* xp, float* colT) {
-  __m512 r[16];
-  for (int64_t oy = 0; oy < g.oh; ++oy)
-    for (int64_t kb = 0; kb < g.kpad; kb += 16)
-      for (int64_t ox0 = 0; ox0 < g.ow; ox0 += 16) {
-        for (int t = 0; t < 16; ++t) {
-          const int64_t k = kb + t;
-          if (k >= g.k) {
-            r[t] = _mm512_setzero_ps();
-            continue;
+// The fused Conv2d -> ReLU -> 2x2/2 MaxPool2d: 6 channels x 2 output rows x 32 columns in 24 accumulators,
+// then each channel's two rows pooled in registers: even and odd columns split by permutes, the window's
+// four values taken in relu_max_pool2d_forward's order (the first maximum wins a tie, a NaN wins over a
+// number), ReLU, and 16 pooled values with their window indices stored.
+template <bool kRoundBf16>
+void forward_pool2x2_t(const DirectGeom& g, const float* xp, const float* wp, const float* bias, float* pooled,
+                       uint8_t* argmax, int ocn, int64_t ph, int64_t pw) {
+  using V = VecAvx512;
+  constexpr int kOcb = kDirectPoolOcb;
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t py = 0; py < ph; ++py)
+    for (int64_t px0 = 0; px0 < pw; px0 += 16) {
+      __m512 acc[kOcb][2][2];
+#pragma GCC unroll 6
+      for (int o = 0; o < kOcb; ++o)
+#pragma GCC unroll 2
+        for (int r = 0; r < 2; ++r)
+#pragma GCC unroll 2
+          for (int v = 0; v < 2; ++v) acc[o][r][v] = _mm512_setzero_ps();
+      const float* w = wp;
+      for (int64_t c = 0; c < g.c; ++c)
+        for (int64_t i = 0; i < g.kh; ++i) {
+          const float* row0 = xp + (c * g.hp + 2 * py + i) * g.wp + 2 * px0;
+          const float* row1 = row0 + g.wp;
+          for (int64_t j = 0; j < g.kw; ++j, w += kOcb) {
+            const __m512 x00 = _mm512_loadu_ps(row0 + j), x01 = _mm512_loadu_ps(row0 + j + 16);
+            const __m512 x10 = _mm512_loadu_ps(row1 + j), x11 = _mm512_loadu_ps(row1 + j + 16);
+#pragma GCC unroll 6
+            for (int o = 0; o < kOcb; ++o) {
+              const __m512 b = _mm512_set1_ps(w[o]);
+              acc[o][0][0] = _mm512_fmadd_ps(b, x00, acc[o][0][0]);
+              acc[o][0][1] = _mm512_fmadd_ps(b, x01, acc[o][0][1]);
+              acc[o][1][0] = _mm512_fmadd_ps(b, x10, acc[o][1][0]);
+              acc[o][1][1] = _mm512_fmadd_ps(b, x11, acc[o][1][1]);
+            }
           }
-          const int64_t c = k / (g.kh * g.kw), i = k / g.kw % g.kh, j = k % g.kw;
-          r[t] = _mm512_loadu_ps(xp + (c * g.hp + oy + i) * g.wp + ox0 + j);
         }
-        gemm512::transpose16(r);
-        const int64_t cols = std::min<int64_t>(16, g.ow - ox0);
-        for (int64_t t = 0; t < cols; ++t) _mm512_storeu_ps(colT + (oy * g.ow + ox0 + t) * g.kpad + kb, r[t]);
+      const int64_t cols = std::min<int64_t>(16, pw - px0);
+      const __mmask16 keep = static_cast<__mmask16>((1u << cols) - 1u);
+#pragma GCC unroll 6
+      for (int o = 0; o < kOcb; ++o) {
+        if (o >= ocn) break;
+        const __m512 b = _mm512_set1_ps(bias[o]);
+        __m512 r[2][2];
+#pragma GCC unroll 2
+        for (int rr = 0; rr < 2; ++rr)
+#pragma GCC unroll 2
+          for (int v = 0; v < 2; ++v) {
+            r[rr][v] = _mm512_add_ps(acc[o][rr][v], b);
+            // The separate ops pool the bf16 values the convolution stores.
+            if (kRoundBf16) r[rr][v] = _mm512_castsi512_ps(_mm512_slli_epi32(V::round_bf16(r[rr][v]), 16));
+          }
+        // The window's values in its order: (0,0), (0,1), (1,0), (1,1).
+        const __m512 win[4] = {_mm512_permutex2var_ps(r[0][0], even, r[0][1]),
+                               _mm512_permutex2var_ps(r[0][0], odd, r[0][1]),
+                               _mm512_permutex2var_ps(r[1][0], even, r[1][1]),
+                               _mm512_permutex2var_ps(r[1][0], odd, r[1][1])};
+        // A later value wins where it is not <= the best so far (greater, or NaN) and the best is not NaN.
+        __m512 best = win[0];
+        __m512i at = _mm512_setzero_si512();
+        __mmask16 best_ordered = _mm512_cmp_ps_mask(best, best, _CMP_ORD_Q);
+#pragma GCC unroll 3
+        for (int k = 1; k < 4; ++k) {
+          const __mmask16 take = _mm512_mask_cmp_ps_mask(best_ordered, win[k], best, _CMP_NLE_UQ);
+          best = _mm512_mask_mov_ps(best, take, win[k]);
+          at = _mm512_mask_mov_epi32(at, take, _mm512_set1_epi32(k));
+          best_ordered = _mm512_cmp_ps_mask(best, best, _CMP_ORD_Q);
+        }
+        // ReLU: no gradient where the maximum is not > 0 (NaN included); a negative maximum becomes 0.
+        const __mmask16 positive = _mm512_cmp_ps_mask(best, zero, _CMP_GT_OQ);
+        best = _mm512_mask_mov_ps(best, _mm512_cmp_ps_mask(best, zero, _CMP_LT_OQ), zero);
+        at = _mm512_mask_mov_epi32(_mm512_set1_epi32(255), positive, at);
+        const int64_t out = (o * ph + py) * pw + px0;
+        _mm512_mask_storeu_ps(pooled + out, keep, best);
+        if (argmax) _mm512_mask_cvtepi32_storeu_epi8(argmax + out, keep, at);
+      }
+    }
+}
+
+void forward_pool2x2(const DirectGeom& g, const float* xp, const float* wp, const float* bias, bool round_bf16,
+                     float* pooled, uint8_t* argmax, int ocn, int64_t ph, int64_t pw) {
+  if (round_bf16) return forward_pool2x2_t<true>(g, xp, wp, bias, pooled, argmax, ocn, ph, pw);
+  forward_pool2x2_t<false>(g, xp, wp, bias, pooled, argmax, ocn, ph, pw);
+}
+
+void columns(const DirectGeom& g, const float* xp, float* col) {
+  int64_t k = 0;
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j, ++k) {
+        float* dst = col + k * g.oh * g.ow;
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          const float* src = xp + (c * g.hp + oy + i) * g.wp + j;
+          float* out = dst + oy * g.ow;
+          int64_t ox = 0;
+          for (; ox + 16 <= g.ow; ox += 16) _mm512_storeu_ps(out + ox, _mm512_loadu_ps(src + ox));
+          if (ox < g.ow) {
+            const __mmask16 m = static_cast<__mmask16>((1u << (g.ow - ox)) - 1u);
+            _mm512_mask_storeu_ps(out + ox, m, _mm512_maskz_loadu_ps(m, src + ox));
+          }
+        }
       }
 }
 
-template <int NV>
-void accumulate_n(const float* colT, int64_t kpad, const int32_t* pos, const float* val, int64_t count, float* dw) {
-  __m512 acc[NV];
-  for (int v = 0; v < NV; ++v) acc[v] = _mm512_loadu_ps(dw + 16 * v);
-  for (int64_t i = 0; i < count; ++i) {
-    const float* col = colT + static_cast<int64_t>(pos[i]) * kpad;
-    const __m512 gv = _mm512_set1_ps(val[i]);
+// A tile of 4 output channels x KB taps: 4 + KB loads per 4 * KB FMAs, over the positions in 16-lane vectors.
+template <int KB>
+void dot_tile(const float* dz, const float* col, int64_t positions, float* lanes, int64_t k) {
+  // Every loop over acc by constant bounds and unrolled, so that it lives in registers only.
+  __m512 acc[4][KB];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[v] = _mm512_fmadd_ps(gv, _mm512_loadu_ps(col + 16 * v), acc[v]);
+  for (int o = 0; o < 4; ++o)
+#pragma GCC unroll 6
+    for (int t = 0; t < KB; ++t) acc[o][t] = _mm512_loadu_ps(lanes + (o * k + t) * 16);
+  for (int64_t p = 0; p < positions; p += 16) {
+    const __mmask16 m = positions - p >= 16 ? static_cast<__mmask16>(0xFFFF)
+                                            : static_cast<__mmask16>((1u << (positions - p)) - 1u);
+    __m512 d[4];
+#pragma GCC unroll 4
+    for (int o = 0; o < 4; ++o) d[o] = _mm512_maskz_loadu_ps(m, dz + o * positions + p);
+#pragma GCC unroll 6
+    for (int t = 0; t < KB; ++t) {
+      const __m512 x = _mm512_maskz_loadu_ps(m, col + t * positions + p);
+#pragma GCC unroll 4
+      for (int o = 0; o < 4; ++o) acc[o][t] = _mm512_fmadd_ps(d[o], x, acc[o][t]);
+    }
   }
-  for (int v = 0; v < NV; ++v) _mm512_storeu_ps(dw + 16 * v, acc[v]);
+#pragma GCC unroll 4
+  for (int o = 0; o < 4; ++o)
+#pragma GCC unroll 6
+    for (int t = 0; t < KB; ++t) _mm512_storeu_ps(lanes + (o * k + t) * 16, acc[o][t]);
 }
 
-void accumulate(const float* colT, int64_t kpad, const int32_t* pos, const float* val, int64_t count, float* dw) {
-  switch (kpad / 16) {
-    case 1: return accumulate_n<1>(colT, kpad, pos, val, count, dw);
-    case 2: return accumulate_n<2>(colT, kpad, pos, val, count, dw);
-    case 3: return accumulate_n<3>(colT, kpad, pos, val, count, dw);
-    default: return accumulate_n<4>(colT, kpad, pos, val, count, dw);  // kDirectMaxK = 64
-  }
-}
+using DotTile = void (*)(const float*, const float*, int64_t, float*, int64_t);
+constexpr DotTile kDotTiles[7] = {nullptr, dot_tile<1>, dot_tile<2>, dot_tile<3>, dot_tile<4>, dot_tile<5>, dot_tile<6>};
 
-int64_t nonzeros(const float* row, int64_t n, int32_t* pos, float* val) {
-  int64_t count = 0;
-  const __m512 zero = _mm512_setzero_ps();
-  const __m512i step = _mm512_set1_epi32(16);
-  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  for (int64_t i = 0; i < n; i += 16, idx = _mm512_add_epi32(idx, step)) {
-    const __mmask16 in = n - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1u);
-    const __m512 v = _mm512_maskz_loadu_ps(in, row + i);
-    const __mmask16 m = _mm512_mask_cmp_ps_mask(in, v, zero, _CMP_NEQ_UQ);  // NaN counts as nonzero
-    // Compressed in registers and stored whole (a compressing store to memory is microcoded on AMD cores):
-    // the lists have 16 entries of room past their last.
-    _mm512_storeu_si512(pos + count, _mm512_maskz_compress_epi32(m, idx));
-    _mm512_storeu_ps(val + count, _mm512_maskz_compress_ps(m, v));
-    count += __builtin_popcount(m);
+void dot_rows(const float* dz, const float* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
+              float* db_lanes) {
+  int64_t o = 0;
+  for (; o + 4 <= oc; o += 4)
+    for (int64_t t = 0; t < k; t += 6)
+      kDotTiles[std::min<int64_t>(6, k - t)](dz + o * positions, col + t * positions, positions,
+                                             lanes + (o * k + t) * 16, k);
+  for (; o < oc; ++o)  // the last channels, one at a time
+    for (int64_t t = 0; t < k; ++t) {
+      __m512 acc = _mm512_loadu_ps(lanes + (o * k + t) * 16);
+      for (int64_t p = 0; p < positions; p += 16) {
+        const __mmask16 m = positions - p >= 16 ? static_cast<__mmask16>(0xFFFF)
+                                                : static_cast<__mmask16>((1u << (positions - p)) - 1u);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, dz + o * positions + p),
+                              _mm512_maskz_loadu_ps(m, col + t * positions + p), acc);
+      }
+      _mm512_storeu_ps(lanes + (o * k + t) * 16, acc);
+    }
+  for (o = 0; o < oc; ++o) {
+    __m512 acc = _mm512_loadu_ps(db_lanes + o * 16);
+    for (int64_t p = 0; p < positions; p += 16) {
+      const __mmask16 m = positions - p >= 16 ? static_cast<__mmask16>(0xFFFF)
+                                              : static_cast<__mmask16>((1u << (positions - p)) - 1u);
+      acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, dz + o * positions + p));
+    }
+    _mm512_storeu_ps(db_lanes + o * 16, acc);
   }
-  return count;
 }
 
 }  // namespace
 
 const DirectConvKernels& direct_conv_kernels_avx512() {
-  static const DirectConvKernels k{"avx512", forward, columns, accumulate, nonzeros};
+  static const DirectConvKernels k{"avx512", forward, columns, dot_rows, forward_pool2x2};
   return k;
 }
 

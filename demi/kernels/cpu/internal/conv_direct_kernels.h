@@ -1,12 +1,15 @@
-// The pieces of the direct convolution (../conv_direct.h) that differ per ISA: the forward tile, the
-// transposed columns of an image and the weight-gradient accumulation. Blocking, padding, threading and the
-// lists of nonzero gradients are portable (../conv_direct.cc).
+// The pieces of the direct convolution (../conv_direct.h) that differ per ISA: the forward tiles (plain, and
+// fused with ReLU -> 2x2 MaxPool2d), an image's columns and the weight gradient's dot products. Blocking,
+// padding, threading and the final sums are portable (../conv_direct.cc).
 //
 // Layouts (f32 throughout):
 //   xp    one image zero-padded: (C, HP, WP), row stride WP, followed by at least kDirectSlack floats (the
 //         forward and the columns load 16 or 32 columns at a time past a row's end; those lanes are dropped);
-//   wp    one forward tile's weights: [K][kDirectOcb], output channels past the tile's last zero;
-//   colT  one image's columns transposed: (OH * OW, KPAD), KPAD = K rounded up to 16, zero past K.
+//   wp    one forward tile's weights: [K][kDirectOcb] (the fused one's [K][kDirectPoolOcb]), output channels
+//         past the tile's last zero;
+//   col   one image's columns: (K, OH * OW), row k = (c, i, j) holding xp[c, oy + i, ox + j] at oy * OW + ox;
+//   lanes the weight gradient's partial sums, 16 lanes per (oc, k) (and per oc for the bias), added across
+//         the lanes only at the end.
 #pragma once
 
 #include <cstdint>
@@ -14,13 +17,14 @@
 namespace demi::kernels::cpu_internal {
 
 inline constexpr int kDirectOcb = 12;      // output channels per forward tile (12 x 2 vectors = 24 zmm)
+inline constexpr int kDirectPoolOcb = 6;   // per fused forward tile (6 x 2 rows x 2 vectors)
 inline constexpr int64_t kDirectSlack = 64;
 
 struct DirectGeom {
   int64_t c = 0, kh = 0, kw = 0;  // input channels and kernel
   int64_t hp = 0, wp = 0;         // the padded image
   int64_t oh = 0, ow = 0;         // output (stride 1, dilation 1: OH = HP - KH + 1)
-  int64_t k = 0, kpad = 0;        // C * KH * KW and it rounded up to 16
+  int64_t k = 0;                  // C * KH * KW
 };
 
 struct DirectConvKernels {
@@ -30,14 +34,19 @@ struct DirectConvKernels {
   // (c, i, j) order from +0, then + bias, then max(v, 0) when relu (as relu: -0 and NaN stay).
   void (*forward)(const DirectGeom& g, const float* xp, const float* wp, const float* bias, bool relu, float* y,
                   int ocn) = nullptr;
-  // colT (OH * OW, KPAD) of the padded image xp.
-  void (*columns)(const DirectGeom& g, const float* xp, float* colT) = nullptr;
-  // dw[0 : KPAD] = fma(val[i], colT[pos[i] * KPAD + 0 : KPAD], dw) for i = 0 .. count-1 in order.
-  void (*accumulate)(const float* colT, int64_t kpad, const int32_t* pos, const float* val, int64_t count,
-                     float* dw) = nullptr;
-  // The nonzero entries of row[0 : n] (NaN included) in order: their positions and values; returns how many.
-  // pos and val have room for n + 16 entries (whole vectors are stored past the last).
-  int64_t (*nonzeros)(const float* row, int64_t n, int32_t* pos, float* val) = nullptr;
+  // col (K, OH * OW) of the padded image xp.
+  void (*columns)(const DirectGeom& g, const float* xp, float* col) = nullptr;
+  // lanes (OC, K, 16) += dz (OC, P) . col (K, P)^T and db_lanes (OC, 16) += dz's rows, P = OH * OW, summed over
+  // p in 16-lane vectors in order (lane l takes p = l, l + 16, ...): a fixed order, so the fused op (dz
+  // rebuilt from the pool's argmax) and the separate call (dz given) give the same bits.
+  void (*dot_rows)(const float* dz, const float* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
+                   float* db_lanes) = nullptr;
+  // The fused Conv2d -> ReLU -> 2x2 / stride-2 MaxPool2d for the tile's first ocn (<= kDirectPoolOcb)
+  // channels: pooled (ocn, PH, PW) f32 and argmax (nullable) exactly as relu_max_pool2d_forward gives them on
+  // forward()'s output (rounded to bf16 first when round_bf16); nullptr where a level has none (the driver
+  // then pools forward()'s output).
+  void (*forward_pool2x2)(const DirectGeom& g, const float* xp, const float* wp, const float* bias, bool round_bf16,
+                          float* pooled, uint8_t* argmax, int ocn, int64_t ph, int64_t pw) = nullptr;
 };
 
 const DirectConvKernels& direct_conv_kernels_scalar();
