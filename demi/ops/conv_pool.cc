@@ -98,6 +98,24 @@ std::string conv2d_bf16_kernel(int64_t n, int64_t c, int64_t h, int64_t w, int64
 
 std::string conv2d_kernel_cache() { return kernels::onednn::conv_cache_path(); }
 
+ConvKernelChoice conv2d_direct_kernels(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw,
+                                       int64_t pad, DType dtype) {
+  kernels::Conv2dParams p;
+  p.n = n;
+  p.c = c;
+  p.h = h;
+  p.w = w;
+  p.oc = oc;
+  p.kh = kh;
+  p.kw = kw;
+  p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = pad;
+  p.x_dtype = dtype;
+  return {kernels::onednn::conv2d_direct_kernel(p, kernels::onednn::ConvDirection::kForward),
+          kernels::onednn::conv2d_direct_kernel(p, kernels::onednn::ConvDirection::kBackwardWeights)};
+}
+
+std::string conv2d_direct_cache() { return kernels::onednn::conv_direct_cache_path(); }
+
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Conv2dOptions& o) {
   kernels::Conv2dPadding pad = conv_padding(Op::kConv2d, x_in, w_in, b_in, o);
   Dispatch d(Op::kConv2d, {&x_in, &w_in, &b_in});

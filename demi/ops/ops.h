@@ -61,6 +61,16 @@ std::string conv2d_bf16_kernel(int64_t n, int64_t c, int64_t h, int64_t w, int64
                                int64_t pad);
 // The file those choices are kept in ("" when only in memory).
 std::string conv2d_kernel_cache();
+// Which kernel runs the forward and the weight gradient of that convolution (x in `dtype`) on this machine:
+// "demi-direct" (kernels/cpu/conv_direct.h, few input channels), "onednn", or "onednn (not a direct
+// geometry)"; measured now if not yet. For `demi info` and benchmarks.
+struct ConvKernelChoice {
+  std::string forward, weight_gradient;
+};
+ConvKernelChoice conv2d_direct_kernels(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw,
+                                       int64_t pad, DType dtype);
+// The file the direct convolution's choices are kept in ("" when only in memory).
+std::string conv2d_direct_cache();
 // MindSpore's pad_mode: "same", "valid", "pad" (resolved in demi/kernels/conv_params.h).
 using kernels::PadMode;
 using kernels::pad_mode_name;

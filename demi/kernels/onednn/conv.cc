@@ -689,6 +689,36 @@ std::string conv_direct_cache_path() { return direct_choices().path(); }
 void set_conv_direct_cache_dir(const std::string& dir) { direct_choices().set_dir(dir); }
 
 
+std::string conv2d_direct_kernel(const Conv2dParams& p_in, ConvDirection dir) {
+  Conv2dParams p = p_in;  // as a conv layer runs it: weights in x's dtype, output in the compute dtype
+  p.w_dtype = p.bias_dtype = p.x_dtype;
+  p.y_dtype = p.x_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  p.relu = p.accumulate = false;
+  check_conv2d_params(p, op_name(dir));
+  if (p.x_dtype == DType::kF64 || !cpu::direct_conv_supported(p)) return "onednn (not a direct geometry)";
+  if (dir == ConvDirection::kBackwardData) return "onednn";
+  Conv2dParams pw = p;  // the weight gradient into FP32 masters
+  pw.w_dtype = pw.bias_dtype = DType::kF32;
+  auto zeros = [](size_t bytes) {
+    internal::Workspace b(bytes);
+    std::memset(b.get(), 0, b.bytes());
+    return b;
+  };
+  internal::Workspace x = zeros(static_cast<size_t>(p.x_numel()) * dtype_size(p.x_dtype)),
+                      w = zeros(static_cast<size_t>(p.w_numel()) * dtype_size(p.w_dtype)),
+                      y = zeros(static_cast<size_t>(p.y_numel()) * dtype_size(p.y_dtype)),
+                      dw = zeros(static_cast<size_t>(p.w_numel()) * sizeof(float)),
+                      db = zeros(static_cast<size_t>(p.oc) * sizeof(float));
+  const bool direct = direct_chosen(p, dir, [&](bool d) {
+    if (dir == ConvDirection::kForward)
+      return d ? cpu::direct_conv2d_forward(p, x.get(), w.get(), nullptr, y.get())
+               : onednn_forward(p, x.get(), w.get(), nullptr, y.get());
+    d ? cpu::direct_conv2d_backward_weights(pw, x.get(), y.get(), dw.get(), db.get())
+      : onednn_backward_weights(pw, x.get(), y.get(), dw.get(), db.get());
+  });
+  return direct ? "demi-direct" : "onednn";
+}
+
 void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {
   check_conv2d_params(p, op_name(ConvDirection::kForward));
   if (p.x_dtype == DType::kF64) return ref::conv2d_forward(p, x, w, bias, y);

@@ -92,6 +92,10 @@ void set_conv_direct_policy(ConvDirectPolicy policy);
 ConvDirectPolicy conv_direct_policy();
 std::string conv_direct_cache_path();
 void set_conv_direct_cache_dir(const std::string& dir);
+// "demi-direct" or "onednn" for p's geometry and x_dtype in direction dir as a conv layer runs it ("onednn (not
+// a direct geometry)" where the direct kernels do not take it), measured now on zeroed scratch operands if not
+// yet (both directions' speeds do not depend on the values). For `demi info` and benchmarks.
+std::string conv2d_direct_kernel(const Conv2dParams& p, ConvDirection dir);
 
 
 }  // namespace demi::kernels::onednn

@@ -215,6 +215,52 @@ TEST(OnednnConv, Bf16ChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
   std::filesystem::remove_all(dir);
 }
 
+// A first layer's geometry: the forward and the weight gradient are each measured once (direct or oneDNN),
+// kept in the choice file, and read back by a new process; the data gradient and other geometries add none.
+TEST(OnednnConv, DirectChoiceIsMeasuredOncePerDirectionAndKeptInTheChoiceFile) {
+  const std::string dir = ::testing::TempDir() + "/demi-conv-direct-choices-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const ConvDirectPolicy saved = conv_direct_policy();
+  set_conv_direct_policy(ConvDirectPolicy::kAuto);
+  set_conv_direct_cache_dir(dir);
+  const std::string path = conv_direct_cache_path();
+  ASSERT_NE(path, "");
+  auto lines = [&] {
+    std::ifstream in(path);
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  };
+  Fixture f(kGeometries[0]);  // model A's 3 -> 32 k3
+  Conv2dParams p = f.p;
+  Operand x = cast_operand(f.x, F32), w = cast_operand(f.w, F32), b = cast_operand(f.bias, F32);
+  Operand y = cast_operand(f.dy, F32), dw = cast_operand(f.dw0, F32), db = cast_operand(f.db0, F32);
+  conv2d_forward(p, x.data(), w.data(), b.data(), y.data());
+  ASSERT_EQ(lines().size(), 1u);
+  EXPECT_TRUE(lines()[0].ends_with(" = demi-direct") || lines()[0].ends_with(" = onednn")) << lines()[0];
+  EXPECT_TRUE(all_close(y.data(), F32, [&] {  // whichever won, the values are the convolution's
+    Conv2dParams r = p;
+    std::vector<float> out(static_cast<size_t>(p.y_numel()));
+    ref::conv2d_forward(r, f.x.f32.data(), f.w.f32.data(), f.bias.f32.data(), out.data());
+    return std::vector<double>(out.begin(), out.end());
+  }(), tolerance_for_sum(F32, p.c * p.kh * p.kw, 1.0)));
+  conv2d_backward_weights(p, x.data(), y.data(), dw.data(), db.data());
+  conv2d_backward_data(p, y.data(), w.data(), x.data());
+  const std::vector<std::string> both = lines();
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_NE(both[0].find(" fwd "), std::string::npos) << both[0];
+  EXPECT_NE(both[1].find(" dw "), std::string::npos) << both[1];
+  Conv2dParams big = params_of(kGeometries[2]);  // K = 288: not a direct geometry, nothing measured
+  EXPECT_EQ(conv2d_direct_kernel(big, ConvDirection::kForward), "onednn (not a direct geometry)");
+  set_conv_direct_cache_dir(dir);  // a new process: reads the file, measures nothing
+  conv2d_forward(p, x.data(), w.data(), b.data(), y.data());
+  conv2d_backward_weights(p, x.data(), y.data(), dw.data(), db.data());
+  EXPECT_EQ(lines(), both);
+  set_conv_direct_cache_dir("");
+  set_conv_direct_policy(saved);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(OnednnConv, ErrorsNameTheOpAndShapes) {
   Conv2dParams p = params_of(kGeometries[5]);
   p.groups = 4;  // 6 channels
