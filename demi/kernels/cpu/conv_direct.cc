@@ -63,7 +63,7 @@ void dot_rows_scalar(const float* dz, const float* col, int64_t oc, int64_t k, i
 }  // namespace
 
 const DirectConvKernels& direct_conv_kernels_scalar() {
-  static const DirectConvKernels k{"scalar", forward_scalar, columns_scalar, dot_rows_scalar, nullptr};
+  static const DirectConvKernels k{"scalar", forward_scalar, columns_scalar, dot_rows_scalar, nullptr, nullptr, nullptr};
   return k;
 }
 
@@ -81,7 +81,8 @@ using cpu_internal::Workspace;
 const DirectConvKernels& kernels() {
   static const cpu_internal::KernelTable<DirectConvKernels> table{
       {CpuLevel::kScalar, cpu_internal::direct_conv_kernels_scalar},
-      {CpuLevel::kAvx512, cpu_internal::direct_conv_kernels_avx512}};
+      {CpuLevel::kAvx512, cpu_internal::direct_conv_kernels_avx512},
+      {CpuLevel::kAvx512Bf16, cpu_internal::direct_conv_kernels_avx512bf16}};
   return table.get();
 }
 
@@ -157,14 +158,17 @@ void check(const Conv2dParams& p, const char* op) {
 bool fast(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
 // The weight gradient. The threads take contiguous runs of images, each summing into its own 16-lane partials
-// (DirectConvKernels::dot_rows: a fixed order within and across its images); at the end each (oc, k)'s lanes
-// are added in lane order, then the threads' sums in thread order (the bits depend on the thread count, as
-// the choice cache's key does). `rows(n, tmp)` returns image n's dz as OC f32 rows of OH * OW (in place, or
-// built in tmp: OC * OH * OW floats of the thread's scratch). dw32 (OC, K), db32 (OC).
+// (DirectConvKernels::dot_rows, or dot_rows_bf16 where the image and dz are bf16 and the level has it: a fixed
+// order within and across its images); at the end each (oc, k)'s lanes are added in lane order, then the
+// threads' sums in thread order (the bits depend on the thread count, as the choice cache's key does).
+// `rows(n, tmp, bf16)` returns image n's dz as OC rows of OH * OW, f32 (or bf16 when bf16), in place or built in
+// tmp (OC * OH * OW floats of the thread's scratch). dw32 (OC, K), db32 (OC).
 template <class Rows>
-void backward_weights_impl(const Conv2dParams& p, const void* x, Rows&& rows, float* dw32, float* db32) {
+void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype, Rows&& rows, float* dw32,
+                           float* db32) {
   const DirectConvKernels& kern = kernels();
   const DirectGeom g = geometry(p);
+  const bool bf16 = kern.dot_rows_bf16 && p.x_dtype == DType::kBF16 && dz_dtype == DType::kBF16;
   const int64_t positions = g.oh * g.ow, threads = std::min<int64_t>(num_threads(), p.n);
   const int64_t part = (p.oc * g.k + p.oc) * 16;  // one thread's lanes for dw and db
   Workspace partials(static_cast<size_t>(threads * part) * sizeof(float));
@@ -175,10 +179,19 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, Rows&& rows, fl
     Workspace tmp(static_cast<size_t>(p.oc * positions) * sizeof(float));
     for (int64_t t = t0; t < t1; ++t) {
       float* lanes = partials.f32() + t * part;
+      float* db_lanes = lanes + p.oc * g.k * 16;
       for (int64_t n = t * p.n / threads; n < (t + 1) * p.n / threads; ++n) {
         pad_image(p, g, x, n, xp.f32());
-        kern.columns(g, xp.f32(), col.f32());
-        kern.dot_rows(rows(n, tmp.f32()), col.f32(), p.oc, g.k, positions, lanes, lanes + p.oc * g.k * 16);
+        if (bf16) {
+          auto* col16 = reinterpret_cast<BFloat16*>(col.f32());
+          kern.columns_bf16(g, xp.f32(), col16);
+          kern.dot_rows_bf16(static_cast<const BFloat16*>(rows(n, tmp.f32(), true)), col16, p.oc, g.k, positions,
+                             lanes, db_lanes);
+        } else {
+          kern.columns(g, xp.f32(), col.f32());
+          kern.dot_rows(static_cast<const float*>(rows(n, tmp.f32(), false)), col.f32(), p.oc, g.k, positions, lanes,
+                        db_lanes);
+        }
       }
     }
   });
@@ -310,10 +323,10 @@ void direct_conv2d_backward_weights(const Conv2dParams& p, const void* x, const 
   const int64_t positions = g.oh * g.ow;
   std::vector<float> dw32(static_cast<size_t>(p.oc * g.k)), db32(static_cast<size_t>(p.oc));
   backward_weights_impl(
-      p, x,
-      [&](int64_t n, float* tmp) -> const float* {
+      p, x, p.y_dtype,
+      [&](int64_t n, float* tmp, bool bf16) -> const void* {
         const int64_t at = n * p.oc * positions;
-        if (p.y_dtype == DType::kF32) return static_cast<const float*>(dy) + at;
+        if (bf16 || p.y_dtype == DType::kF32) return element_at(dy, at, p.y_dtype);
         convert(element_at(dy, at, p.y_dtype), p.y_dtype, tmp, DType::kF32, p.oc * positions);
         return tmp;
       },
@@ -333,12 +346,16 @@ void direct_conv2d_relu_max_pool2d_backward_weights(const Conv2dParams& p, const
   // dz = max_pool2d_backward(dy, argmax), as the separate ops give the convolution (dy's values, exactly), built
   // one image at a time while it is hot.
   backward_weights_impl(
-      p, x,
-      [&](int64_t n, float* tmp) -> const float* {
+      p, x, dy_dtype,
+      [&](int64_t n, float* tmp, bool bf16) -> const void* {
         Pool2dParams one = pool;
         one.n = 1;
         const int64_t at = n * p.oc * pooled;
         const void* src = element_at(dy, at, dy_dtype);
+        if (bf16) {  // dy is bf16: dz in bf16, its values exactly
+          max_pool2d_backward(one, DType::kBF16, src, argmax + at, tmp);
+          return tmp;
+        }
         Workspace dy32(dy_dtype == DType::kF32 ? 0 : static_cast<size_t>(p.oc * pooled) * sizeof(float));
         if (dy_dtype != DType::kF32) {
           convert(src, dy_dtype, dy32.f32(), DType::kF32, p.oc * pooled);

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "demi/core/half.h"
+
 namespace demi::kernels::cpu_internal {
 
 inline constexpr int kDirectOcb = 12;      // output channels per forward tile (12 x 2 vectors = 24 zmm)
@@ -47,9 +49,15 @@ struct DirectConvKernels {
   // then pools forward()'s output).
   void (*forward_pool2x2)(const DirectGeom& g, const float* xp, const float* wp, const float* bias, bool round_bf16,
                           float* pooled, uint8_t* argmax, int ocn, int64_t ph, int64_t pw) = nullptr;
+  // Where the image and dz are both bf16 (AVX512-BF16 only; nullptr elsewhere): col (K, OH * OW) in bf16, and
+  // dot_rows on bf16 rows, positions taken in consecutive pairs (vdpbf16ps): another fixed order.
+  void (*columns_bf16)(const DirectGeom& g, const float* xp, BFloat16* col) = nullptr;
+  void (*dot_rows_bf16)(const BFloat16* dz, const BFloat16* col, int64_t oc, int64_t k, int64_t positions,
+                        float* lanes, float* db_lanes) = nullptr;
 };
 
 const DirectConvKernels& direct_conv_kernels_scalar();
 const DirectConvKernels& direct_conv_kernels_avx512();
+const DirectConvKernels& direct_conv_kernels_avx512bf16();
 
 }  // namespace demi::kernels::cpu_internal
