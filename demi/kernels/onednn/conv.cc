@@ -631,8 +631,8 @@ void onednn_backward_weights(const Conv2dParams& p, const void* x, const void* d
 // geometry, input dtype and direction (forward or weight gradient), which the separate calls and the fused
 // Conv2d -> ReLU -> MaxPool2d both follow, so that the fused layer computes exactly what the separate calls
 // do (the data gradient stays on oneDNN either way). The first call of a geometry and direction (in a network,
-// the fused layer's) measures both on its own operands (the direct weight gradient's speed depends on how many
-// gradients are zero), each warmed up, then three alternating rounds; the best time decides.
+// the fused layer's) measures both on its own operands, each warmed up, then five alternating rounds; the best
+// time decides.
 std::atomic<ConvDirectPolicy>& direct_policy_slot() {
   static std::atomic<ConvDirectPolicy> p{[] {
     const char* s = std::getenv("DEMI_CONV_DIRECT");
@@ -670,12 +670,15 @@ bool direct_chosen(const Conv2dParams& p, ConvDirection dir, const std::function
                    p.pad_bottom, ",", p.pad_left, ",", p.pad_right);
   };
   auto tune = [&] {
-    auto seconds = [&](bool direct) { return kernels::internal::seconds_of([&] { run(direct); }); };
-    seconds(false);
-    seconds(true);
+    // The two are often within 10-20% of each other, and this machine's noise is of that order: each
+    // measurement repeats the call to about a millisecond, and five alternating rounds keep the best.
+    const double warm = kernels::internal::seconds_of([&] { run(false); }) +
+                        kernels::internal::seconds_of([&] { run(true); });
+    const int reps = std::clamp(static_cast<int>(2e-3 / std::max(warm, 1e-9)), 1, 20);
     double best[2] = {1e30, 1e30};
-    for (int r = 0; r < 3; ++r)
-      for (int i = 0; i < 2; ++i) best[i] = std::min(best[i], seconds(i == 1));
+    for (int r = 0; r < 5; ++r)
+      for (int i = 0; i < 2; ++i)
+        best[i] = std::min(best[i], kernels::internal::seconds_of([&] { run(i == 1); }, reps));
     return best[1] < best[0] ? 1 : 0;
   };
   return direct_choices().choose(key, text, tune) == 1;
