@@ -12,6 +12,7 @@
 #include "demi/core/error.h"
 #include "demi/core/parallel.h"
 #include "demi/kernels/cpu/gemm.h"
+#include "demi/kernels/cpu/gemm_dot.h"
 #include "demi/kernels/cpu/internal/workspace.h"
 #include "demi/kernels/internal/choice_cache.h"
 #include "demi/kernels/onednn/matmul.h"
@@ -20,12 +21,12 @@
 namespace demi::kernels {
 namespace {
 
-enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32 };
+enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32, kDemiDot };
 
 // Part of the cache file's name: bumped when the kernels or the tuning change enough that choices made
 // before should be made again.
-constexpr int kTuneVersion = 3;
-constexpr const char* kKernelNames[] = {"onednn", "demi-f32", "demi-bf16", "onednn-f32"};
+constexpr int kTuneVersion = 4;
+constexpr const char* kKernelNames[] = {"onednn", "demi-f32", "demi-bf16", "onednn-f32", "demi-dot"};
 
 MatmulPolicy policy_from_env() {
   const char* s = std::getenv("DEMI_MATMUL");
@@ -63,7 +64,7 @@ std::string key_of(const MatmulParams& p) {
 
 internal::ChoiceCache& choices() {
   static auto& c = *new internal::ChoiceCache(  // never destroyed: used until the process ends
-      str_cat("matmul-v", kTuneVersion), {kKernelNames[0], kKernelNames[1], kKernelNames[2], kKernelNames[3]});
+      str_cat("matmul-v", kTuneVersion), {kKernelNames[0], kKernelNames[1], kKernelNames[2], kKernelNames[3], kKernelNames[4]});
   return c;
 }
 
@@ -75,6 +76,7 @@ void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c)
     case Kernel::kDemiF32: return cpu::gemm(p, a, b, c, cpu::GemmPath::kF32);
     case Kernel::kDemiBf16: return cpu::gemm(p, a, b, c, cpu::GemmPath::kBf16Dot);
     case Kernel::kOnednnF32: return onednn::matmul_widened(p, a, b, c);
+    case Kernel::kDemiDot: return cpu::gemm_dot(p, a, b, c);
   }
 }
 
@@ -105,6 +107,7 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   const bool bf16 = p.a_dtype == DType::kBF16 && p.b_dtype == DType::kBF16;
   if (bf16 && cpu::gemm_has_bf16_dot()) cand.push_back(Kernel::kDemiBf16);
   if (bf16 && matmul_policy() != MatmulPolicy::kDemi) cand.push_back(Kernel::kOnednnF32);
+  if (cpu::gemm_dot_supported(p)) cand.push_back(Kernel::kDemiDot);
   if (cand.size() == 1) return cand[0];
   // Output: c itself unless the product reads it (accumulate): the chosen kernel's run overwrites it after.
   const size_t c_bytes = static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(p.c_dtype);
@@ -161,9 +164,10 @@ std::string matmul_kernel(const MatmulParams& p) {
   MatmulParams widened = p;
   if (k == Kernel::kOnednnF32) widened.a_dtype = widened.b_dtype = DType::kF32;
   const std::string impl = k == Kernel::kOnednn || k == Kernel::kOnednnF32 ? onednn::matmul_implementation(widened)
-                                                : cpu::gemm_implementation(p, k == Kernel::kDemiBf16
-                                                                                  ? cpu::GemmPath::kBf16Dot
-                                                                                  : cpu::GemmPath::kF32);
+                           : k == Kernel::kDemiDot ? cpu::gemm_dot_implementation()
+                                                   : cpu::gemm_implementation(p, k == Kernel::kDemiBf16
+                                                                                     ? cpu::GemmPath::kBf16Dot
+                                                                                     : cpu::GemmPath::kF32);
   return str_cat(kKernelNames[static_cast<int>(k)], " (", impl, ")");
 }
 

@@ -8,7 +8,9 @@
 //   - "demi-f32"   demi's GEMM on its f32 FMA micro-kernel, low-precision operands converted in packing;
 //   - "demi-bf16"  demi's GEMM on vdpbf16ps pairs (bf16 x bf16, where the CPU has AVX512-BF16);
 //   - "onednn-f32" oneDNN's f32 matmul on bf16 operands widened in chunks (bf16 x bf16; like the f16
-//                  path, it must be 10% faster to be chosen).
+//                  path, it must be 10% faster to be chosen);
+//   - "demi-dot"   demi's dot-product kernel for few output columns (cpu/gemm_dot.h: a . b^T with N <= 32,
+//                  a classifier's last Dense forward).
 // f64 always runs the reference kernel.
 //
 // Choices are also kept on disk, so that another process on the same machine makes the same ones (a run
@@ -18,8 +20,8 @@
 // under an exclusive lock on it and the first choice written wins.
 // Where no cache folder can be written, choices live in memory only.
 //
-// DEMI_MATMUL=auto|demi|onednn (or set_matmul_policy) forces a backend: "demi" takes the faster of demi's
-// two paths by the same measurement, "onednn" always oneDNN.
+// DEMI_MATMUL=auto|demi|onednn (or set_matmul_policy) forces a backend: "demi" takes the fastest of demi's
+// kernels by the same measurement, "onednn" always oneDNN.
 #pragma once
 
 #include <string>

@@ -1,0 +1,124 @@
+#include "demi/kernels/cpu/gemm_dot.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "demi/core/convert.h"
+#include "demi/core/cpu.h"
+#include "demi/core/error.h"
+#include "demi/core/parallel.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
+#include "demi/kernels/cpu/internal/gemm_dot_kernels.h"
+#include "demi/kernels/cpu/internal/workspace.h"
+
+namespace demi::kernels {
+namespace cpu_internal {
+namespace {
+
+// The portable tile: the same sums one lane at a time (16 lane partials over k, then the lanes in order).
+void tile_scalar(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* out) {
+  for (int r = 0; r < mr; ++r)
+    for (int j = 0; j < nc; ++j) {
+      float lanes[16] = {};
+      for (int64_t kk = 0; kk < k; ++kk) lanes[kk % 16] += a[r * lda + kk] * b[j * ldb + kk];
+      float s = 0.0f;
+      for (float l : lanes) s += l;
+      out[r * nc + j] = s;
+    }
+}
+
+}  // namespace
+
+const GemmDotKernels& gemm_dot_kernels_scalar() {
+  static const GemmDotKernels k{"scalar", tile_scalar};
+  return k;
+}
+
+}  // namespace cpu_internal
+
+namespace cpu {
+namespace {
+
+using cpu_internal::element_at;
+using cpu_internal::kDotTileN;
+using cpu_internal::Workspace;
+
+const cpu_internal::GemmDotKernels& kernels() {
+  static const cpu_internal::KernelTable<cpu_internal::GemmDotKernels> table{
+      {CpuLevel::kScalar, cpu_internal::gemm_dot_kernels_scalar},
+      {CpuLevel::kAvx512, cpu_internal::gemm_dot_kernels_avx512}};
+  return table.get();
+}
+
+bool fast(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+
+// One (batch-1) product; bias32: N f32 values or null.
+void product(const MatmulParams& p, const void* a, const void* b, void* c, const float* bias32) {
+  const cpu_internal::GemmDotKernels& kern = kernels();
+  const int64_t M = p.m, N = p.n, K = p.k;
+  // b as f32 rows (N x K: few by construction), converted once.
+  Workspace b32(p.b_dtype == DType::kF32 ? 0 : static_cast<size_t>(N * K) * sizeof(float));
+  const float* bf = static_cast<const float*>(b);
+  if (p.b_dtype != DType::kF32) {
+    convert(b, p.b_dtype, b32.f32(), DType::kF32, N * K);
+    bf = b32.f32();
+  }
+  const int64_t pairs = (M + 1) / 2;
+  const int threads = M * N * K >= (int64_t{1} << 16) ? num_threads() : 1;
+  parallel_for(0, pairs, threads > 1 ? 1 : pairs, [&](int64_t q0, int64_t q1) {
+    Workspace a32(p.a_dtype == DType::kF32 ? 0 : static_cast<size_t>(2 * K) * sizeof(float));
+    float out[2 * kDotTileN], vals[2][kDotMaxN], old[kDotMaxN];
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t i0 = 2 * q;
+      const int mr = static_cast<int>(std::min<int64_t>(2, M - i0));
+      const float* af = static_cast<const float*>(a) + i0 * K;
+      if (p.a_dtype != DType::kF32) {
+        convert(element_at(a, i0 * K, p.a_dtype), p.a_dtype, a32.f32(), DType::kF32, mr * K);
+        af = a32.f32();
+      }
+      for (int64_t j0 = 0; j0 < N; j0 += kDotTileN) {
+        const int nc = static_cast<int>(std::min<int64_t>(kDotTileN, N - j0));
+        kern.tile(af, K, bf + j0 * K, K, K, mr, nc, out);
+        for (int r = 0; r < mr; ++r)
+          for (int j = 0; j < nc; ++j) vals[r][j0 + j] = out[r * nc + j];
+      }
+      // The epilogue: + c (accumulate), + bias, ReLU, one rounding into c's dtype.
+      for (int r = 0; r < mr; ++r) {
+        void* crow = element_at(c, (i0 + r) * N, p.c_dtype);
+        if (p.accumulate) convert(crow, p.c_dtype, old, DType::kF32, N);
+        for (int64_t j = 0; j < N; ++j) {
+          float x = vals[r][j];
+          if (p.accumulate) x += old[j];
+          if (bias32) x += bias32[j];
+          if (p.relu) x = x < 0.0f ? 0.0f : x;
+          vals[r][j] = x;
+        }
+        convert(vals[r], DType::kF32, crow, p.c_dtype, N);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+bool gemm_dot_supported(const MatmulParams& p) {
+  return p.trans_b && !p.trans_a && p.n >= 1 && p.n <= kDotMaxN && fast(p.a_dtype) && fast(p.b_dtype) &&
+         fast(p.c_dtype) && (p.bias == nullptr || fast(p.bias_dtype));
+}
+
+void gemm_dot(const MatmulParams& p, const void* a, const void* b, void* c) {
+  check_matmul_params(p, "gemm_dot");
+  DEMI_CHECK(gemm_dot_supported(p), "gemm_dot: takes c = a . b^T (trans_b, not trans_a) with N <= ", kDotMaxN,
+             " and f32|bf16|f16 tensors, got ", describe(p));
+  float bias32[kDotMaxN];
+  if (p.bias) convert(p.bias, p.bias_dtype, bias32, DType::kF32, p.n);
+  const int64_t sa = p.m * p.k, sb = p.n * p.k, sc = p.m * p.n;
+  for (int64_t i = 0; i < p.batch; ++i)
+    product(p, element_at(a, i * sa, p.a_dtype), element_at(b, i * sb, p.b_dtype), element_at(c, i * sc, p.c_dtype),
+            p.bias ? bias32 : nullptr);
+}
+
+std::string gemm_dot_implementation() { return str_cat("demi-dot:", kernels().name); }
+
+}  // namespace cpu
+}  // namespace demi::kernels

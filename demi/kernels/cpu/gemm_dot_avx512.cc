@@ -1,0 +1,59 @@
+// The AVX-512 tile of the few-column dot-product GEMM (internal/gemm_dot_kernels.h): MR rows x NC columns in
+// MR * NC zmm accumulators, per 16 k: MR + NC loads for MR * NC FMAs; masked loads for the K tail.
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "demi/kernels/cpu/internal/vec_avx512.h"  // first: immintrin.h under its warning pragmas
+#include "demi/kernels/cpu/internal/gemm_dot_kernels.h"
+
+namespace demi::kernels::cpu_internal {
+namespace {
+
+template <int MR, int NC>
+void tile_t(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, float* out) {
+  __m512 acc[MR][NC];
+#pragma GCC unroll 2
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 12
+    for (int j = 0; j < NC; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int64_t kk = 0; kk < k; kk += 16) {
+    const __mmask16 m = k - kk >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (k - kk)) - 1u);
+    __m512 x[MR];
+#pragma GCC unroll 2
+    for (int r = 0; r < MR; ++r) x[r] = _mm512_maskz_loadu_ps(m, a + r * lda + kk);
+#pragma GCC unroll 12
+    for (int j = 0; j < NC; ++j) {
+      const __m512 w = _mm512_maskz_loadu_ps(m, b + j * ldb + kk);
+#pragma GCC unroll 2
+      for (int r = 0; r < MR; ++r) acc[r][j] = _mm512_fmadd_ps(x[r], w, acc[r][j]);
+    }
+  }
+#pragma GCC unroll 2
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 12
+    for (int j = 0; j < NC; ++j) out[r * NC + j] = _mm512_reduce_add_ps(acc[r][j]);
+}
+
+using Tile = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*);
+
+template <int MR, int... NC>
+constexpr std::array<Tile, kDotTileN + 1> tiles(std::integer_sequence<int, NC...>) {
+  return {nullptr, tile_t<MR, NC + 1>...};
+}
+
+constexpr auto kTiles1 = tiles<1>(std::make_integer_sequence<int, kDotTileN>{});
+constexpr auto kTiles2 = tiles<2>(std::make_integer_sequence<int, kDotTileN>{});
+
+void tile(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* out) {
+  (mr == 2 ? kTiles2 : kTiles1)[static_cast<size_t>(nc)](a, lda, b, ldb, k, out);
+}
+
+}  // namespace
+
+const GemmDotKernels& gemm_dot_kernels_avx512() {
+  static const GemmDotKernels k{"avx512", tile};
+  return k;
+}
+
+}  // namespace demi::kernels::cpu_internal

@@ -1,0 +1,87 @@
+// The few-column dot-product GEMM against the reference: every dtype mix of operands and output, bias,
+// ReLU and accumulation, odd sizes (K not a multiple of 16, N past one 12-column tile, odd M), batches, and
+// every CPU level.
+#include "demi/kernels/cpu/gemm_dot.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "demi/core/cpu.h"
+#include "demi/core/error.h"
+#include "demi/kernels/internal/matmul_conv_test_util.h"
+#include "demi/kernels/reference/matmul.h"
+#include "demi/kernels/tolerance.h"
+
+namespace demi::kernels::cpu {
+namespace {
+
+using kernels::testing::all_close;
+using kernels::testing::cast_operand;
+using kernels::testing::dyadic_operand;
+using kernels::testing::Operand;
+
+constexpr DType F32 = DType::kF32, BF16 = DType::kBF16, F16 = DType::kF16;
+
+TEST(GemmDot, MatchesTheReferenceForEveryDtypeEpilogueAndLevel) {
+  struct Shape {
+    int64_t batch, m, n, k;
+  };
+  const Shape shapes[] = {{1, 7, 10, 7200 / 16 + 3}, {2, 5, 13, 37}, {1, 1, 32, 16}, {3, 4, 1, 50}, {1, 33, 12, 129}};
+  const std::pair<DType, DType> dtypes[] = {{F32, F32}, {BF16, BF16}, {BF16, F32}, {F16, F16}, {F16, F32}};
+  uint64_t seed = 40;
+  for (CpuLevel level : supported_cpu_levels()) {
+    ScopedCpuLevel scoped(level);
+    for (const Shape& s : shapes)
+      for (auto [in, out] : dtypes)
+        for (int epi = 0; epi < 3; ++epi) {  // plain; bias + ReLU; accumulate + bias
+          MatmulParams p;
+          p.batch = s.batch;
+          p.m = s.m;
+          p.n = s.n;
+          p.k = s.k;
+          p.trans_b = true;
+          p.a_dtype = p.b_dtype = in;
+          p.c_dtype = out;
+          p.relu = epi == 1;
+          p.accumulate = epi == 2;
+          SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << describe(p));
+          Operand a = dyadic_operand(F32, p.batch * p.m * p.k, seed += 7);
+          Operand b = dyadic_operand(F32, p.batch * p.n * p.k, seed + 1);
+          Operand bias = dyadic_operand(F32, p.n, seed + 2), c0 = dyadic_operand(F32, p.batch * p.m * p.n, seed + 3);
+          Operand al = cast_operand(a, in), bl = cast_operand(b, in), cl = cast_operand(c0, out);
+          Operand biasl = cast_operand(bias, out);
+          if (epi > 0) {
+            p.bias = biasl.data();
+            p.bias_dtype = out;
+          }
+          MatmulParams r = p;  // the reference in f32 on the same (exactly representable) values
+          r.a_dtype = r.b_dtype = r.c_dtype = r.bias_dtype = F32;
+          Operand bias32 = cast_operand(biasl, F32);
+          r.bias = epi > 0 ? bias32.data() : nullptr;
+          Operand a32 = cast_operand(al, F32), b32 = cast_operand(bl, F32), c32 = cast_operand(cl, F32);
+          std::vector<float> want = c32.f32;  // what accumulation adds to
+          ref::matmul(r, a32.f32.data(), b32.f32.data(), want.data());
+          gemm_dot(p, al.data(), bl.data(), cl.data());
+          EXPECT_TRUE(all_close(cl.data(), out, std::vector<double>(want.begin(), want.end()),
+                                tolerance_for_sum(out, p.k, 1.0)));
+        }
+  }
+}
+
+TEST(GemmDot, TakesFewColumnTransposedProductsOnly) {
+  MatmulParams p;
+  p.m = 4;
+  p.n = 10;
+  p.k = 8;
+  EXPECT_FALSE(gemm_dot_supported(p));  // b not transposed
+  p.trans_b = true;
+  EXPECT_TRUE(gemm_dot_supported(p));
+  p.n = kDotMaxN + 1;
+  EXPECT_FALSE(gemm_dot_supported(p));
+  std::vector<float> buf(4096);
+  EXPECT_THROW(gemm_dot(p, buf.data(), buf.data(), buf.data()), Error);
+}
+
+}  // namespace
+}  // namespace demi::kernels::cpu

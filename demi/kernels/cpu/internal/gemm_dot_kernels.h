@@ -1,0 +1,22 @@
+// The per-ISA piece of the few-column dot-product GEMM (../gemm_dot.h): one tile of MR (1 or 2) rows x NC
+// (1..kDotTileN) columns, f32 operands, dot products over K in 16-lane vectors.
+#pragma once
+
+#include <cstdint>
+
+namespace demi::kernels::cpu_internal {
+
+inline constexpr int kDotTileN = 12;  // columns per tile (2 rows x 12 = 24 accumulators)
+
+struct GemmDotKernels {
+  const char* name = nullptr;
+  // out[r * nc + j] = sum_k a[r * lda + k] * b[j * ldb + k] for r < mr (1|2), j < nc (1..kDotTileN): each sum in
+  // the kernel's fixed order (16 lanes over k, then the lanes).
+  void (*tile)(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc,
+               float* out) = nullptr;
+};
+
+const GemmDotKernels& gemm_dot_kernels_scalar();
+const GemmDotKernels& gemm_dot_kernels_avx512();
+
+}  // namespace demi::kernels::cpu_internal
