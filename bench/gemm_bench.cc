@@ -1,4 +1,5 @@
-// demi's GEMM (demi/kernels/cpu/gemm.h) against oneDNN's matmul (demi/kernels/onednn/matmul.h) on the
+// demi's GEMM (demi/kernels/cpu/gemm.h; and its few-column dot kernel, cpu/gemm_dot.h, where it applies)
+// against oneDNN's matmul (demi/kernels/onednn/matmul.h) on the
 // reference models' product shapes and 1024^3, per dtype and direction, interleaved in one run (each
 // pair alternates; best of the rounds), with the f32 FMA and bf16 ceilings measured in the same run.
 // f16 through oneDNN includes widening the operands (it has no f16 kernels); demi converts in packing.
@@ -20,6 +21,7 @@
 #include "demi/core/dtype.h"
 #include "demi/core/parallel.h"
 #include "demi/kernels/cpu/gemm.h"
+#include "demi/kernels/cpu/gemm_dot.h"
 #include "demi/kernels/cpu/peak.h"
 #include "demi/kernels/onednn/matmul.h"
 
@@ -80,6 +82,7 @@ int main(int argc, char** argv) {
     p.m = p.n = p.k = 1024;
     p.a_dtype = p.b_dtype = p.c_dtype = t;
     cases.push_back({std::string("1024^3 ") + tag(t), p});
+    dense_cases(cases, "A", 32, 7200, 10, t);  // the classifier: a few-column forward (demi-dot's case)
     dense_cases(cases, "C", 256, 784, 1024, t);
     dense_cases(cases, "C", 256, 1024, 1024, t);
     dense_cases(cases, "B", 128, 3136, 128, t);
@@ -89,8 +92,8 @@ int main(int argc, char** argv) {
   const double fma = kernels::cpu::fma_peak_gflops(0.3), bf16 = kernels::cpu::bf16_peak_gflops(0.3);
   std::printf("threads %d, cpu level %s; measured ceilings: f32 FMA %.0f GFLOP/s, bf16 vdpbf16ps %.0f GFLOP/s\n",
               num_threads(), std::string(cpu_level_name(cpu_level())).c_str(), fma, bf16);
-  std::printf("%-30s %8s %8s %8s %7s %7s %7s\n", "product (GFLOP/s)", "oneDNN", "demi-f32", "demi-dot",
-              "best/o", "o %pk", "best%pk");
+  std::printf("%-30s %8s %8s %9s %8s %7s %7s %7s\n", "product (GFLOP/s)", "oneDNN", "demi-f32", "demi-bf16",
+              "demi-dot", "best/o", "o %pk", "best%pk");
   for (Case& c : cases) {
     if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
     const MatmulParams& p = c.p;
@@ -102,17 +105,20 @@ int main(int argc, char** argv) {
     std::vector<std::function<void()>> runs = {
         [&] { kernels::onednn::matmul(q, a.data(), b.data(), out.data()); },
         [&] { kernels::cpu::gemm(q, a.data(), b.data(), out.data(), kernels::cpu::GemmPath::kF32); }};
-    if (bf16_in && kernels::cpu::gemm_has_bf16_dot())
+    const bool pairs = bf16_in && kernels::cpu::gemm_has_bf16_dot(), dot = kernels::cpu::gemm_dot_supported(q);
+    if (pairs)
       runs.push_back([&] { kernels::cpu::gemm(q, a.data(), b.data(), out.data(), kernels::cpu::GemmPath::kBf16Dot); });
+    if (dot) runs.push_back([&] { kernels::cpu::gemm_dot(q, a.data(), b.data(), out.data()); });
     const std::vector<double> best = bench::best_seconds(runs, rounds);
     std::vector<double> g;
     for (double t : best) g.push_back(flops / t / 1e9);
     const double demi_best = *std::max_element(g.begin() + 1, g.end());
     // The ceiling of the fastest kernel available for the dtype: bf16 pairs where they beat the FMA rate.
     const double peak = bf16_in ? std::max(fma, bf16) : fma;
-    std::printf("%-30s %8.1f %8.1f %8s %7.2f %6.0f%% %6.0f%%  %s\n", c.name.c_str(), g[0], g[1],
-                g.size() > 2 ? std::to_string(static_cast<int>(g[2])).c_str() : "-", demi_best / g[0],
-                100 * g[0] / peak, 100 * demi_best / peak, kernels::onednn::matmul_implementation(q).c_str());
+    auto column = [&](bool has, size_t i) { return has ? std::to_string(static_cast<int>(g[i])) : std::string("-"); };
+    std::printf("%-30s %8.1f %8.1f %9s %8s %7.2f %6.0f%% %6.0f%%  %s\n", c.name.c_str(), g[0], g[1],
+                column(pairs, 2).c_str(), column(dot, pairs ? 3 : 2).c_str(), demi_best / g[0], 100 * g[0] / peak,
+                100 * demi_best / peak, kernels::onednn::matmul_implementation(q).c_str());
   }
   return 0;
 }
