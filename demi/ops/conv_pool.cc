@@ -82,8 +82,10 @@ int64_t conv_flops(const kernels::Conv2dParams& p) {
 }
 }  // namespace
 
-std::string conv2d_bf16_kernel(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw,
-                               int64_t pad) {
+namespace {
+// A stride-1 convolution with symmetric padding, as the diagnostics below describe one.
+kernels::Conv2dParams diagnostic_params(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw,
+                                        int64_t pad) {
   kernels::Conv2dParams p;
   p.n = n;
   p.c = c;
@@ -93,22 +95,20 @@ std::string conv2d_bf16_kernel(int64_t n, int64_t c, int64_t h, int64_t w, int64
   p.kh = kh;
   p.kw = kw;
   p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = pad;
-  return kernels::onednn::conv2d_bf16_kernel(p);
+  return p;
+}
+}  // namespace
+
+std::string conv2d_bf16_kernel(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw,
+                               int64_t pad) {
+  return kernels::onednn::conv2d_bf16_kernel(diagnostic_params(n, c, h, w, oc, kh, kw, pad));
 }
 
 std::string conv2d_kernel_cache() { return kernels::onednn::conv_cache_path(); }
 
 ConvKernelChoice conv2d_direct_kernels(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw,
                                        int64_t pad, DType dtype) {
-  kernels::Conv2dParams p;
-  p.n = n;
-  p.c = c;
-  p.h = h;
-  p.w = w;
-  p.oc = oc;
-  p.kh = kh;
-  p.kw = kw;
-  p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = pad;
+  kernels::Conv2dParams p = diagnostic_params(n, c, h, w, oc, kh, kw, pad);
   p.x_dtype = dtype;
   return {kernels::onednn::conv2d_direct_kernel(p, kernels::onednn::ConvDirection::kForward),
           kernels::onednn::conv2d_direct_kernel(p, kernels::onednn::ConvDirection::kBackwardWeights)};

@@ -157,41 +157,71 @@ void check(const Conv2dParams& p, const char* op) {
 
 bool fast(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
+// Every thread's scratch for one call, taken at once on the calling thread, and the work split into one part
+// per thread: scratch a worker took for itself would make the number of live blocks depend on whether the
+// threads' parts happened to overlap in time, so that a later step could need a block no earlier one did (a
+// system allocation in the steady state).
+class PartScratch {
+ public:
+  PartScratch(int64_t parts, size_t bytes_each)
+      : each_((bytes_each + 63) / 64 * 64), ws_(static_cast<size_t>(parts) * each_) {}
+  // Part t's scratch, carved by the caller in 64-byte multiples.
+  char* part(int64_t t) const { return reinterpret_cast<char*>(ws_.f32()) + static_cast<size_t>(t) * each_; }
+
+ private:
+  size_t each_;
+  Workspace ws_;
+};
+
+size_t bytes64(size_t b) { return (b + 63) / 64 * 64; }
+
+// f(t, i0, i1) for each of `parts` contiguous parts of [0, n), one per thread.
+template <class F>
+void for_each_part(int64_t parts, int64_t n, F&& f) {
+  parallel_for(0, parts, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) f(t, t * n / parts, (t + 1) * n / parts);
+  });
+}
+
+int64_t parts_for(int64_t n) { return std::max<int64_t>(1, std::min<int64_t>(num_threads(), n)); }
+
 // The weight gradient. The threads take contiguous runs of images, each summing into its own 16-lane partials
 // (DirectConvKernels::dot_rows, or dot_rows_bf16 where the image and dz are bf16 and the level has it: a fixed
 // order within and across its images); at the end each (oc, k)'s lanes are added in lane order, then the
 // threads' sums in thread order (the bits depend on the thread count, as the choice cache's key does).
 // `rows(n, tmp, bf16)` returns image n's dz as OC rows of OH * OW, f32 (or bf16 when bf16), in place or built in
-// tmp (OC * OH * OW floats of the thread's scratch). dw32 (OC, K), db32 (OC).
+// tmp (2 x OC * OH * OW floats of the thread's scratch: dz, and what it is built from). dw32 (OC, K), db32 (OC).
 template <class Rows>
 void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype, Rows&& rows, float* dw32,
                            float* db32) {
   const DirectConvKernels& kern = kernels();
   const DirectGeom g = geometry(p);
   const bool bf16 = kern.dot_rows_bf16 && p.x_dtype == DType::kBF16 && dz_dtype == DType::kBF16;
-  const int64_t positions = g.oh * g.ow, threads = std::min<int64_t>(num_threads(), p.n);
+  const int64_t positions = g.oh * g.ow, threads = parts_for(p.n);
   const int64_t part = (p.oc * g.k + p.oc) * 16;  // one thread's lanes for dw and db
-  Workspace partials(static_cast<size_t>(threads * part) * sizeof(float));
-  std::fill(partials.f32(), partials.f32() + threads * part, 0.0f);
-  parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
-    Workspace xp(padded_floats(g) * sizeof(float));
-    Workspace col(static_cast<size_t>(g.k * positions) * sizeof(float));
-    Workspace tmp(static_cast<size_t>(p.oc * positions) * sizeof(float));
-    for (int64_t t = t0; t < t1; ++t) {
-      float* lanes = partials.f32() + t * part;
-      float* db_lanes = lanes + p.oc * g.k * 16;
-      for (int64_t n = t * p.n / threads; n < (t + 1) * p.n / threads; ++n) {
-        pad_image(p, g, x, n, xp.f32());
-        if (bf16) {
-          auto* col16 = reinterpret_cast<BFloat16*>(col.f32());
-          kern.columns_bf16(g, xp.f32(), col16);
-          kern.dot_rows_bf16(static_cast<const BFloat16*>(rows(n, tmp.f32(), true)), col16, p.oc, g.k, positions,
-                             lanes, db_lanes);
-        } else {
-          kern.columns(g, xp.f32(), col.f32());
-          kern.dot_rows(static_cast<const float*>(rows(n, tmp.f32(), false)), col.f32(), p.oc, g.k, positions, lanes,
-                        db_lanes);
-        }
+  const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)),
+               col_bytes = bytes64(static_cast<size_t>(g.k * positions) * sizeof(float)),
+               tmp_bytes = bytes64(static_cast<size_t>(p.oc * positions) * sizeof(float)),
+               lane_bytes = bytes64(static_cast<size_t>(part) * sizeof(float));
+  PartScratch scratch(threads, xp_bytes + col_bytes + 2 * tmp_bytes + lane_bytes);
+  for_each_part(threads, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
+    char* base = scratch.part(t);
+    auto* xp = reinterpret_cast<float*>(base);
+    auto* col = reinterpret_cast<float*>(base + xp_bytes);
+    auto* tmp = reinterpret_cast<float*>(base + xp_bytes + col_bytes);  // two: dz and what it is built from
+    auto* lanes = reinterpret_cast<float*>(base + xp_bytes + col_bytes + 2 * tmp_bytes);
+    float* db_lanes = lanes + p.oc * g.k * 16;
+    std::fill(lanes, lanes + part, 0.0f);
+    for (int64_t n = n0; n < n1; ++n) {
+      pad_image(p, g, x, n, xp);
+      if (bf16) {
+        auto* col16 = reinterpret_cast<BFloat16*>(col);
+        kern.columns_bf16(g, xp, col16);
+        kern.dot_rows_bf16(static_cast<const BFloat16*>(rows(n, tmp, true)), col16, p.oc, g.k, positions, lanes,
+                           db_lanes);
+      } else {
+        kern.columns(g, xp, col);
+        kern.dot_rows(static_cast<const float*>(rows(n, tmp, false)), col, p.oc, g.k, positions, lanes, db_lanes);
       }
     }
   });
@@ -200,9 +230,10 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
     for (int i = 0; i < 16; ++i) s += l[i];
     return s;
   };
+  const size_t lanes_at = xp_bytes + col_bytes + 2 * tmp_bytes;
   for (int64_t i = 0; i < p.oc * g.k + p.oc; ++i) {
     float s = 0.0f;
-    for (int64_t t = 0; t < threads; ++t) s += lane_sum(partials.f32() + t * part + i * 16);
+    for (int64_t t = 0; t < threads; ++t) s += lane_sum(reinterpret_cast<const float*>(scratch.part(t) + lanes_at) + i * 16);
     (i < p.oc * g.k ? dw32[i] : db32[i - p.oc * g.k]) = s;
   }
 }
@@ -246,13 +277,16 @@ void direct_conv2d_forward(const Conv2dParams& p, const void* x, const void* w, 
   const DirectGeom g = geometry(p);
   const PackedWeights pw = pack_weights(p, g, w, bias, kDirectOcb);
   const int64_t per_image = p.oc * g.oh * g.ow;
-  parallel_for(0, p.n, 1, [&](int64_t n0, int64_t n1) {
-    Workspace xp(padded_floats(g) * sizeof(float));
-    Workspace y32(p.y_dtype == DType::kF32 ? 0 : static_cast<size_t>(per_image) * sizeof(float));
+  const int64_t parts = parts_for(p.n);
+  const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float));
+  PartScratch scratch(parts, xp_bytes + (p.y_dtype == DType::kF32 ? 0 : static_cast<size_t>(per_image) * sizeof(float)));
+  for_each_part(parts, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
+    auto* xp = reinterpret_cast<float*>(scratch.part(t));
+    auto* y32 = reinterpret_cast<float*>(scratch.part(t) + xp_bytes);
     for (int64_t n = n0; n < n1; ++n) {
-      pad_image(p, g, x, n, xp.f32());
-      float* out = p.y_dtype == DType::kF32 ? static_cast<float*>(y) + n * per_image : y32.f32();
-      forward_image(kern, p, g, pw, xp.f32(), p.relu, out);
+      pad_image(p, g, x, n, xp);
+      float* out = p.y_dtype == DType::kF32 ? static_cast<float*>(y) + n * per_image : y32;
+      forward_image(kern, p, g, pw, xp, p.relu, out);
       if (out != static_cast<float*>(y) + n * per_image)
         convert(out, DType::kF32, element_at(y, n * per_image, p.y_dtype), p.y_dtype, per_image);
     }
@@ -275,18 +309,21 @@ void direct_conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dPa
   if (pool.is_2x2_stride_2() && kern.forward_pool2x2) {  // pooled in registers: the output is never stored
     const PackedWeights pw = pack_weights(p, g, w, bias, cpu_internal::kDirectPoolOcb);
     const int64_t plane = pool.oh * pool.ow;
-    parallel_for(0, p.n, 1, [&](int64_t n0, int64_t n1) {
-      Workspace xp(padded_floats(g) * sizeof(float));
-      Workspace out32(y_dtype == DType::kF32 ? 0 : static_cast<size_t>(pooled) * sizeof(float));
+    const int64_t parts = parts_for(p.n);
+    const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float));
+    PartScratch scratch(parts, xp_bytes + (y_dtype == DType::kF32 ? 0 : static_cast<size_t>(pooled) * sizeof(float)));
+    for_each_part(parts, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
+      auto* xp = reinterpret_cast<float*>(scratch.part(t));
+      auto* out32 = reinterpret_cast<float*>(scratch.part(t) + xp_bytes);
       for (int64_t n = n0; n < n1; ++n) {
-        pad_image(p, g, x, n, xp.f32());
-        float* dst = y_dtype == DType::kF32 ? static_cast<float*>(y) + n * pooled : out32.f32();
+        pad_image(p, g, x, n, xp);
+        float* dst = y_dtype == DType::kF32 ? static_cast<float*>(y) + n * pooled : out32;
         uint8_t* am = argmax ? argmax + n * pooled : nullptr;
-        for (int64_t t = 0; t < pw.tiles; ++t) {
-          const int ocn = static_cast<int>(std::min<int64_t>(pw.ocb, p.oc - t * pw.ocb));
-          kern.forward_pool2x2(g, xp.f32(), pw.w.data() + t * g.k * pw.ocb, pw.bias.data() + t * pw.ocb,
-                               conv_dtype == DType::kBF16, dst + t * pw.ocb * plane,
-                               am ? am + t * pw.ocb * plane : nullptr, ocn, pool.oh, pool.ow);
+        for (int64_t tile = 0; tile < pw.tiles; ++tile) {
+          const int ocn = static_cast<int>(std::min<int64_t>(pw.ocb, p.oc - tile * pw.ocb));
+          kern.forward_pool2x2(g, xp, pw.w.data() + tile * g.k * pw.ocb, pw.bias.data() + tile * pw.ocb,
+                               conv_dtype == DType::kBF16, dst + tile * pw.ocb * plane,
+                               am ? am + tile * pw.ocb * plane : nullptr, ocn, pool.oh, pool.ow);
         }
         if (y_dtype != DType::kF32) convert(dst, DType::kF32, element_at(y, n * pooled, y_dtype), y_dtype, pooled);
       }
@@ -296,23 +333,29 @@ void direct_conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dPa
   const PackedWeights pw = pack_weights(p, g, w, bias, kDirectOcb);
   Pool2dParams one = pool;
   one.n = 1;
-  parallel_for(0, p.n, 1, [&](int64_t n0, int64_t n1) {
-    Workspace xp(padded_floats(g) * sizeof(float));
-    Workspace y32(static_cast<size_t>(per_image) * sizeof(float));
-    Workspace ylow(conv_dtype != DType::kF32 ? static_cast<size_t>(per_image) * dtype_size(conv_dtype) : 0);
-    Workspace pooled_tmp(conv_dtype != y_dtype ? static_cast<size_t>(pooled) * dtype_size(conv_dtype) : 0);
+  const int64_t parts = parts_for(p.n);
+  const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)),
+               y_bytes = bytes64(static_cast<size_t>(per_image) * sizeof(float)),
+               low_bytes = bytes64(static_cast<size_t>(per_image) * dtype_size(conv_dtype));
+  PartScratch scratch(parts, xp_bytes + y_bytes + low_bytes + static_cast<size_t>(pooled) * sizeof(float));
+  for_each_part(parts, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
+    char* base = scratch.part(t);
+    auto* xp = reinterpret_cast<float*>(base);
+    auto* y32 = reinterpret_cast<float*>(base + xp_bytes);
+    void* ylow = base + xp_bytes + y_bytes;
+    void* pooled_tmp = base + xp_bytes + y_bytes + low_bytes;
     for (int64_t n = n0; n < n1; ++n) {
-      pad_image(p, g, x, n, xp.f32());
-      forward_image(kern, p, g, pw, xp.f32(), false, y32.f32());
-      const void* conv_out = y32.f32();
+      pad_image(p, g, x, n, xp);
+      forward_image(kern, p, g, pw, xp, false, y32);
+      const void* conv_out = y32;
       if (conv_dtype != DType::kF32) {
-        convert(y32.f32(), DType::kF32, ylow.f32(), conv_dtype, per_image);
-        conv_out = ylow.f32();
+        convert(y32, DType::kF32, ylow, conv_dtype, per_image);
+        conv_out = ylow;
       }
       void* dst = element_at(y, n * pooled, y_dtype);
-      relu_max_pool2d_forward(one, conv_dtype, conv_out, conv_dtype == y_dtype ? dst : pooled_tmp.f32(),
+      relu_max_pool2d_forward(one, conv_dtype, conv_out, conv_dtype == y_dtype ? dst : pooled_tmp,
                               argmax ? argmax + n * pooled : nullptr);
-      if (conv_dtype != y_dtype) convert(pooled_tmp.f32(), conv_dtype, dst, y_dtype, pooled);
+      if (conv_dtype != y_dtype) convert(pooled_tmp, conv_dtype, dst, y_dtype, pooled);
     }
   });
 }
@@ -356,10 +399,10 @@ void direct_conv2d_relu_max_pool2d_backward_weights(const Conv2dParams& p, const
           max_pool2d_backward(one, DType::kBF16, src, argmax + at, tmp);
           return tmp;
         }
-        Workspace dy32(dy_dtype == DType::kF32 ? 0 : static_cast<size_t>(p.oc * pooled) * sizeof(float));
-        if (dy_dtype != DType::kF32) {
-          convert(src, dy_dtype, dy32.f32(), DType::kF32, p.oc * pooled);
-          src = dy32.f32();
+        if (dy_dtype != DType::kF32) {  // dy widened into the second half of tmp (pooled <= OH * OW)
+          float* dy32 = tmp + p.oc * p.out_h() * p.out_w();
+          convert(src, dy_dtype, dy32, DType::kF32, p.oc * pooled);
+          src = dy32;
         }
         max_pool2d_backward(one, DType::kF32, src, argmax + at, tmp);
         return tmp;
