@@ -63,7 +63,8 @@ void dot_rows_scalar(const float* dz, const float* col, int64_t oc, int64_t k, i
 }  // namespace
 
 const DirectConvKernels& direct_conv_kernels_scalar() {
-  static const DirectConvKernels k{"scalar", forward_scalar, columns_scalar, dot_rows_scalar, nullptr, nullptr, nullptr};
+  // No fused pooling tile and no bf16 pair kernels here: the driver pools forward()'s output instead.
+  static const DirectConvKernels k{"scalar", forward_scalar, columns_scalar, dot_rows_scalar};
   return k;
 }
 
@@ -86,7 +87,6 @@ const DirectConvKernels& kernels() {
   return table.get();
 }
 
-
 DirectGeom geometry(const Conv2dParams& p) {
   DirectGeom g;
   g.c = p.c;
@@ -100,7 +100,9 @@ DirectGeom geometry(const Conv2dParams& p) {
   return g;
 }
 
-size_t padded_floats(const DirectGeom& g) { return static_cast<size_t>(g.c * g.hp * g.wp + cpu_internal::kDirectSlack); }
+size_t padded_floats(const DirectGeom& g) {
+  return static_cast<size_t>(g.c * g.hp * g.wp + cpu_internal::kDirectSlack);
+}
 
 // Image n of x (dtype t) -> xp, zero-padded f32 (bf16 and f16 converted exactly on the way).
 void pad_image(const Conv2dParams& p, const DirectGeom& g, const void* x, int64_t n, float* xp) {
@@ -139,13 +141,13 @@ PackedWeights pack_weights(const Conv2dParams& p, const DirectGeom& g, const voi
   return pw;
 }
 
-// One image's convolution into y32 (OC, OH, OW) f32.
+// One image's convolution into y32 (OC, OH, OW) f32; pw packed for the forward tile (kDirectOcb channels).
 void forward_image(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g, const PackedWeights& pw,
                    const float* xp, bool relu, float* y32) {
   for (int64_t t = 0; t < pw.tiles; ++t) {
-    const int ocn = static_cast<int>(std::min<int64_t>(kDirectOcb, p.oc - t * kDirectOcb));
+    const int ocn = static_cast<int>(std::min<int64_t>(pw.ocb, p.oc - t * pw.ocb));
     kern.forward(g, xp, pw.w.data() + t * g.k * pw.ocb, pw.bias.data() + t * pw.ocb, relu,
-                 y32 + t * kDirectOcb * g.oh * g.ow, ocn);
+                 y32 + t * pw.ocb * g.oh * g.ow, ocn);
   }
 }
 
@@ -233,7 +235,8 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
   const size_t lanes_at = xp_bytes + col_bytes + 2 * tmp_bytes;
   for (int64_t i = 0; i < p.oc * g.k + p.oc; ++i) {
     float s = 0.0f;
-    for (int64_t t = 0; t < threads; ++t) s += lane_sum(reinterpret_cast<const float*>(scratch.part(t) + lanes_at) + i * 16);
+    for (int64_t t = 0; t < threads; ++t)
+      s += lane_sum(reinterpret_cast<const float*>(scratch.part(t) + lanes_at) + i * 16);
     (i < p.oc * g.k ? dw32[i] : db32[i - p.oc * g.k]) = s;
   }
 }
@@ -279,7 +282,8 @@ void direct_conv2d_forward(const Conv2dParams& p, const void* x, const void* w, 
   const int64_t per_image = p.oc * g.oh * g.ow;
   const int64_t parts = parts_for(p.n);
   const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float));
-  PartScratch scratch(parts, xp_bytes + (p.y_dtype == DType::kF32 ? 0 : static_cast<size_t>(per_image) * sizeof(float)));
+  const size_t y_bytes = p.y_dtype == DType::kF32 ? 0 : static_cast<size_t>(per_image) * sizeof(float);
+  PartScratch scratch(parts, xp_bytes + y_bytes);
   for_each_part(parts, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
     auto* xp = reinterpret_cast<float*>(scratch.part(t));
     auto* y32 = reinterpret_cast<float*>(scratch.part(t) + xp_bytes);

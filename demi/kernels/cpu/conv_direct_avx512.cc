@@ -199,7 +199,8 @@ void dot_tile(const float* dz, const float* col, int64_t positions, float* lanes
 }
 
 using DotTile = void (*)(const float*, const float*, int64_t, float*, int64_t);
-constexpr DotTile kDotTiles[7] = {nullptr, dot_tile<1>, dot_tile<2>, dot_tile<3>, dot_tile<4>, dot_tile<5>, dot_tile<6>};
+constexpr DotTile kDotTiles[7] = {nullptr,     dot_tile<1>, dot_tile<2>, dot_tile<3>,
+                                  dot_tile<4>, dot_tile<5>, dot_tile<6>};
 
 void dot_rows(const float* dz, const float* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
               float* db_lanes) {

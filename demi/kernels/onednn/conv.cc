@@ -691,7 +691,6 @@ ConvDirectPolicy conv_direct_policy() { return direct_policy_slot().load(); }
 std::string conv_direct_cache_path() { return direct_choices().path(); }
 void set_conv_direct_cache_dir(const std::string& dir) { direct_choices().set_dir(dir); }
 
-
 std::string conv2d_direct_kernel(const Conv2dParams& p_in, ConvDirection dir) {
   Conv2dParams p = p_in;  // as a conv layer runs it: weights in x's dtype, output in the compute dtype
   p.w_dtype = p.bias_dtype = p.x_dtype;
