@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@ enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32, kDemiDot
 // before should be made again.
 constexpr int kTuneVersion = 4;
 constexpr const char* kKernelNames[] = {"onednn", "demi-f32", "demi-bf16", "onednn-f32", "demi-dot"};
+static_assert(std::size(kKernelNames) == static_cast<size_t>(Kernel::kDemiDot) + 1, "a kernel needs its name");
 
 MatmulPolicy policy_from_env() {
   const char* s = std::getenv("DEMI_MATMUL");
@@ -64,7 +66,7 @@ std::string key_of(const MatmulParams& p) {
 
 internal::ChoiceCache& choices() {
   static auto& c = *new internal::ChoiceCache(  // never destroyed: used until the process ends
-      str_cat("matmul-v", kTuneVersion), {kKernelNames[0], kKernelNames[1], kKernelNames[2], kKernelNames[3], kKernelNames[4]});
+      str_cat("matmul-v", kTuneVersion), std::vector<std::string>(std::begin(kKernelNames), std::end(kKernelNames)));
   return c;
 }
 

@@ -103,8 +103,8 @@ void check(const Conv2dParams& p, const char* op) {
 }  // namespace
 
 bool conv2d_supported(const Conv2dParams& p) {
-  auto fast = [](DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; };
-  return p.groups == 1 && fast(p.x_dtype) && fast(p.w_dtype) && fast(p.y_dtype) && fast(p.bias_dtype);
+  return p.groups == 1 && cpu_internal::is_f32_or_low(p.x_dtype) && cpu_internal::is_f32_or_low(p.w_dtype) &&
+         cpu_internal::is_f32_or_low(p.y_dtype) && cpu_internal::is_f32_or_low(p.bias_dtype);
 }
 
 void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {

@@ -75,7 +75,12 @@ namespace {
 
 using cpu_internal::DirectConvKernels;
 using cpu_internal::DirectGeom;
+using cpu_internal::bytes64;
 using cpu_internal::element_at;
+using cpu_internal::for_each_part;
+using cpu_internal::is_f32_or_low;
+using cpu_internal::PartScratch;
+using cpu_internal::parts_for;
 using cpu_internal::kDirectOcb;
 using cpu_internal::Workspace;
 
@@ -157,35 +162,6 @@ void check(const Conv2dParams& p, const char* op) {
              kDirectMaxK, " and f32|bf16|f16 tensors, got ", describe(p));
 }
 
-bool fast(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
-
-// Every thread's scratch for one call, taken at once on the calling thread, and the work split into one part
-// per thread: scratch a worker took for itself would make the number of live blocks depend on whether the
-// threads' parts happened to overlap in time, so that a later step could need a block no earlier one did (a
-// system allocation in the steady state).
-class PartScratch {
- public:
-  PartScratch(int64_t parts, size_t bytes_each)
-      : each_((bytes_each + 63) / 64 * 64), ws_(static_cast<size_t>(parts) * each_) {}
-  // Part t's scratch, carved by the caller in 64-byte multiples.
-  char* part(int64_t t) const { return reinterpret_cast<char*>(ws_.f32()) + static_cast<size_t>(t) * each_; }
-
- private:
-  size_t each_;
-  Workspace ws_;
-};
-
-size_t bytes64(size_t b) { return (b + 63) / 64 * 64; }
-
-// f(t, i0, i1) for each of `parts` contiguous parts of [0, n), one per thread.
-template <class F>
-void for_each_part(int64_t parts, int64_t n, F&& f) {
-  parallel_for(0, parts, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) f(t, t * n / parts, (t + 1) * n / parts);
-  });
-}
-
-int64_t parts_for(int64_t n) { return std::max<int64_t>(1, std::min<int64_t>(num_threads(), n)); }
 
 // The weight gradient. The threads take contiguous runs of images, each summing into its own 16-lane partials
 // (DirectConvKernels::dot_rows, or dot_rows_bf16 where the image and dz are bf16 and the level has it: a fixed
@@ -270,8 +246,8 @@ void store_gradients(const Conv2dParams& p, const float* dw32, const float* db32
 
 bool direct_conv_supported(const Conv2dParams& p) {
   return p.groups == 1 && p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
-         p.c * p.kh * p.kw <= kDirectMaxK && p.out_h() >= 1 && p.out_w() >= 1 && fast(p.x_dtype) &&
-         fast(p.w_dtype) && fast(p.bias_dtype) && fast(p.y_dtype);
+         p.c * p.kh * p.kw <= kDirectMaxK && p.out_h() >= 1 && p.out_w() >= 1 && is_f32_or_low(p.x_dtype) &&
+         is_f32_or_low(p.w_dtype) && is_f32_or_low(p.bias_dtype) && is_f32_or_low(p.y_dtype);
 }
 
 void direct_conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {

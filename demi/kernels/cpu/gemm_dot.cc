@@ -40,6 +40,7 @@ namespace cpu {
 namespace {
 
 using cpu_internal::element_at;
+using cpu_internal::is_f32_or_low;
 using cpu_internal::kDotTileN;
 using cpu_internal::Workspace;
 
@@ -49,8 +50,6 @@ const cpu_internal::GemmDotKernels& kernels() {
       {CpuLevel::kAvx512, cpu_internal::gemm_dot_kernels_avx512}};
   return table.get();
 }
-
-bool fast(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
 // One (batch-1) product; bias32: N f32 values or null.
 void product(const MatmulParams& p, const void* a, const void* b, void* c, const float* bias32) {
@@ -64,51 +63,48 @@ void product(const MatmulParams& p, const void* a, const void* b, void* c, const
     bf = b32.f32();
   }
   const int64_t pairs = (M + 1) / 2;
-  const int64_t parts = M * N * K >= (int64_t{1} << 16) ? std::min<int64_t>(num_threads(), pairs) : 1;
-  // Each part's a rows (as f32) in one block taken here: a worker that took its own would make the number of
-  // live blocks depend on whether the parts overlapped in time (a system allocation in a later step).
-  const size_t a_floats = static_cast<size_t>(2 * K + 15) / 16 * 16;
-  Workspace a32(p.a_dtype == DType::kF32 ? 0 : static_cast<size_t>(parts) * a_floats * sizeof(float));
-  parallel_for(0, parts, 1, [&](int64_t t0, int64_t t1) {
+  const int64_t parts = M * N * K >= (int64_t{1} << 16) ? cpu_internal::parts_for(pairs) : 1;
+  // Each part's a rows as f32 (cpu_internal::PartScratch: taken here, not by the workers).
+  cpu_internal::PartScratch a32(parts, p.a_dtype == DType::kF32 ? 0 : static_cast<size_t>(2 * K) * sizeof(float));
+  cpu_internal::for_each_part(parts, pairs, [&](int64_t t, int64_t q0, int64_t q1) {
     float out[2 * kDotTileN], vals[2][kDotMaxN], old[kDotMaxN];
-    for (int64_t t = t0; t < t1; ++t)
-      for (int64_t q = t * pairs / parts; q < (t + 1) * pairs / parts; ++q) {
-        const int64_t i0 = 2 * q;
-        const int mr = static_cast<int>(std::min<int64_t>(2, M - i0));
-        const float* af = static_cast<const float*>(a) + i0 * K;
-        if (p.a_dtype != DType::kF32) {
-          float* rows = a32.f32() + static_cast<size_t>(t) * a_floats;
-          convert(element_at(a, i0 * K, p.a_dtype), p.a_dtype, rows, DType::kF32, mr * K);
-          af = rows;
-        }
-        for (int64_t j0 = 0; j0 < N; j0 += kDotTileN) {
-          const int nc = static_cast<int>(std::min<int64_t>(kDotTileN, N - j0));
-          kern.tile(af, K, bf + j0 * K, K, K, mr, nc, out);
-          for (int r = 0; r < mr; ++r)
-            for (int j = 0; j < nc; ++j) vals[r][j0 + j] = out[r * nc + j];
-        }
-        // The epilogue: + c (accumulate), + bias, ReLU, one rounding into c's dtype.
-        for (int r = 0; r < mr; ++r) {
-          void* crow = element_at(c, (i0 + r) * N, p.c_dtype);
-          if (p.accumulate) convert(crow, p.c_dtype, old, DType::kF32, N);
-          for (int64_t j = 0; j < N; ++j) {
-            float x = vals[r][j];
-            if (p.accumulate) x += old[j];
-            if (bias32) x += bias32[j];
-            if (p.relu) x = x < 0.0f ? 0.0f : x;
-            vals[r][j] = x;
-          }
-          convert(vals[r], DType::kF32, crow, p.c_dtype, N);
-        }
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t i0 = 2 * q;
+      const int mr = static_cast<int>(std::min<int64_t>(2, M - i0));
+      const float* af = static_cast<const float*>(a) + i0 * K;
+      if (p.a_dtype != DType::kF32) {
+        auto* rows = reinterpret_cast<float*>(a32.part(t));
+        convert(element_at(a, i0 * K, p.a_dtype), p.a_dtype, rows, DType::kF32, mr * K);
+        af = rows;
       }
+      for (int64_t j0 = 0; j0 < N; j0 += kDotTileN) {
+        const int nc = static_cast<int>(std::min<int64_t>(kDotTileN, N - j0));
+        kern.tile(af, K, bf + j0 * K, K, K, mr, nc, out);
+        for (int r = 0; r < mr; ++r)
+          for (int j = 0; j < nc; ++j) vals[r][j0 + j] = out[r * nc + j];
+      }
+      // The epilogue: + c (accumulate), + bias, ReLU, one rounding into c's dtype.
+      for (int r = 0; r < mr; ++r) {
+        void* crow = element_at(c, (i0 + r) * N, p.c_dtype);
+        if (p.accumulate) convert(crow, p.c_dtype, old, DType::kF32, N);
+        for (int64_t j = 0; j < N; ++j) {
+          float x = vals[r][j];
+          if (p.accumulate) x += old[j];
+          if (bias32) x += bias32[j];
+          if (p.relu) x = x < 0.0f ? 0.0f : x;
+          vals[r][j] = x;
+        }
+        convert(vals[r], DType::kF32, crow, p.c_dtype, N);
+      }
+    }
   });
 }
 
 }  // namespace
 
 bool gemm_dot_supported(const MatmulParams& p) {
-  return p.trans_b && !p.trans_a && p.n >= 1 && p.n <= kDotMaxN && fast(p.a_dtype) && fast(p.b_dtype) &&
-         fast(p.c_dtype) && (p.bias == nullptr || fast(p.bias_dtype));
+  return p.trans_b && !p.trans_a && p.n >= 1 && p.n <= kDotMaxN && is_f32_or_low(p.a_dtype) &&
+         is_f32_or_low(p.b_dtype) && is_f32_or_low(p.c_dtype) && (p.bias == nullptr || is_f32_or_low(p.bias_dtype));
 }
 
 void gemm_dot(const MatmulParams& p, const void* a, const void* b, void* c) {

@@ -602,6 +602,13 @@ bool widens(const Conv2dParams& p, DType in_a, DType in_b, const std::function<v
   return bf16_choices().choose(key, text, tune) == 1;
 }
 
+// A zeroed scratch operand, for the diagnostics that measure a choice without operands of their own.
+internal::Workspace zeroed(size_t bytes) {
+  internal::Workspace w(bytes);
+  std::memset(w.get(), 0, w.bytes());
+  return w;
+}
+
 }  // namespace
 
 void set_conv_bf16_policy(ConvBf16Policy policy) { bf16_policy_slot().store(policy); }
@@ -701,16 +708,11 @@ std::string conv2d_direct_kernel(const Conv2dParams& p_in, ConvDirection dir) {
   if (dir == ConvDirection::kBackwardData) return "onednn";
   Conv2dParams pw = p;  // the weight gradient into FP32 masters
   pw.w_dtype = pw.bias_dtype = DType::kF32;
-  auto zeros = [](size_t bytes) {
-    internal::Workspace b(bytes);
-    std::memset(b.get(), 0, b.bytes());
-    return b;
-  };
-  internal::Workspace x = zeros(static_cast<size_t>(p.x_numel()) * dtype_size(p.x_dtype)),
-                      w = zeros(static_cast<size_t>(p.w_numel()) * dtype_size(p.w_dtype)),
-                      y = zeros(static_cast<size_t>(p.y_numel()) * dtype_size(p.y_dtype)),
-                      dw = zeros(static_cast<size_t>(p.w_numel()) * sizeof(float)),
-                      db = zeros(static_cast<size_t>(p.oc) * sizeof(float));
+  internal::Workspace x = zeroed(static_cast<size_t>(p.x_numel()) * dtype_size(p.x_dtype)),
+                      w = zeroed(static_cast<size_t>(p.w_numel()) * dtype_size(p.w_dtype)),
+                      y = zeroed(static_cast<size_t>(p.y_numel()) * dtype_size(p.y_dtype)),
+                      dw = zeroed(static_cast<size_t>(p.w_numel()) * sizeof(float)),
+                      db = zeroed(static_cast<size_t>(p.oc) * sizeof(float));
   const bool direct = direct_chosen(p, dir, [&](bool d) {
     if (dir == ConvDirection::kForward)
       return d ? cpu::direct_conv2d_forward(p, x.get(), w.get(), nullptr, y.get())
@@ -843,11 +845,7 @@ bool widens_on_scratch(const Conv2dParams& p_in) {
   Conv2dParams p = p_in;
   p.x_dtype = p.w_dtype = p.y_dtype = p.bias_dtype = DType::kBF16;
   p.relu = p.accumulate = false;
-  auto zeros = [](int64_t n) {
-    internal::Workspace w(static_cast<size_t>(n) * sizeof(BFloat16));
-    std::memset(w.get(), 0, w.bytes());
-    return w;
-  };
+  auto zeros = [](int64_t n) { return zeroed(static_cast<size_t>(n) * sizeof(BFloat16)); };
   internal::Workspace x = zeros(p.x_numel()), w = zeros(p.w_numel()), y = zeros(p.y_numel());
   return widens(p, p.x_dtype, p.w_dtype, [&](bool wd) { forward_impl(p, wd, x.get(), w.get(), nullptr, y.get()); });
 }
