@@ -261,6 +261,28 @@ TEST(OnednnConv, DirectChoiceIsMeasuredOncePerDirectionAndKeptInTheChoiceFile) {
   std::filesystem::remove_all(dir);
 }
 
+// A weight gradient that accumulates (gradient accumulation) and is the geometry's first: the measurement
+// runs each candidate into scratch, so dw and db take the sum once, whichever kernel wins.
+TEST(OnednnConv, DirectChoiceMeasuredOnAnAccumulatingCallAddsOnce) {
+  const std::string dir = ::testing::TempDir() + "/demi-conv-direct-acc-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const ConvDirectPolicy saved = conv_direct_policy();
+  set_conv_direct_policy(ConvDirectPolicy::kAuto);
+  set_conv_direct_cache_dir(dir);
+  Fixture f(kGeometries[1]);  // model B's 1 -> 32 k3p1
+  Conv2dParams p = f.p;
+  p.accumulate = true;
+  Operand x = cast_operand(f.x, F32), dy = cast_operand(f.dy, F32);
+  Operand dw = cast_operand(f.dw0, F32), db = cast_operand(f.db0, F32);
+  conv2d_backward_weights(p, x.data(), dy.data(), dw.data(), db.data());
+  const int64_t terms = p.n * p.out_h() * p.out_w();
+  EXPECT_TRUE(all_close(dw.data(), F32, f.dw_acc, tolerance_for_sum(F32, terms, 1.0)));
+  EXPECT_TRUE(all_close(db.data(), F32, f.db_acc, tolerance_for_sum(F32, terms, 1.0)));
+  set_conv_direct_cache_dir("");
+  set_conv_direct_policy(saved);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(OnednnConv, ErrorsNameTheOpAndShapes) {
   Conv2dParams p = params_of(kGeometries[5]);
   p.groups = 4;  // 6 channels
