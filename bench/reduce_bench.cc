@@ -169,11 +169,11 @@ void BM_unscale_all_finite(benchmark::State& state) {
   const int64_t n = state.range(0);
   // Split like a model's parameters: a few large buffers and many small ones.
   Buffer g(DType::kF32, n, -1, 1);
-  std::vector<std::span<float>> grads;
+  std::vector<GradBuffer> grads;
   int64_t off = 0;
   for (int64_t size = n / 4; off < n; size = size > 256 ? size / 2 : 256) {
     int64_t k = off + size <= n ? size : n - off;
-    grads.emplace_back(g.as<float>() + off, static_cast<size_t>(k));
+    grads.push_back({g.as<float>() + off, k, DType::kF32});
     off += k;
   }
   for (auto _ : state) {

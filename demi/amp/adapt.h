@@ -40,6 +40,7 @@ class PromotedPolicy : public ops::PrecisionPolicy {
   PromotedPolicy(std::shared_ptr<const ops::PrecisionPolicy> base, std::vector<std::string> layers);
   DType compute_dtype(ops::Op op, DType natural) const override;
   bool outputs_to_fp32(ops::Op op) const override;
+  bool low_precision_param_grads() const override { return base_ && base_->low_precision_param_grads(); }
   const std::vector<std::string>& layers() const { return layers_; }
   bool promoted(const char* layer) const;
 

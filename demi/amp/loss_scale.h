@@ -25,7 +25,9 @@ namespace demi::amp {
 
 // The fused pass over every gradient: multiplies each by inv_scale in place and checks that every value
 // is finite. Returns -1 when all are finite, else the index of the first gradient holding a non-finite
-// value (the scaling still runs over all of them).
+// value (the scaling still runs over all of them). An FP16/BF16 gradient (AMP O2/O3 keeps parameter
+// gradients low; AmpPolicy::low_precision_param_grads) with inv_scale != 1 is an error naming it: see its
+// message for what to do instead (TrainStep does that itself).
 int64_t unscale_and_check(std::vector<Tensor>& grads, float inv_scale);
 // Whether every value of every gradient is finite (no scaling).
 bool all_finite(const std::vector<Tensor>& grads);

@@ -53,11 +53,17 @@ AmpPolicy::AmpPolicy(Level level, DType low_dtype) : low_(low_dtype) {
       break;
     case Level::kO3: mode_ = Mode::kAll; break;
   }
+  low_grads_ = default_low_precision_param_grads(mode_, low_);
 }
 
 AmpPolicy::AmpPolicy(Mode mode, std::set<ops::Op> op_list, DType low_dtype)
     : mode_(mode), list_(std::move(op_list)), low_(low_dtype) {
   check_low(low_dtype);
+  low_grads_ = default_low_precision_param_grads(mode_, low_);
+}
+
+bool AmpPolicy::default_low_precision_param_grads(Mode mode, DType low) {
+  return (mode == Mode::kBlackList || mode == Mode::kAll) && low == DType::kBF16;
 }
 
 namespace {
@@ -94,6 +100,7 @@ std::string AmpPolicy::describe() const {
     os << ":";
     for (ops::Op op : list_) os << " " << ops::op_name(op);
   }
+  if (low_grads_) os << ", " << dtype_name(low_) << " parameter gradients";
   os << ")";
   return os.str();
 }
@@ -128,7 +135,8 @@ std::set<ops::Op> ops_from_names(const std::vector<std::string>& names) {
   return out;
 }
 
-void auto_mixed_precision(nn::Cell& net, Level level, DType low_dtype, bool keep_batchnorm_fp32) {
+void auto_mixed_precision(nn::Cell& net, Level level, DType low_dtype, bool keep_batchnorm_fp32,
+                          std::optional<bool> low_precision_param_grads) {
   if (level == Level::kO0) {
     net.set_precision_policy(nullptr);
     return;
@@ -136,6 +144,7 @@ void auto_mixed_precision(nn::Cell& net, Level level, DType low_dtype, bool keep
   auto policy = std::make_shared<AmpPolicy>(level, low_dtype);
   if (level == Level::kO2 && !keep_batchnorm_fp32)
     policy = std::make_shared<AmpPolicy>(AmpPolicy::Mode::kAll, std::set<ops::Op>{}, low_dtype);
+  if (low_precision_param_grads) policy->set_low_precision_param_grads(*low_precision_param_grads);
   net.set_precision_policy(policy);
 }
 

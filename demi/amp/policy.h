@@ -15,6 +15,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -46,6 +47,18 @@ class AmpPolicy : public ops::PrecisionPolicy {
 
   DType compute_dtype(ops::Op op, DType natural) const override;
   bool outputs_to_fp32(ops::Op op) const override;
+  // Low-precision parameter gradients: an FP32 parameter cast to the low dtype gets its .grad in that
+  // dtype (ops::CastGrad::kAsIs), written by the weight-gradient product from its FP32 sums (rounded once),
+  // instead of an FP32 gradient: 2 bytes per value less. The optimizer reads them widened, chunk by chunk,
+  // into its FP32 update of the FP32 master weights; micro-batches accumulate in FP32.
+  // Default: on where the level runs everything but a black list low (O2, O3, custom black lists) in
+  // bfloat16, whose range is FP32's; off in float16, where a weight gradient (a sum over the batch) reaches
+  // FP16's 65504 long before the activation gradients do: it overflowed and skipped 2-4x as many steps at
+  // the dynamic scale's start, and an unscaled O3 run could no longer train (measured; docs/DESIGN.md).
+  // Off for O1, whose white-listed ops hand FP32 back.
+  static bool default_low_precision_param_grads(Mode mode, DType low);
+  bool low_precision_param_grads() const override { return low_grads_; }
+  void set_low_precision_param_grads(bool on) { low_grads_ = on; }
 
   DType low_dtype() const { return low_; }
   Mode mode() const { return mode_; }
@@ -56,6 +69,7 @@ class AmpPolicy : public ops::PrecisionPolicy {
   Mode mode_;
   std::set<ops::Op> list_;
   DType low_;
+  bool low_grads_ = false;
 };
 
 // MindSpore's default lists, as op names ("Conv2d", "Dense", ...).
@@ -65,9 +79,10 @@ std::vector<std::string> get_black_list();
 std::set<ops::Op> ops_from_names(const std::vector<std::string>& names);
 
 // Attaches a level's policy to `net` (MindSpore's auto_mixed_precision); O0 removes any policy.
-// keep_batchnorm_fp32=false at O2 also runs BatchNorm in low precision.
+// keep_batchnorm_fp32=false at O2 also runs BatchNorm in low precision. low_precision_param_grads: the
+// policy's setting (default: the level's, see AmpPolicy::low_precision_param_grads).
 void auto_mixed_precision(nn::Cell& net, Level level, DType low_dtype = DType::kF16,
-                          bool keep_batchnorm_fp32 = true);
+                          bool keep_batchnorm_fp32 = true, std::optional<bool> low_precision_param_grads = {});
 // Exactly one of the lists may be non-empty: a white list runs only those ops low; a black list runs
 // everything else low.
 void custom_mixed_precision(nn::Cell& net, const std::vector<std::string>& white_list,

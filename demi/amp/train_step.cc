@@ -125,9 +125,15 @@ StepResult TrainStep::finish(StepResult r, const std::vector<MicroBatch>& batche
   std::vector<Tensor> grads;
   grads.reserve(params.size());
   for (const Tensor& p : params) grads.push_back(p.grad());
-  // One pass: undo the loss scale and average the micro-batches.
+  // One pass: undo the loss scale and average the micro-batches. FP32 gradients are unscaled in place;
+  // low-precision ones (AmpPolicy::low_precision_param_grads) are checked as unscaled and multiplied as the
+  // optimizer reads them (low_multiplier), so that no FP32 copy of them is made and no small value the loss
+  // scale saved is flushed. With a power-of-two loss scale (dynamic scaling's always is) both give the same
+  // f32 values, clipping included.
   const double micro = reducer_ ? 1.0 : static_cast<double>(std::max<int64_t>(r.micro_batches, 1));
-  int64_t bad = unscale_and_check(grads, static_cast<float>(1.0 / (r.loss_scale * micro)));
+  const float inv_scale = static_cast<float>(1.0 / (r.loss_scale * micro));
+  float low_multiplier = inv_scale;
+  int64_t bad = ops::unscale_and_check_finite(grads, inv_scale, "unscale");
   r.overflow = bad >= 0;
   if (r.overflow) r.first_nonfinite = param_names_[static_cast<size_t>(bad)];
   if (reducer_) {
@@ -145,13 +151,25 @@ StepResult TrainStep::finish(StepResult r, const std::vector<MicroBatch>& batche
     r.overflow_source = find_overflow_source(batches, r.loss_scale);
   }
   if (!r.overflow && clip_grad_norm_ > 0) {  // on the true (unscaled) gradients
-    r.grad_norm = amp::clip_grad_norm(grads, clip_grad_norm_);
+    std::vector<double> per(grads.size());
+    ops::sum_of_squares(grads, "clip_grad_norm", per.data());
+    double sum = 0;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const bool low = grads[i].defined() && grads[i].dtype() != DType::kF32;
+      sum += low ? per[i] * (static_cast<double>(inv_scale) * inv_scale) : per[i];
+    }
+    r.grad_norm = std::sqrt(sum);
     r.clipped = r.grad_norm > clip_grad_norm_;
+    if (r.clipped) {
+      const float coef = static_cast<float>(clip_grad_norm_ / (r.grad_norm + 1e-6));
+      ops::unscale_and_check_finite(grads, coef, "clip_grad_norm");  // FP32 ones in place
+      low_multiplier *= coef;
+    }
   }
   bool drop = r.overflow && (manager_ == nullptr || manager_->get_drop_overflow_update());
   if (!drop) {
     autograd::NoGradGuard no_grad;
-    optimizer_->step();
+    optimizer_->step(low_multiplier);
   }
   r.skipped = drop;
   if (manager_) {
@@ -232,7 +250,13 @@ OverflowSource TrainStep::find_overflow_source(const std::vector<MicroBatch>& mi
 double clip_grad_norm(std::vector<Tensor>& grads, double max_norm) {
   DEMI_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive, got ", max_norm);
   const double norm = std::sqrt(ops::sum_of_squares(grads, "clip_grad_norm"));
-  if (norm > max_norm) unscale_and_check(grads, static_cast<float>(max_norm / (norm + 1e-6)));
+  if (norm > max_norm) {
+    const float coef = static_cast<float>(max_norm / (norm + 1e-6));
+    ops::unscale_and_check_finite(grads, coef, "clip_grad_norm");  // FP32 ones in place
+    autograd::NoGradGuard no_grad;
+    for (Tensor& g : grads)  // low-precision ones rounded to their dtype
+      if (g.defined() && g.dtype() != DType::kF32) g.copy_(ops::mul_scalar(g, coef));
+  }
   return norm;
 }
 
@@ -247,7 +271,7 @@ std::shared_ptr<TrainStep> build_train_network(std::shared_ptr<nn::Cell> net,
                                                const TrainOptions& options) {
   DEMI_CHECK(net != nullptr, "build_train_network: no network");
   bool keep_bn = options.keep_batchnorm_fp32.value_or(level != Level::kO3);
-  auto_mixed_precision(*net, level, options.low_dtype, keep_bn);
+  auto_mixed_precision(*net, level, options.low_dtype, keep_bn, options.low_precision_param_grads);
   std::shared_ptr<LossScaleManager> manager = options.loss_scale_manager;
   if (!manager && !options.no_loss_scale) manager = default_loss_scale_manager(level, options.low_dtype);
   if (options.no_loss_scale) manager = nullptr;

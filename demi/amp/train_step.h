@@ -55,6 +55,9 @@ struct TrainOptions {
   bool no_loss_scale = false;                          // force no loss scaling (overrides the default)
   std::optional<bool> keep_batchnorm_fp32;             // default: true at O2, false at O3
   double clip_grad_norm = 0;                           // > 0: max global L2 norm, applied after unscaling
+  // Parameter gradients in the low dtype (no FP32 gradient buffer; AmpPolicy::low_precision_param_grads).
+  // Default: the policy's (on at O2 and O3 in bfloat16).
+  std::optional<bool> low_precision_param_grads;
 };
 
 // Combines the gradients of processes that train one model on different batches (data parallelism;
@@ -151,9 +154,11 @@ class TrainStep {
   StepResult finish(StepResult r, const std::vector<MicroBatch>& batches = {});
 };
 
-// Scales `grads` (FP32; undefined ones skipped) in place so that their global L2 norm is at most max_norm
-// (coefficient max_norm / (norm + 1e-6), as PyTorch's clip_grad_norm_) and returns the norm before
-// clipping. One fused sum-of-squares pass, and one scaling pass only when clipping.
+// Scales `grads` (FP32, FP16 or BF16; undefined ones skipped) in place so that their global L2 norm is at
+// most max_norm (coefficient max_norm / (norm + 1e-6), as PyTorch's clip_grad_norm_) and returns the norm
+// before clipping. One fused sum-of-squares pass, and one scaling pass only when clipping (a low-precision
+// gradient's products are rounded to its dtype; TrainStep instead folds the coefficient into what the
+// optimizer multiplies them by).
 double clip_grad_norm(std::vector<Tensor>& grads, double max_norm);
 
 // MindSpore's amp.build_train_network(network, optimizer, loss_fn, level): attaches the level's precision

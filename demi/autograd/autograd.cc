@@ -140,23 +140,32 @@ ops::TensorList AccumulateGrad::apply(const ops::TensorList& grad_outputs) {
   DEMI_CHECK(g.numel() == leaf.numel(), "gradient of ", leaf.describe(), " has shape ", g.shape());
   AutogradMeta& meta = leaf.autograd_meta();
   MemCategoryScope cat(MemCategory::kGradient);
+  // An FP32 leaf's gradient that arrives in FP16/BF16 (a parameter cast with ops::CastGrad::kAsIs: AMP
+  // O2/O3's low-precision parameter gradients) stays in that dtype; any other arrives in, or is converted
+  // to, the leaf's dtype.
+  const bool low = leaf.dtype() == DType::kF32 && is_low_precision(g.dtype());
+  const DType dtype = low ? g.dtype() : leaf.dtype();
   if (!meta.grad || !meta.grad->defined()) {
     // A gradient nothing else refers to (the engine handed over its only handle, and no other tensor
     // shares its storage) becomes .grad as it is: no copy, no second buffer. Anything shared is copied,
     // because optimizers and the loss-scale unscale write .grad in place.
-    bool owned = g.dtype() == leaf.dtype() && g.impl_ptr().use_count() == 1 && g.impl().storage &&
+    bool owned = g.dtype() == dtype && g.impl_ptr().use_count() == 1 && g.impl().storage &&
                  g.impl().storage.use_count() == 1 && g.impl().offset == 0 && g.category() == MemCategory::kGradient;
     if (owned) {
       meta.grad = std::make_shared<Tensor>(g.reshape(leaf.shape()));
     } else {
-      Tensor fresh = empty(leaf.shape(), leaf.dtype(), MemCategory::kGradient);
+      Tensor fresh = empty(leaf.shape(), dtype, MemCategory::kGradient);
       fresh.copy_(g);
       meta.grad = std::make_shared<Tensor>(fresh);
     }
   } else {
+    // Adding into a gradient already there (micro-batches, or backward called twice): an FP32 leaf
+    // accumulates in FP32, whatever dtype its gradients arrive in.
     Tensor& acc = *meta.grad;
-    Tensor gg = g.dtype() == acc.dtype() ? g : g.to(acc.dtype());
-    acc = ops::accumulate(acc, gg);
+    const DType sum = leaf.dtype() == DType::kF32 ? DType::kF32 : acc.dtype();
+    Tensor a = acc.dtype() == sum ? acc : acc.to(sum);
+    Tensor gg = g.dtype() == sum ? g : g.to(sum);
+    acc = ops::accumulate(a, gg);
   }
   return {};
 }

@@ -3,8 +3,9 @@
 // Every op call that has an input requiring grad is recorded (through demi/ops' GradRecorder) as a Node
 // holding the op's backward rule and the tensors it saved. backward(loss) walks the recorded graph once,
 // in reverse creation order, sums the gradients reaching each tensor, accumulates the leaves' gradients
-// into their .grad (FP32 for FP32 parameters, whatever dtype the op ran in), and frees each node's saved
-// tensors as soon as its backward rule has run.
+// into their .grad (FP32 for FP32 parameters, whatever dtype the op ran in, except where AMP O2/O3 casts
+// a parameter with ops::CastGrad::kAsIs: then .grad is FP16/BF16 until a second gradient is added into
+// it, which accumulates in FP32), and frees each node's saved tensors as soon as its backward rule has run.
 //
 //   Tensor w = demi::uniform({10, 5}, -1, 1, gen).set_requires_grad(true);
 //   Tensor loss = ops::sum(ops::dense(x, w));
@@ -58,7 +59,8 @@ class OpNode : public Node {
   ops::BackwardFn fn_;
 };
 
-// Accumulates the gradient of a leaf tensor into its .grad (in the leaf's dtype).
+// Accumulates the gradient of a leaf tensor into its .grad (in the leaf's dtype, or as it arrives for a
+// low-precision gradient of an FP32 leaf; see the top of this file).
 class AccumulateGrad : public Node {
  public:
   explicit AccumulateGrad(std::weak_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) { num_outputs = 1; }

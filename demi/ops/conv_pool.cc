@@ -11,7 +11,6 @@ namespace demi::ops {
 namespace {
 
 using internal::grad_as;
-using internal::master_dtype;
 
 kernels::Pool2dParams pool_params(Op op, const Tensor& x, const Pool2dOptions& o) {
   internal::check_rank(op, x, 4, "x", "(N, C, H, W)");
@@ -138,7 +137,8 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   // which the caller holds anyway, and cast again in backward: the low-precision copy dies right after
   // forward instead of living through the step.
   Tensor x_saved = !need_dx && !x.is_same(x_in) ? x_in : x;
-  return d.finish(y, [x = x_saved, w, y = y_saved, p, has_bias, need_dx](const TensorList& g) {
+  const DType dw_dtype = d.param_grad_dtype(1, p.w_dtype), db_dtype = d.param_grad_dtype(2, p.bias_dtype);
+  return d.finish(y, [x = x_saved, w, y = y_saved, p, has_bias, need_dx, dw_dtype, db_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);
     if (p.relu) {
       Tensor masked = empty(gy.shape(), gy.dtype());
@@ -153,10 +153,10 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
       dx = empty(x.shape(), x.dtype());
       kernels::onednn::conv2d_backward_data(q, gy.raw_data(), w.raw_data(), dx.raw_data());
     }
-    q.w_dtype = master_dtype(p.w_dtype);
-    q.bias_dtype = master_dtype(p.bias_dtype);
-    Tensor dw = empty(w.shape(), q.w_dtype);
-    Tensor db = has_bias ? empty({p.oc}, q.bias_dtype) : Tensor();
+    q.w_dtype = dw_dtype;  // the kernel sums in FP32 and stores in these dtypes
+    q.bias_dtype = db_dtype;
+    Tensor dw = empty(w.shape(), dw_dtype);
+    Tensor db = has_bias ? empty({p.oc}, db_dtype) : Tensor();
     Tensor xc = x.dtype() == p.x_dtype ? x : x.to(p.x_dtype);
     kernels::onednn::conv2d_backward_weights(q, xc.raw_data(), gy.raw_data(), dw.raw_data(),
                                              has_bias ? db.raw_data() : nullptr);
@@ -253,7 +253,8 @@ Tensor conv2d_transpose(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
   Tensor y = empty({p.n, oc, oh, ow}, p.x_dtype);
   kernels::onednn::conv2d_backward_data(p, x.raw_data(), w.raw_data(), y.raw_data());
   const bool need_dx = d.input_needs_grad(0);
-  Tensor out = d.finish(y, [x, w, p, need_dx](const TensorList& g) {
+  const DType dw_dtype = d.param_grad_dtype(1, p.w_dtype);
+  Tensor out = d.finish(y, [x, w, p, need_dx, dw_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.x_dtype);
     Tensor dx;
     if (need_dx) {
@@ -261,8 +262,8 @@ Tensor conv2d_transpose(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
       kernels::onednn::conv2d_forward(p, gy.raw_data(), w.raw_data(), nullptr, dx.raw_data());
     }
     kernels::Conv2dParams q = p;
-    q.w_dtype = master_dtype(p.w_dtype);
-    Tensor dw = empty(w.shape(), q.w_dtype);
+    q.w_dtype = dw_dtype;
+    Tensor dw = empty(w.shape(), dw_dtype);
     kernels::onednn::conv2d_backward_weights(q, gy.raw_data(), x.raw_data(), dw.raw_data(), nullptr);
     return TensorList{dx, dw};
   });
@@ -305,10 +306,10 @@ Tensor conv2d_relu_max_pool2d(const Tensor& x_in, const Tensor& w_in, const Tens
                                                   argmax.defined() ? argmax.data<uint8_t>() : nullptr);
   const bool has_bias = b.defined(), need_dx = d.input_needs_grad(0);
   Tensor x_saved = !need_dx && !x.is_same(x_in) ? x_in : x;  // as in conv2d: the data batch is recast
-  return d.finish(y, [x = x_saved, w, argmax, p, pool, out, has_bias, need_dx](const TensorList& g) {
+  const DType dw_dtype = d.param_grad_dtype(1, p.w_dtype), db_dtype = d.param_grad_dtype(2, p.bias_dtype);
+  return d.finish(y, [x = x_saved, w, argmax, p, pool, out, has_bias, need_dx, dw_dtype, db_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], out);
     Tensor dx = need_dx ? empty(x.shape(), x.dtype()) : Tensor();
-    const DType dw_dtype = master_dtype(p.w_dtype), db_dtype = master_dtype(p.bias_dtype);
     Tensor dw = empty(w.shape(), dw_dtype);
     Tensor db = has_bias ? empty({p.oc}, db_dtype) : Tensor();
     Tensor xc = x.dtype() == p.x_dtype ? x : x.to(p.x_dtype);

@@ -51,6 +51,12 @@ bool is_parameter_like(const Tensor& x) {
   return x.has_autograd_meta() && x.impl().autograd->requires_grad && !x.impl().autograd->grad_fn;
 }
 
+// Whether x, cast to `dtype`, gets its gradient in that dtype (PrecisionPolicy::low_precision_param_grads).
+bool keeps_low_grad(const Tensor& x, DType dtype) {
+  return t_policy != nullptr && t_policy->low_precision_param_grads() && x.dtype() == DType::kF32 &&
+         is_low_precision(dtype) && is_parameter_like(x);
+}
+
 }  // namespace
 
 void set_grad_recorder(GradRecorder* recorder) { g_recorder = recorder; }
@@ -114,6 +120,7 @@ Tensor Dispatch::cast_input(size_t i, DType dtype, bool use_cache) const {
   const Tensor* t = inputs_[i];
   if (t == nullptr || !t->defined()) return Tensor();
   if (!is_floating(t->dtype()) || !is_floating(dtype) || t->dtype() == dtype) return *t;
+  const CastGrad grad = keeps_low_grad(*t, dtype) ? CastGrad::kAsIs : CastGrad::kToSource;
   if (use_cache && is_parameter_like(*t)) {
     AutogradMeta& meta = *t->impl().autograd;
     CastKey key{&t->impl(), meta.version, dtype};
@@ -127,15 +134,15 @@ Tensor Dispatch::cast_input(size_t i, DType dtype, bool use_cache) const {
     // The low copy the optimizer keeps current: this step's Cast node over its bytes, no conversion.
     const bool low_current = g_low_copies.load(std::memory_order_relaxed) && meta.low_copy &&
                              meta.low_copy->dtype() == dtype && meta.low_version == meta.version;
-    if (t_cast_cache.depth == 0 && !low_current) return cast(*t, dtype);
+    if (t_cast_cache.depth == 0 && !low_current) return cast(*t, dtype, grad);
     Tensor c;
     if (low_current) {
       ++t_low_copy_uses;
-      c = cast_from_copy(*t, *meta.low_copy);
+      c = cast_from_copy(*t, *meta.low_copy, grad);
     } else {
       ++t_cast_cache.misses;
       MemCategoryScope cat(MemCategory::kCastCache);
-      c = cast(*t, dtype);
+      c = cast(*t, dtype, grad);
       if (g_low_copies.load(std::memory_order_relaxed) && t->dtype() == DType::kF32) {
         meta.low_copy = std::make_shared<Tensor>(c.reshape(c.shape()));  // the bytes, without c's graph
         meta.low_version = meta.version;
@@ -144,7 +151,13 @@ Tensor Dispatch::cast_input(size_t i, DType dtype, bool use_cache) const {
     if (t_cast_cache.depth > 0) t_cast_cache.entries.emplace(key, c);
     return c;
   }
-  return cast(*t, dtype);
+  return cast(*t, dtype, grad);
+}
+
+DType Dispatch::param_grad_dtype(size_t i, DType operand) const {
+  if (!is_low_precision(operand)) return operand;
+  const Tensor* t = i < inputs_.size() ? inputs_[i] : nullptr;
+  return t != nullptr && t->defined() && keeps_low_grad(*t, operand) ? operand : DType::kF32;
 }
 
 TensorList Dispatch::finish(TensorList outputs, BackwardFn backward) {
@@ -170,25 +183,28 @@ Tensor Dispatch::finish(Tensor output, BackwardFn backward) {
   return std::move(finish(std::move(outs), std::move(backward))[0]);
 }
 
-Tensor cast_from_copy(const Tensor& x, const Tensor& copy) {
-  Dispatch d(Op::kCast, {&x});
-  Tensor y = copy.reshape(copy.shape());  // a fresh handle on the copy's bytes for this step's graph
-  DType src = x.dtype();
-  return d.finish(y, [src](const TensorList& g) {
+namespace {
+
+BackwardFn cast_backward(DType src, CastGrad grad) {
+  return [src, grad](const TensorList& g) {
     const Tensor& gy = g[0];
-    return TensorList{gy.dtype() == src ? gy : gy.to(src)};
-  });
+    return TensorList{gy.dtype() == src || grad == CastGrad::kAsIs ? gy : gy.to(src)};
+  };
 }
 
-Tensor cast(const Tensor& x, DType dtype) {
+}  // namespace
+
+Tensor cast_from_copy(const Tensor& x, const Tensor& copy, CastGrad grad) {
+  Dispatch d(Op::kCast, {&x});
+  Tensor y = copy.reshape(copy.shape());  // a fresh handle on the copy's bytes for this step's graph
+  return d.finish(y, cast_backward(x.dtype(), grad));
+}
+
+Tensor cast(const Tensor& x, DType dtype, CastGrad grad) {
   if (x.dtype() == dtype) return x;
   Dispatch d(Op::kCast, {&x});
   Tensor y = x.to(dtype, /*copy=*/true);
-  DType src = x.dtype();
-  return d.finish(y, [src](const TensorList& g) {
-    const Tensor& gy = g[0];
-    return TensorList{gy.dtype() == src ? gy : gy.to(src)};
-  });
+  return d.finish(y, cast_backward(x.dtype(), grad));
 }
 
 }  // namespace demi::ops

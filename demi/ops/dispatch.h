@@ -59,6 +59,8 @@ class PrecisionPolicy {
   virtual DType compute_dtype(Op op, DType natural) const = 0;
   // Whether the op's floating outputs are cast back to FP32 (MindSpore's O1).
   virtual bool outputs_to_fp32(Op op) const = 0;
+  // Whether an FP32 parameter cast to the low dtype gets its gradient in that dtype (CastGrad::kAsIs).
+  virtual bool low_precision_param_grads() const { return false; }
 };
 
 // Makes `policy` the one in force in this thread for a scope (nullptr: no AMP); scopes nest.
@@ -132,6 +134,12 @@ class Dispatch {
   // Input i cast to the compute dtype, bypassing the cast cache: for an op that does not keep the copy
   // past the forward call (it recasts the caller's tensor in backward), so that the copy is freed at once.
   Tensor input_uncached(size_t i) const;
+  // The dtype an op writes input i's gradient in when it computes it from that input cast to `operand` (a
+  // weight or bias): FP32 for a low-precision operand (AMP's master gradient: the product's FP32 sums
+  // rounded once), or `operand` itself where the policy keeps parameter gradients low and input i is a
+  // parameter (PrecisionPolicy::low_precision_param_grads). Call it in the forward, where the policy is
+  // in force.
+  DType param_grad_dtype(size_t i, DType operand) const;
   bool needs_grad() const { return needs_grad_; }
   // Whether input i (as given by the caller) needs a gradient: a backward rule skips the work for the
   // others (the first layer's input-gradient convolution, say).
@@ -156,10 +164,15 @@ class Dispatch {
   bool timed_ = false;
 };
 
-// Casts `x` to `dtype` as a recorded, differentiable op (its gradient is cast back to x's dtype).
-Tensor cast(const Tensor& x, DType dtype);
+// How a Cast's backward hands the gradient to its source: cast back to the source's dtype (the default),
+// or as it is. Dispatch casts an FP32 parameter to the low dtype with kAsIs when the policy in force says
+// low_precision_param_grads() (AMP O2/O3): the parameter's .grad is then FP16/BF16, and no FP32 gradient
+// buffer exists (the product that makes it still accumulates in FP32 inside).
+enum class CastGrad { kToSource, kAsIs };
+// Casts `x` to `dtype` as a recorded, differentiable op.
+Tensor cast(const Tensor& x, DType dtype, CastGrad grad = CastGrad::kToSource);
 // x cast to copy's dtype where copy already holds exactly those values (a parameter's low copy): the
 // same Cast node as cast(), over copy's bytes.
-Tensor cast_from_copy(const Tensor& x, const Tensor& copy);
+Tensor cast_from_copy(const Tensor& x, const Tensor& copy, CastGrad grad = CastGrad::kToSource);
 
 }  // namespace demi::ops

@@ -32,7 +32,6 @@ std::string matmul_kernel_cache() { return kernels::matmul_cache_path(); }
 namespace {
 
 using internal::grad_as;
-using internal::master_dtype;
 
 Tensor product(const Tensor& a, const Tensor& b, bool ta, bool tb, int64_t batch, Shape out_shape, DType out_dtype,
                bool accumulate_into, Tensor* into) {
@@ -70,13 +69,15 @@ Tensor matmul_impl(Op op, const Tensor& a_in, const Tensor& b_in, bool ta, bool 
   Shape out = rank == 3 ? Shape{batch, m, n} : Shape{m, n};
   Tensor y = product(a, b, ta, tb, batch, out, d.compute_dtype(), false, nullptr);
   DType dt = y.dtype();
-  return d.finish(y, [a, b, ta, tb, batch, dt](const TensorList& g) {
+  const DType gb_dtype = d.param_grad_dtype(1, b.dtype());
+  return d.finish(y, [a, b, ta, tb, batch, dt, gb_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], dt);
     // y = op(a) op(b):  d op(a) = gy op(b)^T,  d op(b) = op(a)^T gy
     Tensor ga = ta ? product(b, gy, tb, true, batch, a.shape(), a.dtype(), false, nullptr)
                    : product(gy, b, false, !tb, batch, a.shape(), a.dtype(), false, nullptr);
-    Tensor gb = tb ? product(gy, a, true, ta, batch, b.shape(), master_dtype(b.dtype()), false, nullptr)
-                   : product(a, gy, !ta, false, batch, b.shape(), master_dtype(b.dtype()), false, nullptr);
+    // The product sums in FP32 and stores b's gradient in gb_dtype (Dispatch::param_grad_dtype).
+    Tensor gb = tb ? product(gy, a, true, ta, batch, b.shape(), gb_dtype, false, nullptr)
+                   : product(a, gy, !ta, false, batch, b.shape(), gb_dtype, false, nullptr);
     return TensorList{ga, gb};
   });
 }
@@ -126,7 +127,9 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
   // As in conv2d: a cast input that needs no gradient is saved as the caller's tensor and recast in backward.
   Tensor x_saved = !need_dx && !x.is_same(x_in) ? x_in : x;
   Tensor w_saved = recast_w ? w_in : w;
-  return d.finish(y, [x = x_saved, w_saved, y = y_saved, p, has_bias, b_dtype, relu, need_dx](const TensorList& g) {
+  const DType dw_dtype = d.param_grad_dtype(1, p.w_dtype), db_dtype = d.param_grad_dtype(2, b_dtype);
+  return d.finish(y, [x = x_saved, w_saved, y = y_saved, p, has_bias, b_dtype, relu, need_dx, dw_dtype,
+                      db_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);
     if (relu) {
       Tensor masked = empty(gy.shape(), gy.dtype());
@@ -146,10 +149,10 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
       dx = empty(x.shape(), x.dtype());
       kernels::onednn::dense_backward_data(q, gy.raw_data(), wc.raw_data(), dx.raw_data());
     }
-    q.w_dtype = master_dtype(p.w_dtype);
-    q.bias_dtype = master_dtype(b_dtype);
-    Tensor dw = empty(w_saved.shape(), q.w_dtype);
-    Tensor db = has_bias ? empty({p.n}, q.bias_dtype) : Tensor();
+    q.w_dtype = dw_dtype;  // the kernels sum in FP32 and store in these dtypes
+    q.bias_dtype = db_dtype;
+    Tensor dw = empty(w_saved.shape(), dw_dtype);
+    Tensor db = has_bias ? empty({p.n}, db_dtype) : Tensor();
     Tensor xc = x.dtype() == p.x_dtype ? x : x.to(p.x_dtype);
     kernels::onednn::dense_backward_weights(q, xc.raw_data(), gy.raw_data(), dw.raw_data(),
                                             has_bias ? db.raw_data() : nullptr);

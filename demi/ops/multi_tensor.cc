@@ -1,5 +1,6 @@
 // The engine and multi-tensor helpers of ops.h: tensor-level entry points to kernels that the autograd
 // engine and the AMP train step need, so neither reaches below ops.
+#include <algorithm>
 #include <vector>
 
 #include "demi/kernels/cpu/amp_kernels.h"
@@ -9,15 +10,16 @@
 namespace demi::ops {
 namespace {
 
-// The FP32 buffers of `tensors` (undefined ones skipped) and each buffer's index in tensors.
-template <typename Span>
-void collect(std::span<const Tensor> tensors, const char* op, std::vector<Span>& bufs, std::vector<int64_t>* index) {
+// The buffers of `tensors` (undefined ones skipped) and each buffer's index in tensors.
+void collect(std::span<const Tensor> tensors, const char* op, std::vector<kernels::GradBuffer>& bufs,
+             std::vector<int64_t>& index) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     if (!t.defined()) continue;
-    DEMI_CHECK(t.dtype() == DType::kF32, op, ": gradients must be FP32 (master gradients), got ", t.describe());
-    bufs.emplace_back(t.data<float>(), static_cast<size_t>(t.numel()));
-    if (index) index->push_back(static_cast<int64_t>(i));
+    DEMI_CHECK(t.dtype() == DType::kF32 || is_low_precision(t.dtype()), op,
+               ": gradients must be FP32, FP16 or BF16, got ", t.describe());
+    bufs.push_back({t.raw_data(), t.numel(), t.dtype()});
+    index.push_back(static_cast<int64_t>(i));
   }
 }
 
@@ -30,17 +32,23 @@ Tensor accumulate(const Tensor& a, const Tensor& b) {
 }
 
 int64_t unscale_and_check_finite(std::span<const Tensor> grads, float inv_scale, const char* op) {
-  std::vector<std::span<float>> bufs;
+  std::vector<kernels::GradBuffer> bufs;
   std::vector<int64_t> index;
-  collect(grads, op, bufs, &index);
+  collect(grads, op, bufs, index);
   kernels::UnscaleResult r = kernels::unscale_and_check_finite(bufs, inv_scale);
   return r.all_finite ? -1 : index[static_cast<size_t>(r.first_nonfinite)];
 }
 
-double sum_of_squares(std::span<const Tensor> tensors, const char* op) {
-  std::vector<std::span<const float>> bufs;
-  collect(tensors, op, bufs, nullptr);
-  return kernels::sum_of_squares(bufs);
+double sum_of_squares(std::span<const Tensor> tensors, const char* op, double* per_tensor) {
+  std::vector<kernels::GradBuffer> bufs;
+  std::vector<int64_t> index;
+  collect(tensors, op, bufs, index);
+  if (per_tensor == nullptr) return kernels::sum_of_squares(bufs);
+  std::vector<double> per(bufs.size());
+  const double total = kernels::sum_of_squares(bufs, per.data());
+  std::fill_n(per_tensor, tensors.size(), 0.0);
+  for (size_t k = 0; k < bufs.size(); ++k) per_tensor[index[k]] = per[k];
+  return total;
 }
 
 }  // namespace demi::ops

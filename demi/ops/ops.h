@@ -202,13 +202,16 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // a + b, both of one dtype and one number of elements (b is read in a's shape): how the autograd engine
 // sums the gradients that reach one tensor along several paths.
 Tensor accumulate(const Tensor& a, const Tensor& b);
-// grads: FP32 tensors (undefined ones skipped) -> each g becomes g * inv_scale in place (read only when
-// inv_scale == 1) in one fused, vectorised pass; returns -1 when every unscaled value is finite, else the
-// index in grads of the first tensor holding an inf or NaN (every tensor is processed either way). A finite
-// g whose product overflows counts as non-finite. `op` names the caller in the error for a non-FP32 g.
+// grads: FP32, FP16 or BF16 tensors (undefined ones skipped) -> each FP32 g becomes g * inv_scale in place
+// (read only when inv_scale == 1) in one fused, vectorised pass; FP16/BF16 ones (AMP O2/O3's parameter
+// gradients) are only read, checked as g * inv_scale: the caller applies inv_scale when it reads them
+// (Optimizer::step's low_grad_multiplier). Returns -1 when every unscaled value is finite, else the index
+// in grads of the first tensor holding an inf or NaN (every tensor is processed either way). A finite g
+// whose product overflows counts as non-finite. `op` names the caller in the error for another dtype.
 int64_t unscale_and_check_finite(std::span<const Tensor> grads, float inv_scale, const char* op);
-// The sum of the squares of every value of the FP32 `tensors` (undefined ones skipped): f32 within fixed
-// blocks, f64 across them, so the result does not depend on the thread count.
-double sum_of_squares(std::span<const Tensor> tensors, const char* op);
+// The sum of the squares of every value (widened to f32) of the FP32, FP16 or BF16 `tensors` (undefined
+// ones skipped): f32 within fixed blocks, f64 across them, so the result does not depend on the thread
+// count. per_tensor (tensors.size(), nullable): each tensor's own sum.
+double sum_of_squares(std::span<const Tensor> tensors, const char* op, double* per_tensor = nullptr);
 
 }  // namespace demi::ops

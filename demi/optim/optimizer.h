@@ -1,8 +1,12 @@
 // Optimizers on FP32 master weights: Momentum (MindSpore's, with Nesterov and weight decay), SGD, Adam,
-// AdamW, RMSProp, Adagrad, LAMB. Parameters, gradients and optimizer state are FP32; each update is one fused pass over a
-// parameter, its gradient and its state (not a chain of tensor ops), parallel over elements.
+// AdamW, RMSProp, Adagrad, LAMB. Parameters and optimizer state are FP32, and so is the arithmetic; each update
+// is one fused pass over a parameter, its gradient and its state (not a chain of tensor ops), parallel over
+// elements.
 //
-// Gradients are read from each parameter's .grad (accumulated there by autograd). step() applies one
+// Gradients are read from each parameter's .grad (accumulated there by autograd): FP32, or FP16/BF16 (AMP
+// O2/O3's low-precision parameter gradients), widened to FP32 a cache-sized chunk at a time as the update
+// reads them, so no FP32 copy of a low-precision gradient is ever made (LAMB, which needs its whole
+// gradient before the update, widens one parameter's at a time). step() applies one
 // update and advances the step counter and the learning-rate schedule; a step that AMP skips for an
 // overflow never calls step(), so weights, state and counters stay untouched. A parameter with a current
 // low-precision copy (AMP O2/O3, ops/dispatch.h) gets it rewritten in the same pass as its update.
@@ -34,7 +38,10 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   // Applies one update from the parameters' gradients (a parameter without a gradient is left alone).
-  void step();
+  // low_grad_multiplier multiplies every FP16/BF16 gradient value as it is read (FP32 ones are read as
+  // they are): the AMP train step's unscale (and clip) factor for gradients it cannot unscale in place
+  // without flushing the small values the loss scale saved (see ops::unscale_and_check_finite).
+  void step(float low_grad_multiplier = 1.0f);
   // Drops every parameter's gradient (the next backward writes fresh ones).
   void zero_grad();
 
@@ -54,11 +61,14 @@ class Optimizer {
                       double weight_decay) = 0;
   // Called once per parameter before its chunks are updated, with the whole parameter and gradient: an
   // optimizer whose update depends on whole-parameter quantities (LAMB's trust ratio) computes them here
-  // and returns the learning rate the chunks then get (default: lr unchanged).
+  // and returns the learning rate the chunks then get (default: lr unchanged). g is null for a
+  // low-precision gradient unless reads_whole_gradient() says true.
   virtual double prepare(size_t index, const float* p, const float* g, int64_t n, double lr, double weight_decay) {
     (void)index, (void)p, (void)g, (void)n, (void)weight_decay;
     return lr;
   }
+  // Whether prepare() reads the gradient: then a low-precision one is widened whole before it.
+  virtual bool reads_whole_gradient() const { return false; }
   // Allocates `slots` zero-initialised FP32 state tensors per parameter (MemCategory::kOptimizerState).
   void add_state_slots(const std::vector<std::string>& slot_names);
   float* slot(size_t slot_index, size_t param_index) { return state_[slot_index][param_index].data<float>(); }
@@ -186,6 +196,7 @@ class LAMB : public Optimizer {
 
  protected:
   double prepare(size_t index, const float* p, const float* g, int64_t n, double lr, double weight_decay) override;
+  bool reads_whole_gradient() const override;
   void update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
               double weight_decay) override;
 

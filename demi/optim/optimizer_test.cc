@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <string>
 
 namespace demi::optim {
 namespace {
@@ -82,6 +84,52 @@ TEST(Optimizer, BadHyperParametersAreErrors) {
   EXPECT_THROW(SGD({}, 0.1), Error);
   Tensor h = from_vector(std::vector<float>{1.0f}, {1}).to(DType::kF16);
   EXPECT_THROW(SGD({h}, 0.1), Error) << "parameters must be FP32 masters";
+}
+
+// AMP O2/O3's low-precision parameter gradients: widened a chunk at a time and multiplied by
+// low_grad_multiplier as the update reads them, bit for bit the update from the FP32 gradient
+// float(g) * multiplier; a current low copy is rewritten all the same.
+TEST(Optimizer, LowPrecisionGradientsAreWidenedAndMultipliedAsRead) {
+  const int64_t n = 70000;  // several update chunks and several widening chunks, with a tail
+  std::vector<float> w0(static_cast<size_t>(n)), g0(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    w0[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(i));
+    g0[static_cast<size_t>(i)] = 1000.0f * std::cos(0.11f * static_cast<float>(i));
+  }
+  const float multiplier = 1.0f / 1024.0f * 0.75f;
+  auto make = [](const std::string& kind, Tensor p) -> std::unique_ptr<Optimizer> {
+    if (kind == "Momentum") return std::make_unique<Momentum>(std::vector<Tensor>{p}, 0.1, 0.9, 0.01);
+    if (kind == "AdamW") return std::make_unique<AdamW>(std::vector<Tensor>{p}, 0.01, AdamOptions{}, 0.1);
+    return std::make_unique<LAMB>(std::vector<Tensor>{p}, 0.01, AdamOptions{}, 0.01);
+  };
+  for (DType low : {DType::kF16, DType::kBF16}) {
+    for (const std::string kind : {"Momentum", "AdamW", "LAMB"}) {
+      Tensor a = param(w0), b = param(w0);
+      auto oa = make(kind, a), ob = make(kind, b);
+      for (int step = 0; step < 2; ++step) {
+        Tensor g_low = from_vector(g0, a.shape()).to(low);
+        a.set_grad(g_low);
+        Tensor g_wide = g_low.to(DType::kF32);
+        for (int64_t i = 0; i < n; ++i) g_wide.set(i, g_wide.get(i) * multiplier);
+        b.set_grad(g_wide);
+        oa->step(multiplier);
+        ob->step(multiplier);  // FP32 gradients are read as they are
+        EXPECT_EQ(a.grad().dtype(), low) << "the gradient is left as it is";
+      }
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(a.get(i), b.get(i)) << kind << " " << dtype_name(low) << " element " << i;
+    }
+  }
+  Tensor p = param({1.0f});
+  Momentum opt({p}, 0.1, 0.9);
+  p.set_grad(from_vector(std::vector<float>{1.0f}, {1}).to(DType::kBF16));
+  EXPECT_THROW(opt.step(std::numeric_limits<float>::infinity()), Error);
+  EXPECT_THROW(
+      {
+        p.set_grad(from_vector(std::vector<int32_t>{1}, {1}));
+        opt.step();
+      },
+      Error);
 }
 
 TEST(LrSchedule, StepAndCosineWithWarmup) {

@@ -46,6 +46,8 @@ struct ModelOptions {
   std::shared_ptr<amp::LossScaleManager> loss_scale_manager;  // null: the level's default
   bool no_loss_scale = false;                                 // no loss scaling, whatever the level's default
   std::optional<bool> keep_batchnorm_fp32;                    // default: MindSpore's per level
+  // Parameter gradients in the low dtype (amp::TrainOptions); default: the policy's (on at O2, O3 in bf16).
+  std::optional<bool> low_precision_param_grads;
   int prefetch_depth = 4;                                     // batches queued ahead in sink mode
   // Stop with an error when the loss becomes NaN/Inf at O0 (or without a loss scale), instead of
   // training on garbage. With a loss-scale manager a non-finite step is an overflow and is handled there.
@@ -56,8 +58,8 @@ struct ModelOptions {
   // Clip the gradients to this global L2 norm after unscaling (0: off); see amp/train_step.h.
   double clip_grad_norm = 0;
   // Batches per update: each batch's forward and backward add into the gradients, and one update
-  // applies their mean (gradient accumulation; the gradients are accumulated in their own dtype, FP32
-  // for FP32 parameters). Every batch of an update uses the same loss scale; an overflow in any skips it.
+  // applies their mean (gradient accumulation; an FP32 parameter's gradients are accumulated in FP32,
+  // also where O2/O3 keeps a single batch's gradient in the low dtype). Every batch of an update uses the same loss scale; an overflow in any skips it.
   int accumulate = 1;
   // Stop train() once this many updates have been made in all (counting a resumed run's earlier ones);
   // -1: no budget, the epochs decide.

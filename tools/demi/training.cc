@@ -66,6 +66,17 @@ std::shared_ptr<amp::LossScaleManager> parse_loss_scale(const std::string& s) {
   throw UsageError("unknown --loss-scale '" + s + "'; expected default, none, fixed:N or dynamic");
 }
 
+}  // namespace
+
+std::optional<bool> parse_param_grads(const std::string& s) {
+  if (s == "auto") return std::nullopt;
+  if (s == "low") return true;
+  if (s == "fp32") return false;
+  throw UsageError("unknown --param-grads '" + s + "'; expected auto, low or fp32");
+}
+
+namespace {
+
 // Model D's data: random tokens (B, 128) of a 1000-word vocabulary; the label is the first token mod 10
 // (learnable, so the loss falls), drawn per row from (seed, epoch, row).
 std::shared_ptr<data::Dataset> token_dataset(int64_t n, int64_t batch, uint64_t seed) {
@@ -333,6 +344,7 @@ int run_train(const ParsedArgs& args) {
   mo.loss_scale_manager = parse_loss_scale(args.get("loss-scale"));
   mo.no_loss_scale = args.get("loss-scale") == "none";  // overrides the level's default manager
   mo.clip_grad_norm = args.get_real("clip-grad-norm");
+  mo.low_precision_param_grads = parse_param_grads(args.get("param-grads"));
   mo.accumulate = static_cast<int>(args.get_int("accumulate"));
   mo.amp_adapt = args.flag("amp-adapt");
   const int64_t step_budget = args.get_int("steps");
@@ -844,6 +856,8 @@ void add_training_commands(std::vector<Command>& cmds) {
   train_opts.push_back(real_option("clip-grad-norm", "X", "clip the gradients to global L2 norm X after unscaling "
                                                           "(0: off)", "0", 0, 1e12));
   train_opts.push_back(int_option("accumulate", "N", "batches per update (gradient accumulation)", "1", 1, 1 << 20));
+  train_opts.push_back({"param-grads", "P", "parameter gradients at O2/O3: low (in the low dtype, half the bytes), "
+                                            "fp32, or auto (low in bf16, fp32 in fp16)", "auto"});
   train_opts.push_back(int_option("steps", "N", "stop after N updates in all (0: --epochs decides; --model gpt: the run's "
                                                "length, which the learning-rate schedule spans, default 2000)", "0", 0, 1e15));
   train_opts.push_back({"comm-dtype", "T", "under mpirun: gradients travel as fp32 or bf16 (summed in FP32, "

@@ -29,22 +29,21 @@ const cpu_internal::AmpKernels& kernels() {
   return table.get();
 }
 
-template <typename Span>
-int64_t count_blocks(std::span<const Span> bufs) {
+int64_t count_blocks(std::span<const GradBuffer> bufs) {
   int64_t count = 0;
-  for (const auto& b : bufs) count += (static_cast<int64_t>(b.size()) + kAmpBlock - 1) / kAmpBlock;
+  for (const auto& b : bufs) count += (b.n + kAmpBlock - 1) / kAmpBlock;
   return count;
 }
 
 // Cuts the buffers into blocks of at most kAmpBlock elements; owner[k] is block k's buffer.
-template <typename Span>
-void make_blocks(std::span<const Span> bufs, AmpBlock* blocks, int64_t* owner) {
+void make_blocks(std::span<const GradBuffer> bufs, AmpBlock* blocks, int64_t* owner) {
   int64_t k = 0;
   for (size_t b = 0; b < bufs.size(); ++b) {
-    auto* data = const_cast<float*>(bufs[b].data());  // sum_of_squares only reads
-    const int64_t n = static_cast<int64_t>(bufs[b].size());
+    char* data = static_cast<char*>(bufs[b].data);
+    const size_t size = dtype_size(bufs[b].dtype);
+    const int64_t n = bufs[b].n;
     for (int64_t i = 0; i < n; i += kAmpBlock, ++k) {
-      blocks[k] = {data + i, n - i < kAmpBlock ? n - i : kAmpBlock};
+      blocks[k] = {data + static_cast<size_t>(i) * size, n - i < kAmpBlock ? n - i : kAmpBlock, bufs[b].dtype};
       owner[k] = static_cast<int64_t>(b);
     }
   }
@@ -53,8 +52,7 @@ void make_blocks(std::span<const Span> bufs, AmpBlock* blocks, int64_t* owner) {
 // The block list (tracked scratch memory): blocks, their owners, and a result slot per block.
 template <typename Result>
 struct BlockList {
-  template <typename Span>
-  explicit BlockList(std::span<const Span> bufs)
+  explicit BlockList(std::span<const GradBuffer> bufs)
       : count(count_blocks(bufs)),
         ws(static_cast<size_t>(count) * (sizeof(AmpBlock) + sizeof(int64_t) + sizeof(Result))) {
     blocks = reinterpret_cast<AmpBlock*>(ws.f32());
@@ -71,7 +69,7 @@ struct BlockList {
 
 }  // namespace
 
-UnscaleResult unscale_and_check_finite(std::span<const std::span<float>> grads, float inv_scale) {
+UnscaleResult unscale_and_check_finite(std::span<const GradBuffer> grads, float inv_scale) {
   BlockList<uint8_t> list(grads);
   kernels().unscale(list.blocks, list.count, inv_scale, inv_scale != 1.0f, list.result);
   UnscaleResult r;
@@ -84,7 +82,7 @@ UnscaleResult unscale_and_check_finite(std::span<const std::span<float>> grads, 
   return r;
 }
 
-double sum_of_squares(std::span<const std::span<const float>> bufs, double* per_buffer) {
+double sum_of_squares(std::span<const GradBuffer> bufs, double* per_buffer) {
   BlockList<float> list(bufs);
   kernels().sum_squares(list.blocks, list.count, list.result);
   if (per_buffer)

@@ -1,6 +1,6 @@
 // AMP kernels, fast: the fused gradient unscale + all-finite check that decides whether a mixed-precision
 // step is applied or skipped, and the sum of squares behind global-norm gradient clipping. Both take the
-// whole list of f32 gradient buffers and make one pass over them: the buffers are cut into fixed blocks
+// whole list of gradient buffers (f32, or f16/bf16: AMP O2/O3's parameter gradients) and make one pass: the buffers are cut into fixed blocks
 // of kAmpBlock elements that run in parallel, vectorised (AVX-512 when demi::cpu_level() allows). Cast
 // itself is demi::convert (demi/core/convert.h). UnscaleResult is defined with the reference twins
 // (demi/kernels/reference/amp_kernels.h).
@@ -16,13 +16,14 @@ namespace demi::kernels {
 // Elements per block; the blocks (not the thread count) fix the summation order.
 inline constexpr int64_t kAmpBlock = 1 << 15;
 
-// grads: f32 buffers -> each g becomes g * inv_scale in place (read-only when inv_scale == 1); returns
-// whether every unscaled value is finite and the index of the first buffer holding an inf or NaN. A finite
-// g whose product overflows counts as non-finite. Every buffer is processed, overflow or not.
-UnscaleResult unscale_and_check_finite(std::span<const std::span<float>> grads, float inv_scale);
+// grads -> each f32 g becomes g * inv_scale in place (read-only when inv_scale == 1); f16 and bf16 buffers
+// are only read, their values checked as g * inv_scale (the caller applies inv_scale when it reads them).
+// Returns whether every unscaled value is finite and the index of the first buffer holding an inf or NaN.
+// A finite g whose product overflows counts as non-finite. Every buffer is processed, overflow or not.
+UnscaleResult unscale_and_check_finite(std::span<const GradBuffer> grads, float inv_scale);
 
-// bufs: f32 buffers -> sum of all squares: f32 within each block, f64 across blocks; per_buffer
-// (bufs.size()) each buffer's own sum (nullable).
-double sum_of_squares(std::span<const std::span<const float>> bufs, double* per_buffer = nullptr);
+// bufs -> sum of all squares (values widened to f32): f32 within each block, f64 across blocks;
+// per_buffer (bufs.size()) each buffer's own sum (nullable).
+double sum_of_squares(std::span<const GradBuffer> bufs, double* per_buffer = nullptr);
 
 }  // namespace demi::kernels

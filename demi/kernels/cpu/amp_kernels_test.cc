@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "demi/core/convert.h"
 #include "demi/kernels/cpu/internal/test_util.h"
 
 namespace demi::kernels {
@@ -21,9 +22,29 @@ std::vector<std::vector<float>> make_grads() {
   return g;
 }
 
-std::vector<std::span<float>> spans(std::vector<std::vector<float>>& g) {
-  return {g.begin(), g.end()};
+std::vector<GradBuffer> spans(std::vector<std::vector<float>>& g) {
+  std::vector<GradBuffer> out;
+  for (auto& v : g) out.push_back(GradBuffer::f32(v));
+  return out;
 }
+
+// The same values rounded to `dtype` (f16 or bf16), as buffers of that dtype.
+struct LowGrads {
+  LowGrads(const std::vector<std::vector<float>>& g, DType low) : dtype(low) {
+    for (const auto& v : g) {
+      std::vector<uint16_t> b(v.size());
+      convert(v.data(), DType::kF32, b.data(), low, static_cast<int64_t>(v.size()));
+      bits.push_back(std::move(b));
+    }
+  }
+  std::vector<GradBuffer> buffers() {
+    std::vector<GradBuffer> out;
+    for (auto& b : bits) out.push_back({b.data(), static_cast<int64_t>(b.size()), dtype});
+    return out;
+  }
+  DType dtype;
+  std::vector<std::vector<uint16_t>> bits;
+};
 
 TEST(UnscaleAndCheckFinite, MatchesReference) {
   for_each_level([](CpuLevel) {
@@ -75,7 +96,7 @@ TEST(UnscaleAndCheckFinite, FindsTheFirstNonFiniteBuffer) {
 TEST(SumOfSquares, MatchesReference) {
   for_each_level([](CpuLevel) {
     auto g = make_grads();
-    std::vector<std::span<const float>> cs(g.begin(), g.end());
+    std::vector<GradBuffer> cs = spans(g);
     std::vector<double> per(g.size()), want_per(g.size());
     double total = sum_of_squares(cs, per.data());
     double want = ref::sum_of_squares(cs, want_per.data());
@@ -83,6 +104,55 @@ TEST(SumOfSquares, MatchesReference) {
     EXPECT_TRUE(testing::all_close(per, want_per, tolerance_for(DType::kF32)));
     EXPECT_EQ(sum_of_squares(cs), total);
     EXPECT_EQ(sum_of_squares({}), 0.0);
+  });
+}
+
+// AMP O2/O3's parameter gradients: f16 and bf16 buffers are checked as g * inv_scale and never written.
+TEST(UnscaleAndCheckFinite, ChecksLowPrecisionBuffersWithoutWritingThem) {
+  for_each_level([](CpuLevel) {
+    for (DType dtype : {DType::kF16, DType::kBF16}) {
+      auto g = make_grads();
+      for (auto& v : g)
+        for (float& x : v) x /= 64.0f;  // within f16's range
+      LowGrads low(g, dtype);
+      const auto before = low.bits;
+      for (float inv_scale : {1.0f / 1024.0f, 1.0f}) {
+        auto bufs = low.buffers();
+        UnscaleResult r = unscale_and_check_finite(bufs, inv_scale);
+        EXPECT_TRUE(r.all_finite) << dtype;
+        EXPECT_EQ(low.bits, before) << dtype;
+      }
+      // A non-finite value in buffer 3, and one in buffer 1 that only the product makes infinite.
+      LowGrads bad(g, dtype);
+      const uint16_t inf = dtype == DType::kF16 ? 0x7c00 : 0x7f80;
+      bad.bits[3][100002] = inf;
+      auto bufs = bad.buffers();
+      UnscaleResult r = unscale_and_check_finite(bufs, 0.5f);
+      UnscaleResult w = ref::unscale_and_check_finite(bufs, 0.5f);
+      EXPECT_EQ(r.first_nonfinite, 3) << dtype;
+      EXPECT_EQ(w.first_nonfinite, 3) << dtype;
+      bad.bits[1][16] = dtype == DType::kF16 ? 0x7bff : 0x7f7f;  // the dtype's largest finite value
+      bufs = bad.buffers();
+      EXPECT_EQ(unscale_and_check_finite(bufs, 1e34f).first_nonfinite, 1) << dtype;
+      EXPECT_EQ(ref::unscale_and_check_finite(bufs, 1e34f).first_nonfinite, 1) << dtype;
+    }
+  });
+}
+
+TEST(SumOfSquares, ReadsLowPrecisionBuffers) {
+  for_each_level([](CpuLevel) {
+    for (DType dtype : {DType::kF16, DType::kBF16}) {
+      auto g = make_grads();
+      for (auto& v : g)
+        for (float& x : v) x /= 64.0f;
+      LowGrads low(g, dtype);
+      auto bufs = low.buffers();
+      std::vector<double> per(g.size()), want_per(g.size());
+      const double total = sum_of_squares(bufs, per.data());
+      const double want = ref::sum_of_squares(bufs, want_per.data());
+      EXPECT_TRUE(tolerance_for(DType::kF32).close(total, want)) << dtype << ": " << total << " vs " << want;
+      EXPECT_TRUE(testing::all_close(per, want_per, tolerance_for(DType::kF32))) << dtype;
+    }
   });
 }
 

@@ -17,8 +17,6 @@ void check_rank(Op op, const Tensor& x, int rank, const char* arg, const char* l
 
 Tensor grad_as(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
 
-DType master_dtype(DType t) { return is_low_precision(t) ? DType::kF32 : t; }
-
 Tensor binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b) {
   DEMI_ASSERT(a.dtype() == b.dtype(), "binary kernel on ", a.describe(), " and ", b.describe());
   Shape out = kernels::broadcast_shape(a.shape().dims(), b.shape().dims(), kernels::binary_op_name(op));

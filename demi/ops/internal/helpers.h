@@ -18,9 +18,6 @@ void check_rank(Op op, const Tensor& x, int rank, const char* arg, const char* l
 // g converted to dtype (gradients reaching a node may be wider than its output).
 Tensor grad_as(const Tensor& g, DType dtype);
 
-// The dtype a parameter gradient is written in: FP32 for low-precision operands (AMP's master gradient).
-DType master_dtype(DType t);
-
 // Kernel-level elementwise on tensors of one dtype (broadcasting for binary).
 Tensor binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b);
 Tensor unary(kernels::UnaryOp op, const Tensor& x);
