@@ -53,17 +53,17 @@ AmpPolicy::AmpPolicy(Level level, DType low_dtype) : low_(low_dtype) {
       break;
     case Level::kO3: mode_ = Mode::kAll; break;
   }
-  low_grads_ = default_low_precision_param_grads(mode_, low_);
+  low_grads_ = default_low_precision_param_grads(mode_);
 }
 
 AmpPolicy::AmpPolicy(Mode mode, std::set<ops::Op> op_list, DType low_dtype)
     : mode_(mode), list_(std::move(op_list)), low_(low_dtype) {
   check_low(low_dtype);
-  low_grads_ = default_low_precision_param_grads(mode_, low_);
+  low_grads_ = default_low_precision_param_grads(mode_);
 }
 
-bool AmpPolicy::default_low_precision_param_grads(Mode mode, DType low) {
-  return (mode == Mode::kBlackList || mode == Mode::kAll) && low == DType::kBF16;
+bool AmpPolicy::default_low_precision_param_grads(Mode mode) {
+  return mode == Mode::kBlackList || mode == Mode::kAll;
 }
 
 namespace {
@@ -100,7 +100,7 @@ std::string AmpPolicy::describe() const {
     os << ":";
     for (ops::Op op : list_) os << " " << ops::op_name(op);
   }
-  if (low_grads_) os << ", " << dtype_name(low_) << " parameter gradients";
+  if (low_grads_) os << ", bfloat16 parameter gradients";
   os << ")";
   return os.str();
 }

@@ -47,16 +47,17 @@ class AmpPolicy : public ops::PrecisionPolicy {
 
   DType compute_dtype(ops::Op op, DType natural) const override;
   bool outputs_to_fp32(ops::Op op) const override;
-  // Low-precision parameter gradients: an FP32 parameter cast to the low dtype gets its .grad in that
-  // dtype (ops::CastGrad::kAsIs), written by the weight-gradient product from its FP32 sums (rounded once),
-  // instead of an FP32 gradient: 2 bytes per value less. The optimizer reads them widened, chunk by chunk,
-  // into its FP32 update of the FP32 master weights; micro-batches accumulate in FP32.
-  // Default: on where the level runs everything but a black list low (O2, O3, custom black lists) in
-  // bfloat16, whose range is FP32's; off in float16, where a weight gradient (a sum over the batch) reaches
-  // FP16's 65504 long before the activation gradients do: it overflowed and skipped 2-4x as many steps at
-  // the dynamic scale's start, and an unscaled O3 run could no longer train (measured; docs/DESIGN.md).
-  // Off for O1, whose white-listed ops hand FP32 back.
-  static bool default_low_precision_param_grads(Mode mode, DType low);
+  // Low-precision parameter gradients: an FP32 parameter cast to the low dtype gets its .grad in bfloat16
+  // (ops::CastGrad::kKeepBf16), written by the weight-gradient product from its FP32 sums (rounded once),
+  // instead of an FP32 gradient: 2 bytes per value less. bfloat16 in float16 runs too: a weight gradient is
+  // a sum over the batch, and at the scales dynamic loss scaling uses it leaves FP16's 65504 long before the
+  // activation gradients do (stored in float16 it overflowed and skipped 2-4x as many steps at the start,
+  // and an unscaled O3 run no longer trained: measured), while bfloat16 has FP32's range, so the overflow
+  // decisions stay those of FP32 gradients. The optimizer reads them widened, chunk by chunk, into its FP32
+  // update of the FP32 master weights; micro-batches accumulate in FP32.
+  // Default: on where the level runs everything but a black list low (O2, O3, custom black lists); off
+  // for O1, whose white-listed ops hand FP32 back.
+  static bool default_low_precision_param_grads(Mode mode);
   bool low_precision_param_grads() const override { return low_grads_; }
   void set_low_precision_param_grads(bool on) { low_grads_ = on; }
 

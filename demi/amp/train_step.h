@@ -56,7 +56,7 @@ struct TrainOptions {
   std::optional<bool> keep_batchnorm_fp32;             // default: true at O2, false at O3
   double clip_grad_norm = 0;                           // > 0: max global L2 norm, applied after unscaling
   // Parameter gradients in the low dtype (no FP32 gradient buffer; AmpPolicy::low_precision_param_grads).
-  // Default: the policy's (on at O2 and O3 in bfloat16).
+  // Default: the policy's (bfloat16 at O2 and O3, in float16 runs too).
   std::optional<bool> low_precision_param_grads;
 };
 

@@ -140,9 +140,9 @@ ops::TensorList AccumulateGrad::apply(const ops::TensorList& grad_outputs) {
   DEMI_CHECK(g.numel() == leaf.numel(), "gradient of ", leaf.describe(), " has shape ", g.shape());
   AutogradMeta& meta = leaf.autograd_meta();
   MemCategoryScope cat(MemCategory::kGradient);
-  // An FP32 leaf's gradient that arrives in FP16/BF16 (a parameter cast with ops::CastGrad::kAsIs: AMP
-  // O2/O3's low-precision parameter gradients) stays in that dtype; any other arrives in, or is converted
-  // to, the leaf's dtype.
+  // An FP32 leaf's gradient that arrives in FP16/BF16 (a parameter cast with ops::CastGrad::kKeepBf16:
+  // AMP O2/O3's low-precision parameter gradients) stays in that dtype; any other arrives in, or is
+  // converted to, the leaf's dtype.
   const bool low = leaf.dtype() == DType::kF32 && is_low_precision(g.dtype());
   const DType dtype = low ? g.dtype() : leaf.dtype();
   if (!meta.grad || !meta.grad->defined()) {

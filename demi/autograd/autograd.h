@@ -4,7 +4,7 @@
 // holding the op's backward rule and the tensors it saved. backward(loss) walks the recorded graph once,
 // in reverse creation order, sums the gradients reaching each tensor, accumulates the leaves' gradients
 // into their .grad (FP32 for FP32 parameters, whatever dtype the op ran in, except where AMP O2/O3 casts
-// a parameter with ops::CastGrad::kAsIs: then .grad is FP16/BF16 until a second gradient is added into
+// a parameter with ops::CastGrad::kKeepBf16: then .grad is bfloat16 until a second gradient is added into
 // it, which accumulates in FP32), and frees each node's saved tensors as soon as its backward rule has run.
 //
 //   Tensor w = demi::uniform({10, 5}, -1, 1, gen).set_requires_grad(true);

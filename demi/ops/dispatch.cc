@@ -51,7 +51,7 @@ bool is_parameter_like(const Tensor& x) {
   return x.has_autograd_meta() && x.impl().autograd->requires_grad && !x.impl().autograd->grad_fn;
 }
 
-// Whether x, cast to `dtype`, gets its gradient in that dtype (PrecisionPolicy::low_precision_param_grads).
+// Whether x, cast to `dtype`, gets a bfloat16 gradient (PrecisionPolicy::low_precision_param_grads).
 bool keeps_low_grad(const Tensor& x, DType dtype) {
   return t_policy != nullptr && t_policy->low_precision_param_grads() && x.dtype() == DType::kF32 &&
          is_low_precision(dtype) && is_parameter_like(x);
@@ -120,7 +120,7 @@ Tensor Dispatch::cast_input(size_t i, DType dtype, bool use_cache) const {
   const Tensor* t = inputs_[i];
   if (t == nullptr || !t->defined()) return Tensor();
   if (!is_floating(t->dtype()) || !is_floating(dtype) || t->dtype() == dtype) return *t;
-  const CastGrad grad = keeps_low_grad(*t, dtype) ? CastGrad::kAsIs : CastGrad::kToSource;
+  const CastGrad grad = keeps_low_grad(*t, dtype) ? CastGrad::kKeepBf16 : CastGrad::kToSource;
   if (use_cache && is_parameter_like(*t)) {
     AutogradMeta& meta = *t->impl().autograd;
     CastKey key{&t->impl(), meta.version, dtype};
@@ -157,7 +157,7 @@ Tensor Dispatch::cast_input(size_t i, DType dtype, bool use_cache) const {
 DType Dispatch::param_grad_dtype(size_t i, DType operand) const {
   if (!is_low_precision(operand)) return operand;
   const Tensor* t = i < inputs_.size() ? inputs_[i] : nullptr;
-  return t != nullptr && t->defined() && keeps_low_grad(*t, operand) ? operand : DType::kF32;
+  return t != nullptr && t->defined() && keeps_low_grad(*t, operand) ? DType::kBF16 : DType::kF32;
 }
 
 TensorList Dispatch::finish(TensorList outputs, BackwardFn backward) {
@@ -188,7 +188,8 @@ namespace {
 BackwardFn cast_backward(DType src, CastGrad grad) {
   return [src, grad](const TensorList& g) {
     const Tensor& gy = g[0];
-    return TensorList{gy.dtype() == src || grad == CastGrad::kAsIs ? gy : gy.to(src)};
+    const bool keep = gy.dtype() == src || (grad == CastGrad::kKeepBf16 && gy.dtype() == DType::kBF16);
+    return TensorList{keep ? gy : gy.to(src)};
   };
 }
 

@@ -59,7 +59,7 @@ class PrecisionPolicy {
   virtual DType compute_dtype(Op op, DType natural) const = 0;
   // Whether the op's floating outputs are cast back to FP32 (MindSpore's O1).
   virtual bool outputs_to_fp32(Op op) const = 0;
-  // Whether an FP32 parameter cast to the low dtype gets its gradient in that dtype (CastGrad::kAsIs).
+  // Whether an FP32 parameter cast to a low dtype gets its gradient in bfloat16 (CastGrad::kKeepBf16).
   virtual bool low_precision_param_grads() const { return false; }
 };
 
@@ -135,10 +135,10 @@ class Dispatch {
   // past the forward call (it recasts the caller's tensor in backward), so that the copy is freed at once.
   Tensor input_uncached(size_t i) const;
   // The dtype an op writes input i's gradient in when it computes it from that input cast to `operand` (a
-  // weight or bias): FP32 for a low-precision operand (AMP's master gradient: the product's FP32 sums
-  // rounded once), or `operand` itself where the policy keeps parameter gradients low and input i is a
-  // parameter (PrecisionPolicy::low_precision_param_grads). Call it in the forward, where the policy is
-  // in force.
+  // weight or bias): for a low-precision operand, FP32 (AMP's master gradient: the product's FP32 sums
+  // rounded once), or bfloat16 where the policy keeps parameter gradients low and input i is a parameter
+  // (PrecisionPolicy::low_precision_param_grads; bfloat16 for float16 operands too: see AmpPolicy). Call it
+  // in the forward, where the policy is in force.
   DType param_grad_dtype(size_t i, DType operand) const;
   bool needs_grad() const { return needs_grad_; }
   // Whether input i (as given by the caller) needs a gradient: a backward rule skips the work for the
@@ -165,10 +165,11 @@ class Dispatch {
 };
 
 // How a Cast's backward hands the gradient to its source: cast back to the source's dtype (the default),
-// or as it is. Dispatch casts an FP32 parameter to the low dtype with kAsIs when the policy in force says
-// low_precision_param_grads() (AMP O2/O3): the parameter's .grad is then FP16/BF16, and no FP32 gradient
-// buffer exists (the product that makes it still accumulates in FP32 inside).
-enum class CastGrad { kToSource, kAsIs };
+// or a bfloat16 gradient as it is (any other still cast back). Dispatch casts an FP32 parameter to the low
+// dtype with kKeepBf16 when the policy in force says low_precision_param_grads() (AMP O2/O3), and the op
+// writes that parameter's gradient in bfloat16 (Dispatch::param_grad_dtype): the parameter's .grad is then
+// bfloat16, and no FP32 gradient buffer exists (the product that makes it still sums in FP32 inside).
+enum class CastGrad { kToSource, kKeepBf16 };
 // Casts `x` to `dtype` as a recorded, differentiable op.
 Tensor cast(const Tensor& x, DType dtype, CastGrad grad = CastGrad::kToSource);
 // x cast to copy's dtype where copy already holds exactly those values (a parameter's low copy): the

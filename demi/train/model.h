@@ -46,7 +46,7 @@ struct ModelOptions {
   std::shared_ptr<amp::LossScaleManager> loss_scale_manager;  // null: the level's default
   bool no_loss_scale = false;                                 // no loss scaling, whatever the level's default
   std::optional<bool> keep_batchnorm_fp32;                    // default: MindSpore's per level
-  // Parameter gradients in the low dtype (amp::TrainOptions); default: the policy's (on at O2, O3 in bf16).
+  // Parameter gradients in bfloat16 (amp::TrainOptions); default: the policy's (on at O2 and O3).
   std::optional<bool> low_precision_param_grads;
   int prefetch_depth = 4;                                     // batches queued ahead in sink mode
   // Stop with an error when the loss becomes NaN/Inf at O0 (or without a loss scale), instead of

@@ -70,9 +70,9 @@ std::shared_ptr<amp::LossScaleManager> parse_loss_scale(const std::string& s) {
 
 std::optional<bool> parse_param_grads(const std::string& s) {
   if (s == "auto") return std::nullopt;
-  if (s == "low") return true;
+  if (s == "bf16") return true;
   if (s == "fp32") return false;
-  throw UsageError("unknown --param-grads '" + s + "'; expected auto, low or fp32");
+  throw UsageError("unknown --param-grads '" + s + "'; expected auto, bf16 or fp32");
 }
 
 namespace {
@@ -856,8 +856,8 @@ void add_training_commands(std::vector<Command>& cmds) {
   train_opts.push_back(real_option("clip-grad-norm", "X", "clip the gradients to global L2 norm X after unscaling "
                                                           "(0: off)", "0", 0, 1e12));
   train_opts.push_back(int_option("accumulate", "N", "batches per update (gradient accumulation)", "1", 1, 1 << 20));
-  train_opts.push_back({"param-grads", "P", "parameter gradients at O2/O3: low (in the low dtype, half the bytes), "
-                                            "fp32, or auto (low in bf16, fp32 in fp16)", "auto"});
+  train_opts.push_back({"param-grads", "P", "parameter gradients: bf16 (half the bytes of FP32, FP32's range), fp32, "
+                                            "or auto (bf16 at O2/O3, fp32 at O0/O1)", "auto"});
   train_opts.push_back(int_option("steps", "N", "stop after N updates in all (0: --epochs decides; --model gpt: the run's "
                                                "length, which the learning-rate schedule spans, default 2000)", "0", 0, 1e15));
   train_opts.push_back({"comm-dtype", "T", "under mpirun: gradients travel as fp32 or bf16 (summed in FP32, "

@@ -18,7 +18,7 @@ void apply_thread_option(const ParsedArgs& args);
 // as .damaged, with a warning naming its error); nullopt when there is none; an error when every one is
 // damaged.
 std::optional<train::LoadedCheckpoint> resume_checkpoint(const std::string& dir, const std::string& prefix);
-// --param-grads: "low" -> true, "fp32" -> false, "auto" -> nullopt (the AMP policy's default).
+// --param-grads: "bf16" -> true, "fp32" -> false, "auto" -> nullopt (the AMP policy's default).
 std::optional<bool> parse_param_grads(const std::string& s);
 // Appends train, eval and compare to the command list.
 void add_training_commands(std::vector<Command>& cmds);
