@@ -12,6 +12,7 @@
 #include "demi/amp/loss_scale.h"
 #include "demi/amp/policy.h"
 #include "demi/amp/train_step.h"
+#include "demi/core/memory.h"
 #include "demi/core/rng.h"
 #include "demi/nn/models.h"
 #include "demi/ops/ops.h"
@@ -28,7 +29,8 @@ struct Trainer {
 };
 
 // LeNet with BatchNorm (its parameters stay FP32 at O2), built from one seed.
-Trainer make_trainer(Level level, DType low, std::optional<bool> low_grads, double clip = 0) {
+Trainer make_trainer(Level level, DType low, std::optional<bool> low_grads, double clip = 0,
+                     bool in_backward = false) {
   set_seed(11);
   Trainer r;
   r.net = std::make_shared<nn::LeNet>(/*batch_norm=*/true);
@@ -36,7 +38,10 @@ Trainer make_trainer(Level level, DType low, std::optional<bool> low_grads, doub
   amp::TrainOptions o;
   o.low_dtype = low;
   // fp16: a fixed loss scale, so that both runs of a comparison scale alike.
-  if (low == DType::kF16) o.loss_scale_manager = std::make_shared<amp::FixedLossScaleManager>(256.0, true);
+  if (low == DType::kF16 && !in_backward)
+    o.loss_scale_manager = std::make_shared<amp::FixedLossScaleManager>(256.0, true);
+  o.no_loss_scale = in_backward;
+  o.optimizer_in_backward = in_backward;
   o.low_precision_param_grads = low_grads;
   o.clip_grad_norm = clip;
   r.step = amp::build_train_network(r.net, r.opt, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"),
@@ -172,6 +177,61 @@ TEST(LowPrecisionParamGrads, ThePublicUnscaleRefusesToFlushThemInPlace) {
   EXPECT_NEAR(clip[0].get(0), 1.5, 1e-6);
   EXPECT_NEAR(clip[1].to(DType::kF32).get(0), 2.0, 1e-2);
   EXPECT_EQ(clip[1].dtype(), DType::kBF16);
+}
+
+TEST(OptimizerInBackward, UpdatesBitForBitAsTheStepAfterBackwardWithLessGradientMemory) {
+  for (Level level : {Level::kO0, Level::kO2}) {
+    Trainer usual = make_trainer(level, DType::kBF16, std::nullopt);
+    Trainer early = make_trainer(level, DType::kBF16, std::nullopt, 0, /*in_backward=*/true);
+    int64_t peak_usual = 0, peak_early = 0;
+    for (int s = 0; s < 4; ++s) {
+      Batch b = batch(200 + static_cast<uint64_t>(s));
+      mem_reset_peak();
+      amp::StepResult a = (*usual.step)(b.x, b.y);
+      peak_usual = std::max(peak_usual, mem_stats().train_peak);
+      usual.opt->zero_grad();  // one process tracks both runs: neither's gradients may outlive its step
+      mem_reset_peak();
+      amp::StepResult e = (*early.step)(b.x, b.y);
+      peak_early = std::max(peak_early, mem_stats().train_peak);
+      ASSERT_EQ(a.loss, e.loss) << amp::level_name(level) << " step " << s;
+      EXPECT_FALSE(e.overflow);
+    }
+    EXPECT_EQ(early.opt->global_step(), 4);
+    auto w_usual = usual.net->parameters_and_names(), w_early = early.net->parameters_and_names();
+    for (size_t i = 0; i < w_usual.size(); ++i) {
+      EXPECT_FALSE(w_early[i].second.grad().defined()) << "freed once applied: " << w_early[i].first;
+      for (int64_t k = 0; k < w_usual[i].second.numel(); ++k)
+        ASSERT_EQ(w_usual[i].second.get(k), w_early[i].second.get(k)) << w_usual[i].first << " " << k;
+    }
+    EXPECT_LT(peak_early, peak_usual) << amp::level_name(level) << ": no step holds every gradient";
+    std::printf("%s training peak: %lld bytes updating after backward, %lld in backward\n", amp::level_name(level),
+                static_cast<long long>(peak_usual), static_cast<long long>(peak_early));
+  }
+}
+
+TEST(OptimizerInBackward, ANonFiniteGradientSkipsItsParameterAndTheConditionsAreChecked) {
+  Trainer early = make_trainer(Level::kO2, DType::kBF16, std::nullopt, 0, /*in_backward=*/true);
+  Batch b = batch(5);
+  (*early.step)(b.x, b.y);
+  Tensor w = early.net->parameters_and_names()[0].second.clone();
+  b.x.set(0, std::numeric_limits<float>::infinity());
+  amp::StepResult r = (*early.step)(b.x, b.y);
+  EXPECT_TRUE(r.overflow);
+  EXPECT_FALSE(r.first_nonfinite.empty());
+  const Tensor& w_now = early.net->parameters_and_names()[0].second;
+  for (int64_t k = 0; k < w.numel(); ++k) ASSERT_EQ(w_now.get(k), w.get(k)) << "the first conv's update is skipped";
+  // What needs every gradient before the update cannot run with it.
+  EXPECT_THROW(early.step->accumulate(b.x, b.y), Error);
+  early.step->set_clip_grad_norm(1.0);
+  try {
+    (*early.step)(b.x, b.y);
+    FAIL() << "clipping with the optimizer in backward must be an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gradient clipping"), std::string::npos) << e.what();
+  }
+  Trainer scaled = make_trainer(Level::kO2, DType::kF16, std::nullopt);
+  scaled.step->set_optimizer_in_backward(true);
+  EXPECT_THROW((*scaled.step)(b.x, b.y), Error) << "a loss scale needs every gradient before its decision";
 }
 
 }  // namespace

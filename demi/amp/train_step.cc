@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <unordered_map>
 
 #include "demi/autograd/autograd.h"
 #include "demi/ops/dispatch.h"
@@ -28,6 +29,7 @@ TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell
 StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
   DEMI_CHECK(micro_batches_ == 0, "TrainStep: ", micro_batches_, " micro-batch(es) accumulated but not applied; ",
              "call step() before a whole-batch train step");
+  if (optimizer_in_backward_) return step_in_backward(data, label);
   reduce_in_backward_ = reducer_ != nullptr;
   try {
     accumulate(data, label);
@@ -39,7 +41,50 @@ StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
   return step();
 }
 
+StepResult TrainStep::step_in_backward(const Tensor& data, const Tensor& label) {
+  const char* why = manager_ ? "a loss scale (its unscale and skip decision need every gradient first)"
+                    : clip_grad_norm_ > 0 ? "gradient clipping (the global norm needs every gradient first)"
+                    : reducer_ ? "data parallelism (the gradients are combined across processes first)"
+                               : nullptr;
+  DEMI_CHECK(why == nullptr, "TrainStep: the optimizer in backward updates each parameter as soon as its gradient ",
+             "is complete, which cannot be combined with ", why, "; turn one of them off");
+  std::vector<Tensor> params = optimizer_->parameters();
+  std::unordered_map<const TensorImpl*, size_t> index;
+  for (size_t i = 0; i < params.size(); ++i) index.emplace(params[i].impl_ptr().get(), i);
+  StepResult r;
+  r.loss_scale = 1.0;
+  optimizer_->zero_grad();
+  micro_scale_ = 1.0;
+  bool updated = false;
+  // Each parameter's update as soon as its gradient is final; the gradient is freed right after.
+  autograd::LeafReadyHook update = [&](const Tensor& leaf) {
+    auto it = index.find(leaf.impl_ptr().get());
+    if (it == index.end()) return;
+    Tensor p = params[it->second];
+    const Tensor g = p.grad();
+    if (!g.defined()) return;
+    if (ops::unscale_and_check_finite(std::span<const Tensor>(&g, 1), 1.0f, "optimizer in backward") >= 0) {
+      if (!r.overflow) r.first_nonfinite = param_names_[it->second];
+      r.overflow = true;
+    } else {
+      autograd::NoGradGuard no_grad;
+      optimizer_->step_param(it->second);
+      updated = true;
+    }
+    p.set_grad(Tensor());
+  };
+  {
+    autograd::LeafReadyScope ready(update);
+    r.loss = forward_backward(data, label, /*notify_reducer=*/false);
+  }
+  if (updated) optimizer_->finish_step();
+  r.micro_batches = 1;
+  return r;
+}
+
 float TrainStep::accumulate(const Tensor& data, const Tensor& label) {
+  DEMI_CHECK(!optimizer_in_backward_, "TrainStep::accumulate: the optimizer in backward updates each parameter as ",
+             "its gradient completes, so micro-batches cannot be accumulated; turn one of them off");
   if (micro_batches_ == 0) {
     micro_scale_ = manager_ ? manager_->get_loss_scale() : 1.0;
     micro_loss_sum_ = 0;
@@ -277,6 +322,7 @@ std::shared_ptr<TrainStep> build_train_network(std::shared_ptr<nn::Cell> net,
   if (options.no_loss_scale) manager = nullptr;
   auto step = std::make_shared<TrainStep>(std::move(net), std::move(loss_fn), std::move(optimizer), std::move(manager));
   step->set_clip_grad_norm(options.clip_grad_norm);
+  step->set_optimizer_in_backward(options.optimizer_in_backward);
   return step;
 }
 

@@ -16,6 +16,12 @@
 //     gradients, as one big batch would give), one clip, one optimizer step and ONE loss-scale decision for
 //     the whole update. Every micro-batch of an update uses the same loss scale; an overflow in any of them
 //     skips the update. operator()(data, label) is accumulate + step.
+//   - Optimizer in backward (set_optimizer_in_backward, off by default): each parameter is updated as soon
+//     as backward completes its gradient, and the gradient freed at once, so no step ever holds every
+//     gradient (issue 15's memory). It needs an update that waits on no global decision: no loss scale,
+//     no clipping, no gradient accumulation, no data parallelism (each is an error). A non-finite gradient
+//     cannot skip the whole step any more: that parameter's update is skipped, the others stand, and the
+//     step reports overflow (not skipped) naming it; there is no overflow attribution re-run.
 //
 // MindSpore's per-level defaults: O2 -> DynamicLossScaleManager and BatchNorm kept FP32; O3 -> no loss
 // scale, BatchNorm low too; O0/O1 -> no loss scale. With bfloat16 (same exponent range as FP32) no loss
@@ -55,6 +61,7 @@ struct TrainOptions {
   bool no_loss_scale = false;                          // force no loss scaling (overrides the default)
   std::optional<bool> keep_batchnorm_fp32;             // default: true at O2, false at O3
   double clip_grad_norm = 0;                           // > 0: max global L2 norm, applied after unscaling
+  bool optimizer_in_backward = false;                  // update each parameter as backward completes it
   // Parameter gradients in the low dtype (no FP32 gradient buffer; AmpPolicy::low_precision_param_grads).
   // Default: the policy's (bfloat16 at O2 and O3, in float16 runs too).
   std::optional<bool> low_precision_param_grads;
@@ -114,6 +121,9 @@ class TrainStep {
 
   // Clipping by global norm after unscaling (0: off).
   void set_clip_grad_norm(double max_norm);
+  // The optimizer in backward (see the top of this file); its conditions are checked at every step.
+  void set_optimizer_in_backward(bool on) { optimizer_in_backward_ = on; }
+  bool optimizer_in_backward() const { return optimizer_in_backward_; }
   double clip_grad_norm() const { return clip_grad_norm_; }
 
   nn::Cell& network() { return *net_; }
@@ -138,6 +148,7 @@ class TrainStep {
   double micro_scale_ = 1;     // the loss scale every micro-batch of this update uses
   bool reduce_in_backward_ = false;  // operator(): the reducer hears of gradients as backward makes them
   bool attribute_overflow_ = true;
+  bool optimizer_in_backward_ = false;
   // With attribution on, what it needs to re-run this update's micro-batches: each one's batch and the
   // generators' positions before it.
   struct MicroBatch {
@@ -148,6 +159,7 @@ class TrainStep {
   std::vector<std::pair<std::string, Generator*>> generators_;  // nn::generators_of(net), at construction
 
   float forward_backward(const Tensor& data, const Tensor& label, bool notify_reducer);
+  StepResult step_in_backward(const Tensor& data, const Tensor& label);
   void replay(const std::vector<MicroBatch>& micro, double loss_scale, ops::OpObserver& observer,
               const std::function<bool()>& done);
   OverflowSource find_overflow_source(const std::vector<MicroBatch>& micro, double loss_scale);

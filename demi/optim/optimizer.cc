@@ -60,64 +60,67 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state() {
 }
 
 void Optimizer::step(float low_grad_multiplier) {
+  for (size_t i = 0; i < flat_.size(); ++i) step_param(i, low_grad_multiplier);
+  finish_step();
+}
+
+void Optimizer::step_param(size_t i, float low_grad_multiplier) {
+  DEMI_CHECK(i < flat_.size(), name_, ": parameter index ", i, " out of range (", flat_.size(), " parameters)");
   double base = lr_->lr(step_);
   DEMI_CHECK(std::isfinite(base) && base >= 0, name_, ": the learning rate at step ", step_,
              " is not a finite non-negative number: ", base);
   DEMI_CHECK(std::isfinite(low_grad_multiplier), name_, ": low_grad_multiplier must be finite, got ",
              low_grad_multiplier);
-  for (size_t i = 0; i < flat_.size(); ++i) {
-    Tensor& p = flat_[i];
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    DEMI_CHECK(g.numel() == p.numel(), name_, ": gradient of ", p.describe(), " has shape ", g.shape());
-    DEMI_CHECK(g.dtype() == DType::kF32 || is_low_precision(g.dtype()), name_, ": gradient of ", p.describe(),
-               " is ", g.describe(), "; expected FP32, FP16 or BF16");
-    bool low = g.dtype() != DType::kF32;
-    if (low && reads_whole_gradient()) {
-      g = g.to(DType::kF32);
-      if (low_grad_multiplier != 1.0f) {
-        float* w = g.data<float>();
-        for (int64_t k = 0; k < g.numel(); ++k) w[k] *= low_grad_multiplier;
-      }
-      low = false;
+  Tensor& p = flat_[i];
+  Tensor g = p.grad();
+  if (!g.defined()) return;
+  DEMI_CHECK(g.numel() == p.numel(), name_, ": gradient of ", p.describe(), " has shape ", g.shape());
+  DEMI_CHECK(g.dtype() == DType::kF32 || is_low_precision(g.dtype()), name_, ": gradient of ", p.describe(),
+             " is ", g.describe(), "; expected FP32, FP16 or BF16");
+  bool low = g.dtype() != DType::kF32;
+  if (low && reads_whole_gradient()) {
+    g = g.to(DType::kF32);
+    if (low_grad_multiplier != 1.0f) {
+      float* w = g.data<float>();
+      for (int64_t k = 0; k < g.numel(); ++k) w[k] *= low_grad_multiplier;
     }
-    const ParamGroup& group = groups_[group_of_[i]];
-    float* pp = p.data<float>();
-    const float* gp = low ? nullptr : g.data<float>();
-    const char* glow = low ? static_cast<const char*>(g.raw_data()) : nullptr;
-    const DType gdtype = g.dtype();
-    const size_t gsize = dtype_size(gdtype);
-    double wd = group.weight_decay;
-    double lr = prepare(i, pp, gp, p.numel(), base * group.lr_scale, wd);
-    // A current low-precision copy (AMP O2/O3) is rewritten chunk by chunk while the chunk is in cache:
-    // the next forward reads it instead of casting the parameter again.
-    AutogradMeta& meta = p.autograd_meta();
-    Tensor* low_copy = meta.low_copy && meta.low_version == meta.version && meta.low_copy->numel() == p.numel()
-                           ? meta.low_copy.get()
-                           : nullptr;
-    char* lp = low_copy ? static_cast<char*>(low_copy->raw_data()) : nullptr;
-    const size_t lsize = low_copy ? dtype_size(low_copy->dtype()) : 0;
-    parallel_for(0, p.numel(), kUpdateGrain, [&](int64_t b, int64_t e) {
-      if (!low) {
-        update(i, b, pp + b, gp + b, e - b, lr, wd);
-      } else {
-        // The low-precision gradient widened (and multiplied) a chunk at a time, on the stack.
-        constexpr int64_t kChunk = 1024;
-        float wide[kChunk];
-        for (int64_t c = b; c < e; c += kChunk) {
-          const int64_t n = std::min(kChunk, e - c);
-          convert(glow + static_cast<size_t>(c) * gsize, gdtype, wide, DType::kF32, n);
-          if (low_grad_multiplier != 1.0f)
-            for (int64_t k = 0; k < n; ++k) wide[k] *= low_grad_multiplier;
-          update(i, c, pp + c, wide, n, lr, wd);
-        }
-      }
-      if (low_copy) convert(pp + b, DType::kF32, lp + static_cast<size_t>(b) * lsize, low_copy->dtype(), e - b);
-    });
-    ++meta.version;
-    if (low_copy) meta.low_version = meta.version;
+    low = false;
   }
-  ++step_;
+  const ParamGroup& group = groups_[group_of_[i]];
+  float* pp = p.data<float>();
+  const float* gp = low ? nullptr : g.data<float>();
+  const char* glow = low ? static_cast<const char*>(g.raw_data()) : nullptr;
+  const DType gdtype = g.dtype();
+  const size_t gsize = dtype_size(gdtype);
+  double wd = group.weight_decay;
+  double lr = prepare(i, pp, gp, p.numel(), base * group.lr_scale, wd);
+  // A current low-precision copy (AMP O2/O3) is rewritten chunk by chunk while the chunk is in cache:
+  // the next forward reads it instead of casting the parameter again.
+  AutogradMeta& meta = p.autograd_meta();
+  Tensor* low_copy = meta.low_copy && meta.low_version == meta.version && meta.low_copy->numel() == p.numel()
+                         ? meta.low_copy.get()
+                         : nullptr;
+  char* lp = low_copy ? static_cast<char*>(low_copy->raw_data()) : nullptr;
+  const size_t lsize = low_copy ? dtype_size(low_copy->dtype()) : 0;
+  parallel_for(0, p.numel(), kUpdateGrain, [&](int64_t b, int64_t e) {
+    if (!low) {
+      update(i, b, pp + b, gp + b, e - b, lr, wd);
+    } else {
+      // The low-precision gradient widened (and multiplied) a chunk at a time, on the stack.
+      constexpr int64_t kChunk = 1024;
+      float wide[kChunk];
+      for (int64_t c = b; c < e; c += kChunk) {
+        const int64_t n = std::min(kChunk, e - c);
+        convert(glow + static_cast<size_t>(c) * gsize, gdtype, wide, DType::kF32, n);
+        if (low_grad_multiplier != 1.0f)
+          for (int64_t k = 0; k < n; ++k) wide[k] *= low_grad_multiplier;
+        update(i, c, pp + c, wide, n, lr, wd);
+      }
+    }
+    if (low_copy) convert(pp + b, DType::kF32, lp + static_cast<size_t>(b) * lsize, low_copy->dtype(), e - b);
+  });
+  ++meta.version;
+  if (low_copy) meta.low_version = meta.version;
 }
 
 void Optimizer::zero_grad() {

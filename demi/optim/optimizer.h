@@ -42,6 +42,11 @@ class Optimizer {
   // they are): the AMP train step's unscale (and clip) factor for gradients it cannot unscale in place
   // without flushing the small values the loss scale saved (see ops::unscale_and_check_finite).
   void step(float low_grad_multiplier = 1.0f);
+  // The same update one parameter at a time (index in parameters()), for updating each parameter as soon
+  // as backward completes its gradient (amp::TrainStep's optimizer in backward): step_param for every
+  // parameter with a gradient, then finish_step(), is step().
+  void step_param(size_t index, float low_grad_multiplier = 1.0f);
+  void finish_step() { ++step_; }
   // Drops every parameter's gradient (the next backward writes fresh ones).
   void zero_grad();
 

@@ -126,6 +126,7 @@ Model::Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> lo
   t.loss_scale_manager = options.loss_scale_manager;
   t.keep_batchnorm_fp32 = options.keep_batchnorm_fp32;
   t.low_precision_param_grads = options.low_precision_param_grads;
+  t.optimizer_in_backward = options.optimizer_in_backward;
   t.no_loss_scale = options.no_loss_scale;
   t.clip_grad_norm = options.clip_grad_norm;
   DEMI_CHECK(options.accumulate >= 1, "Model: accumulate (batches per update) must be >= 1, got ", options.accumulate);

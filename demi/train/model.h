@@ -48,6 +48,10 @@ struct ModelOptions {
   std::optional<bool> keep_batchnorm_fp32;                    // default: MindSpore's per level
   // Parameter gradients in bfloat16 (amp::TrainOptions); default: the policy's (on at O2 and O3).
   std::optional<bool> low_precision_param_grads;
+  // Update each parameter as soon as backward completes its gradient and free the gradient at once
+  // (amp::TrainStep's optimizer in backward): less memory; needs no loss scale, no clipping, accumulate 1
+  // and one process.
+  bool optimizer_in_backward = false;
   int prefetch_depth = 4;                                     // batches queued ahead in sink mode
   // Stop with an error when the loss becomes NaN/Inf at O0 (or without a loss scale), instead of
   // training on garbage. With a loss-scale manager a non-finite step is an overflow and is handled there.

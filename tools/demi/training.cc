@@ -345,6 +345,7 @@ int run_train(const ParsedArgs& args) {
   mo.no_loss_scale = args.get("loss-scale") == "none";  // overrides the level's default manager
   mo.clip_grad_norm = args.get_real("clip-grad-norm");
   mo.low_precision_param_grads = parse_param_grads(args.get("param-grads"));
+  mo.optimizer_in_backward = args.flag("optimizer-in-backward");
   mo.accumulate = static_cast<int>(args.get_int("accumulate"));
   mo.amp_adapt = args.flag("amp-adapt");
   const int64_t step_budget = args.get_int("steps");
@@ -856,6 +857,9 @@ void add_training_commands(std::vector<Command>& cmds) {
   train_opts.push_back(real_option("clip-grad-norm", "X", "clip the gradients to global L2 norm X after unscaling "
                                                           "(0: off)", "0", 0, 1e12));
   train_opts.push_back(int_option("accumulate", "N", "batches per update (gradient accumulation)", "1", 1, 1 << 20));
+  train_opts.push_back({"optimizer-in-backward", "", "update each parameter as soon as backward completes its "
+                                                     "gradient, and free the gradient (no loss scale, clipping or "
+                                                     "--accumulate)", ""});
   train_opts.push_back({"param-grads", "P", "parameter gradients: bf16 (half the bytes of FP32, FP32's range), fp32, "
                                             "or auto (bf16 at O2/O3, fp32 at O0/O1)", "auto"});
   train_opts.push_back(int_option("steps", "N", "stop after N updates in all (0: --epochs decides; --model gpt: the run's "
