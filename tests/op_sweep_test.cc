@@ -200,6 +200,14 @@ std::vector<SweepCase> make_cases() {
       {Op::kConv2dTranspose, [](Generator& g) { return V{rnd(g, {2, 4, 3, 4}), rnd(g, {4, 3, 3, 2}), rnd(g, {6})}; },
        {true, true, true}, [](const V& x) { return ops::conv2d_transpose(x[0], x[1], x[2], conv_transpose_opts()); },
        true, 5},
+      // A recomputed Dense -> tanh: the weight is used inside the function (not an input of the node), so its
+      // gradient comes from the re-run's backward.
+      {Op::kRecompute, [](Generator& g) { return V{rnd(g, {3, 4}), rnd(g, {5, 4})}; }, {true, true},
+       [](const V& x) {
+         const Tensor w = x[1];
+         return autograd::recompute([w](const Tensor& in) { return ops::tanh(ops::dense(in, w, Tensor())); }, x[0]);
+       },
+       true, 2},
   };
   static_assert(std::extent_v<decltype(table)> == ops::kNumOps,
                 "every op in the op table needs its case in this sweep (one per Op, in enum order)");

@@ -105,6 +105,8 @@ const bool g_installed = (install(), true);
 bool grad_enabled() { return t_grad_enabled; }
 NoGradGuard::NoGradGuard() : saved_(t_grad_enabled) { t_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { t_grad_enabled = saved_; }
+EnableGradGuard::EnableGradGuard() : saved_(t_grad_enabled) { t_grad_enabled = true; }
+EnableGradGuard::~EnableGradGuard() { t_grad_enabled = saved_; }
 
 LeafReadyScope::LeafReadyScope(LeafReadyHook hook) : saved_(std::move(t_leaf_ready)) { t_leaf_ready = std::move(hook); }
 LeafReadyScope::~LeafReadyScope() { t_leaf_ready = std::move(saved_); }

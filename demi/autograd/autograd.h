@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "demi/core/rng.h"
 #include "demi/core/tensor.h"
 #include "demi/ops/dispatch.h"
 
@@ -104,6 +105,32 @@ class NoGradGuard {
  private:
   bool saved_;
 };
+
+// Turns grad mode on for a scope (recomputation records the forward it re-runs inside backward).
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool saved_;
+};
+
+// Recomputation (MindSpore's Cell.recompute(), PyTorch's checkpoint): y = fn(x) runs without recording
+// (its activations are not kept) and is recorded as one Recompute node whose backward runs fn again,
+// recording, from the same inputs and then backward through it. The re-run sees what the first run saw:
+// the precision policy, dtype pin, layer and fusion setting in force at the call, the generators in
+// `generators` at their positions then (dropout draws the same mask), and `buffers` (running
+// statistics) are put back afterwards, so they are updated once. Gradients are those of the plain call,
+// bit for bit. Parameters used inside fn get their gradients from the re-run's backward (they are not
+// inputs of the node); a parameter also used outside fn then gets its gradient in two parts.
+struct RecomputeState {
+  std::vector<Generator*> generators;
+  std::vector<Tensor> buffers;
+};
+Tensor recompute(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x, RecomputeState state = {});
 
 // Installs the engine as demi/ops' GradRecorder; idempotent. Called by backward() and by the layers'
 // constructors, so recording is on in any program that can call backward.

@@ -17,6 +17,25 @@ class CellError : public Error {
 Cell::Cell(std::string type_name) : type_name_(std::move(type_name)) { autograd::install(); }
 
 Tensor Cell::operator()(const Tensor& x) {
+  if (recomputing_now()) return run_recomputed(x, [this](const Tensor& in) { return run(in); });
+  return run(x);
+}
+
+Cell& Cell::recompute(bool on) {
+  recompute_ = on;
+  return *this;
+}
+
+bool Cell::recomputing_now() const { return recompute_ && training_ && autograd::grad_enabled(); }
+
+Tensor Cell::run_recomputed(const Tensor& x, std::function<Tensor(const Tensor&)> fn) {
+  autograd::RecomputeState state;
+  for (auto& [name, g] : generators_of(*this)) state.generators.push_back(g);
+  for (auto& [name, b] : buffers_and_names()) state.buffers.push_back(b);
+  return autograd::recompute(fn, x, std::move(state));
+}
+
+Tensor Cell::run(const Tensor& x) {
   std::optional<ops::PrecisionScope> policy;
   if (policy_) policy.emplace(policy_.get());
   ops::DTypePinScope pin(pinned_);

@@ -33,7 +33,8 @@ class Cell {
   Cell(const Cell&) = delete;
   Cell& operator=(const Cell&) = delete;
 
-  // Runs construct(x) with this cell's path in errors and its pinned dtype in force.
+  // Runs construct(x) with this cell's path in errors and its pinned dtype in force (recomputed in
+  // backward when recompute() is on and grad mode is).
   Tensor operator()(const Tensor& x);
   Tensor call(const Tensor& x) { return (*this)(x); }
   virtual Tensor construct(const Tensor& x) = 0;
@@ -54,6 +55,14 @@ class Cell {
   // to_float). std::nullopt removes the pin.
   Cell& to_float(std::optional<DType> dtype);
   std::optional<DType> pinned_dtype() const { return pinned_; }
+
+  // Recomputation (MindSpore's Cell.recompute()): while training, this cell's forward keeps none of its
+  // activations (only its input), and backward runs it again to get them (autograd::recompute): less
+  // memory for one more forward of the cell. Dropout draws the same masks, running statistics are updated
+  // once, gradients are bit for bit those without it. A cell whose extra inputs need gradients
+  // (MultiheadAttention's key and value) cannot be recomputed on its own: recompute its enclosing layer.
+  Cell& recompute(bool on = true);
+  bool recomputed() const { return recompute_; }
 
   // The mixed-precision policy in force while this cell runs (demi/amp attaches one for a level); a
   // cell with a policy casts its floating output back to FP32, as MindSpore's O2 network output is.
@@ -85,6 +94,13 @@ class Cell {
     return cell;
   }
   void add_cell(const std::string& name, std::shared_ptr<Cell> cell);
+  // construct(x) in this cell's scopes: what operator() runs, without recomputation.
+  Tensor run(const Tensor& x);
+  // fn(x) through autograd::recompute with this cell's generators and buffers (for a cell whose
+  // operator() takes more than x: fn captures the rest and calls run).
+  Tensor run_recomputed(const Tensor& x, std::function<Tensor(const Tensor&)> fn);
+  // Whether operator() recomputes this call.
+  bool recomputing_now() const;
 
  private:
   void collect_parameters(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
@@ -96,6 +112,7 @@ class Cell {
   Cell* parent_ = nullptr;
   bool training_ = true;
   std::optional<DType> pinned_;
+  bool recompute_ = false;
   std::shared_ptr<const ops::PrecisionPolicy> policy_;
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;

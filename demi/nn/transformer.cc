@@ -94,6 +94,8 @@ MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, double p, bool has_
 
 Tensor MultiheadAttention::operator()(const Tensor& query, const Tensor& key, const Tensor& value,
                                       const Tensor& attn_mask, const Tensor& key_padding_mask) {
+  DEMI_CHECK(!recomputing_now(), "recompute(): ", describe(), " takes key and value besides the query, whose ",
+             "gradients a recomputed cell cannot return; recompute the layer that encloses it instead");
   PendingScope<Pending> scope(pending_, Pending{key, value, attn_mask, key_padding_mask});
   return Cell::operator()(query);
 }
@@ -200,8 +202,26 @@ TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead,
   }
 }
 
+namespace {
+
+// Masks are recomputation's captured inputs: they take no gradient.
+void check_no_grad_masks(const Cell& cell, const Tensor& mask, const Tensor& padding) {
+  DEMI_CHECK(!(mask.defined() && mask.requires_grad()) && !(padding.defined() && padding.requires_grad()),
+             "recompute(): ", cell.describe(), "'s masks must not require gradients");
+}
+
+}  // namespace
+
 Tensor TransformerEncoderLayer::operator()(const Tensor& src, const Tensor& src_mask,
                                            const Tensor& src_key_padding_mask) {
+  if (recomputing_now()) {  // the re-run sees the same masks
+    check_no_grad_masks(*this, src_mask, src_key_padding_mask);
+    return run_recomputed(src, [this, src_mask, src_key_padding_mask](const Tensor& in) {
+      PendingScope<Tensor> mask(pending_mask_, src_mask);
+      PendingScope<Tensor> padding(pending_padding_, src_key_padding_mask);
+      return run(in);
+    });
+  }
   PendingScope<Tensor> mask(pending_mask_, src_mask);
   PendingScope<Tensor> padding(pending_padding_, src_key_padding_mask);
   return Cell::operator()(src);
@@ -246,6 +266,14 @@ TransformerEncoder::TransformerEncoder(const std::function<std::shared_ptr<Trans
 }
 
 Tensor TransformerEncoder::operator()(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask) {
+  if (recomputing_now()) {
+    check_no_grad_masks(*this, mask, src_key_padding_mask);
+    return run_recomputed(src, [this, mask, src_key_padding_mask](const Tensor& in) {
+      PendingScope<Tensor> m(pending_mask_, mask);
+      PendingScope<Tensor> padding(pending_padding_, src_key_padding_mask);
+      return run(in);
+    });
+  }
   PendingScope<Tensor> m(pending_mask_, mask);
   PendingScope<Tensor> padding(pending_padding_, src_key_padding_mask);
   return Cell::operator()(src);

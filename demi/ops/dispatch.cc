@@ -70,6 +70,7 @@ DTypePinScope::DTypePinScope(std::optional<DType> dtype) : saved_(t_pin) {
   if (dtype) t_pin = dtype;
 }
 DTypePinScope::~DTypePinScope() { t_pin = saved_; }
+std::optional<DType> current_dtype_pin() { return t_pin; }
 
 DType resolve_compute_dtype(Op op, DType natural) {
   const OpInfo& info = op_info(op);

@@ -89,6 +89,9 @@ class DTypePinScope {
   std::optional<DType> saved_;
 };
 
+// The pin in force in this thread (DTypePinScope), if any.
+std::optional<DType> current_dtype_pin();
+
 // The compute dtype of `op` now, given its natural dtype (pin, then policy, then natural).
 DType resolve_compute_dtype(Op op, DType natural);
 

@@ -51,8 +51,9 @@ enum class Op : uint16_t {
   kConv2dReluMaxPool2d,
   kConcat,
   kConv2dTranspose,
+  kRecompute,
 };
-inline constexpr int kNumOps = static_cast<int>(Op::kConv2dTranspose) + 1;
+inline constexpr int kNumOps = static_cast<int>(Op::kRecompute) + 1;
 
 // How automatic mixed precision treats an op (demi/amp turns a level into a compute dtype per class).
 enum class AmpClass : uint8_t {
@@ -117,6 +118,9 @@ inline constexpr std::array<OpInfo, kNumOps> kOpTable = {{
     {Op::kConcat, "Concat", AmpClass::kFollow, true},
     // The transposed convolution is the convolution's adjoint (its backward-data): white like Conv2d.
     {Op::kConv2dTranspose, "Conv2dTranspose", AmpClass::kWhite, true},
+    // A recomputed cell (autograd::recompute): its forward ran without saving activations and runs again
+    // in backward; the ops inside it are the ones AMP classifies.
+    {Op::kRecompute, "Recompute", AmpClass::kFollow, true},
 }};
 
 constexpr bool op_table_in_enum_order() {

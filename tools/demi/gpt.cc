@@ -157,6 +157,8 @@ int run_train_gpt(const ParsedArgs& args) {
   const int64_t eval_every = std::min(args.get_int("eval-every"), steps);
   const int64_t eval_windows = args.get_int("eval-windows");
   auto net = std::make_shared<nn::GPT>(o);
+  if (args.flag("recompute"))
+    for (auto& block : net->h) block->recompute();
   // Each epoch is eval_every updates of fresh random windows (each update takes --accumulate batches per
   // process); the validation windows are fixed by the seed.
   const int64_t batches_per_update = args.get_int("accumulate") * dist::get_group_size();

@@ -333,6 +333,11 @@ int run_train(const ParsedArgs& args) {
     check_report_option(args, "report-data");
   }
   Job job = make_job(args);
+  if (args.flag("recompute")) {
+    auto* d = dynamic_cast<nn::TransformerClassifier*>(job.net.get());
+    if (d == nullptr) throw UsageError("--recompute is for --model D (each encoder layer) and gpt (each block)");
+    for (auto& layer : d->encoder->layers) layer->recompute();
+  }
   amp::Level level = amp::parse_level(args.get("amp"));
   DType low = parse_dtype(args.get("dtype"));
   if (!is_low_precision(low)) throw UsageError("--dtype must be fp16 or bf16, got '" + args.get("dtype") + "'");
@@ -857,6 +862,8 @@ void add_training_commands(std::vector<Command>& cmds) {
   train_opts.push_back(real_option("clip-grad-norm", "X", "clip the gradients to global L2 norm X after unscaling "
                                                           "(0: off)", "0", 0, 1e12));
   train_opts.push_back(int_option("accumulate", "N", "batches per update (gradient accumulation)", "1", 1, 1 << 20));
+  train_opts.push_back({"recompute", "", "recompute each encoder layer (D) or block (gpt) in backward instead of "
+                                         "keeping its activations", ""});
   train_opts.push_back({"optimizer-in-backward", "", "update each parameter as soon as backward completes its "
                                                      "gradient, and free the gradient (no loss scale, clipping or "
                                                      "--accumulate)", ""});
