@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <span>
 #include <unordered_map>
 
@@ -263,6 +264,10 @@ void TrainStep::replay(const std::vector<MicroBatch>& micro, double loss_scale, 
       {
         ops::ObserverIsolationScope isolated;  // a trace held around the step records it once
         ops::OpObserverScope observe(&observer);
+        // With the optimizer in backward each gradient lives only until it is complete, in the re-run too
+        // (Model::forecast measures it): freed there, nothing updated.
+        std::optional<autograd::LeafReadyScope> drop;
+        if (optimizer_in_backward_) drop.emplace([](const Tensor& leaf) { Tensor(leaf).set_grad(Tensor()); });
         forward_backward(m.data, m.label, /*notify_reducer=*/false);
       }
       for (Tensor& p : params) p.set_grad(Tensor());

@@ -518,4 +518,27 @@ Tensor Model::predict(const Tensor& input) {
   return y.dtype() == DType::kF32 ? y : y.to(DType::kF32);
 }
 
+namespace {
+
+// Sees every op of the probe and does nothing: run_observed's observer.
+class NullObserver : public ops::OpObserver {
+ public:
+  void on_op(const ops::OpEvent&) override {}
+};
+
+}  // namespace
+
+MemForecast Model::forecast(const Tensor& data, const Tensor& label) {
+  DEMI_CHECK(data.defined() && label.defined(), "Model::forecast: a batch (data and label) is required");
+  NullObserver quiet;
+  train_step_->run_observed(data, label, quiet);  // the kernel choices for these shapes, made now
+  ScopedPeak peak;
+  train_step_->run_observed(data, label, quiet);
+  const MemStats m = peak.peak();
+  MemForecast f;
+  f.train_peak = m.train_peak;
+  f.at_peak = m.at_train_peak;
+  return f;
+}
+
 }  // namespace demi::train

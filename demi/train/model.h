@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,12 @@ struct ModelOptions {
 };
 
 // What one train() call measured.
+// A training step's memory, measured before training (Model::forecast).
+struct MemForecast {
+  int64_t train_peak = 0;                          // bytes: every tracked category but the data set's
+  std::array<int64_t, kNumMemCategories> at_peak{};  // what the peak is made of (kData 0)
+};
+
 struct TrainSummary {
   int64_t steps = 0;                  // updates made in all (a resumed run's earlier ones included)
   int64_t samples = 0;
@@ -142,6 +149,14 @@ class Model {
   amp::Level amp_level() const { return options_.amp_level; }
   DType low_dtype() const { return options_.low_dtype; }
   const TrainSummary& last_summary() const { return summary_; }
+  // What training on batches like (data, label) will take at its peak, before training: a probe runs
+  // the train step's forward and scaled backward on this batch exactly as training would (the same
+  // policy, loss scale, fusions, recomputation), twice — the first makes the kernel choices for these
+  // shapes, which training's first step would otherwise make — and puts back gradients, running
+  // statistics and generators: nothing is trained. The parameters, optimizer state and persistent
+  // low-precision copies count as training's do. It is a measurement of one step, not a model of it:
+  // exact where every step allocates alike (the reference models), and it costs two steps' time.
+  MemForecast forecast(const Tensor& data, const Tensor& label);
   // Epochs completed by train() so far (where a resumed run continues).
   int64_t epochs_done() const { return epochs_done_; }
   // Updates made so far (skipped ones included; a resumed run's earlier ones too).

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -48,6 +49,45 @@ Model make_model(amp::Level level, std::map<std::string, MetricPtr> metrics = {}
   o.amp_level = level;
   o.low_dtype = low;
   return Model(net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt, std::move(metrics), o);
+}
+
+// The forecast is a probe of the train step on one batch: it trains nothing, and the training that
+// follows peaks where it said, at every level and with the optimizer in backward.
+TEST(Model, ForecastMatchesTheTrainingPeakAndTrainsNothing) {
+  struct Setting {
+    amp::Level level;
+    DType low;
+    bool in_backward;
+  };
+  for (Setting s : {Setting{amp::Level::kO0, DType::kBF16, false}, Setting{amp::Level::kO2, DType::kBF16, false},
+                    Setting{amp::Level::kO2, DType::kF16, false}, Setting{amp::Level::kO2, DType::kBF16, true}}) {
+    Captured out;
+    ModelOptions o;
+    o.optimizer_in_backward = s.in_backward;
+    if (s.in_backward) o.no_loss_scale = true;
+    Model model = make_model(s.level, {}, o, s.low);
+    auto train = toy_dataset(64, 3);
+    auto first = train->create_iterator()->next();
+    ASSERT_TRUE(first.has_value());
+    std::vector<Tensor> before;
+    for (const Tensor& p : model.network().trainable_params()) before.push_back(p.clone());
+    const MemForecast f = model.forecast((*first)[0], (*first)[1]);
+    const auto params = model.network().trainable_params();
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_FALSE(params[i].grad().defined());
+      ASSERT_EQ(std::memcmp(params[i].raw_data(), before[i].raw_data(), before[i].nbytes()), 0) << "nothing trained";
+    }
+    EXPECT_EQ(model.optimizer().global_step(), 0);
+    EXPECT_EQ(f.at_peak[static_cast<size_t>(MemCategory::kData)], 0);
+    int64_t sum = 0;
+    for (int64_t v : f.at_peak) sum += v;
+    EXPECT_EQ(sum, f.train_peak);
+    EXPECT_GT(f.at_peak[static_cast<size_t>(MemCategory::kActivation)], 0);
+    model.train(1, train);
+    const int64_t measured = model.last_summary().peak.train_peak;
+    EXPECT_NEAR(static_cast<double>(f.train_peak), static_cast<double>(measured), 0.05 * static_cast<double>(measured))
+        << amp::level_name(s.level) << " " << dtype_name(s.low) << (s.in_backward ? " in backward" : "");
+  }
 }
 
 TEST(Model, TrainsAndEvaluatesAtO2WithCallbacks) {

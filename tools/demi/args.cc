@@ -47,6 +47,15 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 
 bool ParsedArgs::has(std::string_view name) const { return given_.find(name) != given_.end(); }
 
+ParsedArgs ParsedArgs::with(std::string_view name, std::optional<std::string> value) const {
+  ParsedArgs copy = *this;
+  if (value)
+    copy.given_[std::string(name)] = *value;
+  else
+    copy.given_.erase(std::string(name));
+  return copy;
+}
+
 std::string ParsedArgs::get(std::string_view name) const {
   if (auto it = given_.find(name); it != given_.end()) return it->second;
   if (auto it = defaults_.find(name); it != defaults_.end()) return it->second;

@@ -57,6 +57,8 @@ class ParsedArgs {
   double get_real(std::string_view name) const;    // a kReal option's value (checked when parsed)
   bool flag(std::string_view name) const { return has(name); }
   const std::vector<std::string>& positional() const { return positional_; }
+  // A copy with `name` given as `value` (or, with nullopt, not given).
+  ParsedArgs with(std::string_view name, std::optional<std::string> value) const;
 
  private:
   friend ParsedArgs parse_options(const Command&, std::span<const std::string>);

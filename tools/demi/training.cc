@@ -319,31 +319,60 @@ void start_data_parallel(const ParsedArgs& args) {
   }
 }
 
-int run_train(const ParsedArgs& args) {
-  start_data_parallel(args);
-  if (is_gpt_model(args.get("model"))) return run_train_gpt(args);
-  apply_thread_option(args);
-  bool json = args.flag("json");
-  // Standard output carries only the JSON lines; what callbacks and Model.train report goes to stderr.
-  if (json) train::set_callback_stream(&std::cerr);
-  // Rank 0 writes the report (every process agrees on the losses, the overflows and the scale).
-  const bool reporting = (args.has("report") || args.has("report-data")) && dist::get_rank() == 0;
-  if (reporting) {
-    check_report_option(args, "report");
-    check_report_option(args, "report-data");
+// The forecast of `demi plan`: the training peak per category, from a probe of the first batch.
+int print_forecast(train::Model& model, const Job& job, const ParsedArgs& args, amp::Level level, DType low) {
+  auto it = job.train_ds->create_iterator();
+  auto batch = it->next();
+  DEMI_CHECK(batch.has_value(), "plan: the training set is empty");
+  const train::MemForecast f = model.forecast((*batch)[0], (*batch)[1]);
+  const std::string dtype = level == amp::Level::kO0 ? "float32" : std::string(dtype_name(low));
+  if (args.flag("json")) {
+    std::printf("{\"kind\":\"plan\",\"model\":\"%s\",\"amp\":\"%s\",\"dtype\":\"%s\",\"batch_size\":%lld,"
+                "\"train_peak\":%lld",
+                job.model_key.c_str(), amp::level_name(level), dtype.c_str(), static_cast<long long>(job.batch_size),
+                static_cast<long long>(f.train_peak));
+    for (int c = 0; c < kNumMemCategories; ++c)
+      if (static_cast<MemCategory>(c) != MemCategory::kData)
+        std::printf(",\"at_train_peak_%s\":%lld", mem_category_name(static_cast<MemCategory>(c)),
+                    static_cast<long long>(f.at_peak[static_cast<size_t>(c)]));
+    std::printf("}\n");
+    return 0;
   }
-  Job job = make_job(args);
+  std::printf("model %s at %s %s, batch %lld: the training peak, measured by a probe of one batch (forward and "
+              "backward twice, nothing trained)\n",
+              job.model_key.c_str(), amp::level_name(level), dtype.c_str(), static_cast<long long>(job.batch_size));
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    if (static_cast<MemCategory>(c) == MemCategory::kData) continue;
+    std::printf("  %-16s %10.2f MiB\n", mem_category_name(static_cast<MemCategory>(c)),
+                static_cast<double>(f.at_peak[static_cast<size_t>(c)]) / (1 << 20));
+  }
+  std::printf("  %-16s %10.2f MiB\n", "training peak", static_cast<double>(f.train_peak) / (1 << 20));
+  return 0;
+}
+
+// What train and plan build from their options: the job, the precision and the Model.
+struct Training {
+  Job job;
+  amp::Level level = amp::Level::kO0;
+  DType low = DType::kF16;
+  train::ModelOptions mo;
+  std::unique_ptr<train::Model> model;
+};
+
+Training build_training(const ParsedArgs& args, bool reporting) {
+  Training t{make_job(args)};
+  Job& job = t.job;
   if (args.flag("recompute")) {
     auto* d = dynamic_cast<nn::TransformerClassifier*>(job.net.get());
     if (d == nullptr) throw UsageError("--recompute is for --model D (each encoder layer) and gpt (each block)");
     for (auto& layer : d->encoder->layers) layer->recompute();
   }
-  amp::Level level = amp::parse_level(args.get("amp"));
-  DType low = parse_dtype(args.get("dtype"));
+  const amp::Level level = t.level = amp::parse_level(args.get("amp"));
+  const DType low = t.low = parse_dtype(args.get("dtype"));
   if (!is_low_precision(low)) throw UsageError("--dtype must be fp16 or bf16, got '" + args.get("dtype") + "'");
   double lr = args.get_real("lr");
   auto opt = std::make_shared<optim::Momentum>(job.net->trainable_params(), lr, 0.9);
-  train::ModelOptions mo;
+  train::ModelOptions& mo = t.mo;
   mo.amp_level = level;
   mo.low_dtype = low;
   mo.loss_scale_manager = parse_loss_scale(args.get("loss-scale"));
@@ -357,7 +386,125 @@ int run_train(const ParsedArgs& args) {
   if (step_budget > 0) mo.max_steps = step_budget;
   std::map<std::string, train::MetricPtr> metric_fns = {{"Accuracy", std::make_shared<train::Accuracy>()}};
   if (reporting) metric_fns["Loss"] = std::make_shared<train::Loss>();  // the report shows the test loss too
-  train::Model model(job.net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt, metric_fns, mo);
+  t.model = std::make_unique<train::Model>(job.net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"),
+                                           opt, metric_fns, mo);
+  return t;
+}
+
+// "512MiB", "2GiB", "1.5GB", "800MB", "65536" (bytes) -> bytes.
+int64_t parse_bytes(const std::string& s) {
+  size_t end = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &end);
+  } catch (...) {
+    end = 0;
+  }
+  const std::string unit = s.substr(end);
+  const double mult = unit.empty() || unit == "B" ? 1.0
+                      : unit == "KiB"             ? 1024.0
+                      : unit == "MiB"             ? 1024.0 * 1024
+                      : unit == "GiB"             ? 1024.0 * 1024 * 1024
+                      : unit == "KB"              ? 1e3
+                      : unit == "MB"              ? 1e6
+                      : unit == "GB"              ? 1e9
+                                                  : -1.0;
+  if (end == 0 || mult < 0 || !(v > 0) || !std::isfinite(v))
+    throw UsageError("--max-memory expects a size such as 512MiB, 2GiB or 800MB, got '" + s + "'");
+  return static_cast<int64_t>(v * mult);
+}
+
+// --max-memory: the largest batch size, a multiple of 8, whose forecast training peak fits the budget
+// (probes at 8 and 16 give the line, a probe at its prediction and its neighbours settle it).
+ParsedArgs with_batch_under_budget(const ParsedArgs& args) {
+  const int64_t budget = parse_bytes(args.get("max-memory"));
+  if (args.get_int("batch-size") > 0) throw UsageError("give --max-memory or --batch-size, not both");
+  if (args.get_int("accumulate") > 1) throw UsageError("--max-memory chooses the batch of a one-batch update: not with --accumulate");
+  const ParsedArgs base = args.with("max-memory", std::nullopt);
+  std::map<int64_t, int64_t> seen;  // batch size -> forecast training peak
+  auto peak = [&](int64_t batch) {
+    auto it = seen.find(batch);
+    if (it != seen.end()) return it->second;
+    Training t = build_training(base.with("batch-size", std::to_string(batch)), false);
+    auto rows = t.job.train_ds->create_iterator();
+    auto first = rows->next();
+    DEMI_CHECK(first.has_value(), "--max-memory: the training set is empty");
+    const int64_t got = (*first)[0].dim(0);
+    DEMI_CHECK(got == batch, "--max-memory: the training set has only ", got, " samples, fewer than a batch of ", batch);
+    const int64_t p = t.model->forecast((*first)[0], (*first)[1]).train_peak;
+    seen.emplace(batch, p);
+    return p;
+  };
+  const int64_t p8 = peak(8);
+  if (p8 > budget)
+    throw Error(str_cat("--max-memory ", args.get("max-memory"), " (", mib(budget), " MiB) is too little: the smallest ",
+                        "batch size it may choose, 8, needs ", mib(p8), " MiB at its peak (demi plan --batch-size 8 ",
+                        "shows what of)"));
+  const double per_sample = std::max(1.0, static_cast<double>(peak(16) - p8) / 8.0);
+  constexpr int64_t kMaxBatch = 1 << 16;
+  // fits(b): b's forecast fits; a batch the training set cannot fill does not.
+  auto fits = [&](int64_t b) {
+    if (b > kMaxBatch) return false;
+    try {
+      return peak(b) <= budget;
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  const int64_t predicted = static_cast<int64_t>((static_cast<double>(budget - p8) / per_sample + 8) / 8) * 8;
+  int64_t lo = 8, hi = 0;  // lo fits; hi (once found) does not
+  int64_t b = std::clamp<int64_t>(predicted, 8, kMaxBatch);
+  if (fits(b)) {  // grow from the prediction in doubling steps until one does not fit
+    lo = b;
+    for (int64_t step = 8; hi == 0; step *= 2) {
+      if (fits(lo + step)) lo += step;
+      else hi = lo + step;
+    }
+  } else {  // shrink from it in doubling steps until one fits
+    hi = b;
+    for (int64_t step = 8; hi - step > 8; step *= 2) {
+      if (fits(hi - step)) {
+        lo = hi - step;
+        break;
+      }
+      hi -= step;
+    }
+  }
+  while (hi - lo > 8) {  // multiples of 8 between lo (fits) and hi (does not)
+    const int64_t mid = (lo + hi) / 16 * 8;
+    if (fits(mid)) lo = mid;
+    else hi = mid;
+  }
+  const int64_t batch = lo;
+  std::fprintf(stderr, "demi: --max-memory %s MiB: batch size %lld (forecast peak %s MiB; %zu probes)\n",
+               mib(budget).c_str(), static_cast<long long>(batch), mib(peak(batch)).c_str(), seen.size());
+  return base.with("batch-size", std::to_string(batch));
+}
+
+int run_train_or_plan(const ParsedArgs& args, bool plan) {
+  start_data_parallel(args);
+  if (is_gpt_model(args.get("model"))) {
+    if (plan) throw UsageError("demi plan takes models A, B, C, D and R; not yet gpt");
+    return run_train_gpt(args);
+  }
+  apply_thread_option(args);
+  bool json = args.flag("json");
+  // Standard output carries only the JSON lines; what callbacks and Model.train report goes to stderr.
+  if (json) train::set_callback_stream(&std::cerr);
+  // Rank 0 writes the report (every process agrees on the losses, the overflows and the scale).
+  const bool reporting = (args.has("report") || args.has("report-data")) && dist::get_rank() == 0;
+  if (reporting) {
+    check_report_option(args, "report");
+    check_report_option(args, "report-data");
+  }
+  if (args.has("max-memory")) return run_train_or_plan(with_batch_under_budget(args), plan);
+  Training built = build_training(args, reporting);
+  Job& job = built.job;
+  const amp::Level level = built.level;
+  const DType low = built.low;
+  const train::ModelOptions& mo = built.mo;
+  const int64_t step_budget = args.get_int("steps");
+  train::Model& model = *built.model;
   if (args.flag("numerics")) {
     // Before training: which layers overflow FP16, which gradients underflow at the step's loss scale.
     auto it = job.train_ds->create_iterator();
@@ -376,6 +523,7 @@ int run_train(const ParsedArgs& args) {
                 level == amp::Level::kO0 ? "float32" : std::string(dtype_name(low)).c_str(),
                 amp::trace_dtypes(model.train_step(), (*batch)[0], (*batch)[1]).to_string().c_str());
   }
+  if (plan) return print_forecast(model, job, args, level, low);
   std::vector<train::CallbackPtr> cbs;
   if (json)
     cbs.push_back(std::make_shared<JsonEpochs>());
@@ -573,6 +721,9 @@ int run_eval(const ParsedArgs& args) {
               job.data_name.c_str(), amp::level_name(level), metrics["Accuracy"], metrics["Loss"]);
   return 0;
 }
+
+int run_train(const ParsedArgs& args) { return run_train_or_plan(args, false); }
+int run_plan(const ParsedArgs& args) { return run_train_or_plan(args, true); }
 
 // Minimal reader for the flat JSON summary line run_train prints.
 std::map<std::string, std::string> parse_flat_json(const std::string& line) {
@@ -862,6 +1013,8 @@ void add_training_commands(std::vector<Command>& cmds) {
   train_opts.push_back(real_option("clip-grad-norm", "X", "clip the gradients to global L2 norm X after unscaling "
                                                           "(0: off)", "0", 0, 1e12));
   train_opts.push_back(int_option("accumulate", "N", "batches per update (gradient accumulation)", "1", 1, 1 << 20));
+  train_opts.push_back({"max-memory", "SIZE", "choose the largest batch size (a multiple of 8) whose training peak "
+                                             "fits SIZE (512MiB, 2GiB, 800MB), forecast by probes", ""});
   train_opts.push_back({"recompute", "", "recompute each encoder layer (D) or block (gpt) in backward instead of "
                                          "keeping its activations", ""});
   train_opts.push_back({"optimizer-in-backward", "", "update each parameter as soon as backward completes its "
@@ -885,10 +1038,15 @@ void add_training_commands(std::vector<Command>& cmds) {
                                           "charts of loss, loss scale, throughput and memory, events", ""});
   train_opts.push_back({"report-data", "PATH", "write the report's data (every step, epoch, memory sample and "
                                                "event) as JSON", ""});
+  std::vector<Option> plan_opts = train_opts;
   cmds.push_back({.name = "train",
                   .summary = "Train a reference model at an AMP level, then evaluate it on the test split.",
                   .options = std::move(train_opts),
                   .run = run_train});
+  cmds.push_back({.name = "plan",
+                  .summary = "Say what training would take at its memory peak, per category, without training.",
+                  .options = std::move(plan_opts),
+                  .run = run_plan});
   std::vector<Option> eval_opts = training_options();
   eval_opts.push_back({"checkpoint", "FILE", "weights to evaluate (a demi checkpoint or PyTorch safetensors)", ""});
   eval_opts.push_back({"amp", "LEVEL", "AMP level to evaluate at", "O0"});
