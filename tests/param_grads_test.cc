@@ -1,7 +1,8 @@
-// AMP O2/O3's low-precision parameter gradients (AmpPolicy::low_precision_param_grads): the weight
-// gradients are stored in bfloat16 (in float16 runs too), rounded once from the products' FP32 sums; micro-batches accumulate in
-// FP32; the train step unscales and clips them as the optimizer reads them; training follows FP32
-// gradients closely.
+// Parameter gradients and memory. AMP O2/O3's low-precision parameter gradients
+// (AmpPolicy::low_precision_param_grads): the weight gradients are stored in bfloat16 (in float16 runs
+// too), rounded once from the products' FP32 sums; micro-batches accumulate in FP32; the train step
+// unscales and clips them as the optimizer reads them; training follows FP32 gradients closely.
+// The optimizer in backward: each parameter updated as its gradient completes, bit for bit the usual step.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -70,7 +71,8 @@ void expect_rounded_from(const Tensor& low, const Tensor& wide, const std::strin
   for (int64_t i = 0; i < wide.numel(); ++i) scale = std::max(scale, std::abs(static_cast<double>(wide.get(i))));
   for (int64_t i = 0; i < wide.numel(); ++i) {
     const double a = l.get(i), b = wide.get(i);
-    ASSERT_LE(std::abs(a - b), eps * std::abs(b) + 1e-5 * scale) << what << " element " << i << ": " << a << " vs " << b;
+    ASSERT_LE(std::abs(a - b), eps * std::abs(b) + 1e-5 * scale)
+        << what << " element " << i << ": " << a << " vs " << b;
   }
 }
 

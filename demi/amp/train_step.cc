@@ -57,10 +57,15 @@ StepResult TrainStep::step_in_backward(const Tensor& data, const Tensor& label) 
   optimizer_->zero_grad();
   micro_scale_ = 1.0;
   bool updated = false;
+  std::vector<char> done(params.size(), 0);
   // Each parameter's update as soon as its gradient is final; the gradient is freed right after.
   autograd::LeafReadyHook update = [&](const Tensor& leaf) {
     auto it = index.find(leaf.impl_ptr().get());
     if (it == index.end()) return;
+    DEMI_CHECK(!done[it->second], "TrainStep: parameter '", param_names_[it->second], "' got its gradient in two ",
+               "parts (a recomputed cell shares it with the rest of the network), which the optimizer in backward ",
+               "cannot update once; turn one of them off");
+    done[it->second] = 1;
     Tensor p = params[it->second];
     const Tensor g = p.grad();
     if (!g.defined()) return;
@@ -174,8 +179,7 @@ StepResult TrainStep::finish(StepResult r, const std::vector<MicroBatch>& batche
   // One pass: undo the loss scale and average the micro-batches. FP32 gradients are unscaled in place;
   // low-precision ones (AmpPolicy::low_precision_param_grads) are checked as unscaled and multiplied as the
   // optimizer reads them (low_multiplier), so that no FP32 copy of them is made and no small value the loss
-  // scale saved is flushed. With a power-of-two loss scale (dynamic scaling's always is) both give the same
-  // f32 values, clipping included.
+  // scale saved is flushed: each value gets the one f32 multiplication an in-place unscale would give it.
   const double micro = reducer_ ? 1.0 : static_cast<double>(std::max<int64_t>(r.micro_batches, 1));
   const float inv_scale = static_cast<float>(1.0 / (r.loss_scale * micro));
   float low_multiplier = inv_scale;

@@ -135,6 +135,8 @@ Model::Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> lo
   train_step_ = amp::build_train_network(network_, optimizer_, loss_fn_, options.amp_level, t);
   train_step_->set_attribute_overflow(options.attribute_overflow);
   if (options.amp_adapt) {
+    DEMI_CHECK(!options.optimizer_in_backward, "Model: amp_adapt promotes the layers overflow attribution names, ",
+               "which the optimizer in backward does not run; turn one of them off");
     DEMI_CHECK(options.attribute_overflow, "Model: amp_adapt needs attribute_overflow (it promotes the layers that "
                "overflow attribution names)");
     adapter_ = std::make_shared<amp::AmpAdapter>(network_, options.adapt);

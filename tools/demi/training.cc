@@ -419,7 +419,8 @@ int64_t parse_bytes(const std::string& s) {
 ParsedArgs with_batch_under_budget(const ParsedArgs& args) {
   const int64_t budget = parse_bytes(args.get("max-memory"));
   if (args.get_int("batch-size") > 0) throw UsageError("give --max-memory or --batch-size, not both");
-  if (args.get_int("accumulate") > 1) throw UsageError("--max-memory chooses the batch of a one-batch update: not with --accumulate");
+  if (args.get_int("accumulate") > 1)
+    throw UsageError("--max-memory chooses the batch of a one-batch update: not with --accumulate");
   const ParsedArgs base = args.with("max-memory", std::nullopt);
   std::map<int64_t, int64_t> seen;  // batch size -> forecast training peak
   auto peak = [&](int64_t batch) {
@@ -430,16 +431,17 @@ ParsedArgs with_batch_under_budget(const ParsedArgs& args) {
     auto first = rows->next();
     DEMI_CHECK(first.has_value(), "--max-memory: the training set is empty");
     const int64_t got = (*first)[0].dim(0);
-    DEMI_CHECK(got == batch, "--max-memory: the training set has only ", got, " samples, fewer than a batch of ", batch);
+    DEMI_CHECK(got == batch, "--max-memory: the training set has only ", got, " samples, fewer than a batch of ",
+               batch);
     const int64_t p = t.model->forecast((*first)[0], (*first)[1]).train_peak;
     seen.emplace(batch, p);
     return p;
   };
   const int64_t p8 = peak(8);
   if (p8 > budget)
-    throw Error(str_cat("--max-memory ", args.get("max-memory"), " (", mib(budget), " MiB) is too little: the smallest ",
-                        "batch size it may choose, 8, needs ", mib(p8), " MiB at its peak (demi plan --batch-size 8 ",
-                        "shows what of)"));
+    throw Error(str_cat("--max-memory ", args.get("max-memory"), " (", mib(budget), " MiB) is too little: the ",
+                        "smallest batch size it may choose, 8, needs ", mib(p8), " MiB at its peak (demi plan ",
+                        "--batch-size 8 shows what of)"));
   const double per_sample = std::max(1.0, static_cast<double>(peak(16) - p8) / 8.0);
   constexpr int64_t kMaxBatch = 1 << 16;
   // fits(b): b's forecast fits; a batch the training set cannot fill does not.

@@ -57,14 +57,15 @@ struct IpWeightsEntry {
 // transposed operand below (kernels_bench, same process, best of 3): with bf16 operands and many rows it
 // wins (model D, 4096 rows: 1.6/0.7/2.3/2.3 ms against 2.5/1.0/3.3/2.4 ms per layer), with 256 rows
 // (model C) it loses (0.60 against 0.46 ms), and in f32 it is a wash (27.8 against 28.0 ms over D's four
-// shapes) — so it is used for bf16 x and dy with at least kIpRows rows, an f32 (or bf16) dw, an f32 db
-// or none, and no accumulation (the primitive has no sum post-op).
+// shapes) — so it is used for bf16 x and dy with at least kIpRows rows, an f32 or bf16 dw, an f32 or bf16
+// db or none, and no accumulation (the primitive has no sum post-op).
 constexpr int64_t kIpRows = 1024;
 
 bool ip_weights_applies(const DenseParams& p, const void* db) {
   const bool io = p.x_dtype == DType::kBF16 && p.y_dtype == DType::kBF16 && p.m >= kIpRows;
   const bool w = p.w_dtype == DType::kF32 || p.w_dtype == DType::kBF16;
-  return io && w && !p.accumulate && (db == nullptr || p.bias_dtype == DType::kF32);
+  const bool b = db == nullptr || p.bias_dtype == DType::kF32 || p.bias_dtype == DType::kBF16;
+  return io && w && b && !p.accumulate;
 }
 
 IpWeightsEntry make_ip_weights(const DenseParams& p, bool with_bias) {
@@ -73,7 +74,7 @@ IpWeightsEntry make_ip_weights(const DenseParams& p, bool with_bias) {
   e.x_md = memory::desc({p.m, p.k}, dt, memory::format_tag::nc);
   e.dy_md = memory::desc({p.m, p.n}, dt, memory::format_tag::nc);
   e.dw_md = memory::desc({p.n, p.k}, internal::to_dnnl(p.w_dtype), memory::format_tag::oi);
-  if (with_bias) e.db_md = memory::desc({p.n}, memory::data_type::f32, memory::format_tag::x);
+  if (with_bias) e.db_md = memory::desc({p.n}, internal::to_dnnl(p.bias_dtype), memory::format_tag::x);
   memory::desc w_fwd({p.n, p.k}, dt, memory::format_tag::oi);
   dnnl::inner_product_forward::primitive_desc hint(
       dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, e.x_md, w_fwd, e.db_md, e.dy_md),
@@ -87,9 +88,9 @@ IpWeightsEntry make_ip_weights(const DenseParams& p, bool with_bias) {
 }
 
 void ip_backward_weights(const DenseParams& p, const void* x, const void* dy, void* dw, void* db) {
-  static auto& cache = *new internal::PrimitiveCache<6, IpWeightsEntry>;  // never destroyed, as the engine
-  internal::PrimitiveKey<6> key{{p.m, p.n, p.k, static_cast<int64_t>(p.x_dtype), static_cast<int64_t>(p.w_dtype),
-                                 db != nullptr}};
+  static auto& cache = *new internal::PrimitiveCache<7, IpWeightsEntry>;  // never destroyed, as the engine
+  internal::PrimitiveKey<7> key{{p.m, p.n, p.k, static_cast<int64_t>(p.x_dtype), static_cast<int64_t>(p.w_dtype),
+                                 db != nullptr, db != nullptr ? static_cast<int64_t>(p.bias_dtype) : -1}};
   auto entry = cache.get(key, [&] { return make_ip_weights(p, db != nullptr); });
   internal::CallContext ctx(entry->scratch_bytes);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, internal::make_memory(entry->x_md, x)},
@@ -112,10 +113,25 @@ void dense_backward_weights(const DenseParams& p, const void* x, const void* dy,
   mp.c_dtype = p.w_dtype;
   mp.accumulate = p.accumulate;
   // Where the product would run on oneDNN anyway, its inner-product primitive (dW and db in one pass)
-  // where that measured faster; where demi's GEMM won the product, the product.
-  if (ip_weights_applies(p, db) && kernels::matmul_picks_onednn(mp, dy, x)) {
+  // where that measured faster; where demi's GEMM won the product, the product. The choice is the FP32
+  // product's, which the primitive computes whatever dtype dW is stored in.
+  MatmulParams sums = mp;
+  sums.c_dtype = DType::kF32;
+  if (ip_weights_applies(p, db) && kernels::matmul_picks_onednn(sums, dy, x)) {
     try {
-      return ip_backward_weights(p, x, dy, dw, db);
+      if (p.w_dtype == DType::kF32 && (db == nullptr || p.bias_dtype == DType::kF32))
+        return ip_backward_weights(p, x, dy, dw, db);
+      // bf16 gradients (AMP's low-precision parameter gradients): the primitive's FP32 ones, rounded once.
+      // (Its bf16 outputs took ~10% longer per call on model D on a Zen 5; the FP32 ones are workspace for
+      // one layer.)
+      DenseParams q = p;
+      q.w_dtype = q.bias_dtype = DType::kF32;
+      internal::Workspace w32(static_cast<size_t>(p.n * p.k) * sizeof(float)),
+          b32(db ? static_cast<size_t>(p.n) * sizeof(float) : 0);
+      ip_backward_weights(q, x, dy, w32.get(), db ? b32.get() : nullptr);
+      convert(w32.get(), DType::kF32, dw, p.w_dtype, p.n * p.k);
+      if (db) convert(b32.get(), DType::kF32, db, p.bias_dtype, p.n);
+      return;
     } catch (const dnnl::error& e) {
       DEMI_ASSERT(false, "oneDNN failed in the Dense weight gradient (", p.m, "x", p.k, " -> ", p.n, ", ",
                   dtype_name(p.x_dtype), "): ", e.what());
