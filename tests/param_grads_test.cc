@@ -220,7 +220,7 @@ TEST(OptimizerInBackward, ANonFiniteGradientSkipsItsParameterAndTheConditionsAre
   amp::StepResult r = (*early.step)(b.x, b.y);
   EXPECT_TRUE(r.overflow);
   EXPECT_FALSE(r.first_nonfinite.empty());
-  const Tensor& w_now = early.net->parameters_and_names()[0].second;
+  const Tensor w_now = early.net->parameters_and_names()[0].second;
   for (int64_t k = 0; k < w.numel(); ++k) ASSERT_EQ(w_now.get(k), w.get(k)) << "the first conv's update is skipped";
   // What needs every gradient before the update cannot run with it.
   EXPECT_THROW(early.step->accumulate(b.x, b.y), Error);
