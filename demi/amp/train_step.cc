@@ -4,7 +4,6 @@
 #include <cmath>
 #include <optional>
 #include <span>
-#include <unordered_map>
 
 #include "demi/autograd/autograd.h"
 #include "demi/ops/dispatch.h"
@@ -19,6 +18,7 @@ TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell
   // Name each optimizer parameter by its path in the network, for overflow reports.
   auto named = net_->parameters_and_names();
   for (const Tensor& p : optimizer_->parameters()) {
+    param_index_.emplace(p.impl_ptr().get(), param_names_.size());
     std::string name = p.name();
     for (const auto& [path, q] : named)
       if (q.is_same(p) || q.same_storage(p)) name = path;
@@ -50,18 +50,16 @@ StepResult TrainStep::step_in_backward(const Tensor& data, const Tensor& label) 
   DEMI_CHECK(why == nullptr, "TrainStep: the optimizer in backward updates each parameter as soon as its gradient ",
              "is complete, which cannot be combined with ", why, "; turn one of them off");
   std::vector<Tensor> params = optimizer_->parameters();
-  std::unordered_map<const TensorImpl*, size_t> index;
-  for (size_t i = 0; i < params.size(); ++i) index.emplace(params[i].impl_ptr().get(), i);
   StepResult r;
   r.loss_scale = 1.0;
   optimizer_->zero_grad();
-  micro_scale_ = 1.0;
+  micro_scale_ = 1.0;  // forward_backward scales the loss by it: no loss scale here
   bool updated = false;
   std::vector<char> done(params.size(), 0);
   // Each parameter's update as soon as its gradient is final; the gradient is freed right after.
   autograd::LeafReadyHook update = [&](const Tensor& leaf) {
-    auto it = index.find(leaf.impl_ptr().get());
-    if (it == index.end()) return;
+    auto it = param_index_.find(leaf.impl_ptr().get());
+    if (it == param_index_.end()) return;
     DEMI_CHECK(!done[it->second], "TrainStep: parameter '", param_names_[it->second], "' got its gradient in two ",
                "parts (a recomputed cell shares it with the rest of the network), which the optimizer in backward ",
                "cannot update once; turn one of them off");

@@ -32,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "demi/amp/attribution.h"
@@ -141,6 +142,7 @@ class TrainStep {
   std::shared_ptr<LossScaleManager> manager_;
   std::shared_ptr<GradReducer> reducer_;
   std::vector<std::string> param_names_;
+  std::unordered_map<const TensorImpl*, size_t> param_index_;  // an optimizer parameter -> its index
   Tensor last_logits_;
   double clip_grad_norm_ = 0;
   int64_t micro_batches_ = 0;  // accumulated since the last step()

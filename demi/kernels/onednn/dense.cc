@@ -58,7 +58,8 @@ struct IpWeightsEntry {
 // wins (model D, 4096 rows: 1.6/0.7/2.3/2.3 ms against 2.5/1.0/3.3/2.4 ms per layer), with 256 rows
 // (model C) it loses (0.60 against 0.46 ms), and in f32 it is a wash (27.8 against 28.0 ms over D's four
 // shapes) — so it is used for bf16 x and dy with at least kIpRows rows, an f32 or bf16 dw, an f32 or bf16
-// db or none, and no accumulation (the primitive has no sum post-op).
+// db or none, and no accumulation (the primitive has no sum post-op). The primitive writes dw and db in
+// FP32; dense_backward_weights rounds them for bf16 ones.
 constexpr int64_t kIpRows = 1024;
 
 bool ip_weights_applies(const DenseParams& p, const void* db) {
@@ -73,8 +74,8 @@ IpWeightsEntry make_ip_weights(const DenseParams& p, bool with_bias) {
   const auto dt = internal::to_dnnl(p.x_dtype);
   e.x_md = memory::desc({p.m, p.k}, dt, memory::format_tag::nc);
   e.dy_md = memory::desc({p.m, p.n}, dt, memory::format_tag::nc);
-  e.dw_md = memory::desc({p.n, p.k}, internal::to_dnnl(p.w_dtype), memory::format_tag::oi);
-  if (with_bias) e.db_md = memory::desc({p.n}, internal::to_dnnl(p.bias_dtype), memory::format_tag::x);
+  e.dw_md = memory::desc({p.n, p.k}, memory::data_type::f32, memory::format_tag::oi);
+  if (with_bias) e.db_md = memory::desc({p.n}, memory::data_type::f32, memory::format_tag::x);
   memory::desc w_fwd({p.n, p.k}, dt, memory::format_tag::oi);
   dnnl::inner_product_forward::primitive_desc hint(
       dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, e.x_md, w_fwd, e.db_md, e.dy_md),
@@ -88,9 +89,8 @@ IpWeightsEntry make_ip_weights(const DenseParams& p, bool with_bias) {
 }
 
 void ip_backward_weights(const DenseParams& p, const void* x, const void* dy, void* dw, void* db) {
-  static auto& cache = *new internal::PrimitiveCache<7, IpWeightsEntry>;  // never destroyed, as the engine
-  internal::PrimitiveKey<7> key{{p.m, p.n, p.k, static_cast<int64_t>(p.x_dtype), static_cast<int64_t>(p.w_dtype),
-                                 db != nullptr, db != nullptr ? static_cast<int64_t>(p.bias_dtype) : -1}};
+  static auto& cache = *new internal::PrimitiveCache<5, IpWeightsEntry>;  // never destroyed, as the engine
+  internal::PrimitiveKey<5> key{{p.m, p.n, p.k, static_cast<int64_t>(p.x_dtype), db != nullptr}};
   auto entry = cache.get(key, [&] { return make_ip_weights(p, db != nullptr); });
   internal::CallContext ctx(entry->scratch_bytes);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, internal::make_memory(entry->x_md, x)},
@@ -119,18 +119,15 @@ void dense_backward_weights(const DenseParams& p, const void* x, const void* dy,
   sums.c_dtype = DType::kF32;
   if (ip_weights_applies(p, db) && kernels::matmul_picks_onednn(sums, dy, x)) {
     try {
-      if (p.w_dtype == DType::kF32 && (db == nullptr || p.bias_dtype == DType::kF32))
-        return ip_backward_weights(p, x, dy, dw, db);
-      // bf16 gradients (AMP's low-precision parameter gradients): the primitive's FP32 ones, rounded once.
-      // (Its bf16 outputs took ~10% longer per call on model D on a Zen 5; the FP32 ones are workspace for
-      // one layer.)
-      DenseParams q = p;
-      q.w_dtype = q.bias_dtype = DType::kF32;
-      internal::Workspace w32(static_cast<size_t>(p.n * p.k) * sizeof(float)),
-          b32(db ? static_cast<size_t>(p.n) * sizeof(float) : 0);
-      ip_backward_weights(q, x, dy, w32.get(), db ? b32.get() : nullptr);
-      convert(w32.get(), DType::kF32, dw, p.w_dtype, p.n * p.k);
-      if (db) convert(b32.get(), DType::kF32, db, p.bias_dtype, p.n);
+      // The primitive writes FP32 dW and db; a bf16 one (AMP's low-precision parameter gradients) is those
+      // sums rounded once, from one layer's workspace (the primitive's own bf16 outputs measured ~10% slower
+      // per call on model D on a Zen 5).
+      const bool w32 = p.w_dtype == DType::kF32, b32 = db == nullptr || p.bias_dtype == DType::kF32;
+      internal::Workspace dw_ws(w32 ? 0 : static_cast<size_t>(p.n * p.k) * sizeof(float)),
+          db_ws(b32 ? 0 : static_cast<size_t>(p.n) * sizeof(float));
+      ip_backward_weights(p, x, dy, w32 ? dw : dw_ws.get(), b32 ? db : db_ws.get());
+      if (!w32) convert(dw_ws.get(), DType::kF32, dw, p.w_dtype, p.n * p.k);
+      if (!b32) convert(db_ws.get(), DType::kF32, db, p.bias_dtype, p.n);
       return;
     } catch (const dnnl::error& e) {
       DEMI_ASSERT(false, "oneDNN failed in the Dense weight gradient (", p.m, "x", p.k, " -> ", p.n, ", ",

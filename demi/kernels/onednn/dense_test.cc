@@ -98,8 +98,8 @@ TEST(OnednnDense, ForwardAndBackwardMatchTheFormulas) {
 }
 
 TEST(OnednnDense, ManyRowsTakeTheInnerProductWeightGradientAndMatchTheFormulas) {
-  // From 1024 rows a bf16 weight gradient (f32 or bf16 dw and db, no accumulation) runs as oneDNN's inner-product
-  // backward; the other combinations here keep the matmul path. Both against the same formulas.
+  // From 1024 rows a bf16 weight gradient (f32 or bf16 dw and db, no accumulation) runs as oneDNN's
+  // inner-product backward; the other combinations here keep the matmul path. Both against the same formulas.
   const DenseCase cases[] = {{1024, 64, 33}, {1100, 19, 7}};
   uint64_t seed = 500;
   for (const DenseCase& s : cases)
