@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # demi train --model gpt --resume continues a run exactly: a run of 6 steps checkpoints after step 3 (mid-epoch:
 # epochs are --eval-every 2 steps); resumed from that checkpoint alone, it ends with the same losses, digit for
-# digit. gpt_cli_test.sh DEMI WORKDIR
+# digit; so does a run with --recompute. gpt_cli_test.sh DEMI WORKDIR
 set -euo pipefail
 demi=$1 dir=$2
 rm -rf "$dir" && mkdir -p "$dir"
@@ -14,6 +14,10 @@ losses() { grep -o '"train_loss":[^,]*,"valid_loss":[^,]*' <<< "$1"; }
 echo "straight: $straight"
 echo "resumed:  $resumed"
 [[ -n "$(losses "$straight")" && "$(losses "$straight")" == "$(losses "$resumed")" ]] || { echo "gpt_cli_test: the resumed run differs"; exit 1; }
+# --recompute (each block re-run in backward) trains bit for bit as the plain run.
+recomputed=$("$demi" "${args[@]}" --steps 6 --recompute | tail -1)
+echo "recomputed: $recomputed"
+[[ "$(losses "$straight")" == "$(losses "$recomputed")" ]] || { echo "gpt_cli_test: the recomputed run differs"; exit 1; }
 # Another shape is refused, naming what differs.
 if out=$("$demi" "${args[@]}" --steps 6 --dim 64 --ckpt-dir "$dir/b" --resume 2>&1); then
   echo "gpt_cli_test: a resume with another --dim was accepted"; exit 1

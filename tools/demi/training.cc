@@ -487,7 +487,20 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
   start_data_parallel(args);
   if (is_gpt_model(args.get("model"))) {
     if (plan) throw UsageError("demi plan takes models A, B, C, D and R; not yet gpt");
+    if (args.has("max-memory")) throw UsageError("--max-memory takes models A, B, C, D and R; not yet gpt");
     return run_train_gpt(args);
+  }
+  for (const Option& o : gpt_train_options())  // the GPT's own options mean nothing to the other models
+    if (args.has(o.name)) throw UsageError("--" + o.name + " is for --model gpt");
+  if (plan) {
+    // What only changes how training runs, not what one step holds in memory, has no place in a forecast.
+    for (const char* name : {"epochs", "steps", "lr", "clip-grad-norm", "ckpt-dir", "ckpt-every", "keep-ckpt", "resume",
+                             "profile", "report", "report-data", "amp-adapt", "comm-dtype", "bucket-mb"})
+      if (args.has(name))
+        throw UsageError(str_cat("demi plan: --", name, " does not change what a training step holds in memory; ",
+                                 "leave it out"));
+    if (args.get_int("accumulate") > 1)
+      throw UsageError("demi plan forecasts a one-batch update: not with --accumulate (its FP32 accumulators)");
   }
   apply_thread_option(args);
   bool json = args.flag("json");
