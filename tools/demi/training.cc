@@ -331,10 +331,12 @@ int print_forecast(train::Model& model, const Job& job, const ParsedArgs& args, 
                 "\"train_peak\":%lld",
                 job.model_key.c_str(), amp::level_name(level), dtype.c_str(), static_cast<long long>(job.batch_size),
                 static_cast<long long>(f.train_peak));
-    for (int c = 0; c < kNumMemCategories; ++c)
-      if (static_cast<MemCategory>(c) != MemCategory::kData)
-        std::printf(",\"at_train_peak_%s\":%lld", mem_category_name(static_cast<MemCategory>(c)),
-                    static_cast<long long>(f.at_peak[static_cast<size_t>(c)]));
+    for (int c = 0; c < kNumMemCategories; ++c) {
+      if (static_cast<MemCategory>(c) == MemCategory::kData) continue;
+      std::string name = mem_category_name(static_cast<MemCategory>(c));
+      std::replace(name.begin(), name.end(), ' ', '_');  // the keys train --json prints: optimizer_state
+      std::printf(",\"at_train_peak_%s\":%lld", name.c_str(), static_cast<long long>(f.at_peak[static_cast<size_t>(c)]));
+    }
     std::printf("}\n");
     return 0;
   }

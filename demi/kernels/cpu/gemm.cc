@@ -128,6 +128,7 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 // Below this many multiply-adds a product runs on one thread: fork/join would cost more than it saves.
 constexpr int64_t kParallelMacs = int64_t{1} << 18;
 constexpr int64_t kLongKc = 1024;
+constexpr size_t kMaxPanelBytes = size_t{2} << 20;  // the packed panel of b, at most (see product())
 
 // Relative cost of preparing the operands (elements moved, a transposing pack weighted higher): b is
 // packed into panels, a copied block by block into compact rows (or columns).
@@ -173,7 +174,13 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
   const int64_t nk = ceil_div(K, std::max<int64_t>(2, kc_max));
   int64_t kc = ceil_div(K, nk);
   if (bf16 && nk > 1) kc = round_up(kc, 2);  // every block but the last starts at an even k
-  const int64_t nc_max = round_up(std::max<int64_t>(1, blk.nc), NR);
+  // The packed panel of b is workspace, so it is held to kMaxPanelBytes as well as to NC: a product with a
+  // long K (a low-precision output takes up to kLongKc in one block) would otherwise pack a whole f32
+  // copy of a large b, twice the bytes of the f16|bf16 weight it converts (measured on model C at
+  // O2-fp16: a 4 MiB panel was the training peak's largest workspace; 2 MiB ran at the same speed).
+  const size_t elem = bf16 ? sizeof(BFloat16) : sizeof(float);
+  const int64_t nc_cap = std::max<int64_t>(NR, static_cast<int64_t>(kMaxPanelBytes / (round_up(kc, 2) * elem)) / NR * NR);
+  const int64_t nc_max = std::min(round_up(std::max<int64_t>(1, blk.nc), NR), nc_cap);
   // Row blocks of at most MC, as many as a multiple of the threads (equal shares), each a multiple of MR.
   const int64_t ic_target = round_up(ceil_div(M, std::max<int64_t>(MR, blk.mc)), threads);
   const int64_t mc = round_up(ceil_div(M, ic_target), MR);
