@@ -652,8 +652,11 @@ std::atomic<ConvDirectPolicy>& direct_policy_slot() {
   return p;
 }
 
+// How much faster oneDNN has to measure than the direct kernels to be chosen (it takes workspace, they do not).
+constexpr double kWorkspaceMargin = 1.1;
+
 kernels::internal::ChoiceCache& direct_choices() {
-  static auto& c = *new kernels::internal::ChoiceCache("conv-direct-v1", {"onednn", "demi-direct"});  // never destroyed
+  static auto& c = *new kernels::internal::ChoiceCache("conv-direct-v2", {"onednn", "demi-direct"});  // never destroyed
   return c;
 }
 
@@ -686,7 +689,10 @@ bool direct_chosen(const Conv2dParams& p, ConvDirection dir, const std::function
     for (int r = 0; r < 5; ++r)
       for (int i = 0; i < 2; ++i)
         best[i] = std::min(best[i], kernels::internal::seconds_of([&] { run(i == 1); }, reps));
-    return best[1] < best[0] ? 1 : 0;
+    // oneDNN holds a chunk of images' reordered, converted or unpooled activations in workspace (up to
+    // kChunkBytes: on model A at O2-bf16 the training peak's largest part), the direct kernels none; like
+    // the matmul's widening paths, it has to be clearly faster to be worth that memory.
+    return best[1] < best[0] * kWorkspaceMargin ? 1 : 0;
   };
   return direct_choices().choose(key, text, tune) == 1;
 }
