@@ -6,8 +6,8 @@
 //     depthwise runs blocked too. A layout that measures differently on another CPU would be a candidate
 //     for the per-geometry choice below.
 //   - Compute dtype of bf16 x bf16: measured per geometry on this machine (widens(), below).
-//   - Chunks of images: from the geometry alone (chunk_images(), below), so that bits never depend on
-//     timing.
+//   - Chunks of images: from the geometry and the compute dtype alone (chunk_images(), below), so that
+//     bits never depend on timing.
 #include "demi/kernels/onednn/conv.h"
 
 #include <algorithm>
@@ -239,20 +239,38 @@ const char* op_name(ConvDirection dir) {
 // workspace. A call runs its batch in chunks of images, so those copies are a chunk's size, not the
 // batch's: the f16 path (widened to f32 here) then costs about what the bf16 one does, and no call's
 // workspace grows with the batch. The weights (and bias) are prepared once per call, not per chunk.
-// kChunkBytes bounds a chunk's f32 input and output together (two copies each at most); at least one
-// image runs per primitive call. The chunk size depends on the geometry only, so every process computes
-// the same bits.
-constexpr int64_t kChunkBytes = int64_t{4} << 20;
+// kChunkBytes bounds a chunk's input and output together (two copies each at most) in the dtype the
+// primitive computes in: bf16 where it computes bf16, f32 on every other path (f16 and f32 data, widened
+// bf16). Measured on model B (Zen 5): 2 MiB of f32 copies took 1.4-2.1 MiB off the training peak at O0
+// and O2-fp16 at the same speed, while bf16 chunks of half the images ran ~3% slower, so bf16 keeps the
+// images per chunk it had. At least one image runs per primitive call. The chunk size depends on the
+// geometry and the compute dtype (itself a choice kept on disk) only, so every process computes the same
+// bits.
+constexpr int64_t kChunkBytes = int64_t{2} << 20;
 
-int64_t chunk_images(const Conv2dParams& p) {
-  const int64_t per_image = (p.c * p.h * p.w + p.oc * p.out_h() * p.out_w()) * int64_t{2 * sizeof(float)};
-  return std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(per_image, 1), 1, std::max<int64_t>(p.n, 1));
+int64_t chunk_image_bytes(const Conv2dParams& p, bool widen) {
+  const int64_t elem = p.x_dtype == DType::kBF16 && !widen ? 2 : 4;
+  return std::max<int64_t>((p.c * p.h * p.w + p.oc * p.out_h() * p.out_w()) * 2 * elem, 1);
 }
 
-// f(q, n0) for each chunk: q is p with q.n the chunk's images, n0 its first image.
+// Whether a weight gradient over several chunks sums them in an f32 workspace of the weights' size
+// (WeightGradSum): for a bf16|f16 dw or db; an f32 one is summed in place.
+bool sums_in_workspace(const Conv2dParams& p, bool with_db) {
+  return p.w_dtype != DType::kF32 || (with_db && p.bias_dtype != DType::kF32);
+}
+
+// Images per chunk. A weight gradient (weight_grad; with_db: and a bias gradient) that would need the f32
+// sum of its chunks runs the batch as one chunk where that sum is at least the whole batch's copies: with
+// large weights and small images (ResNet-18's 512-channel 4x4 layers at O2) chunks would hold more, not less.
+int64_t chunk_images(const Conv2dParams& p, bool widen, bool weight_grad = false, bool with_db = false) {
+  const int64_t n = std::max<int64_t>(p.n, 1), per_image = chunk_image_bytes(p, widen);
+  if (weight_grad && sums_in_workspace(p, with_db) && p.w_numel() * int64_t{sizeof(float)} >= per_image * n) return n;
+  return std::clamp<int64_t>(kChunkBytes / per_image, 1, n);
+}
+
+// f(q, n0) for each chunk of nb images: q is p with q.n the chunk's images, n0 its first image.
 template <class F>
-void for_each_chunk(const Conv2dParams& p, F&& f) {
-  const int64_t nb = chunk_images(p);
+void for_each_chunk(const Conv2dParams& p, int64_t nb, F&& f) {
   for (int64_t n0 = 0; n0 < p.n; n0 += nb) {
     Conv2dParams q = p;
     q.n = std::min(nb, p.n - n0);
@@ -325,8 +343,9 @@ void run_backward_weights(CallContext& ctx, const ConvEntry& e, const Conv2dPara
 // a bf16|f16 gradient sums in f32 workspace and is rounded once at the end (finish()).
 class WeightGradSum {
  public:
-  WeightGradSum(CallContext& ctx, const Conv2dParams& p, void* dw, void* db) : p_(p), dw_(dw), db_(db) {
-    direct_ = chunk_images(p) >= p.n || (p.w_dtype == DType::kF32 && (!db || p.bias_dtype == DType::kF32));
+  WeightGradSum(CallContext& ctx, const Conv2dParams& p, bool widen, void* dw, void* db)
+      : p_(p), dw_(dw), db_(db), images_(chunk_images(p, widen, true, db != nullptr)) {
+    direct_ = images_ >= p.n || !sums_in_workspace(p, db != nullptr);
     if (!direct_) {
       dw32_ = static_cast<float*>(ctx.scratch_buffer(static_cast<size_t>(p.w_numel()) * sizeof(float)));
       if (db) db32_ = static_cast<float*>(ctx.scratch_buffer(static_cast<size_t>(p.oc) * sizeof(float)));
@@ -344,6 +363,7 @@ class WeightGradSum {
     }
     return c;
   }
+  int64_t images() const { return images_; }  // per chunk
   void* dw() const { return direct_ ? dw_ : dw32_; }
   void* db() const { return direct_ ? db_ : db32_; }
   void finish(CallContext& ctx) const {
@@ -362,6 +382,7 @@ class WeightGradSum {
   }
   const Conv2dParams& p_;
   void *dw_, *db_;
+  int64_t images_;
   bool direct_ = true;
   float *dw32_ = nullptr, *db32_ = nullptr;
 };
@@ -428,7 +449,7 @@ void forward_impl(const Conv2dParams& p, bool widen, const void* x, const void* 
   CallContext ctx(0);
   PreparedWeights ws;
   const float* bias32 = bias ? internal::to_f32(ctx, bias, p.bias_dtype, p.oc) : nullptr;
-  for_each_chunk(p, [&](const Conv2dParams& q, int64_t n0) {
+  for_each_chunk(p, chunk_images(p, widen), [&](const Conv2dParams& q, int64_t n0) {
     auto e = entry_for(q, ConvDirection::kForward, bias != nullptr, widen);
     ctx.ensure_scratch(e->scratch_bytes);
     const void* w_prim = ws.get(ctx, e->in1, w, p.w_numel());
@@ -444,7 +465,7 @@ void forward_impl(const Conv2dParams& p, bool widen, const void* x, const void* 
 void backward_data_impl(const Conv2dParams& p, bool widen, const void* dy, const void* w, void* dx) {
   CallContext ctx(0);
   PreparedWeights ws;
-  for_each_chunk(p, [&](const Conv2dParams& q, int64_t n0) {
+  for_each_chunk(p, chunk_images(p, widen), [&](const Conv2dParams& q, int64_t n0) {
     auto e = entry_for(q, ConvDirection::kBackwardData, false, widen);
     ctx.ensure_scratch(e->scratch_bytes);
     const void* w_prim = ws.get(ctx, e->in1, w, p.w_numel());
@@ -457,8 +478,8 @@ void backward_data_impl(const Conv2dParams& p, bool widen, const void* dy, const
 
 void backward_weights_impl(const Conv2dParams& p, bool widen, const void* x, const void* dy, void* dw, void* db) {
   CallContext ctx(0);
-  WeightGradSum sum(ctx, p, dw, db);
-  for_each_chunk(p, [&](const Conv2dParams& q0, int64_t n0) {
+  WeightGradSum sum(ctx, p, widen, dw, db);
+  for_each_chunk(p, sum.images(), [&](const Conv2dParams& q0, int64_t n0) {
     const Conv2dParams q = sum.chunk(q0, n0);
     auto e = entry_for(q, ConvDirection::kBackwardWeights, db != nullptr, widen);
     ctx.ensure_scratch(e->scratch_bytes);
@@ -476,7 +497,7 @@ void fused_forward_impl(const Conv2dParams& p, bool widen, const Pool2dParams& p
   PreparedWeights ws;
   const float* bias32 = bias ? internal::to_f32(ctx, bias, p.bias_dtype, p.oc) : nullptr;
   const int64_t pooled = pool.c * pool.oh * pool.ow;  // per image
-  for_each_chunk(p, [&](const Conv2dParams& q, int64_t n0) {
+  for_each_chunk(p, chunk_images(p, widen), [&](const Conv2dParams& q, int64_t n0) {
     auto e = entry_for(q, ConvDirection::kForward, bias != nullptr, widen);
     ctx.ensure_scratch(e->scratch_bytes);
     const void* w_prim = ws.get(ctx, e->in1, w, p.w_numel());
@@ -515,10 +536,10 @@ void fused_backward_impl(const Conv2dParams& p, bool widen, const Pool2dParams& 
   pw.w_dtype = dw_dtype;
   pw.bias_dtype = db ? db_dtype : p.bias_dtype;
   CallContext ctx(0);
-  WeightGradSum sum(ctx, pw, dw, db);
+  WeightGradSum sum(ctx, pw, widen, dw, db);
   PreparedWeights ws;
   const int64_t pooled = pool.c * pool.oh * pool.ow;  // per image
-  for_each_chunk(pw, [&](const Conv2dParams& q, int64_t n0) {
+  for_each_chunk(pw, sum.images(), [&](const Conv2dParams& q, int64_t n0) {
     const Conv2dParams qw = sum.chunk(q, n0);
     Conv2dParams qd = q;  // the data gradient reads the forward's weights
     qd.w_dtype = p.w_dtype;

@@ -110,15 +110,20 @@ void CallContext::execute(const dnnl::primitive& prim, std::unordered_map<int, d
 }
 
 const void* CallContext::input(const InputPlan& plan, const void* user, int64_t numel) {
+  if (!plan.reorder) return plan.from_f16 ? to_f32(*this, user, DType::kF16, numel) : user;
+  // An f16 input that is also reordered is widened into a buffer that lives only until the reorder has
+  // read it: the call keeps the reordered copy, not both (a convolution's weights are prepared once per
+  // call; on ResNet-18's 512-channel layers at O2-fp16 the widened copy was 9 MiB of the training peak).
+  Workspace widened(plan.from_f16 ? static_cast<size_t>(numel) * sizeof(float) : 0);
   const void* cur = user;
-  if (plan.from_f16) cur = to_f32(*this, user, DType::kF16, numel);
-  if (plan.reorder) {
-    void* dst = scratch_buffer(plan.prim_md.get_size());
-    execute(*plan.reorder,
-            {{DNNL_ARG_FROM, make_memory(plan.user_md, cur)}, {DNNL_ARG_TO, make_memory(plan.prim_md, dst)}});
-    cur = dst;
+  if (plan.from_f16) {
+    convert(user, DType::kF16, widened.get(), DType::kF32, numel);
+    cur = widened.get();
   }
-  return cur;
+  void* dst = scratch_buffer(plan.prim_md.get_size());
+  execute(*plan.reorder,
+          {{DNNL_ARG_FROM, make_memory(plan.user_md, cur)}, {DNNL_ARG_TO, make_memory(plan.prim_md, dst)}});
+  return dst;
 }
 
 void* CallContext::output(const OutputPlan& plan, void* user, int64_t /*numel*/) {
