@@ -335,7 +335,8 @@ int print_forecast(train::Model& model, const Job& job, const ParsedArgs& args, 
       if (static_cast<MemCategory>(c) == MemCategory::kData) continue;
       std::string name = mem_category_name(static_cast<MemCategory>(c));
       std::replace(name.begin(), name.end(), ' ', '_');  // the keys train --json prints: optimizer_state
-      std::printf(",\"at_train_peak_%s\":%lld", name.c_str(), static_cast<long long>(f.at_peak[static_cast<size_t>(c)]));
+      std::printf(",\"at_train_peak_%s\":%lld", name.c_str(),
+                  static_cast<long long>(f.at_peak[static_cast<size_t>(c)]));
     }
     std::printf("}\n");
     return 0;

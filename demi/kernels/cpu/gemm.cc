@@ -179,7 +179,8 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
   // copy of a large b, twice the bytes of the f16|bf16 weight it converts (measured on model C at
   // O2-fp16: a 4 MiB panel was the training peak's largest workspace; 2 MiB ran at the same speed).
   const size_t elem = bf16 ? sizeof(BFloat16) : sizeof(float);
-  const int64_t nc_cap = std::max<int64_t>(NR, static_cast<int64_t>(kMaxPanelBytes / (round_up(kc, 2) * elem)) / NR * NR);
+  const int64_t panel_cols = static_cast<int64_t>(kMaxPanelBytes / (static_cast<size_t>(round_up(kc, 2)) * elem));
+  const int64_t nc_cap = std::max<int64_t>(NR, panel_cols / NR * NR);
   const int64_t nc_max = std::min(round_up(std::max<int64_t>(1, blk.nc), NR), nc_cap);
   // Row blocks of at most MC, as many as a multiple of the threads (equal shares), each a multiple of MR.
   const int64_t ic_target = round_up(ceil_div(M, std::max<int64_t>(MR, blk.mc)), threads);
