@@ -54,8 +54,7 @@ def main():
     for model in a.models.split(","):
         base = ["--model", model, "--data", "synthetic", "--train-samples", str(64 * 32)]
         for label, extra in SETTINGS + EXTRA.get(model, []):
-            plan = last_json([a.demi, "plan", "--json"] + base + [x for x in extra if x != "--optimizer-in-backward"]
-                             + (["--optimizer-in-backward"] if "--optimizer-in-backward" in extra else []))
+            plan = last_json([a.demi, "plan", "--json"] + base + extra)
             run = last_json([a.demi, "train", "--json", "--steps", str(a.steps)] + base + extra)
             if plan is None or run is None:
                 continue

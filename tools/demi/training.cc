@@ -36,6 +36,14 @@ namespace {
 
 const char* kFashionDir = "/usr/share/datasets/fashion-mnist";
 
+// A memory category as the JSON keys of train --json and plan --json name it: "optimizer state" ->
+// optimizer_state.
+std::string json_category(int c) {
+  std::string name = mem_category_name(static_cast<MemCategory>(c));
+  std::replace(name.begin(), name.end(), ' ', '_');
+  return name;
+}
+
 struct Job {
   std::string model_key;  // A, B, C
   std::shared_ptr<nn::Cell> net;
@@ -333,9 +341,7 @@ int print_forecast(train::Model& model, const Job& job, const ParsedArgs& args, 
                 static_cast<long long>(f.train_peak));
     for (int c = 0; c < kNumMemCategories; ++c) {
       if (static_cast<MemCategory>(c) == MemCategory::kData) continue;
-      std::string name = mem_category_name(static_cast<MemCategory>(c));
-      std::replace(name.begin(), name.end(), ' ', '_');  // the keys train --json prints: optimizer_state
-      std::printf(",\"at_train_peak_%s\":%lld", name.c_str(),
+      std::printf(",\"at_train_peak_%s\":%lld", json_category(c).c_str(),
                   static_cast<long long>(f.at_peak[static_cast<size_t>(c)]));
     }
     std::printf("}\n");
@@ -654,8 +660,7 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
       f.emplace("allreduce_exposed_ms_per_step", num(1e3 * dp->stats().exposed_seconds / steps));
     }
     for (int c = 0; c < kNumMemCategories; ++c) {
-      std::string name = mem_category_name(static_cast<MemCategory>(c));
-      std::replace(name.begin(), name.end(), ' ', '_');  // "optimizer state" -> optimizer_state
+      const std::string name = json_category(c);
       f.emplace("at_peak_" + name, num(static_cast<double>(s.peak.at_peak[c])));
       f.emplace("at_train_peak_" + name, num(static_cast<double>(s.peak.at_train_peak[c])));
     }

@@ -178,9 +178,10 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
   // long K (a low-precision output takes up to kLongKc in one block) would otherwise pack a whole f32
   // copy of a large b, twice the bytes of the f16|bf16 weight it converts (measured on model C at
   // O2-fp16: a 4 MiB panel was the training peak's largest workspace; 2 MiB ran at the same speed).
-  const size_t elem = bf16 ? sizeof(BFloat16) : sizeof(float);
-  const int64_t panel_cols = static_cast<int64_t>(kMaxPanelBytes / (static_cast<size_t>(round_up(kc, 2)) * elem));
-  const int64_t nc_cap = std::max<int64_t>(NR, panel_cols / NR * NR);
+  const int64_t kc_pad = round_up(kc, 2);
+  const size_t panel_elems = static_cast<size_t>(kc_pad * NR);  // per packed panel (bf16 pairs: same count)
+  const size_t panel_bytes = panel_elems * (bf16 ? sizeof(BFloat16) : sizeof(float));
+  const int64_t nc_cap = std::max<int64_t>(1, static_cast<int64_t>(kMaxPanelBytes / panel_bytes)) * NR;
   const int64_t nc_max = std::min(round_up(std::max<int64_t>(1, blk.nc), NR), nc_cap);
   // Row blocks of at most MC, as many as a multiple of the threads (equal shares), each a multiple of MR.
   const int64_t ic_target = round_up(ceil_div(M, std::max<int64_t>(MR, blk.mc)), threads);
@@ -193,9 +194,6 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
   void* target = staged ? static_cast<void*>(stage.f32()) : c;
   const DType target_dtype = staged ? DType::kF32 : p.c_dtype;
 
-  const int64_t kc_pad = round_up(kc, 2);
-  const size_t panel_elems = static_cast<size_t>(kc_pad * NR);  // per packed panel (bf16 pairs: same count)
-  const size_t panel_bytes = panel_elems * (bf16 ? sizeof(BFloat16) : sizeof(float));
   Workspace bpack(static_cast<size_t>(ceil_div(std::min(N, nc_max), NR)) * panel_bytes);
 
   // a is always copied a block at a time into compact rows (or, transposed, columns): read in place its

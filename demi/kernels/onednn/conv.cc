@@ -248,24 +248,25 @@ const char* op_name(ConvDirection dir) {
 // bits.
 constexpr int64_t kChunkBytes = int64_t{2} << 20;
 
+// A chunk's copies of one image (input and output, two each at most) in the compute dtype.
 int64_t chunk_image_bytes(const Conv2dParams& p, bool widen) {
   const int64_t elem = p.x_dtype == DType::kBF16 && !widen ? 2 : 4;
   return std::max<int64_t>((p.c * p.h * p.w + p.oc * p.out_h() * p.out_w()) * 2 * elem, 1);
 }
 
-// Whether a weight gradient over several chunks sums them in an f32 workspace of the weights' size
-// (WeightGradSum): for a bf16|f16 dw or db; an f32 one is summed in place.
-bool sums_in_workspace(const Conv2dParams& p, bool with_db) {
-  return p.w_dtype != DType::kF32 || (with_db && p.bias_dtype != DType::kF32);
+int64_t chunk_images(const Conv2dParams& p, bool widen) {
+  return std::clamp<int64_t>(kChunkBytes / chunk_image_bytes(p, widen), 1, std::max<int64_t>(p.n, 1));
 }
 
-// Images per chunk. A weight gradient (weight_grad; with_db: and a bias gradient) that would need the f32
-// sum of its chunks runs the batch as one chunk where that sum is at least the whole batch's copies: with
-// large weights and small images (ResNet-18's 512-channel 4x4 layers at O2) chunks would hold more, not less.
-int64_t chunk_images(const Conv2dParams& p, bool widen, bool weight_grad = false, bool with_db = false) {
-  const int64_t n = std::max<int64_t>(p.n, 1), per_image = chunk_image_bytes(p, widen);
-  if (weight_grad && sums_in_workspace(p, with_db) && p.w_numel() * int64_t{sizeof(float)} >= per_image * n) return n;
-  return std::clamp<int64_t>(kChunkBytes / per_image, 1, n);
+// Images per chunk of a weight gradient. A bf16 dw over several chunks is summed in an f32 buffer of the
+// weights' size beside the primitive's own f32 dw; as one chunk, the primitive's dw is reordered straight
+// into bf16. So it runs as one chunk where that sum buffer is at least the whole batch's copies (large
+// weights on small images, ResNet-18's 512-channel 4x4 layers at O2: chunks would hold more, not less).
+// An f16 dw is staged through a plain f32 buffer either way (OutputPlan), so chunking costs it nothing.
+int64_t weight_grad_chunk_images(const Conv2dParams& p, bool widen) {
+  const int64_t n = std::max<int64_t>(p.n, 1);
+  if (p.w_dtype == DType::kBF16 && p.w_numel() * int64_t{sizeof(float)} >= chunk_image_bytes(p, widen) * n) return n;
+  return chunk_images(p, widen);
 }
 
 // f(q, n0) for each chunk of nb images: q is p with q.n the chunk's images, n0 its first image.
@@ -344,8 +345,8 @@ void run_backward_weights(CallContext& ctx, const ConvEntry& e, const Conv2dPara
 class WeightGradSum {
  public:
   WeightGradSum(CallContext& ctx, const Conv2dParams& p, bool widen, void* dw, void* db)
-      : p_(p), dw_(dw), db_(db), images_(chunk_images(p, widen, true, db != nullptr)) {
-    direct_ = images_ >= p.n || !sums_in_workspace(p, db != nullptr);
+      : p_(p), dw_(dw), db_(db), images_(weight_grad_chunk_images(p, widen)) {
+    direct_ = images_ >= p.n || (p.w_dtype == DType::kF32 && (!db || p.bias_dtype == DType::kF32));
     if (!direct_) {
       dw32_ = static_cast<float*>(ctx.scratch_buffer(static_cast<size_t>(p.w_numel()) * sizeof(float)));
       if (db) db32_ = static_cast<float*>(ctx.scratch_buffer(static_cast<size_t>(p.oc) * sizeof(float)));

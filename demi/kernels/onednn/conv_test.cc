@@ -81,7 +81,7 @@ TEST(OnednnConv, Bf16NativeAndWidenedBothMatchTheReference) {
 // dtype matches the reference, a low-precision weight gradient summed over the chunks in f32 and rounded
 // once, accumulation included; and the call's workspace stays bounded by a chunk, not the batch.
 TEST(OnednnConv, BatchesRunInChunksOfImages) {
-  const Geometry big = {"31 images of 8x48x48 -> 8 (chunks 14, 14, 3)", 31, 8, 48, 48, 8, 3, 3, 1, 1, 0, 0, 0, 0,
+  const Geometry big = {"31 images of 8x48x48 -> 8 (chunks: 7 f32, 14 bf16)", 31, 8, 48, 48, 8, 3, 3, 1, 1, 0, 0, 0, 0,
                         1, 1, 1};
   Fixture f(big);
   const ConvBf16Policy saved = conv_bf16_policy();
@@ -106,6 +106,27 @@ TEST(OnednnConv, BatchesRunInChunksOfImages) {
   conv2d_backward_data(p, y.data(), w.data(), x.data());
   conv2d_backward_weights(p, x.data(), y.data(), w.data(), b.data());
   EXPECT_LT(peak.peak().pk(MemCategory::kWorkspace), int64_t{12} << 20);
+}
+
+// A bf16 weight gradient whose f32 sum over chunks would be at least the batch's own copies (large weights
+// on small images; f16 activations, whose f32 copies would take 2 chunks here) runs as one chunk, as AMP's
+// O2-fp16 runs it (bf16 parameter gradients): it matches the reference, and its workspace holds the
+// primitive's f32 dw, not a second weight-sized sum beside it.
+TEST(OnednnConv, LargeBf16WeightGradientRunsAsOneChunk) {
+  const Geometry g = {"140 images of 256x2x2 -> 256, k3 pad 1", 140, 256, 2, 2, 256, 3, 3, 1, 1, 1, 1, 1, 1,
+                      1, 1, 1};
+  Fixture f(g);
+  Conv2dParams p = f.p;
+  p.x_dtype = p.y_dtype = F16;
+  p.w_dtype = p.bias_dtype = BF16;
+  Operand x = cast_operand(f.x, F16), dy = cast_operand(f.dy, F16);
+  Operand dw = cast_operand(f.dw0, BF16), db = cast_operand(f.db0, BF16);
+  ScopedPeak peak;
+  conv2d_backward_weights(p, x.data(), dy.data(), dw.data(), db.data());
+  const int64_t terms = p.n * p.out_h() * p.out_w();
+  EXPECT_TRUE(all_close(dw.data(), BF16, f.dw, tolerance_for_sum(BF16, terms, 1.0)));
+  EXPECT_TRUE(all_close(db.data(), BF16, f.db, tolerance_for_sum(BF16, terms, 1.0)));
+  EXPECT_LT(peak.peak().pk(MemCategory::kWorkspace), 2 * p.w_numel() * int64_t{sizeof(float)});
 }
 
 TEST(OnednnConv, AutoLayoutAndMixedInputs) {
