@@ -18,7 +18,7 @@ Tensor activation(Op op, Activation a, const Tensor& x_in) {
   Tensor saved = kernels::activation_saved(a) == kernels::ActivationSaved::kInput ? x : y;
   return d.finish(y, [a, saved](const TensorList& g) {
     Tensor gy = internal::grad_as(g[0], saved.dtype());
-    Tensor dx = empty(saved.shape(), saved.dtype());
+    Tensor dx = internal::reuse_or_empty(saved);
     kernels::activation_backward(a, saved.dtype(), saved.raw_data(), gy.raw_data(), dx.raw_data(), saved.numel());
     return TensorList{dx};
   });

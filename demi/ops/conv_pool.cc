@@ -141,7 +141,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   return d.finish(y, [x = x_saved, w, y = y_saved, p, has_bias, need_dx, dw_dtype, db_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);
     if (p.relu) {
-      Tensor masked = empty(gy.shape(), gy.dtype());
+      Tensor masked = internal::reuse_or_empty(y);  // y, once nothing else holds it
       kernels::activation_backward(kernels::Activation::kReLU, gy.dtype(), y.raw_data(), gy.raw_data(),
                                    masked.raw_data(), gy.numel());
       gy = masked;

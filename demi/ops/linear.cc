@@ -132,7 +132,7 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
                       db_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);
     if (relu) {
-      Tensor masked = empty(gy.shape(), gy.dtype());
+      Tensor masked = internal::reuse_or_empty(y);  // y, once nothing else holds it
       kernels::activation_backward(kernels::Activation::kReLU, gy.dtype(), y.raw_data(), gy.raw_data(),
                                    masked.raw_data(), gy.numel());
       gy = masked;

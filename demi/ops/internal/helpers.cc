@@ -17,6 +17,11 @@ void check_rank(Op op, const Tensor& x, int rank, const char* arg, const char* l
 
 Tensor grad_as(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
 
+Tensor reuse_or_empty(const Tensor& saved) {
+  const bool sole = saved.impl_ptr().use_count() == 1 && saved.impl().storage.use_count() == 1;
+  return sole ? saved : empty(saved.shape(), saved.dtype());
+}
+
 Tensor binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b) {
   DEMI_ASSERT(a.dtype() == b.dtype(), "binary kernel on ", a.describe(), " and ", b.describe());
   Shape out = kernels::broadcast_shape(a.shape().dims(), b.shape().dims(), kernels::binary_op_name(op));

@@ -18,6 +18,12 @@ void check_rank(Op op, const Tensor& x, int rank, const char* arg, const char* l
 // g converted to dtype (gradients reaching a node may be wider than its output).
 Tensor grad_as(const Tensor& g, DType dtype);
 
+// The buffer for an elementwise backward result of `saved`'s shape and dtype: `saved` itself where the
+// backward rule holds its only reference (every other reader already ran its backward and released it,
+// so nothing can see it overwritten), else a new tensor. One activation-sized buffer less at backward's
+// peak; for kernels that read each element before writing it.
+Tensor reuse_or_empty(const Tensor& saved);
+
 // Kernel-level elementwise on tensors of one dtype (broadcasting for binary).
 Tensor binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b);
 Tensor unary(kernels::UnaryOp op, const Tensor& x);
