@@ -55,7 +55,7 @@ def main():
         base = ["--model", model, "--data", "synthetic", "--train-samples", str(64 * 32)]
         for label, extra in SETTINGS + EXTRA.get(model, []):
             plan = last_json([a.demi, "plan", "--json"] + base + extra)
-            run = last_json([a.demi, "train", "--json", "--steps", str(a.steps)] + base + extra)
+            run = last_json([a.demi, "train", "--json", "--mode", "pynative", "--steps", str(a.steps)] + base + extra)
             if plan is None or run is None:
                 continue
             rows.append({"model": model, "setting": label, "forecast": plan["train_peak"],

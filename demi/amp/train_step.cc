@@ -6,6 +6,7 @@
 #include <span>
 
 #include "demi/autograd/autograd.h"
+#include "demi/core/context.h"
 #include "demi/ops/dispatch.h"
 #include "demi/ops/ops.h"
 
@@ -27,19 +28,63 @@ TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell
   generators_ = nn::generators_of(*net_);
 }
 
+// The key of a plan: what changes a step's allocations besides the network and the AMP level, which a
+// TrainStep fixes.
+std::string TrainStep::graph_key(const char* kind, const Tensor* data, const Tensor* label) const {
+  std::string key = kind;
+  if (data) key += str_cat(", data ", data->shape(), " ", dtype_name(data->dtype()));
+  if (label) key += str_cat(", label ", label->shape(), " ", dtype_name(label->dtype()));
+  if (optimizer_in_backward_) key += ", optimizer in backward";
+  if (clip_grad_norm_ > 0) key += ", clipping";
+  if (reducer_) key += ", data parallel";
+  if (attribute_overflow_) key += ", attribution";
+  return key;
+}
+
 StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
+  if (get_context().mode != ExecMode::kGraph) return update(data, label);
+  StepResult r;
+  graphs_.run(graph_key("update", &data, &label), [&] {
+    r = update(data, label);
+    return !r.overflow;  // an overflow step (skipped, attributed) is not the step to plan from
+  });
+  return r;
+}
+
+float TrainStep::accumulate(const Tensor& data, const Tensor& label) {
+  if (get_context().mode != ExecMode::kGraph) return accumulate_micro_batch(data, label);
+  // The first micro-batch of an update clears the gradients; the others add to them.
+  float loss = 0;
+  graphs_.run(graph_key(micro_batches_ == 0 ? "first micro-batch" : "micro-batch", &data, &label), [&] {
+    loss = accumulate_micro_batch(data, label);
+    return true;
+  });
+  return loss;
+}
+
+StepResult TrainStep::step() {
+  if (get_context().mode != ExecMode::kGraph) return apply_update();
+  StepResult r;
+  graphs_.run(graph_key(str_cat("update of ", micro_batches_, " micro-batches").c_str(), nullptr, nullptr), [&] {
+    r = apply_update();
+    return !r.overflow;
+  });
+  return r;
+}
+
+StepResult TrainStep::update(const Tensor& data, const Tensor& label) {
   DEMI_CHECK(micro_batches_ == 0, "TrainStep: ", micro_batches_, " micro-batch(es) accumulated but not applied; ",
              "call step() before a whole-batch train step");
   if (optimizer_in_backward_) return step_in_backward(data, label);
   reduce_in_backward_ = reducer_ != nullptr;
   try {
-    accumulate(data, label);
+    accumulate_micro_batch(data, label);
   } catch (...) {
     reduce_in_backward_ = false;
     throw;
   }
   reduce_in_backward_ = false;
-  return step();
+  return apply_update();
 }
 
 StepResult TrainStep::step_in_backward(const Tensor& data, const Tensor& label) {
@@ -86,7 +131,7 @@ StepResult TrainStep::step_in_backward(const Tensor& data, const Tensor& label) 
   return r;
 }
 
-float TrainStep::accumulate(const Tensor& data, const Tensor& label) {
+float TrainStep::accumulate_micro_batch(const Tensor& data, const Tensor& label) {
   DEMI_CHECK(!optimizer_in_backward_, "TrainStep::accumulate: the optimizer in backward updates each parameter as ",
              "its gradient completes, so micro-batches cannot be accumulated; turn one of them off");
   if (micro_batches_ == 0) {
@@ -140,7 +185,7 @@ void TrainStep::set_clip_grad_norm(double max_norm) {
   clip_grad_norm_ = max_norm;
 }
 
-StepResult TrainStep::step() {
+StepResult TrainStep::apply_update() {
   DEMI_CHECK(micro_batches_ > 0, "TrainStep::step: no micro-batch accumulated (call accumulate(data, label) first)");
   StepResult r;
   r.loss_scale = micro_scale_;

@@ -38,6 +38,7 @@
 #include "demi/amp/attribution.h"
 #include "demi/amp/loss_scale.h"
 #include "demi/amp/policy.h"
+#include "demi/graph/step_graph.h"
 #include "demi/nn/cell.h"
 #include "demi/optim/optimizer.h"
 
@@ -92,7 +93,10 @@ class TrainStep {
   TrainStep(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell> loss_fn,
             std::shared_ptr<optim::Optimizer> optimizer, std::shared_ptr<LossScaleManager> manager);
 
-  // One update from one batch: accumulate(data, label) then step().
+  // One update from one batch: accumulate(data, label) then step(). In GRAPH_MODE (set_context; the
+  // default) each call of the three below runs under graph mode's static memory plans
+  // (graph/step_graph.h): the same results bit for bit, its allocations served from one planned arena;
+  // PYNATIVE_MODE runs it as it comes.
   StepResult operator()(const Tensor& data, const Tensor& label);
   // Forward and scaled backward on one micro-batch, gradients added to the accumulated ones; returns its
   // (unscaled) loss. The first micro-batch after an update clears the gradients and fixes the loss scale.
@@ -132,6 +136,10 @@ class TrainStep {
   LossScaleManager* loss_scale_manager() { return manager_.get(); }
   // The optimizer's parameters' paths in the network (for messages), in the optimizer's order.
   const std::vector<std::string>& parameter_names() const { return param_names_; }
+  // Graph mode's plans and counters for this step's updates (forget the plans with graphs().clear()
+  // when the program changes, as adaptive AMP does when it promotes a layer).
+  graph::StepGraphs& graphs() { return graphs_; }
+  const graph::StepGraphs& graphs() const { return graphs_; }
   // The last step's logits (FP32), for metrics without a second forward pass.
   const Tensor& last_logits() const { return last_logits_; }
 
@@ -160,6 +168,12 @@ class TrainStep {
   std::vector<MicroBatch> micro_inputs_;
   std::vector<std::pair<std::string, Generator*>> generators_;  // nn::generators_of(net), at construction
 
+  graph::StepGraphs graphs_{"train step"};
+  // operator(), accumulate() and step() without graph mode.
+  StepResult update(const Tensor& data, const Tensor& label);
+  float accumulate_micro_batch(const Tensor& data, const Tensor& label);
+  StepResult apply_update();
+  std::string graph_key(const char* kind, const Tensor* data, const Tensor* label) const;
   float forward_backward(const Tensor& data, const Tensor& label, bool notify_reducer);
   StepResult step_in_backward(const Tensor& data, const Tensor& label);
   void replay(const std::vector<MicroBatch>& micro, double loss_scale, ops::OpObserver& observer,

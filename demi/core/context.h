@@ -2,8 +2,11 @@
 //
 //   demi::set_context({.mode = demi::ExecMode::kGraph, .device_target = "CPU", .device_id = 0});
 //
-// Graph mode arrives with demi/graph; until then the setting is stored and reported, and train steps run
-// eagerly. "CPU" is the only device target today; any other is a demi::Error that lists the available ones.
+// GRAPH_MODE (the default): a TrainStep's updates (build_train_network, Model::train) run under static
+// memory plans, one arena planned from a traced step and replayed every later step (demi/graph/
+// step_graph.h); the results are bit for bit PYNATIVE_MODE's, which runs every op as it comes. The mode
+// is read at each update. "CPU" is the only device target today; any other is a demi::Error that lists
+// the available ones.
 #pragma once
 
 #include <string>

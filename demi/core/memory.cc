@@ -20,6 +20,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <unordered_map>
 #include <vector>
 
 #include "demi/core/error.h"
@@ -124,6 +125,26 @@ struct Allocator {
   std::vector<ScopeEntry> scopes;  // active ScopedPeak windows, innermost last
   int next_scope_id = 1;
 
+  // The recording of one step's allocations (mem_record_begin/end).
+  struct Recording {
+    bool active = false;
+    int64_t clock = 0;
+    std::vector<AllocationEvent> events;
+    std::unordered_map<void*, int32_t> live;  // a recorded block still alive -> its event
+  } rec;
+
+  // The arena of the static plans, and the replay in progress (mem_replay_begin/end).
+  struct Arena {
+    char* base = nullptr;
+    size_t bytes = 0;
+    std::unordered_map<int64_t, int32_t> live;  // offset of an arena block alive -> its plan index
+    int64_t live_bytes = 0;
+    const ArenaPlan* plan = nullptr;  // the replay in progress; null between replays
+    std::vector<uint8_t> alive;       // per allocation of the last plan replayed
+    size_t next = 0;
+    ReplayOutcome out;
+  } arena;
+
   void* system_alloc(size_t class_bytes) {
     void* p = nullptr;
     if (class_bytes < kLargeBlock) {
@@ -191,6 +212,58 @@ struct Allocator {
     }
   }
 
+  // The next allocation of the replay in progress: its arena block, or nullptr for the caching allocator
+  // (the plan says so, or the step has left the plan).
+  void* replay_next(size_t bytes, MemCategory cat) {
+    ReplayOutcome& out = arena.out;
+    if (out.diverged) return nullptr;
+    const ArenaPlan& plan = *arena.plan;
+    const size_t i = arena.next++;
+    auto diverge = [&](std::string why) -> void* {
+      out.diverged = true;
+      out.diverged_at = static_cast<int64_t>(i);
+      out.why = std::move(why);
+      return nullptr;
+    };
+    if (i >= plan.bytes.size()) {
+      return diverge("the step made more allocations than the " + std::to_string(plan.bytes.size()) + " planned");
+    }
+    if (plan.bytes[i] != bytes || plan.categories[i] != cat) {
+      return diverge("allocation " + std::to_string(i) + " asked for " + std::to_string(bytes) + " bytes of " +
+                     mem_category_name(cat) + " where the plan has " + std::to_string(plan.bytes[i]) + " bytes of " +
+                     mem_category_name(plan.categories[i]));
+    }
+    ++out.followed;
+    const int64_t off = plan.offsets[i];
+    if (off < 0) return nullptr;
+    for (int32_t j : plan.must_be_free[i]) {
+      if (arena.alive[static_cast<size_t>(j)]) {
+        return diverge("allocation " + std::to_string(i) + " shares arena bytes with allocation " + std::to_string(j) +
+                       ", which is still alive (the step holds it longer than the traced one did)");
+      }
+    }
+    arena.alive[i] = 1;
+    arena.live.emplace(off, static_cast<int32_t>(i));
+    arena.live_bytes += static_cast<int64_t>(bytes);
+    ++out.served;
+    ++stats.arena_allocs;
+    return arena.base + off;
+  }
+
+  bool in_arena(const void* p) const {
+    auto c = static_cast<const char*>(p);
+    return arena.base != nullptr && c >= arena.base && c < arena.base + arena.bytes;
+  }
+
+  void release_arena() {
+    if (arena.base == nullptr) return;
+    DEMI_UNPOISON(arena.base, arena.bytes);
+    system_free(arena.base, arena.bytes);
+    stats.arena = 0;
+    arena.base = nullptr;
+    arena.bytes = 0;
+  }
+
   void empty_cache() {
     for (int i = 0; i < kNumClasses; ++i) {
       if (free_lists[i].empty()) continue;
@@ -214,6 +287,8 @@ Allocator& allocator() {
 }
 
 thread_local MemCategory t_category = MemCategory::kOther;
+thread_local bool t_recording = false;  // this thread's allocations are recorded
+thread_local bool t_replaying = false;  // this thread's allocations follow the arena plan
 
 std::string human_bytes(int64_t b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -261,11 +336,14 @@ void* mem_allocate(size_t bytes, MemCategory cat) {
   internal::SizeClass sc = internal::size_class(bytes);
   Allocator& a = allocator();
   void* p = nullptr;
+  bool from_arena = false;
   {
     std::lock_guard<std::mutex> lock(a.mu);
     ++a.stats.allocs;
     auto& list = a.free_lists[sc.index];
-    if (!list.empty()) {
+    if (t_replaying && (p = a.replay_next(bytes, cat)) != nullptr) {
+      from_arena = true;  // its block is exactly `bytes` long
+    } else if (!list.empty()) {
       p = list.back();
       list.pop_back();
       ++a.stats.cache_hits;
@@ -282,9 +360,13 @@ void* mem_allocate(size_t bytes, MemCategory cat) {
                  ", reserved: ", human_bytes(a.stats.reserved), ")");
     }
     a.note_alloc(bytes, cat);
+    if (t_recording) {
+      a.rec.live[p] = static_cast<int32_t>(a.rec.events.size());
+      a.rec.events.push_back({bytes, cat, a.rec.clock++, -1});
+    }
   }
   // Under AddressSanitizer, the rounding slack of the block stays poisoned: overruns are caught.
-  DEMI_POISON(p, sc.bytes);
+  if (!from_arena) DEMI_POISON(p, sc.bytes);
   DEMI_UNPOISON(p, bytes);
   return p;
 }
@@ -294,7 +376,6 @@ void mem_free(void* ptr, size_t bytes, MemCategory cat) {
   DEMI_ASSERT(bytes > 0 && reinterpret_cast<uintptr_t>(ptr) % kAlignment == 0,
               "mem_free of a block that mem_allocate did not return (", ptr, ", ", bytes, " bytes)");
   internal::SizeClass sc = internal::size_class(bytes);
-  DEMI_POISON(ptr, sc.bytes);
   Allocator& a = allocator();
   int c = static_cast<int>(cat);
   std::lock_guard<std::mutex> lock(a.mu);
@@ -302,8 +383,100 @@ void mem_free(void* ptr, size_t bytes, MemCategory cat) {
   a.stats.total_current -= static_cast<int64_t>(bytes);
   DEMI_ASSERT(a.stats.current[c] >= 0, "memory category ", mem_category_name(cat),
               " freed more than it allocated (mem_free with a wrong size or category)");
+  if (a.rec.active) {
+    auto it = a.rec.live.find(ptr);
+    if (it != a.rec.live.end()) {
+      a.rec.events[static_cast<size_t>(it->second)].end = a.rec.clock++;
+      a.rec.live.erase(it);
+    }
+  }
+  if (a.in_arena(ptr)) {
+    auto it = a.arena.live.find(static_cast<char*>(ptr) - a.arena.base);
+    DEMI_ASSERT(it != a.arena.live.end(), "mem_free of an arena block that is not alive (", ptr, ")");
+    a.arena.alive[static_cast<size_t>(it->second)] = 0;
+    a.arena.live.erase(it);
+    a.arena.live_bytes -= static_cast<int64_t>(bytes);
+    DEMI_POISON(ptr, bytes);
+    return;
+  }
+  DEMI_POISON(ptr, sc.bytes);
   a.free_lists[sc.index].push_back(ptr);
   a.stats.cached_free += static_cast<int64_t>(sc.bytes);
+}
+
+void mem_record_begin() {
+  Allocator& a = allocator();
+  std::lock_guard<std::mutex> lock(a.mu);
+  DEMI_CHECK(!a.rec.active, "mem_record_begin: a recording is already in progress (one at a time)");
+  DEMI_CHECK(!t_replaying, "mem_record_begin: this thread is replaying a plan");
+  a.rec = {};
+  a.rec.active = true;
+  t_recording = true;
+}
+
+std::vector<AllocationEvent> mem_record_end() {
+  Allocator& a = allocator();
+  std::lock_guard<std::mutex> lock(a.mu);
+  DEMI_CHECK(a.rec.active && t_recording, "mem_record_end: this thread has no recording in progress");
+  std::vector<AllocationEvent> events = std::move(a.rec.events);
+  a.rec = {};
+  t_recording = false;
+  return events;
+}
+
+bool mem_replay_begin(const ArenaPlan& plan) {
+  const size_t n = plan.bytes.size();
+  DEMI_CHECK(plan.categories.size() == n && plan.offsets.size() == n && plan.must_be_free.size() == n &&
+                 plan.arena_bytes >= 0,
+             "mem_replay_begin: an inconsistent plan (", n, " sizes, ", plan.categories.size(), " categories, ",
+             plan.offsets.size(), " offsets, ", plan.must_be_free.size(), " conflict lists, arena ",
+             plan.arena_bytes, " bytes)");
+  Allocator& a = allocator();
+  std::lock_guard<std::mutex> lock(a.mu);
+  DEMI_CHECK(!t_replaying && !t_recording, "mem_replay_begin: this thread is already ",
+             t_replaying ? "replaying a plan" : "recording");
+  if (!a.arena.live.empty()) return false;
+  const auto need = static_cast<size_t>(plan.arena_bytes);
+  if (need > a.arena.bytes) {
+    a.release_arena();
+    // Whole 64 KiB units (aligned_alloc wants a multiple of the alignment; large ones are mmapped).
+    const size_t bytes = (need + 65535) & ~size_t{65535};
+    void* p = a.system_alloc(bytes);
+    if (!p) {
+      a.empty_cache();
+      p = a.system_alloc(bytes);
+    }
+    DEMI_CHECK(p != nullptr, "out of memory: could not reserve the ", human_bytes(static_cast<int64_t>(bytes)),
+               " arena of a static memory plan (tracked in use: ", human_bytes(a.stats.total_current), ")");
+    a.arena.base = static_cast<char*>(p);
+    a.arena.bytes = bytes;
+    a.stats.arena = static_cast<int64_t>(bytes);
+    DEMI_POISON(p, bytes);
+  }
+  a.arena.plan = &plan;
+  a.arena.alive.assign(n, 0);
+  a.arena.next = 0;
+  a.arena.out = {};
+  t_replaying = true;
+  return true;
+}
+
+ReplayOutcome mem_replay_end() {
+  Allocator& a = allocator();
+  std::lock_guard<std::mutex> lock(a.mu);
+  DEMI_CHECK(t_replaying && a.arena.plan != nullptr, "mem_replay_end: this thread is not replaying a plan");
+  ReplayOutcome out = std::move(a.arena.out);
+  if (!out.diverged && a.arena.next < a.arena.plan->bytes.size()) out.incomplete = true;
+  a.arena.plan = nullptr;
+  a.arena.out = {};
+  t_replaying = false;
+  return out;
+}
+
+int64_t mem_arena_live_bytes() {
+  Allocator& a = allocator();
+  std::lock_guard<std::mutex> lock(a.mu);
+  return a.arena.live_bytes;
 }
 
 MemStats mem_stats() {
@@ -328,6 +501,12 @@ void mem_empty_cache() {
   a.empty_cache();
 }
 
+void mem_release_arena() {
+  Allocator& a = allocator();
+  std::lock_guard<std::mutex> lock(a.mu);
+  if (a.arena.live.empty() && a.arena.plan == nullptr) a.release_arena();
+}
+
 int64_t process_rss_bytes() { return proc_status_kb("VmRSS"); }
 int64_t process_peak_rss_bytes() { return proc_status_kb("VmHWM"); }
 
@@ -350,6 +529,11 @@ std::string mem_report() {
                 human_bytes(s.cached_free).c_str(), human_bytes(s.reserved).c_str(), s.system_allocs, s.allocs,
                 s.cache_hits);
   out += line;
+  if (s.arena > 0) {
+    std::snprintf(line, sizeof line, "graph arena: %s reserved; %" PRId64 " allocations served from it\n",
+                  human_bytes(s.arena).c_str(), s.arena_allocs);
+    out += line;
+  }
   int64_t rss = process_rss_bytes();
   int64_t hwm = process_peak_rss_bytes();
   std::snprintf(line, sizeof line, "process RSS: %s (peak %s)\n", rss < 0 ? "n/a" : human_bytes(rss).c_str(),

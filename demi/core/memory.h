@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace demi {
 
@@ -44,6 +45,8 @@ struct MemStats {
   int64_t system_allocs = 0;    // calls into the system allocator (mmap / aligned_alloc) so far
   int64_t allocs = 0;           // allocate() calls so far
   int64_t cache_hits = 0;       // allocate() calls served from the cache
+  int64_t arena = 0;            // bytes reserved for graph mode's static plans (part of `reserved`)
+  int64_t arena_allocs = 0;     // allocate() calls served from that arena
 
   int64_t cur(MemCategory c) const { return current[static_cast<int>(c)]; }
   int64_t pk(MemCategory c) const { return peak[static_cast<int>(c)]; }
@@ -97,6 +100,56 @@ class MemCategoryScope {
  private:
   MemCategory saved_;
 };
+
+// Static memory plans: graph mode (demi/graph) records the allocations of one train step, plans them
+// into one arena by liveness, and serves every later step's allocations from that arena in the same
+// order. The recording and the arena live here because every tensor byte passes through this file.
+//
+// One allocation of a recorded step: its size, its category, and when it began and ended on the
+// recording's clock (one tick per allocation and per free of a recorded block).
+struct AllocationEvent {
+  size_t bytes = 0;
+  MemCategory category = MemCategory::kOther;
+  int64_t begin = 0;
+  int64_t end = -1;  // -1: still alive when the recording ended (it outlives the step)
+};
+// Records the allocations the calling thread makes until mem_record_end (frees are seen from every
+// thread). Other threads' allocations are not recorded: their order is not the program's. One recording
+// at a time; a recording cannot overlap a replay in the same thread.
+void mem_record_begin();
+std::vector<AllocationEvent> mem_record_end();
+
+// A plan: for the i-th allocation of a step, the size it must request and where it lives.
+struct ArenaPlan {
+  std::vector<size_t> bytes;
+  std::vector<MemCategory> categories;
+  std::vector<int64_t> offsets;  // 64-byte-aligned offset in the arena; -1: from the caching allocator
+  // For each allocation, the earlier ones whose arena bytes it shares: each must be freed before it is
+  // served, else the replay stops serving from the arena (a block still in use is never handed out twice).
+  std::vector<std::vector<int32_t>> must_be_free;
+  int64_t arena_bytes = 0;
+};
+// What a replay did: how many allocations it served from the arena, and whether (and where, and why) the
+// step's allocations left the plan, after which everything came from the caching allocator.
+struct ReplayOutcome {
+  int64_t served = 0;
+  int64_t followed = 0;        // allocations that matched the plan (arena or not)
+  bool diverged = false;
+  int64_t diverged_at = -1;    // the index of the first allocation that did not match
+  std::string why;
+  bool incomplete = false;     // the step made fewer allocations than the plan
+};
+// Serves the calling thread's allocations from `plan` (which must outlive the replay) in order, until
+// mem_replay_end. The one arena is shared by every plan and grows to the largest; it is reserved from the
+// system when a replay needs more than it has. Returns false, and serves nothing, while a block of an
+// earlier replay is still alive (a caller holds a tensor of that step): its bytes may not be reused.
+bool mem_replay_begin(const ArenaPlan& plan);
+ReplayOutcome mem_replay_end();
+// Returns the arena to the system when no block of it is alive and no replay is in progress (else it
+// does nothing); the next replay reserves it again. mem_empty_cache() leaves the arena alone.
+void mem_release_arena();
+// Bytes of arena blocks alive now (0 between replays unless a step's tensor is still held).
+int64_t mem_arena_live_bytes();
 
 namespace internal {
 // The block size a request of `bytes` is rounded up to (its size class); for tests and benchmarks.

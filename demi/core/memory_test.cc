@@ -280,5 +280,125 @@ TEST(Memory, WarmTrainingLoopTakesNoPageFaults) {
   EXPECT_EQ(sys, 0) << "system allocations in 20 warm steps";
 }
 
+// --- Static memory plans: the recording of one step and its replay from the arena (graph mode). ---
+
+TEST(MemoryPlan, RecordingSeesThisThreadsAllocationsAndEveryThreadsFrees) {
+  mem_record_begin();
+  void* a = mem_allocate(100, kAct);
+  void* b = mem_allocate(200, kGrad);
+  void* kept = mem_allocate(300, kAct);
+  std::thread other([&] {
+    void* c = mem_allocate(400, kAct);  // another thread's: not recorded
+    mem_free(c, 400, kAct);
+    mem_free(b, 200, kGrad);            // a recorded block freed here: its end is recorded
+  });
+  other.join();
+  mem_free(a, 100, kAct);
+  std::vector<AllocationEvent> events = mem_record_end();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].bytes, 100u);
+  EXPECT_EQ(events[1].bytes, 200u);
+  EXPECT_EQ(events[1].category, kGrad);
+  EXPECT_EQ(events[0].begin, 0);
+  EXPECT_EQ(events[1].begin, 1);
+  EXPECT_EQ(events[2].begin, 2);
+  EXPECT_EQ(events[1].end, 3);   // freed by the other thread first
+  EXPECT_EQ(events[0].end, 4);
+  EXPECT_EQ(events[2].end, -1);  // outlives the recording
+  mem_free(kept, 300, kAct);
+  EXPECT_THROW(mem_record_end(), Error);  // none in progress
+}
+
+// Three allocations: the first in the arena, the second from the caching allocator, the third in the
+// first one's bytes (so the first must be freed before it).
+ArenaPlan three_allocation_plan() {
+  ArenaPlan plan;
+  plan.bytes = {1000, 1000, 500};
+  plan.categories = {kAct, kAct, kGrad};
+  plan.offsets = {0, -1, 0};
+  plan.must_be_free = {{}, {}, {0}};
+  plan.arena_bytes = 1024;
+  return plan;
+}
+
+TEST(MemoryPlan, ReplayServesThePlannedOffsetsAndCountsThem) {
+  const ArenaPlan plan = three_allocation_plan();
+  const MemStats before = mem_stats();
+  ASSERT_TRUE(mem_replay_begin(plan));
+  void* p0 = mem_allocate(1000, kAct);
+  void* p1 = mem_allocate(1000, kAct);
+  EXPECT_EQ(cur(kAct), before.cur(kAct) + 2000);  // arena blocks are tracked like any other
+  EXPECT_EQ(mem_arena_live_bytes(), 1000);
+  std::memset(p0, 1, 1000);
+  mem_free(p0, 1000, kAct);
+  void* p2 = mem_allocate(500, kGrad);
+  EXPECT_EQ(p2, p0);  // the same arena bytes
+  EXPECT_NE(p1, p0);
+  mem_free(p2, 500, kGrad);
+  mem_free(p1, 1000, kAct);
+  ReplayOutcome out = mem_replay_end();
+  EXPECT_FALSE(out.diverged) << out.why;
+  EXPECT_FALSE(out.incomplete);
+  EXPECT_EQ(out.served, 2);
+  EXPECT_EQ(out.followed, 3);
+  const MemStats after = mem_stats();
+  EXPECT_GE(after.arena, 1024);
+  EXPECT_EQ(after.arena_allocs, before.arena_allocs + 2);
+  EXPECT_EQ(after.cur(kAct), before.cur(kAct));
+  EXPECT_EQ(mem_arena_live_bytes(), 0);
+  mem_release_arena();
+  EXPECT_EQ(mem_stats().arena, 0);
+}
+
+TEST(MemoryPlan, ReplayNeverHandsOutABlockStillAlive) {
+  const ArenaPlan plan = three_allocation_plan();
+  ASSERT_TRUE(mem_replay_begin(plan));
+  auto* p0 = static_cast<unsigned char*>(mem_allocate(1000, kAct));
+  void* p1 = mem_allocate(1000, kAct);
+  std::memset(p0, 7, 1000);
+  // The step holds p0 longer than the traced one: the third allocation must not get its bytes.
+  void* p2 = mem_allocate(500, kGrad);
+  EXPECT_NE(p2, static_cast<void*>(p0));
+  std::memset(p2, 9, 500);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(p0[i], 7) << i;
+  ReplayOutcome out = mem_replay_end();
+  EXPECT_TRUE(out.diverged);
+  EXPECT_EQ(out.diverged_at, 2);
+  EXPECT_NE(out.why.find("still alive"), std::string::npos) << out.why;
+  // While an arena block is alive, no replay may begin: its bytes are not free.
+  EXPECT_FALSE(mem_replay_begin(plan));
+  mem_free(p0, 1000, kAct);
+  mem_free(p1, 1000, kAct);
+  mem_free(p2, 500, kGrad);
+  ASSERT_TRUE(mem_replay_begin(plan));
+  EXPECT_TRUE(mem_replay_end().incomplete);  // no allocation at all: fewer than planned
+}
+
+TEST(MemoryPlan, AnAllocationUnlikeThePlanEndsTheReplayOnTheCachingAllocator) {
+  const ArenaPlan plan = three_allocation_plan();
+  ASSERT_TRUE(mem_replay_begin(plan));
+  void* p0 = mem_allocate(999, kAct);  // the plan says 1000
+  void* p1 = mem_allocate(1000, kAct);
+  mem_free(p0, 999, kAct);
+  void* p2 = mem_allocate(500, kGrad);
+  ReplayOutcome out = mem_replay_end();
+  EXPECT_TRUE(out.diverged);
+  EXPECT_EQ(out.diverged_at, 0);
+  EXPECT_EQ(out.served, 0);  // everything after the first difference came from the caching allocator
+  EXPECT_NE(out.why.find("999 bytes"), std::string::npos) << out.why;
+  EXPECT_EQ(mem_arena_live_bytes(), 0);
+  mem_free(p1, 1000, kAct);
+  mem_free(p2, 500, kGrad);
+  // A recording and a replay do not nest in one thread; an inconsistent plan is refused.
+  ASSERT_TRUE(mem_replay_begin(plan));
+  EXPECT_THROW(mem_record_begin(), Error);
+  EXPECT_THROW(mem_replay_begin(plan), Error);
+  mem_replay_end();
+  ArenaPlan bad = plan;
+  bad.offsets.pop_back();
+  EXPECT_THROW(mem_replay_begin(bad), Error);
+  mem_release_arena();
+}
+
 }  // namespace
 }  // namespace demi

@@ -8,6 +8,7 @@
 
 #include "demi/amp/underflow.h"
 #include "demi/autograd/autograd.h"
+#include "demi/core/context.h"
 #include "demi/data/iterator.h"
 
 namespace demi::train {
@@ -134,6 +135,9 @@ Model::Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> lo
              options.max_steps);
   train_step_ = amp::build_train_network(network_, optimizer_, loss_fn_, options.amp_level, t);
   train_step_->set_attribute_overflow(options.attribute_overflow);
+  train_step_->graphs().set_warning_sink(
+      [](const std::string& m) { callback_stream() << "Model.train: " << m << std::endl; });
+  eval_graphs_.set_warning_sink([](const std::string& m) { callback_stream() << "Model.eval: " << m << std::endl; });
   if (options.amp_adapt) {
     DEMI_CHECK(!options.optimizer_in_backward, "Model: amp_adapt promotes the layers overflow attribution names, ",
                "which the optimizer in backward does not run; turn one of them off");
@@ -156,6 +160,7 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   DEMI_CHECK(train_dataset != nullptr, "Model.train: no dataset");
   summary_ = TrainSummary{};
   ScopedPeak peak;
+  const graph::StepGraphs::Stats graph_at_start = train_step_->graphs().stats();
   auto run_start = Clock::now();
   RunContext ctx;
   ctx.model = this;
@@ -343,6 +348,10 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
                                                  layer == mine ? std::string() : "agreed: another process's overflows"));
           }
         }
+        if (!promoted.empty()) {  // the program changed: trace it again
+          train_step_->graphs().clear();
+          eval_graphs_.clear();
+        }
         for (const amp::Promotion& p : promoted) {
           std::string line = str_cat("layer '", p.layer, "' (", p.type, ") now runs in FP32 (", p.reason, ")");
           callback_stream() << "Model.train: amp-adapt: " << line << std::endl;
@@ -448,6 +457,18 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   if (adapter_) summary_.promotions = adapter_->promotions();
   summary_.peak = peak.peak();
   summary_.peak_rss_bytes = process_peak_rss_bytes();
+  summary_.reserved_end = mem_stats().reserved;
+  {
+    const graph::StepGraphs::Stats& g = train_step_->graphs().stats();
+    summary_.graph.eager_steps = g.eager_steps - graph_at_start.eager_steps;
+    summary_.graph.traced_steps = g.traced_steps - graph_at_start.traced_steps;
+    summary_.graph.replayed_steps = g.replayed_steps - graph_at_start.replayed_steps;
+    summary_.graph.diverged_steps = g.diverged_steps - graph_at_start.diverged_steps;
+    summary_.graph.arena_allocations = g.arena_allocations - graph_at_start.arena_allocations;
+    summary_.graph_plan = {};
+    for (const auto& [key, plan] : train_step_->graphs().plans())
+      if (plan.arena_bytes >= summary_.graph_plan.arena_bytes) summary_.graph_plan = plan;
+  }
   if (summary_.steady_steps > 0) {
     summary_.system_allocs_per_step = static_cast<double>(steady_allocs) / static_cast<double>(summary_.steady_steps);
     summary_.page_faults_per_step = static_cast<double>(steady_faults) / static_cast<double>(summary_.steady_steps);
@@ -477,15 +498,27 @@ std::map<std::string, double> Model::eval(const std::shared_ptr<const data::Data
     MemCategoryScope activations(MemCategory::kActivation);
     while (auto row = it->next()) {
       check_row(*row, "eval");
-      Tensor logits = network_->call((*row)[0]);
-      Tensor loss;
-      for (auto& [name, m] : metrics_) {
-        if (dynamic_cast<Loss*>(m.get()) != nullptr) {
-          if (!loss.defined()) loss = (*loss_fn_)(logits, (*row)[1]);
-          m->update(loss, (*row)[1]);
-        } else {
-          m->update(logits, (*row)[1]);
+      const Tensor& data = (*row)[0];
+      const Tensor& label = (*row)[1];
+      auto batch = [&] {
+        Tensor logits = network_->call(data);
+        Tensor loss;
+        for (auto& [name, m] : metrics_) {
+          if (dynamic_cast<Loss*>(m.get()) != nullptr) {
+            if (!loss.defined()) loss = (*loss_fn_)(logits, label);
+            m->update(loss, label);
+          } else {
+            m->update(logits, label);
+          }
         }
+        return true;
+      };
+      if (get_context().mode == ExecMode::kGraph) {
+        eval_graphs_.run(str_cat("data ", data.shape(), " ", dtype_name(data.dtype()), ", label ", label.shape(), " ",
+                                 dtype_name(label.dtype())),
+                         batch);
+      } else {
+        batch();
       }
     }
   }

@@ -120,6 +120,11 @@ struct TrainSummary {
   int64_t steady_steps = 0;
   double system_allocs_per_step = 0;
   double page_faults_per_step = 0;
+  // Graph mode (GRAPH_MODE): the updates' counters, and the plan of the batch shape traced first (the
+  // full batch), with its bounds. All zero in PYNATIVE mode.
+  graph::StepGraphs::Stats graph;
+  graph::PlanSummary graph_plan;
+  int64_t reserved_end = 0;           // bytes the allocator holds from the system at the end (arena included)
   MemStats peak;                      // tracked memory: peaks per category during train()
   int64_t peak_rss_bytes = 0;         // the process's peak RSS (VmHWM) at the end
 };
@@ -133,7 +138,8 @@ class Model {
   // Trains for `epoch` epochs over `train_dataset` (batches of (input, label)).
   void train(int epoch, const std::shared_ptr<const data::Dataset>& train_dataset,
              std::vector<CallbackPtr> callbacks = {}, bool dataset_sink_mode = true);
-  // Evaluates every metric over the dataset (eval mode, no gradients, the same precision policy).
+  // Evaluates every metric over the dataset (eval mode, no gradients, the same precision policy). In
+  // GRAPH_MODE each batch's forward and metric updates run under a static memory plan, as train steps do.
   std::map<std::string, double> eval(const std::shared_ptr<const data::Dataset>& dataset, bool dataset_sink_mode = true);
   // The network's output for `input` in eval mode (FP32).
   Tensor predict(const Tensor& input);
@@ -149,6 +155,9 @@ class Model {
   amp::Level amp_level() const { return options_.amp_level; }
   DType low_dtype() const { return options_.low_dtype; }
   const TrainSummary& last_summary() const { return summary_; }
+  // Graph mode's plans and counters: the train steps' (TrainStep::graphs) and the eval batches'.
+  const graph::StepGraphs& train_graphs() const { return train_step_->graphs(); }
+  const graph::StepGraphs& eval_graphs() const { return eval_graphs_; }
   // What training on batches like (data, label) will take at its peak, before training: a probe runs
   // the train step's forward and scaled backward on this batch exactly as training would (the same
   // policy, loss scale, fusions, recomputation), twice — the first makes the kernel choices for these
@@ -180,6 +189,7 @@ class Model {
   std::map<std::string, MetricPtr> metrics_;
   ModelOptions options_;
   std::shared_ptr<amp::TrainStep> train_step_;
+  graph::StepGraphs eval_graphs_{"eval step"};
   std::shared_ptr<dist::DataParallel> data_parallel_;
   std::shared_ptr<amp::AmpAdapter> adapter_;
   TrainSummary summary_;

@@ -504,7 +504,7 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
   if (plan) {
     // What only changes how training runs, not what one step holds in memory, has no place in a forecast.
     for (const char* name : {"epochs", "steps", "lr", "clip-grad-norm", "ckpt-dir", "ckpt-every", "keep-ckpt", "resume",
-                             "profile", "report", "report-data", "amp-adapt", "comm-dtype", "bucket-mb"})
+                             "profile", "report", "report-data", "amp-adapt", "comm-dtype", "bucket-mb", "mode"})
       if (args.has(name))
         throw UsageError(str_cat("demi plan: --", name, " does not change what a training step holds in memory; ",
                                  "leave it out"));
@@ -643,6 +643,15 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
         {"steady_steps", num(static_cast<double>(s.steady_steps))},
         {"system_allocs_per_step", num(s.system_allocs_per_step)},
         {"page_faults_per_step", num(s.page_faults_per_step)},
+        {"mode", json_str(exec_mode_name(get_context().mode))},
+        {"graph_replayed_steps", num(static_cast<double>(s.graph.replayed_steps))},
+        {"graph_diverged_steps", num(static_cast<double>(s.graph.diverged_steps))},
+        {"graph_arena", num(static_cast<double>(s.graph_plan.arena_bytes))},
+        {"graph_lower_bound", num(static_cast<double>(s.graph_plan.lower_bound))},
+        {"graph_upper_bound", num(static_cast<double>(s.graph_plan.upper_bound))},
+        {"graph_plan_ms", num(s.graph_plan.plan_seconds * 1e3)},
+        {"graph_allocations", num(static_cast<double>(s.graph_plan.allocations))},
+        {"reserved_end", num(static_cast<double>(s.reserved_end))},
     };
     f.emplace("peak_train", num(static_cast<double>(s.peak.train_peak)));
     int64_t attributed = 0;
@@ -679,6 +688,14 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
     for (const auto& p : s.promotions)
       std::printf("amp-adapt promoted layer '%s' (%s) to FP32 at step %lld\n", p.layer.c_str(), p.type.c_str(),
                   static_cast<long long>(p.step));
+    if (s.graph.traced_steps > 0) {
+      // Train-step calls: one per update, or with --accumulate one per micro-batch and one per update.
+      const int64_t calls = s.graph.eager_steps + s.graph.traced_steps + s.graph.replayed_steps;
+      std::printf("%s: %lld of %lld train-step calls replayed a static memory plan (%lld left it); %s\n",
+                  exec_mode_name(get_context().mode), static_cast<long long>(s.graph.replayed_steps),
+                  static_cast<long long>(calls), static_cast<long long>(s.graph.diverged_steps),
+                  s.graph_plan.describe().c_str());
+    }
     std::printf("steady state (%lld steps): %.2f system allocations and %.2f page faults per step\n",
                 static_cast<long long>(s.steady_steps), s.system_allocs_per_step, s.page_faults_per_step);
     std::printf("peak tracked memory %s MiB (activations %s, cast cache %s, workspace %s), process peak RSS %s MiB\n",
@@ -793,7 +810,7 @@ std::map<std::string, std::string> run_setting(const ParsedArgs& args, const std
                     "' --amp " + level + " --dtype " + dtype + " --epochs " + args.get("epochs") + " --batch-size " +
                     args.get("batch-size") + " --lr " + args.get("lr") + " --seed " + args.get("seed") +
                     " --threads " + args.get("threads") + " --train-samples " + args.get("train-samples") +
-                    " --loss-scale " + args.get("loss-scale");
+                    " --loss-scale " + args.get("loss-scale") + " --mode " + args.get("mode");
   if (args.flag("batch-norm")) cmd += " --batch-norm";
   if (!report_data.empty()) cmd += " --report-data '" + report_data + "'";
   FILE* p = popen(cmd.c_str(), "r");
@@ -970,6 +987,7 @@ std::vector<Option> training_options() {
       real_option("lr", "LR", "learning rate (Momentum 0.9)", "0.01", 1e-12, 1e3),
       int_option("seed", "S", "random seed (weights, data order, synthetic data)", "1", 0, 1e18),
       int_option("threads", "N", "threads (0: every core)", "0", 0, 4096),
+      {"mode", "M", "graph (GRAPH_MODE: each update replays a static memory plan, one arena) or pynative", "graph"},
       int_option("train-samples", "N", "use only the first N training samples (0: all)", "0", 0, 1e12),
       {"loss-scale", "S", "default (the level's), none, fixed:N or dynamic", "default"},
       {"batch-norm", "", "model B with a BatchNorm after each convolution (kept FP32 at O2: the black list)", ""},
@@ -1007,6 +1025,16 @@ void apply_thread_option(const ParsedArgs& args) {
     threads = hardware;
   }
   ctx.num_threads = static_cast<int>(threads);
+  if (args.has("mode")) {
+    const std::string mode = args.get("mode");
+    if (mode == "graph") {
+      ctx.mode = ExecMode::kGraph;
+    } else if (mode == "pynative") {
+      ctx.mode = ExecMode::kPyNative;
+    } else {
+      throw UsageError("--mode expects graph or pynative, got '" + mode + "'");
+    }
+  }
   set_context(ctx);
 }
 

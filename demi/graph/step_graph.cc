@@ -1,0 +1,128 @@
+#include "demi/graph/step_graph.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "demi/core/error.h"
+
+namespace demi::graph {
+
+StepGraphs::StepGraphs(std::string what, size_t max_plans) : what_(std::move(what)), max_plans_(max_plans) {
+  DEMI_CHECK(max_plans_ >= 1, "StepGraphs: max_plans must be at least 1, got ", max_plans_);
+}
+
+StepGraphs::~StepGraphs() { mem_release_arena(); }
+
+void StepGraphs::warn(const std::string& message) {
+  if (warn_) {
+    warn_(message);
+  } else {
+    std::fprintf(stderr, "%s\n", message.c_str());
+    std::fflush(stderr);
+  }
+}
+
+void StepGraphs::clear() { entries_.clear(); }
+
+std::vector<std::pair<std::string, PlanSummary>> StepGraphs::plans() const {
+  std::vector<std::pair<std::string, PlanSummary>> out;
+  for (const auto& [key, e] : entries_)
+    if (e.planned) out.emplace_back(key, e.summary);
+  return out;
+}
+
+void StepGraphs::run(const std::string& key, const std::function<bool()>& step) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    if (entries_.size() >= max_plans_) {
+      if (!warned_full_) {
+        warned_full_ = true;
+        warn(str_cat("graph mode: ", what_, "s with ", entries_.size() + 1, " different input signatures, more than ",
+                     "the ", max_plans_, " plans kept; the ", what_, "s of ", key, " and of any other new signature ",
+                     "run in PYNATIVE mode"));
+      }
+      ++stats_.eager_steps;
+      (void)step();
+      return;
+    }
+    it = entries_.emplace(key, Entry{}).first;
+  }
+  Entry& e = it->second;
+  switch (e.phase) {
+    case Phase::kWarmup:
+    case Phase::kEager:
+      ++stats_.eager_steps;
+      (void)step();
+      if (e.phase == Phase::kWarmup) e.phase = Phase::kTrace;
+      return;
+    case Phase::kTrace: {
+      mem_record_begin();
+      bool typical = false;
+      try {
+        typical = step();
+      } catch (...) {
+        mem_record_end();
+        throw;
+      }
+      std::vector<AllocationEvent> events = mem_record_end();
+      if (!typical) {  // not a step to plan from: trace the next one
+        ++stats_.eager_steps;
+        return;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      e.plan = plan_arena(events, &e.summary);
+      e.summary.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      // The traced step's blocks, cached for reuse, are what the arena replaces: give them back.
+      mem_empty_cache();
+      e.planned = true;
+      ++e.traces;
+      e.diverged_in_a_row = 0;
+      e.phase = Phase::kReplay;
+      ++stats_.traced_steps;
+      return;
+    }
+    case Phase::kReplay: {
+      if (!mem_replay_begin(e.plan)) {
+        // A block of the last step still alive (a step that left its plan may keep one until the next
+        // step frees it): this step runs on the caching allocator. Said once, when it lasts.
+        if (++busy_in_a_row_ >= 3 && !warned_busy_) {
+          warned_busy_ = true;
+          warn(str_cat("graph mode: a tensor made inside an earlier ", what_, " is still held (",
+                       mem_arena_live_bytes(), " bytes of the arena), so its bytes cannot be reused; ", what_,
+                       "s run on the caching allocator until it is released"));
+        }
+        ++stats_.eager_steps;
+        (void)step();
+        return;
+      }
+      busy_in_a_row_ = 0;
+      ++stats_.replayed_steps;
+      bool typical = false;
+      try {
+        typical = step();
+      } catch (...) {
+        mem_replay_end();
+        throw;
+      }
+      const ReplayOutcome out = mem_replay_end();
+      stats_.arena_allocations += out.served;
+      if (!out.diverged && !out.incomplete) {
+        e.diverged_in_a_row = 0;
+        return;
+      }
+      ++stats_.diverged_steps;
+      if (!typical || ++e.diverged_in_a_row < 2) return;
+      if (e.traces <= kMaxRetraces) {
+        e.phase = Phase::kTrace;
+        return;
+      }
+      e.phase = Phase::kEager;
+      warn(str_cat("graph mode: the ", what_, "s of ", key, " allocate differently from step to step (",
+                   out.diverged ? out.why : "the step made fewer allocations than its plan", "), after ", e.traces,
+                   " traces; they run in PYNATIVE mode from now on"));
+      return;
+    }
+  }
+}
+
+}  // namespace demi::graph

@@ -1,0 +1,91 @@
+// Graph mode's step runner: the steps of one kind (the train steps of a TrainStep, the eval steps of a
+// Model) run under static memory plans, one per input signature (the batch's shapes and dtypes and what
+// else changes the program: the caller builds the key).
+//
+//   graph::StepGraphs graphs("train step");
+//   graphs.run(key, [&] { result = eager_step(data, label); return !result.overflow; });
+//
+// For each key, the first step runs as in PYNATIVE mode (it makes the kernel choices for its shapes and
+// whatever state a first step creates); the second is recorded, every allocation the stepping thread
+// makes with its lifetime, and planned into one arena (a step that says it was atypical is not planned
+// from: the next one is traced instead) (memory_plan.h); every later step is replayed:
+// the same code runs the same kernels, so results are bit for bit those of PYNATIVE mode, and every
+// allocation it makes is served from the arena at its planned offset, checked against the plan as it
+// goes (core/memory.h: a block still alive is never handed out twice). A step whose allocations leave
+// the plan (an overflow step that skips its update, a tensor held longer than in the traced step)
+// finishes on the caching allocator; two such steps in a row trace the key again, and a key traced
+// more than kMaxRetraces times runs eagerly from then on, with one warning naming why. More than
+// `max_plans` keys: the new ones run eagerly, with one warning.
+//
+// What graph mode does not do yet (issue 14): replay without re-running the host code (autograd nodes
+// and the cast cache are still built per step), graph passes (cast elimination, fusion as rewrites),
+// and sink mode. DESIGN.md, "Graph mode", has the plan.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "demi/core/memory.h"
+#include "demi/graph/memory_plan.h"
+
+namespace demi::graph {
+
+class StepGraphs {
+ public:
+  static constexpr int kMaxRetraces = 3;
+  using WarningSink = std::function<void(const std::string&)>;
+
+  struct Stats {
+    int64_t eager_steps = 0;     // steps run without a plan (first steps of a key, keys given up, arena busy)
+    int64_t traced_steps = 0;
+    int64_t replayed_steps = 0;  // steps that began under a plan
+    int64_t diverged_steps = 0;  // replayed steps whose allocations left their plan
+    int64_t arena_allocations = 0;  // allocations served from the arena
+  };
+
+  // `what` names the steps in warnings ("train step").
+  explicit StepGraphs(std::string what, size_t max_plans = 8);
+  ~StepGraphs();  // returns the arena to the system when nothing of it is alive (mem_release_arena)
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+
+  // Runs `step` under the plan of `key` (see the top of this file). `step` returns whether it was a
+  // typical step, one to plan from: a train step whose update was applied. An atypical one (an overflow
+  // step that skipped its update and re-ran its batch for attribution) is never traced, and leaving the
+  // plan does not count against it.
+  void run(const std::string& key, const std::function<bool()>& step);
+  // Forgets every plan: the program has changed (a layer promoted to FP32, a setting changed).
+  void clear();
+
+  const Stats& stats() const { return stats_; }
+  // The plans made so far, by key (the last trace of each).
+  std::vector<std::pair<std::string, PlanSummary>> plans() const;
+  // Where warnings go (default: standard error).
+  void set_warning_sink(WarningSink sink) { warn_ = std::move(sink); }
+
+ private:
+  enum class Phase { kWarmup, kTrace, kReplay, kEager };
+  struct Entry {
+    Phase phase = Phase::kWarmup;
+    ArenaPlan plan;
+    PlanSummary summary;
+    bool planned = false;
+    int traces = 0;
+    int diverged_in_a_row = 0;
+  };
+
+  void warn(const std::string& message);
+
+  std::string what_;
+  size_t max_plans_;
+  std::map<std::string, Entry> entries_;
+  bool warned_full_ = false;
+  bool warned_busy_ = false;
+  int busy_in_a_row_ = 0;
+  Stats stats_;
+  WarningSink warn_;
+};
+
+}  // namespace demi::graph
