@@ -22,6 +22,7 @@
 #include "demi/train/model.h"
 #include "demi/nn/layers.h"
 #include "demi/nn/models.h"
+#include "demi/ops/ops.h"
 
 namespace demi {
 namespace {
@@ -190,6 +191,60 @@ TEST(GraphMode, ReferenceModelsACAndDAreBitIdentical) {
   const Batches tokens = synthetic_batches(8, {8, 32}, true, 10);
   expect_graph_equals_pynative("D O2 fp16", make_d, tokens, {Level::kO2, DType::kF16, true});
   expect_graph_equals_pynative("D O2 bf16", make_d, tokens, {Level::kO2, DType::kBF16, false});
+}
+
+// A cell whose forward changes from step to step (host state standing for data-dependent control flow:
+// each call runs one more ReLU than the last): graph mode cannot plan it, and says so once, naming the
+// layer where the step left its plan; its results stay PYNATIVE's.
+class GrowingCell : public nn::Cell {
+ public:
+  GrowingCell() : Cell("GrowingCell") {}
+  Tensor construct(const Tensor& x) override {
+    Tensor h = x;
+    for (int i = 0; i < calls_; ++i) h = ops::relu(ops::add(h, h));
+    ++calls_;
+    return h;
+  }
+
+ private:
+  int calls_ = 0;
+};
+
+TEST(GraphMode, AStepThatChangesEveryTimeRunsEagerlyWithAWarningNamingTheLayer) {
+  auto make = [] {
+    auto net = std::make_shared<nn::SequentialCell>();
+    net->append(std::make_shared<nn::Dense>(16, 16));
+    net->append(std::make_shared<GrowingCell>());
+    net->append(std::make_shared<nn::Dense>(16, 10));
+    return net;
+  };
+  const Batches b = synthetic_batches(16, {4, 16}, false, 10);
+  std::vector<float> losses[2];
+  std::vector<std::string> warnings;
+  for (ExecMode mode : {ExecMode::kPyNative, ExecMode::kGraph}) {
+    ContextOptions ctx = get_context();
+    const ExecMode saved = ctx.mode;
+    ctx.mode = mode;
+    set_context(ctx);
+    set_seed(4);
+    auto net = make();
+    auto opt = std::make_shared<optim::Momentum>(net->trainable_params(), 0.001, 0.9);
+    auto step = amp::build_train_network(net, opt, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"),
+                                         Level::kO0, {});
+    step->graphs().set_warning_sink([&](const std::string& m) { warnings.push_back(m); });
+    for (size_t i = 0; i < b.x.size(); ++i) losses[mode == ExecMode::kGraph].push_back((*step)(b.x[i], b.y[i]).loss);
+    if (mode == ExecMode::kGraph) {
+      EXPECT_EQ(step->graphs().stats().traced_steps, graph::StepGraphs::kMaxRetraces + 1);
+      EXPECT_GT(step->graphs().stats().eager_steps, 3);
+    }
+    ctx.mode = saved;
+    set_context(ctx);
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("allocate differently from step to step"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("in the forward of layer '1'"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("run in PYNATIVE mode"), std::string::npos) << warnings[0];
 }
 
 // Model::train with gradient accumulation (micro-batches and updates each under their plans) and

@@ -30,7 +30,16 @@ TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell
 
 // The key of a plan: what changes a step's allocations besides the network and the AMP level, which a
 // TrainStep fixes.
-std::string TrainStep::graph_key(const char* kind, const Tensor* data, const Tensor* label) const {
+const std::string& TrainStep::graph_key(const char* kind, const Tensor* data, const Tensor* label) {
+  // The same signature as the last call's (the usual case) reuses its string: formatting shapes costs
+  // microseconds, a step's host work on a small network tens of them.
+  GraphKeyInputs in;
+  in.kind = kind;
+  if (data) in.data = {data->shape(), data->dtype()};
+  if (label) in.label = {label->shape(), label->dtype()};
+  in.flags = (optimizer_in_backward_ ? 1 : 0) | (clip_grad_norm_ > 0 ? 2 : 0) | (reducer_ ? 4 : 0) |
+             (attribute_overflow_ ? 8 : 0);
+  if (in == last_key_inputs_ && !last_key_.empty()) return last_key_;
   std::string key = kind;
   if (data) key += str_cat(", data ", data->shape(), " ", dtype_name(data->dtype()));
   if (label) key += str_cat(", label ", label->shape(), " ", dtype_name(label->dtype()));
@@ -38,7 +47,9 @@ std::string TrainStep::graph_key(const char* kind, const Tensor* data, const Ten
   if (clip_grad_norm_ > 0) key += ", clipping";
   if (reducer_) key += ", data parallel";
   if (attribute_overflow_) key += ", attribution";
-  return key;
+  last_key_inputs_ = std::move(in);
+  last_key_ = std::move(key);
+  return last_key_;
 }
 
 StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {

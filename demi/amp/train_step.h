@@ -173,7 +173,15 @@ class TrainStep {
   StepResult update(const Tensor& data, const Tensor& label);
   float accumulate_micro_batch(const Tensor& data, const Tensor& label);
   StepResult apply_update();
-  std::string graph_key(const char* kind, const Tensor* data, const Tensor* label) const;
+  const std::string& graph_key(const char* kind, const Tensor* data, const Tensor* label);
+  struct GraphKeyInputs {
+    std::string kind;
+    std::optional<std::pair<Shape, DType>> data, label;
+    int flags = 0;
+    bool operator==(const GraphKeyInputs&) const = default;
+  };
+  GraphKeyInputs last_key_inputs_;
+  std::string last_key_;
   float forward_backward(const Tensor& data, const Tensor& label, bool notify_reducer);
   StepResult step_in_backward(const Tensor& data, const Tensor& label);
   void replay(const std::vector<MicroBatch>& micro, double loss_scale, ops::OpObserver& observer,

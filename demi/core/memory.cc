@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cinttypes>
@@ -144,6 +145,7 @@ struct Allocator {
     size_t next = 0;
     ReplayOutcome out;
   } arena;
+  std::atomic<ReplayLocator> replay_locator{nullptr};
 
   void* system_alloc(size_t class_bytes) {
     void* p = nullptr;
@@ -223,6 +225,7 @@ struct Allocator {
       out.diverged = true;
       out.diverged_at = static_cast<int64_t>(i);
       out.why = std::move(why);
+      if (ReplayLocator locate = replay_locator.load()) out.why += locate();
       return nullptr;
     };
     if (i >= plan.bytes.size()) {
@@ -423,6 +426,8 @@ std::vector<AllocationEvent> mem_record_end() {
   t_recording = false;
   return events;
 }
+
+void mem_set_replay_locator(ReplayLocator locate) { allocator().replay_locator.store(locate); }
 
 bool mem_replay_begin(const ArenaPlan& plan) {
   const size_t n = plan.bytes.size();

@@ -136,9 +136,13 @@ struct ReplayOutcome {
   int64_t followed = 0;        // allocations that matched the plan (arena or not)
   bool diverged = false;
   int64_t diverged_at = -1;    // the index of the first allocation that did not match
-  std::string why;
+  std::string why;             // what differed, and where (the replay locator's answer)
   bool incomplete = false;     // the step made fewer allocations than the plan
 };
+// Says where the program is when a replay leaves its plan, for the message (demi/graph installs one that
+// names the layer being called); it runs under the allocator's lock and must not allocate tensors.
+using ReplayLocator = std::string (*)();
+void mem_set_replay_locator(ReplayLocator locate);
 // Serves the calling thread's allocations from `plan` (which must outlive the replay) in order, until
 // mem_replay_end. The one arena is shared by every plan and grows to the largest; it is reserved from the
 // system when a replay needs more than it has. Returns false, and serves nothing, while a block of an

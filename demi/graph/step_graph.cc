@@ -4,11 +4,24 @@
 #include <cstdio>
 
 #include "demi/core/error.h"
+#include "demi/ops/observer.h"
 
 namespace demi::graph {
 
+namespace {
+
+// Where a replay left its plan: the layer being called (forward), else the step's other parts.
+std::string where_now() {
+  const char* layer = ops::current_layer();
+  if (layer == nullptr) return ", outside any layer's forward (backward, the loss or the update)";
+  return std::string(", in the forward of layer '") + (*layer ? layer : "(the network)") + "'";
+}
+
+}  // namespace
+
 StepGraphs::StepGraphs(std::string what, size_t max_plans) : what_(std::move(what)), max_plans_(max_plans) {
   DEMI_CHECK(max_plans_ >= 1, "StepGraphs: max_plans must be at least 1, got ", max_plans_);
+  mem_set_replay_locator(&where_now);
 }
 
 StepGraphs::~StepGraphs() { mem_release_arena(); }
