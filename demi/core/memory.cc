@@ -407,14 +407,16 @@ void mem_free(void* ptr, size_t bytes, MemCategory cat) {
   a.stats.cached_free += static_cast<int64_t>(sc.bytes);
 }
 
-void mem_record_begin() {
+bool mem_record_begin() {
   Allocator& a = allocator();
   std::lock_guard<std::mutex> lock(a.mu);
-  DEMI_CHECK(!a.rec.active, "mem_record_begin: a recording is already in progress (one at a time)");
-  DEMI_CHECK(!t_replaying, "mem_record_begin: this thread is replaying a plan");
+  DEMI_CHECK(!t_recording && !t_replaying, "mem_record_begin: this thread is already ",
+             t_recording ? "recording" : "replaying a plan");
+  if (a.rec.active) return false;  // another thread's recording
   a.rec = {};
   a.rec.active = true;
   t_recording = true;
+  return true;
 }
 
 std::vector<AllocationEvent> mem_record_end() {
@@ -440,7 +442,7 @@ bool mem_replay_begin(const ArenaPlan& plan) {
   std::lock_guard<std::mutex> lock(a.mu);
   DEMI_CHECK(!t_replaying && !t_recording, "mem_replay_begin: this thread is already ",
              t_replaying ? "replaying a plan" : "recording");
-  if (!a.arena.live.empty()) return false;
+  if (!a.arena.live.empty() || a.arena.plan != nullptr) return false;  // in use, or another thread's replay
   const auto need = static_cast<size_t>(plan.arena_bytes);
   if (need > a.arena.bytes) {
     a.release_arena();

@@ -115,8 +115,9 @@ struct AllocationEvent {
 };
 // Records the allocations the calling thread makes until mem_record_end (frees are seen from every
 // thread). Other threads' allocations are not recorded: their order is not the program's. One recording
-// at a time; a recording cannot overlap a replay in the same thread.
-void mem_record_begin();
+// at a time in the process: returns false, recording nothing, while another thread records. A thread
+// that is already recording or replaying may not begin (an error).
+bool mem_record_begin();
 std::vector<AllocationEvent> mem_record_end();
 
 // A plan: for the i-th allocation of a step, the size it must request and where it lives.
@@ -146,7 +147,8 @@ void mem_set_replay_locator(ReplayLocator locate);
 // Serves the calling thread's allocations from `plan` (which must outlive the replay) in order, until
 // mem_replay_end. The one arena is shared by every plan and grows to the largest; it is reserved from the
 // system when a replay needs more than it has. Returns false, and serves nothing, while a block of an
-// earlier replay is still alive (a caller holds a tensor of that step): its bytes may not be reused.
+// earlier replay is still alive (a caller holds a tensor of that step): its bytes may not be reused; and
+// while another thread replays (one replay at a time in the process).
 bool mem_replay_begin(const ArenaPlan& plan);
 ReplayOutcome mem_replay_end();
 // Returns the arena to the system when no block of it is alive and no replay is in progress (else it

@@ -283,7 +283,7 @@ TEST(Memory, WarmTrainingLoopTakesNoPageFaults) {
 // --- Static memory plans: the recording of one step and its replay from the arena (graph mode). ---
 
 TEST(MemoryPlan, RecordingSeesThisThreadsAllocationsAndEveryThreadsFrees) {
-  mem_record_begin();
+  ASSERT_TRUE(mem_record_begin());
   void* a = mem_allocate(100, kAct);
   void* b = mem_allocate(200, kGrad);
   void* kept = mem_allocate(300, kAct);
@@ -307,6 +307,22 @@ TEST(MemoryPlan, RecordingSeesThisThreadsAllocationsAndEveryThreadsFrees) {
   EXPECT_EQ(events[2].end, -1);  // outlives the recording
   mem_free(kept, 300, kAct);
   EXPECT_THROW(mem_record_end(), Error);  // none in progress
+}
+
+TEST(MemoryPlan, OneRecordingAndOneReplayAtATimeInTheProcess) {
+  ASSERT_TRUE(mem_record_begin());
+  EXPECT_THROW(mem_record_begin(), Error);  // this thread already records: a bug
+  bool other_recorded = true, other_replayed = true;
+  ArenaPlan plan;
+  std::thread([&] { other_recorded = mem_record_begin(); }).join();
+  EXPECT_FALSE(other_recorded);  // another thread's recording: not now
+  mem_record_end();
+  plan.arena_bytes = 64;
+  ASSERT_TRUE(mem_replay_begin(plan));
+  std::thread([&] { other_replayed = mem_replay_begin(plan); }).join();
+  EXPECT_FALSE(other_replayed);
+  mem_replay_end();
+  mem_release_arena();
 }
 
 // Three allocations: the first in the arena, the second from the caching allocator, the third in the

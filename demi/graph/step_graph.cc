@@ -69,7 +69,11 @@ void StepGraphs::run(const std::string& key, const std::function<bool()>& step) 
       if (e.phase == Phase::kWarmup) e.phase = Phase::kTrace;
       return;
     case Phase::kTrace: {
-      mem_record_begin();
+      if (!mem_record_begin()) {  // another thread is recording its step: trace the next call
+        ++stats_.eager_steps;
+        (void)step();
+        return;
+      }
       bool typical = false;
       try {
         typical = step();
@@ -97,12 +101,13 @@ void StepGraphs::run(const std::string& key, const std::function<bool()>& step) 
     case Phase::kReplay: {
       if (!mem_replay_begin(e.plan)) {
         // A block of the last step still alive (a step that left its plan may keep one until the next
-        // step frees it): this step runs on the caching allocator. Said once, when it lasts.
+        // step frees it), or another thread replaying its own plan: this step runs on the caching
+        // allocator. Said once, when it lasts.
         if (++busy_in_a_row_ >= 3 && !warned_busy_) {
           warned_busy_ = true;
-          warn(str_cat("graph mode: a tensor made inside an earlier ", what_, " is still held (",
-                       mem_arena_live_bytes(), " bytes of the arena), so its bytes cannot be reused; ", what_,
-                       "s run on the caching allocator until it is released"));
+          warn(str_cat("graph mode: the arena is in use (", mem_arena_live_bytes(), " bytes of it held by a tensor ",
+                       "made inside an earlier step, or another thread replaying its plan), so ", what_,
+                       "s run on the caching allocator until it is free"));
         }
         ++stats_.eager_steps;
         (void)step();
