@@ -33,13 +33,19 @@ TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell
 const std::string& TrainStep::graph_key(const char* kind, const Tensor* data, const Tensor* label) {
   // The same signature as the last call's (the usual case) reuses its string: formatting shapes costs
   // microseconds, a step's host work on a small network tens of them.
+  const int flags = (optimizer_in_backward_ ? 1 : 0) | (clip_grad_norm_ > 0 ? 2 : 0) | (reducer_ ? 4 : 0) |
+                    (attribute_overflow_ ? 8 : 0);
+  auto same = [](const std::optional<std::pair<Shape, DType>>& last, const Tensor* t) {
+    return last.has_value() == (t != nullptr) && (!t || (last->first == t->shape() && last->second == t->dtype()));
+  };
+  const GraphKeyInputs& l = last_key_inputs_;
+  if (!last_key_.empty() && l.flags == flags && l.kind == kind && same(l.data, data) && same(l.label, label))
+    return last_key_;
   GraphKeyInputs in;
   in.kind = kind;
   if (data) in.data = {data->shape(), data->dtype()};
   if (label) in.label = {label->shape(), label->dtype()};
-  in.flags = (optimizer_in_backward_ ? 1 : 0) | (clip_grad_norm_ > 0 ? 2 : 0) | (reducer_ ? 4 : 0) |
-             (attribute_overflow_ ? 8 : 0);
-  if (in == last_key_inputs_ && !last_key_.empty()) return last_key_;
+  in.flags = flags;
   std::string key = kind;
   if (data) key += str_cat(", data ", data->shape(), " ", dtype_name(data->dtype()));
   if (label) key += str_cat(", label ", label->shape(), " ", dtype_name(label->dtype()));

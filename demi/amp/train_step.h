@@ -178,7 +178,6 @@ class TrainStep {
     std::string kind;
     std::optional<std::pair<Shape, DType>> data, label;
     int flags = 0;
-    bool operator==(const GraphKeyInputs&) const = default;
   };
   GraphKeyInputs last_key_inputs_;
   std::string last_key_;
