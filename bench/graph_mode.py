@@ -12,13 +12,12 @@ in both modes, interleaved round by round on one machine. Prints per model x set
     bench/graph_mode.py [--models A,B,C,D] [--rounds 3] [--demi build/release/tools/demi/demi]
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from memory import MIB, ROOT, last_json  # bench/memory.py: runs a demi command, returns its last JSON line
+
 SETTINGS = [
     ("O0", ["--amp", "O0"]),
     ("O2-bf16", ["--amp", "O2", "--dtype", "bf16"]),
@@ -26,16 +25,6 @@ SETTINGS = [
 ]
 # Enough samples for a steady second epoch of a second or so on 2 cores.
 SAMPLES = {"A": 8192, "B": 4096, "C": 8192, "D": 512, "R": 256}
-MIB = float(1 << 20)
-
-
-def last_json(cmd):
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        sys.stderr.write(f"failed: {' '.join(cmd)}\n{out.stderr}\n")
-        return None
-    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
-    return json.loads(lines[-1]) if lines else None
 
 
 def main():

@@ -33,10 +33,7 @@ class CountOps : public ops::OpObserver {
 void BM_TinyTrainStep(benchmark::State& state) {
   const auto level = static_cast<amp::Level>(state.range(0));
   const bool graph = state.range(1) != 0;
-  ContextOptions ctx = get_context();
-  const ExecMode saved = ctx.mode;
-  ctx.mode = graph ? ExecMode::kGraph : ExecMode::kPyNative;
-  set_context(ctx);
+  ExecModeScope in_mode(graph ? ExecMode::kGraph : ExecMode::kPyNative);
   set_seed(1);
   auto net = std::make_shared<nn::SequentialCell>();
   net->append(std::make_shared<nn::Dense>(16, 32));
@@ -68,8 +65,6 @@ void BM_TinyTrainStep(benchmark::State& state) {
   state.counters["ops/step"] = ops_per_step;
   state.counters["ns/op"] = seconds * 1e9 / static_cast<double>(state.iterations()) / ops_per_step;
   state.SetLabel(str_cat(amp::level_name(level), graph ? " GRAPH_MODE" : " PYNATIVE"));
-  ctx.mode = saved;
-  set_context(ctx);
 }
 // (level, graph mode)
 BENCHMARK(BM_TinyTrainStep)

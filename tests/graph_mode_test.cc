@@ -89,10 +89,7 @@ struct Run {
 };
 
 Run train(const std::function<std::shared_ptr<nn::Cell>()>& make, const Batches& b, Setting s, ExecMode mode) {
-  ContextOptions ctx = get_context();
-  const ExecMode saved = ctx.mode;
-  ctx.mode = mode;
-  set_context(ctx);
+  ExecModeScope in_mode(mode);
   set_seed(3);
   std::shared_ptr<nn::Cell> net = make();
   auto opt = std::make_shared<optim::Momentum>(net->trainable_params(), 0.02, 0.9);
@@ -110,8 +107,6 @@ Run train(const std::function<std::shared_ptr<nn::Cell>()>& make, const Batches&
   for (const Tensor& p : net->trainable_params()) r.weights.push_back(p.clone());
   r.stats = step->graphs().stats();
   r.plans = step->graphs().plans();
-  ctx.mode = saved;
-  set_context(ctx);
   return r;
 }
 
@@ -222,10 +217,7 @@ TEST(GraphMode, AStepThatChangesEveryTimeRunsEagerlyWithAWarningNamingTheLayer) 
   std::vector<float> losses[2];
   std::vector<std::string> warnings;
   for (ExecMode mode : {ExecMode::kPyNative, ExecMode::kGraph}) {
-    ContextOptions ctx = get_context();
-    const ExecMode saved = ctx.mode;
-    ctx.mode = mode;
-    set_context(ctx);
+    ExecModeScope in_mode(mode);
     set_seed(4);
     auto net = make();
     auto opt = std::make_shared<optim::Momentum>(net->trainable_params(), 0.001, 0.9);
@@ -237,8 +229,6 @@ TEST(GraphMode, AStepThatChangesEveryTimeRunsEagerlyWithAWarningNamingTheLayer) 
       EXPECT_EQ(step->graphs().stats().traced_steps, graph::StepGraphs::kMaxRetraces + 1);
       EXPECT_GT(step->graphs().stats().eager_steps, 3);
     }
-    ctx.mode = saved;
-    set_context(ctx);
   }
   EXPECT_EQ(losses[0], losses[1]);
   ASSERT_EQ(warnings.size(), 1u);
@@ -258,10 +248,7 @@ struct ModelRun {
 };
 
 ModelRun model_run(ExecMode mode, amp::Level level, DType low, int accumulate) {
-  ContextOptions ctx = get_context();
-  const ExecMode saved = ctx.mode;
-  ctx.mode = mode;
-  set_context(ctx);
+  ExecModeScope in_mode(mode);
   set_seed(9);
   auto net = std::make_shared<nn::LeNet>(/*batch_norm=*/true);
   auto opt = std::make_shared<optim::Momentum>(net->trainable_params(), 0.02, 0.9);
@@ -282,8 +269,6 @@ ModelRun model_run(ExecMode mode, amp::Level level, DType low, int accumulate) {
   r.train_stats = model.train_graphs().stats();
   r.eval_stats = model.eval_graphs().stats();
   r.eval_plans = model.eval_graphs().plans().size();
-  ctx.mode = saved;
-  set_context(ctx);
   return r;
 }
 

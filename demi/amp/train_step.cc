@@ -30,38 +30,17 @@ TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell
 
 // The key of a plan: what changes a step's allocations besides the network and the AMP level, which a
 // TrainStep fixes.
-const std::string& TrainStep::graph_key(const char* kind, const Tensor* data, const Tensor* label) {
-  // The same signature as the last call's (the usual case) reuses its string: formatting shapes costs
-  // microseconds, a step's host work on a small network tens of them.
-  const int flags = (optimizer_in_backward_ ? 1 : 0) | (clip_grad_norm_ > 0 ? 2 : 0) | (reducer_ ? 4 : 0) |
-                    (attribute_overflow_ ? 8 : 0);
-  auto same = [](const std::optional<std::pair<Shape, DType>>& last, const Tensor* t) {
-    return last.has_value() == (t != nullptr) && (!t || (last->first == t->shape() && last->second == t->dtype()));
-  };
-  const GraphKeyInputs& l = last_key_inputs_;
-  if (!last_key_.empty() && l.flags == flags && l.kind == kind && same(l.data, data) && same(l.label, label))
-    return last_key_;
-  GraphKeyInputs in;
-  in.kind = kind;
-  if (data) in.data = {data->shape(), data->dtype()};
-  if (label) in.label = {label->shape(), label->dtype()};
-  in.flags = flags;
-  std::string key = kind;
-  if (data) key += str_cat(", data ", data->shape(), " ", dtype_name(data->dtype()));
-  if (label) key += str_cat(", label ", label->shape(), " ", dtype_name(label->dtype()));
-  if (optimizer_in_backward_) key += ", optimizer in backward";
-  if (clip_grad_norm_ > 0) key += ", clipping";
-  if (reducer_) key += ", data parallel";
-  if (attribute_overflow_) key += ", attribution";
-  last_key_inputs_ = std::move(in);
-  last_key_ = std::move(key);
-  return last_key_;
+const std::string& TrainStep::graph_key(graph::SignatureKey& key, std::string_view kind, const Tensor* data,
+                                        const Tensor* label) {
+  return key.get(kind, data, label,
+                 {{optimizer_in_backward_, "optimizer in backward"}, {clip_grad_norm_ > 0, "clipping"},
+                  {reducer_ != nullptr, "data parallel"}, {attribute_overflow_, "attribution"}});
 }
 
 StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
   if (get_context().mode != ExecMode::kGraph) return update(data, label);
   StepResult r;
-  graphs_.run(graph_key("update", &data, &label), [&] {
+  graphs_.run(graph_key(update_key_, "update", &data, &label), [&] {
     r = update(data, label);
     return !r.overflow;  // an overflow step (skipped, attributed) is not the step to plan from
   });
@@ -72,7 +51,9 @@ float TrainStep::accumulate(const Tensor& data, const Tensor& label) {
   if (get_context().mode != ExecMode::kGraph) return accumulate_micro_batch(data, label);
   // The first micro-batch of an update clears the gradients; the others add to them.
   float loss = 0;
-  graphs_.run(graph_key(micro_batches_ == 0 ? "first micro-batch" : "micro-batch", &data, &label), [&] {
+  const std::string& key = micro_batches_ == 0 ? graph_key(first_micro_key_, "first micro-batch", &data, &label)
+                                                : graph_key(micro_key_, "micro-batch", &data, &label);
+  graphs_.run(key, [&] {
     loss = accumulate_micro_batch(data, label);
     return true;
   });
@@ -82,7 +63,7 @@ float TrainStep::accumulate(const Tensor& data, const Tensor& label) {
 StepResult TrainStep::step() {
   if (get_context().mode != ExecMode::kGraph) return apply_update();
   StepResult r;
-  graphs_.run(graph_key(str_cat("update of ", micro_batches_, " micro-batches").c_str(), nullptr, nullptr), [&] {
+  graphs_.run(graph_key(apply_key_, str_cat("update of ", micro_batches_, " micro-batches"), nullptr, nullptr), [&] {
     r = apply_update();
     return !r.overflow;
   });

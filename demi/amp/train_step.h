@@ -173,14 +173,9 @@ class TrainStep {
   StepResult update(const Tensor& data, const Tensor& label);
   float accumulate_micro_batch(const Tensor& data, const Tensor& label);
   StepResult apply_update();
-  const std::string& graph_key(const char* kind, const Tensor* data, const Tensor* label);
-  struct GraphKeyInputs {
-    std::string kind;
-    std::optional<std::pair<Shape, DType>> data, label;
-    int flags = 0;
-  };
-  GraphKeyInputs last_key_inputs_;
-  std::string last_key_;
+  const std::string& graph_key(graph::SignatureKey& key, std::string_view kind, const Tensor* data,
+                               const Tensor* label);
+  graph::SignatureKey update_key_, first_micro_key_, micro_key_, apply_key_;  // one per kind of call
   float forward_backward(const Tensor& data, const Tensor& label, bool notify_reducer);
   StepResult step_in_backward(const Tensor& data, const Tensor& label);
   void replay(const std::vector<MicroBatch>& micro, double loss_scale, ops::OpObserver& observer,

@@ -67,6 +67,19 @@ const ContextOptions& get_context() {
   return ctx;
 }
 
+namespace {
+
+void set_mode(ExecMode mode) {
+  ContextOptions options = get_context();
+  options.mode = mode;
+  set_context(options);
+}
+
+}  // namespace
+
+ExecModeScope::ExecModeScope(ExecMode mode) : saved_(get_context().mode) { set_mode(mode); }
+ExecModeScope::~ExecModeScope() { set_mode(saved_); }
+
 const char* exec_mode_name(ExecMode m) {
   switch (m) {
     case ExecMode::kGraph: return "GRAPH_MODE";

@@ -26,4 +26,17 @@ void set_context(const ContextOptions& options);
 const ContextOptions& get_context();  // the options in force (num_threads resolved to the real count)
 const char* exec_mode_name(ExecMode m);  // "GRAPH_MODE", "PYNATIVE_MODE"
 
+// Runs a scope in `mode` and puts the mode in force before it back at its end; the other settings are
+// left as they are (a block that must run eagerly, a test comparing the two modes).
+class ExecModeScope {
+ public:
+  explicit ExecModeScope(ExecMode mode);
+  ~ExecModeScope();
+  ExecModeScope(const ExecModeScope&) = delete;
+  ExecModeScope& operator=(const ExecModeScope&) = delete;
+
+ private:
+  ExecMode saved_;
+};
+
 }  // namespace demi

@@ -99,5 +99,15 @@ TEST_F(Context, GetContextReportsADirectSetNumThreads) {
   EXPECT_EQ(get_context().num_threads, 1);
 }
 
+TEST_F(Context, ExecModeScopeSetsTheModeForAScopeOnly) {
+  set_context({.mode = ExecMode::kGraph, .num_threads = 1});
+  {
+    ExecModeScope eager(ExecMode::kPyNative);
+    EXPECT_EQ(get_context().mode, ExecMode::kPyNative);
+    EXPECT_EQ(get_context().num_threads, 1);  // the other settings stay
+  }
+  EXPECT_EQ(get_context().mode, ExecMode::kGraph);
+}
+
 }  // namespace
 }  // namespace demi

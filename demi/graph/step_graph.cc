@@ -17,7 +17,42 @@ std::string where_now() {
   return std::string(", in the forward of layer '") + (*layer ? layer : "(the network)") + "'";
 }
 
+// Runs the step; when it throws, ends the recording or replay it ran under (end_on_throw) first.
+bool run_step(const std::function<bool()>& step, void (*end_on_throw)()) {
+  try {
+    return step();
+  } catch (...) {
+    end_on_throw();
+    throw;
+  }
+}
+
+bool same_signature(const std::optional<std::pair<Shape, DType>>& last, const Tensor* t) {
+  return last.has_value() == (t != nullptr) && (t == nullptr || (last->first == t->shape() && last->second == t->dtype()));
+}
+
 }  // namespace
+
+const std::string& SignatureKey::get(std::string_view kind, const Tensor* data, const Tensor* label,
+                                     std::initializer_list<Flag> flags) {
+  uint32_t mask = 0;
+  int bit = 0;
+  for (const Flag& f : flags) mask |= (f.on ? 1u : 0u) << bit++;
+  if (!key_.empty() && mask == flags_ && kind == kind_ && same_signature(data_, data) && same_signature(label_, label))
+    return key_;
+  kind_ = kind;
+  data_.reset();
+  label_.reset();
+  if (data) data_.emplace(data->shape(), data->dtype());
+  if (label) label_.emplace(label->shape(), label->dtype());
+  flags_ = mask;
+  key_ = kind_;
+  if (data) key_ += str_cat(", data ", data->shape(), " ", dtype_name(data->dtype()));
+  if (label) key_ += str_cat(", label ", label->shape(), " ", dtype_name(label->dtype()));
+  for (const Flag& f : flags)
+    if (f.on) key_ += str_cat(", ", f.name);
+  return key_;
+}
 
 StepGraphs::StepGraphs(std::string what, size_t max_plans) : what_(std::move(what)), max_plans_(max_plans) {
   DEMI_CHECK(max_plans_ >= 1, "StepGraphs: max_plans must be at least 1, got ", max_plans_);
@@ -74,13 +109,7 @@ void StepGraphs::run(const std::string& key, const std::function<bool()>& step) 
         (void)step();
         return;
       }
-      bool typical = false;
-      try {
-        typical = step();
-      } catch (...) {
-        mem_record_end();
-        throw;
-      }
+      const bool typical = run_step(step, [] { mem_record_end(); });
       std::vector<AllocationEvent> events = mem_record_end();
       if (!typical) {  // not a step to plan from: trace the next one
         ++stats_.eager_steps;
@@ -115,13 +144,7 @@ void StepGraphs::run(const std::string& key, const std::function<bool()>& step) 
       }
       busy_in_a_row_ = 0;
       ++stats_.replayed_steps;
-      bool typical = false;
-      try {
-        typical = step();
-      } catch (...) {
-        mem_replay_end();
-        throw;
-      }
+      const bool typical = run_step(step, [] { mem_replay_end(); });
       const ReplayOutcome out = mem_replay_end();
       stats_.arena_allocations += out.served;
       if (!out.diverged && !out.incomplete) {

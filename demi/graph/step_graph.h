@@ -23,14 +23,39 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "demi/core/memory.h"
+#include "demi/core/tensor.h"
 #include "demi/graph/memory_plan.h"
 
 namespace demi::graph {
+
+// The key of a call's plan: its kind, its batch's shapes and dtypes, and the settings that change the
+// program, as "update, data (32, 1, 28, 28) float32, label (32) int32, clipping". It is formatted only
+// when the signature differs from the last call's: formatting shapes costs microseconds, a step's host
+// work on a small network tens of them. Keep one per kind of call that alternates with others.
+class SignatureKey {
+ public:
+  struct Flag {
+    bool on;
+    const char* name;  // ", <name>" in the key when on
+  };
+  const std::string& get(std::string_view kind, const Tensor* data, const Tensor* label,
+                         std::initializer_list<Flag> flags = {});
+
+ private:
+  std::string kind_;
+  std::optional<std::pair<Shape, DType>> data_, label_;
+  uint32_t flags_ = 0;
+  std::string key_;
+};
 
 class StepGraphs {
  public:
@@ -43,6 +68,12 @@ class StepGraphs {
     int64_t replayed_steps = 0;  // steps that began under a plan
     int64_t diverged_steps = 0;  // replayed steps whose allocations left their plan
     int64_t arena_allocations = 0;  // allocations served from the arena
+    // The counts since `start` (an earlier copy of these counters).
+    Stats since(const Stats& start) const {
+      return {eager_steps - start.eager_steps, traced_steps - start.traced_steps,
+              replayed_steps - start.replayed_steps, diverged_steps - start.diverged_steps,
+              arena_allocations - start.arena_allocations};
+    }
   };
 
   // `what` names the steps in warnings ("train step").

@@ -459,12 +459,7 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   summary_.peak_rss_bytes = process_peak_rss_bytes();
   summary_.reserved_end = mem_stats().reserved;
   {
-    const graph::StepGraphs::Stats& g = train_step_->graphs().stats();
-    summary_.graph.eager_steps = g.eager_steps - graph_at_start.eager_steps;
-    summary_.graph.traced_steps = g.traced_steps - graph_at_start.traced_steps;
-    summary_.graph.replayed_steps = g.replayed_steps - graph_at_start.replayed_steps;
-    summary_.graph.diverged_steps = g.diverged_steps - graph_at_start.diverged_steps;
-    summary_.graph.arena_allocations = g.arena_allocations - graph_at_start.arena_allocations;
+    summary_.graph = train_step_->graphs().stats().since(graph_at_start);
     summary_.graph_plan = {};
     for (const auto& [key, plan] : train_step_->graphs().plans())
       if (plan.arena_bytes >= summary_.graph_plan.arena_bytes) summary_.graph_plan = plan;
@@ -514,9 +509,7 @@ std::map<std::string, double> Model::eval(const std::shared_ptr<const data::Data
         return true;
       };
       if (get_context().mode == ExecMode::kGraph) {
-        eval_graphs_.run(str_cat("data ", data.shape(), " ", dtype_name(data.dtype()), ", label ", label.shape(), " ",
-                                 dtype_name(label.dtype())),
-                         batch);
+        eval_graphs_.run(eval_key_.get("eval", &data, &label), batch);
       } else {
         batch();
       }

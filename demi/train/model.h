@@ -190,6 +190,7 @@ class Model {
   ModelOptions options_;
   std::shared_ptr<amp::TrainStep> train_step_;
   graph::StepGraphs eval_graphs_{"eval step"};
+  graph::SignatureKey eval_key_;
   std::shared_ptr<dist::DataParallel> data_parallel_;
   std::shared_ptr<amp::AmpAdapter> adapter_;
   TrainSummary summary_;
