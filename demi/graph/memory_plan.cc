@@ -24,6 +24,36 @@ std::string mib(int64_t bytes) {
   return buf;
 }
 
+// Places the blocks in `order`, each into the smallest gap between the placed blocks it lives together
+// with (or above them all); writes their offsets and returns the arena's size.
+int64_t place_best_fit(const std::vector<AllocationEvent>& events, const std::vector<size_t>& order,
+                       std::vector<int64_t>& offsets) {
+  int64_t arena = 0;
+  std::vector<size_t> placed;  // by offset
+  for (size_t b : order) {
+    const int64_t size = aligned(events[b].bytes);
+    int64_t best = -1;
+    int64_t best_gap = std::numeric_limits<int64_t>::max();
+    int64_t prev_end = 0;
+    for (size_t p : placed) {
+      if (!live_together(events[p], events[b])) continue;
+      const int64_t gap = offsets[p] - prev_end;
+      if (gap >= size && gap < best_gap) {
+        best = prev_end;
+        best_gap = gap;
+      }
+      prev_end = std::max(prev_end, offsets[p] + aligned(events[p].bytes));
+    }
+    if (best < 0) best = prev_end;
+    offsets[b] = best;
+    arena = std::max(arena, best + size);
+    auto at = std::lower_bound(placed.begin(), placed.end(), b,
+                               [&](size_t x, size_t y) { return offsets[x] < offsets[y]; });
+    placed.insert(at, b);
+  }
+  return arena;
+}
+
 }  // namespace
 
 std::string PlanSummary::describe() const {
@@ -62,33 +92,30 @@ ArenaPlan plan_arena(const std::vector<AllocationEvent>& events, PlanSummary* su
   }
   s.planned = static_cast<int64_t>(planned.size());
 
-  // Greedy by size, best fit: the largest blocks first (the earlier one first among equals), each into the
-  // smallest gap between the placed blocks it lives together with.
-  std::vector<size_t> order = planned;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t x, size_t y) { return aligned(events[x].bytes) > aligned(events[y].bytes); });
-  std::vector<size_t> placed;  // by offset
-  for (size_t b : order) {
-    const int64_t size = aligned(events[b].bytes);
-    int64_t best = -1;
-    int64_t best_gap = std::numeric_limits<int64_t>::max();
-    int64_t prev_end = 0;
-    for (size_t p : placed) {
-      if (!live_together(events[p], events[b])) continue;
-      const int64_t gap = plan.offsets[p] - prev_end;
-      if (gap >= size && gap < best_gap) {
-        best = prev_end;
-        best_gap = gap;
-      }
-      prev_end = std::max(prev_end, plan.offsets[p] + aligned(events[p].bytes));
+  // Best fit in three orders, the smallest arena kept: by size (the largest first; the usual winner),
+  // by allocation order, and by size x lifetime. No one order is best on every step (a greedy
+  // placement is a heuristic: the exact problem is NP-hard); trying three costs little.
+  auto by = [&](auto key) {
+    std::vector<size_t> order = planned;  // allocation order; the earlier first among equal keys
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return key(x) > key(y); });
+    return order;
+  };
+  const std::vector<size_t> orders[] = {
+      by([&](size_t b) { return aligned(events[b].bytes); }),
+      planned,
+      by([&](size_t b) { return static_cast<double>(aligned(events[b].bytes)) *
+                                static_cast<double>(events[b].end - events[b].begin); }),
+  };
+  std::vector<int64_t> offsets(n, -1);
+  int64_t best_arena = -1;
+  for (const std::vector<size_t>& order : orders) {
+    const int64_t arena = place_best_fit(events, order, offsets);
+    if (best_arena < 0 || arena < best_arena) {
+      best_arena = arena;
+      plan.offsets = offsets;
     }
-    if (best < 0) best = prev_end;
-    plan.offsets[b] = best;
-    plan.arena_bytes = std::max(plan.arena_bytes, best + size);
-    auto at = std::lower_bound(placed.begin(), placed.end(), b,
-                               [&](size_t x, size_t y) { return plan.offsets[x] < plan.offsets[y]; });
-    placed.insert(at, b);
   }
+  plan.arena_bytes = best_arena;
   s.arena_bytes = plan.arena_bytes;
 
   // The replay's checks: each block lists the earlier blocks sharing its bytes (all dead before it, in

@@ -2,10 +2,11 @@
 // (core/memory.h: mem_record_begin/end), placed into one arena so that no two blocks alive at the same
 // time share a byte, and the arena as small as the placement finds.
 //
-// The placement is greedy by size with best fit, the algorithm of TFLite's arena planner, MindSpore's
-// SOMAS and XLA's heap simulator (../shared/research/graph-mode.md): blocks in decreasing size, each put
-// into the smallest gap between the blocks already placed that live at the same time as it, or above
-// them all. Blocks that outlive the step (the optimizer state a first update creates, a loss the caller
+// The placement is greedy with best fit, the algorithm of TFLite's arena planner, MindSpore's SOMAS and
+// XLA's heap simulator (../shared/research/graph-mode.md): blocks taken one by one, each put into the
+// smallest gap between the blocks already placed that live at the same time as it, or above them all;
+// in three orders (decreasing size, allocation order, decreasing size x lifetime), the smallest arena
+// kept. Blocks that outlive the step (the optimizer state a first update creates, a loss the caller
 // keeps) are not planned: the caching allocator serves them as in eager mode.
 //
 //   std::vector<AllocationEvent> events = ...;   // one recorded step

@@ -59,6 +59,18 @@ TEST(MemoryPlan, ASmallBlockGoesIntoTheBestFittingGap) {
   EXPECT_LE(plan.arena_bytes, 8192 * 2 + 4096);
 }
 
+TEST(MemoryPlan, AnotherOrderWinsWhereGreedyBySizeDoesNot) {
+  // Found by search: by size the 4-block goes first and the two 3-blocks cannot share a side, arena 9
+  // units; in allocation order (or by size x lifetime) they stack to the lower bound, 8.
+  const size_t u = 64;
+  std::vector<AllocationEvent> events = {ev(2 * u, 4, 7), ev(3 * u, 4, 5), ev(3 * u, 3, 6), ev(4 * u, 3, 4)};
+  PlanSummary s;
+  ArenaPlan plan = plan_arena(events, &s);
+  EXPECT_EQ(s.lower_bound, static_cast<int64_t>(8 * u));
+  EXPECT_EQ(s.arena_bytes, static_cast<int64_t>(8 * u));
+  EXPECT_TRUE(plan_is_valid(events, plan));
+}
+
 TEST(MemoryPlan, RandomStepsGiveValidPlansWithinTheBounds) {
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
