@@ -9,11 +9,18 @@ in both modes, interleaved round by round on one machine. Prints per model x set
     the upper bound (their sum), the step's allocations, the time to plan, and how many updates replayed
     the plan and how many left it (overflow steps).
 
-    bench/graph_mode.py [--models A,B,C,D] [--rounds 3] [--demi build/release/tools/demi/demi]
+Then sink mode on model A (where a step is shortest, so per-step work outside the kernels weighs most):
+graph mode with every step seen by the callbacks (--sink-size 0) against one sink per epoch (-1) and
+sinks of 64 batches, steps/s, interleaved. The CLI's progress bar is the callback (no --json for these
+runs; the summary line is parsed).
+
+    bench/graph_mode.py [--models A,B,C,D] [--rounds 3] [--sink-rounds 5] [--demi build/release/tools/demi/demi]
 """
 import argparse
 import os
+import re
 import statistics
+import subprocess
 import sys
 
 from memory import MIB, ROOT, last_json  # bench/memory.py: runs a demi command, returns its last JSON line
@@ -31,6 +38,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="A,B,C,D")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--sink-rounds", type=int, default=5)
     ap.add_argument("--demi", default=os.path.join(ROOT, "build/release/tools/demi/demi"))
     a = ap.parse_args()
     models = a.models.split(",")
@@ -78,6 +86,40 @@ def main():
           "held: bytes the allocator holds from the system at the end of training (cache, and the arena in graph\n"
           "mode); arena/lower/upper: graph mode's static plan of one update's temporaries; replay/left: updates\n"
           "that replayed the plan / that left it (an overflow step skips its update and allocates differently).")
+    if a.sink_rounds > 0:
+        sink_mode(a.demi, a.sink_rounds)
+
+
+SINKS = [("every step", "0"), ("1 per epoch", "-1"), ("64 batches", "64")]
+SUMMARY = re.compile(r": (\d+) steps, (\d+) samples/s \(median step ([0-9.]+) ms\)")
+
+
+def sink_mode(demi, rounds):
+    """Model A in graph mode, 2 epochs of 8192 samples (256 batches of 32) per run; with --sink-size 64 the
+    same 512 batches are 8 sinks (--epochs 8)."""
+    got = {}  # (setting, sink) -> [(steps/s, median step ms)]
+    for _ in range(rounds):
+        for label, extra in SETTINGS:
+            for name, sink in SINKS:
+                epochs = "8" if sink == "64" else "2"
+                cmd = [demi, "train", "--model", "A", "--data", "synthetic", "--train-samples", "8192",
+                       "--epochs", epochs, "--sink-size", sink, "--mode", "graph"] + extra
+                out = subprocess.run(cmd, capture_output=True, text=True).stdout
+                m = SUMMARY.search(out)
+                if m:
+                    got.setdefault((label, name), []).append((float(m.group(2)) / 32, float(m.group(3))))
+    print("\nsink mode, model A in GRAPH_MODE, batch 32: steps/s (median of %d interleaved rounds), median step ms"
+          % rounds)
+    print("%-8s" % "setting" + "".join(" %14s %8s" % (n, "ms") for n, _ in SINKS) + "   sink/every")
+    for label, _ in SETTINGS:
+        cells, rates = "", []
+        for name, _ in SINKS:
+            v = got.get((label, name), [])
+            rate = statistics.median([x for x, _ in v]) if v else float("nan")
+            ms = statistics.median([y for _, y in v]) if v else float("nan")
+            rates.append(rate)
+            cells += " %14.0f %8.3f" % (rate, ms)
+        print("%-8s%s   %s" % (label, cells, " / ".join("%.3f" % (r / rates[0]) for r in rates[1:])))
 
 
 if __name__ == "__main__":

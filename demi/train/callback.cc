@@ -49,7 +49,9 @@ void LossMonitor::on_step_end(RunContext& ctx) {
   DEMI_CHECK(std::isfinite(ctx.loss) || ctx.skipped, "LossMonitor: the loss is ", ctx.loss, " at epoch ", ctx.epoch,
              " step ", ctx.step_in_epoch, "; training stopped (lower the learning rate, or use a loss scale manager)",
              ctx.overflow_op.empty() ? "" : "; the first op to produce a non-finite value: " + ctx.overflow_op);
-  if (ctx.step_in_epoch % every_ != 0) return;
+  // Every per_print_times steps of the run, as MindSpore counts them: when this call's steps (a whole sink
+  // in sink mode) reach the next multiple.
+  if (ctx.cur_step_num / every_ == (ctx.cur_step_num - ctx.sink_steps) / every_) return;
   callback_stream() << "epoch: " << ctx.epoch << " step: " << ctx.step_in_epoch << ", loss is "
                     << std::setprecision(6) << ctx.loss << std::defaultfloat << std::endl;
 }
@@ -58,13 +60,16 @@ void LossMonitor::on_step_end(RunContext& ctx) {
 ProgressBar::ProgressBar(int64_t line_every, bool force_terminal)
     : line_every_(line_every), terminal_(force_terminal || (g_stream == nullptr && isatty(STDOUT_FILENO))) {}
 
-void ProgressBar::on_epoch_begin(RunContext&) {
+void ProgressBar::on_epoch_begin(RunContext& ctx) {
   start_ = std::chrono::steady_clock::now();
   samples_ = 0;
+  last_step_ = ctx.step_in_epoch;
 }
 
 void ProgressBar::on_step_end(RunContext& ctx) {
   samples_ += ctx.batch_size;
+  const int64_t previous = ctx.step_in_epoch >= last_step_ ? last_step_ : 0;
+  last_step_ = ctx.step_in_epoch;
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   double rate = elapsed > 0 ? static_cast<double>(samples_) / elapsed : 0;
   double per_step = elapsed / static_cast<double>(ctx.step_in_epoch);
@@ -81,7 +86,7 @@ void ProgressBar::on_step_end(RunContext& ctx) {
                   ctx.epoch, ctx.epochs, bar.c_str(), static_cast<long long>(ctx.step_in_epoch),
                   static_cast<long long>(ctx.steps_per_epoch), rate, format_seconds(eta).c_str(), ctx.loss);
     callback_stream() << line << std::flush;
-  } else if (ctx.step_in_epoch % line_every_ == 0) {
+  } else if (ctx.step_in_epoch / line_every_ != previous / line_every_) {  // a sink may pass several
     std::snprintf(line, sizeof line, "epoch %d/%d step %lld/%lld  %.0f samples/s  ETA %s  loss %.4f", ctx.epoch,
                   ctx.epochs, static_cast<long long>(ctx.step_in_epoch), static_cast<long long>(ctx.steps_per_epoch),
                   rate, format_seconds(eta).c_str(), ctx.loss);
@@ -101,10 +106,18 @@ void ProgressBar::on_epoch_end(RunContext& ctx) {
 
 // ---- LossScaleMonitor ----
 void LossScaleMonitor::on_step_end(RunContext& ctx) {
-  if (ctx.skipped) {
-    ++skipped_;
-    callback_stream() << "epoch: " << ctx.epoch << " step: " << ctx.step_in_epoch
-                      << ", gradients overflowed at loss scale " << ctx.loss_scale << ": update skipped" << std::endl;
+  // (A hand-written loop may set only `skipped`.)
+  const int64_t skipped = ctx.sink_steps > 1 ? ctx.sink_skipped : static_cast<int64_t>(ctx.skipped);
+  if (skipped > 0) {
+    skipped_ += skipped;
+    if (ctx.sink_steps == 1) {
+      callback_stream() << "epoch: " << ctx.epoch << " step: " << ctx.step_in_epoch
+                        << ", gradients overflowed at loss scale " << ctx.loss_scale << ": update skipped" << std::endl;
+    } else {
+      callback_stream() << "epoch: " << ctx.epoch << " step: " << ctx.step_in_epoch << ", " << skipped
+                        << " of the sink's " << ctx.sink_steps << " updates skipped for overflowing gradients (loss scale now "
+                        << ctx.loss_scale << ")" << std::endl;
+    }
   }
   if (last_scale_ >= 0 && ctx.loss_scale != last_scale_)
     callback_stream() << "epoch: " << ctx.epoch << " step: " << ctx.step_in_epoch << ", loss scale " << last_scale_

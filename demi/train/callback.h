@@ -23,13 +23,22 @@ struct RunContext {
   int64_t step_in_epoch = 0;     // 1-based step within the epoch
   int64_t cur_step_num = 0;      // 1-based step across epochs
   int64_t steps_per_epoch = 0;   // -1 when unknown
-  int64_t batch_size = 0;        // samples in the current step
+  int64_t batch_size = 0;        // samples in the current step (in sink mode: in the sink's steps)
   float loss = 0;                // the step's (unscaled) loss
   double loss_scale = 1;
   bool overflow = false;         // a gradient was not finite this step
   bool skipped = false;          // the update was skipped
-  double step_seconds = 0;       // wall time of the train step itself
-  double data_wait_seconds = 0;  // time the step waited for its batch
+  double step_seconds = 0;       // wall time of the train step itself (in sink mode: the sink's steps)
+  double data_wait_seconds = 0;  // time the step waited for its batch (in sink mode: the sink's steps)
+  // Sink mode (Model::train's sink_size): at step begin/end, the train steps (updates) this call covers
+  // and how many of them were skipped for overflow. Without sinking 1, and 0 or 1.
+  int64_t sink_steps = 1;
+  int64_t sink_skipped = 0;
+  // Where the data pipeline stands after this step, as a checkpoint resumes it: the data set's epoch
+  // (0-based) and the batches of it consumed. Model::train fills them; -1: the epochs are the data set's
+  // (a hand-written loop), so the place follows from epoch and step_in_epoch.
+  int64_t data_epoch = -1;
+  int64_t data_position = -1;
   double epoch_seconds = 0;      // at epoch end
   double epoch_samples_per_second = 0;
   std::map<std::string, double> metrics;  // at epoch end: train metrics (and eval ones when run)
@@ -68,7 +77,8 @@ class TimeMonitor : public Callback {
   std::chrono::steady_clock::time_point start_;
 };
 
-// "epoch: 1 step: 10, loss is 2.3026" every per_print_times steps; a non-finite loss is an error unless
+// "epoch: 1 step: 10, loss is 2.3026" every per_print_times steps of the run (in sink mode, at the end of
+// each sink that reaches the next multiple: the sink's last loss, as MindSpore prints); a non-finite loss is an error unless
 // the step was skipped (its update dropped for the overflow).
 class LossMonitor : public Callback {
  public:
@@ -93,6 +103,7 @@ class ProgressBar : public Callback {
   bool terminal_;
   std::chrono::steady_clock::time_point start_;
   int64_t samples_ = 0;
+  int64_t last_step_ = 0;  // step_in_epoch at the previous call
 };
 
 // Reports every loss-scale change and every skipped step.

@@ -142,9 +142,15 @@ Progress progress_of(const RunContext& ctx, bool at_epoch_end) {
   p.step = ctx.cur_step_num;
   bool complete = at_epoch_end || (ctx.steps_per_epoch > 0 && ctx.step_in_epoch >= ctx.steps_per_epoch);
   p.epochs_done = complete ? ctx.epoch : ctx.epoch - 1;
-  // A Model's iterator counts epochs from 0 and its epoch k is the (k+1)-th of the run.
-  p.data_epoch = p.epochs_done;
-  p.data_position = complete ? 0 : ctx.step_in_epoch;
+  if (ctx.data_epoch >= 0) {  // Model::train says where its data stands (with sinks it is not the epoch's)
+    p.data_epoch = ctx.data_epoch;
+    p.data_position = ctx.data_position;
+  } else {
+    // A loop whose epochs are the data set's: its iterator counts epochs from 0, and its epoch k is the
+    // (k+1)-th of the run.
+    p.data_epoch = p.epochs_done;
+    p.data_position = complete ? 0 : ctx.step_in_epoch;
+  }
   p.steps_per_epoch = std::max<int64_t>(ctx.steps_per_epoch, 0);  // kInfiniteSize (-1): unknown
   return p;
 }
@@ -284,8 +290,11 @@ LoadReport restore_checkpoint(const io::TrainingState& ckpt, const TrainState& s
 LoadReport restore_checkpoint(const io::TrainingState& ckpt, Model& model, const RestoreOptions& options) {
   LoadReport r = restore_checkpoint(ckpt, train_state_of(model), options);
   if (ckpt.meta.is_training_state) {
-    model.set_epochs_done(ckpt.meta.epochs_done);
-    model.set_resume_position(ckpt.meta.data_position, ckpt.meta.step, ckpt.meta.steps_per_epoch);
+    const io::TrainingMeta& m = ckpt.meta;
+    model.set_epochs_done(m.epochs_done);
+    const bool mid_epoch = m.epoch > m.epochs_done;
+    model.set_resume_position(m.data_position, m.step, m.steps_per_epoch, m.data_epoch,
+                              mid_epoch ? m.step_in_epoch : 0);
   }
   return r;
 }
@@ -469,7 +478,9 @@ void ModelCheckpoint::save(RunContext& ctx, bool at_epoch_end) {
 
 void ModelCheckpoint::on_step_end(RunContext& ctx) {
   if (dist::get_rank() != 0) return;  // in a data-parallel job rank 0 writes (every process holds the same state)
-  if (config_.save_checkpoint_steps > 0 && ctx.cur_step_num % config_.save_checkpoint_steps == 0) save(ctx, false);
+  // Every save_checkpoint_steps steps: when this call's steps (a whole sink in sink mode) reach the next multiple.
+  const int64_t k = config_.save_checkpoint_steps;
+  if (k > 0 && ctx.cur_step_num / k != (ctx.cur_step_num - ctx.sink_steps) / k) save(ctx, false);
 }
 
 void ModelCheckpoint::on_train_end(RunContext& ctx) {

@@ -153,8 +153,19 @@ Model::Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> lo
 }
 
 void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_dataset,
-                  std::vector<CallbackPtr> callbacks, bool dataset_sink_mode) {
+                  std::vector<CallbackPtr> callbacks, bool dataset_sink_mode, int64_t sink_size) {
   DEMI_CHECK(epoch >= 1, "Model.train: epoch must be >= 1, got ", epoch);
+  DEMI_CHECK(sink_size >= -1, "Model.train: sink_size must be -1 (one sink per epoch), 0 (no sinking: callbacks ",
+             "every step) or the batches per sink, got ", sink_size);
+  DEMI_CHECK(sink_size == 0 || dataset_sink_mode, "Model.train: sink_size ", sink_size,
+             " needs dataset_sink_mode=true (without sink mode there are no sinks; MindSpore ignores the value, ",
+             "demi refuses a setting it would not use)");
+  DEMI_CHECK(sink_size <= 0 || sink_size % options_.accumulate == 0, "Model.train: sink_size ", sink_size,
+             " must be a multiple of accumulate (", options_.accumulate, " batches per update), so that no update ",
+             "straddles two sinks");
+  DEMI_CHECK(sink_size <= 0 || data_parallel_ == nullptr, "Model.train: sink_size ", sink_size,
+             " (epochs of a fixed number of batches, the data running on across the data set's epochs) is not "
+             "supported data-parallel yet; use sink_size -1 (one sink per epoch) or 0");
   DEMI_CHECK(options_.max_steps < 0 || steps_done_ < options_.max_steps, "Model.train: the step budget (max_steps ",
              options_.max_steps, ") is already spent: ", steps_done_, " updates were made");
   DEMI_CHECK(train_dataset != nullptr, "Model.train: no dataset");
@@ -165,27 +176,40 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   RunContext ctx;
   ctx.model = this;
   ctx.epochs = static_cast<int>(epochs_done_) + epoch;
-  ctx.steps_per_epoch = train_dataset->get_dataset_size();  // batches of the unsharded pipeline
-  DEMI_CHECK(ctx.steps_per_epoch != 0, "Model.train: the training set yields no batch per epoch (",
+  const int64_t data_batches = train_dataset->get_dataset_size();  // batches of the unsharded pipeline
+  DEMI_CHECK(data_batches != 0, "Model.train: the training set yields no batch per epoch (",
              train_dataset->describe(), "), so nothing would be trained: the data set is empty, or smaller than ",
              "one batch with drop_remainder");
-  DEMI_CHECK(resume_position_ == 0 || resume_steps_per_epoch_ <= 0 || ctx.steps_per_epoch == resume_steps_per_epoch_,
-             "Model.train: the checkpoint was taken mid-epoch, after batch ", resume_position_, " of ",
-             resume_steps_per_epoch_, ", but this training set has ", ctx.steps_per_epoch, " batches per epoch (",
-             train_dataset->describe(), "): resuming there would not continue the same run. Resume with the ",
-             "checkpointed run's batch size and data, or from a checkpoint taken at the end of an epoch");
+  // With sink_size > 0 an epoch of train() is one sink of sink_size batches, and the data runs on across
+  // the data set's epochs (MindSpore's sink_size): the data place is kept apart from the epochs.
+  const bool fixed_sinks = sink_size > 0;
+  ctx.steps_per_epoch = fixed_sinks ? sink_size : data_batches;
+  const int64_t first_data_epoch = data_epoch_ >= 0 ? data_epoch_ : epochs_done_;
+  const int64_t first_step_in_epoch = resume_step_in_epoch_ >= 0 ? resume_step_in_epoch_ : resume_position_;
+  DEMI_CHECK(first_step_in_epoch == 0 || resume_steps_per_epoch_ <= 0 || ctx.steps_per_epoch == resume_steps_per_epoch_,
+             "Model.train: the checkpoint was taken mid-epoch, after batch ", first_step_in_epoch, " of ",
+             resume_steps_per_epoch_, ", but ",
+             fixed_sinks ? str_cat("this run's sinks have ", ctx.steps_per_epoch, " batches (sink_size)")
+                         : str_cat("this training set has ", ctx.steps_per_epoch, " batches per epoch (",
+                                   train_dataset->describe(), ")"),
+             ": resuming there would not continue the same run. Resume with the checkpointed run's batch size, ",
+             "data and sink_size, or from a checkpoint taken at the end of an epoch");
   data::IteratorOptions io;
   io.prefetch = dataset_sink_mode ? options_.prefetch_depth : 0;
-  io.epoch = epochs_done_;
+  io.epoch = first_data_epoch;
   io.position = resume_position_;
   io.num_epochs = epoch;
+  if (fixed_sinks) {  // the data epochs the sinks will reach into
+    const int64_t batches = resume_position_ + static_cast<int64_t>(epoch) * sink_size - first_step_in_epoch;
+    io.num_epochs = data_batches > 0 ? (batches + data_batches - 1) / data_batches : -1;
+  }
   ctx.cur_step_num = steps_done_;
   std::shared_ptr<const data::Dataset> ds = train_dataset;
   dist::DataParallel* dp = data_parallel_.get();
   if (dp != nullptr) {
     // This process's batches; the resumed position is in the unsharded pipeline's batches.
     ds = train_dataset->shard({.num_shards = dist::get_group_size(), .shard_id = dist::get_rank(),
-                               .start_epoch = epochs_done_, .start_offset = resume_position_});
+                               .start_epoch = first_data_epoch, .start_offset = resume_position_});
     io.position = 0;
     if (dist::get_auto_parallel_context().parameter_broadcast) dist::broadcast_state(*network_);
   }
@@ -226,10 +250,36 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   constexpr double kUnderflowWarn = 0.01;
   const bool watch_underflow = options_.amp_level != amp::Level::kO0 && options_.low_dtype == DType::kF16;
   bool underflow_warned = false;
+  // Sink mode: the steps of one sink run back to back, and callbacks see each sink once: on_step_begin
+  // before its first step, on_step_end after its last, with the last step's loss and the sink's counts.
+  const bool sinking = sink_size != 0;
+  struct Sink {
+    bool open = false;
+    int64_t steps = 0, skipped = 0, samples = 0;
+    double seconds = 0, wait = 0;
+  } sink;
+  const auto close_sink = [&] {
+    ctx.sink_steps = sink.steps;
+    ctx.sink_skipped = sink.skipped;
+    ctx.batch_size = sink.samples;
+    ctx.step_seconds = sink.seconds;
+    ctx.data_wait_seconds = sink.wait;
+    sink = Sink{};
+    for (auto& cb : callbacks) cb->on_step_end(ctx);
+  };
+  // Where the data pipeline stands, as a checkpoint resumes it: the data epoch and the batches consumed
+  // in it (the place of the next batch once an epoch of known size is used up).
+  int64_t data_epoch = first_data_epoch, data_position = resume_position_;
+  const auto set_data_place = [&] {
+    const bool used_up = data_batches > 0 && data_position >= data_batches;
+    ctx.data_epoch = used_up ? data_epoch + 1 : data_epoch;
+    ctx.data_position = used_up ? 0 : data_position;
+  };
+  set_data_place();
   for (int e = 0; e < epoch && !stop; ++e) {
     bool skip_warned = false;
     ctx.epoch = static_cast<int>(epochs_done_) + 1;
-    ctx.step_in_epoch = e == 0 ? resume_position_ : 0;
+    ctx.step_in_epoch = e == 0 ? first_step_in_epoch : 0;
     ctx.metrics.clear();
     for (auto& cb : callbacks) cb->on_epoch_begin(ctx);
     auto epoch_start = Clock::now();
@@ -250,11 +300,21 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
       }
       const int64_t allocs0 = steady ? mem_stats().system_allocs : 0, faults0 = steady ? minor_faults() : 0;
       double compute_s = 0;
+      if (fixed_sinks && ctx.step_in_epoch >= sink_size) break;  // the sink (this epoch) is done
       for (int k = 0; k < micro; ++k) {
         auto wait_start = Clock::now();
         row = it->next();
+        if (!row && fixed_sinks) {  // a sink runs on into the data set's next epoch
+          it->reset();
+          ++data_epoch;
+          data_position = 0;
+          row = it->next();
+          DEMI_CHECK(row.has_value(), "Model.train: the training set (", train_dataset->describe(),
+                     ") yielded no batch in data epoch ", data_epoch, ", so the sink cannot be filled");
+        }
         wait += seconds_since(wait_start);
         if (!row) break;
+        ++data_position;
         check_row(*row, "train");
         if (options_.check_input_finite)
           check_finite(*row, train_dataset->column_names(), ctx.epoch, ctx.step_in_epoch + local_batches + 1);
@@ -281,7 +341,15 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
       }
       ++ctx.cur_step_num;
       ctx.data_wait_seconds = wait;
-      for (auto& cb : callbacks) cb->on_step_begin(ctx);
+      if (!fixed_sinks) data_position = ctx.step_in_epoch;  // data-parallel: in the unsharded pipeline's batches
+      set_data_place();
+      if (!sink.open) {
+        sink.open = true;
+        ctx.warnings.clear();
+        ctx.overflow_op.clear();
+        ctx.promotions.clear();
+        for (auto& cb : callbacks) cb->on_step_begin(ctx);
+      }
       auto step_start = Clock::now();
       // One step in kUnderflowEvery is watched for float16 gradients in the subnormal range (reading
       // them only: a pass over the backward's float16 outputs).
@@ -309,9 +377,11 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
       ctx.overflow = r.overflow;
       ctx.skipped = r.skipped;
       ctx.step_seconds = step_s;
-      ctx.warnings.clear();
-      ctx.overflow_op.clear();
-      ctx.promotions.clear();
+      ++sink.steps;
+      sink.skipped += r.skipped;
+      sink.samples += ctx.batch_size;
+      sink.seconds += step_s;
+      sink.wait += wait;
       if (r.overflow_source.found) {
         const amp::OverflowSource& src = r.overflow_source;
         ctx.overflow_op = src.describe();
@@ -409,13 +479,16 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
         loss_sum += r.loss;
         ++loss_count;
       }
-      for (auto& cb : callbacks) cb->on_step_end(ctx);
       const bool budget_spent = options_.max_steps > 0 && ctx.cur_step_num >= options_.max_steps;
-      if (agreed(ctx.stop_requested) || budget_spent) {
-        stop = true;
-        break;
+      if (!sinking || budget_spent || (fixed_sinks && ctx.step_in_epoch >= sink_size)) {
+        close_sink();
+        if (agreed(ctx.stop_requested) || budget_spent) {
+          stop = true;
+          break;
+        }
       }
     }
+    if (sink.open) close_sink();  // the epoch's data ended inside the sink (sink_size -1: one per epoch)
     ctx.epoch_seconds = seconds_since(epoch_start);
     ctx.epoch_samples_per_second = ctx.epoch_seconds > 0 ? static_cast<double>(epoch_samples) / ctx.epoch_seconds : 0;
     if (loss_count > 0) ctx.metrics["loss"] = loss_sum / static_cast<double>(loss_count);
@@ -431,13 +504,20 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
       break;
     }
     ++epochs_done_;
+    if (!fixed_sinks) {
+      data_epoch = first_data_epoch + e + 1;
+      data_position = 0;
+    }
+    set_data_place();
     for (auto& cb : callbacks) cb->on_epoch_end(ctx);
     stop = stop || agreed(ctx.stop_requested);
-    it->reset();
+    if (!fixed_sinks) it->reset();  // fixed sinks: the next epoch's sink continues where this one stopped
   }
   ctx.stopped_mid_epoch = mid_epoch_position > 0;
   for (auto& cb : callbacks) cb->on_train_end(ctx);
-  resume_position_ = mid_epoch_position;
+  data_epoch_ = ctx.data_epoch;
+  resume_position_ = ctx.data_position;
+  resume_step_in_epoch_ = fixed_sinks ? mid_epoch_position : -1;
   resume_steps_per_epoch_ = mid_epoch_position > 0 ? ctx.steps_per_epoch : 0;
   steps_done_ = ctx.cur_step_num;
   summary_.steps = ctx.cur_step_num;

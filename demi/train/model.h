@@ -20,8 +20,8 @@
 // unsharded pipeline.
 //
 // dataset_sink_mode=true means the input pipeline runs on a background thread into a bounded queue
-// (demi/data's Prefetcher), so steps never wait on data in steady state; graph mode (demi/graph) will give
-// it its full MindSpore meaning. The first dataset column is the input, the second the label.
+// (demi/data's Prefetcher), so steps never wait on data in steady state; with a sink_size, steps also run
+// in sinks, MindSpore's way (train() below). The first dataset column is the input, the second the label.
 #pragma once
 
 #include <map>
@@ -136,8 +136,21 @@ class Model {
         const ModelOptions& options = {});
 
   // Trains for `epoch` epochs over `train_dataset` (batches of (input, label)).
+  //
+  // sink_size (MindSpore's; needs dataset_sink_mode): the steps of a sink run back to back, and the
+  // callbacks see each sink once, as one step — on_step_begin before its first step, on_step_end after
+  // its last, with the last step's loss, loss scale and overflow flag, and the sink's steps
+  // (RunContext::sink_steps), skipped updates, samples and time. A stop a callback asks for takes effect
+  // at the end of a sink; max_steps ends a sink early.
+  //   0: no sinking (demi's default): callbacks see every step.
+  //   -1: one sink per epoch of the data set.
+  //   N > 0: every epoch of train() is one sink of N batches (a multiple of `accumulate`), and the data
+  //     runs on across the data set's epochs: train(2, ds, cbs, true, 100) trains 200 batches whatever
+  //     the data set's size, the second epoch starting where the first stopped. Checkpoints record the
+  //     data place apart from the epochs, so a resumed run takes the same batches. Single process only.
+  // In GRAPH_MODE the steps of a sink replay the step's static memory plan like any other steps.
   void train(int epoch, const std::shared_ptr<const data::Dataset>& train_dataset,
-             std::vector<CallbackPtr> callbacks = {}, bool dataset_sink_mode = true);
+             std::vector<CallbackPtr> callbacks = {}, bool dataset_sink_mode = true, int64_t sink_size = 0);
   // Evaluates every metric over the dataset (eval mode, no gradients, the same precision policy). In
   // GRAPH_MODE each batch's forward and metric updates run under a static memory plan, as train steps do.
   std::map<std::string, double> eval(const std::shared_ptr<const data::Dataset>& dataset, bool dataset_sink_mode = true);
@@ -170,16 +183,26 @@ class Model {
   int64_t epochs_done() const { return epochs_done_; }
   // Updates made so far (skipped ones included; a resumed run's earlier ones too).
   int64_t steps_done() const { return steps_done_; }
-  void set_epochs_done(int64_t e) { epochs_done_ = e; }
+  // Also puts the data pipeline at the start of that epoch of the data set (set_resume_position moves it).
+  void set_epochs_done(int64_t e) {
+    epochs_done_ = e;
+    data_epoch_ = -1;
+    resume_step_in_epoch_ = -1;
+  }
   // A resumed run: the next train() starts its first epoch `position` batches in (the data pipeline
   // skips them without drawing different random numbers) and counts steps from `steps_done`. When
   // steps_per_epoch (the checkpointed run's batches per epoch) is known and the position is mid-epoch,
   // train() refuses a training set with another count (another batch size, data set or sample count):
-  // the position would no longer continue the same run.
-  void set_resume_position(int64_t position, int64_t steps_done, int64_t steps_per_epoch = 0) {
+  // the position would no longer continue the same run. With sink_size > 0 the data place differs from
+  // the epochs: `data_epoch` is the data set's epoch the position is in (-1: epochs_done) and
+  // `step_in_epoch` the batches of the interrupted train() epoch already done (-1: `position`).
+  void set_resume_position(int64_t position, int64_t steps_done, int64_t steps_per_epoch = 0, int64_t data_epoch = -1,
+                           int64_t step_in_epoch = -1) {
     resume_position_ = position;
     steps_done_ = steps_done;
     resume_steps_per_epoch_ = steps_per_epoch;
+    data_epoch_ = data_epoch;
+    resume_step_in_epoch_ = step_in_epoch;
   }
 
  private:
@@ -197,6 +220,8 @@ class Model {
   int64_t epochs_done_ = 0;
   int64_t resume_position_ = 0;
   int64_t resume_steps_per_epoch_ = 0;
+  int64_t data_epoch_ = -1;            // the data set's epoch train() starts in (-1: epochs_done_)
+  int64_t resume_step_in_epoch_ = -1;  // batches of the first epoch already done (-1: resume_position_)
   int64_t steps_done_ = 0;
 };
 

@@ -276,7 +276,8 @@ io::Metadata run_settings(const ParsedArgs& args, const Job& job) {
           {"cli.batch-size", std::to_string(job.batch_size)},
           {"cli.train-samples", args.get("train-samples")},
           {"cli.lr", args.get("lr")},
-          {"cli.seed", args.get("seed")}};
+          {"cli.seed", args.get("seed")},
+          {"cli.sink-size", args.get("sink-size")}};
 }
 
 // A resume checks the settings the checkpoint was taken with: mid-epoch, another data set, sample count
@@ -289,7 +290,8 @@ void check_resume_settings(const io::TrainingMeta& meta, const io::Metadata& now
     if (it == meta.extra.end() || it->second == value) continue;  // older checkpoints have no cli.* keys
     if (key == "cli.lr" && parse_real(it->second) == parse_real(value)) continue;  // 0.01 and 1e-2
     const std::string option = "--" + key.substr(4);
-    const bool positional = key == "cli.data" || key == "cli.batch-size" || key == "cli.train-samples";
+    const bool positional =
+        key == "cli.data" || key == "cli.batch-size" || key == "cli.train-samples" || key == "cli.sink-size";
     if (positional && mid_epoch)
       throw UsageError("--resume: " + file + " was taken mid-epoch (after batch " + std::to_string(meta.data_position) +
                        ") with " + option + " " + it->second + "; resuming with " + value +
@@ -497,6 +499,8 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
   if (is_gpt_model(args.get("model"))) {
     if (plan) throw UsageError("demi plan takes models A, B, C, D and R; not yet gpt");
     if (args.has("max-memory")) throw UsageError("--max-memory takes models A, B, C, D and R; not yet gpt");
+    if (args.has("sink-size"))
+      throw UsageError("--sink-size takes models A, B, C, D and R; the gpt trains by --steps, not by epochs");
     return run_train_gpt(args);
   }
   for (const Option& o : gpt_train_options())  // the GPT's own options mean nothing to the other models
@@ -504,7 +508,8 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
   if (plan) {
     // What only changes how training runs, not what one step holds in memory, has no place in a forecast.
     for (const char* name : {"epochs", "steps", "lr", "clip-grad-norm", "ckpt-dir", "ckpt-every", "keep-ckpt", "resume",
-                             "profile", "report", "report-data", "amp-adapt", "comm-dtype", "bucket-mb", "mode"})
+                             "profile", "report", "report-data", "amp-adapt", "comm-dtype", "bucket-mb", "mode",
+                             "sink-size"})
       if (args.has(name))
         throw UsageError(str_cat("demi plan: --", name, " does not change what a training step holds in memory; ",
                                  "leave it out"));
@@ -555,12 +560,14 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
     cbs.push_back(std::make_shared<train::ProgressBar>(50));
   if (args.flag("profile")) ops::set_profiling(true);
   int epochs = static_cast<int>(args.get_int("epochs"));
+  const int64_t sink_size = args.get_int("sink-size");
   if (step_budget > 0) {
     // --steps N: as many epochs as N updates need (the last one cut short), whatever --epochs says.
     const int64_t batches = job.train_ds->get_dataset_size();
     if (batches <= 0) throw Error("--steps: the training set's size is unknown, so its epochs cannot be counted");
     const int64_t per_update = static_cast<int64_t>(dist::get_group_size()) * mo.accumulate;
-    const int64_t updates_per_epoch = (batches + per_update - 1) / per_update;
+    // (With --sink-size N an epoch is one sink of N batches.)
+    const int64_t updates_per_epoch = sink_size > 0 ? std::max<int64_t>(sink_size / mo.accumulate, 1) : (batches + per_update - 1) / per_update;
     epochs = static_cast<int>(std::min<int64_t>((step_budget + updates_per_epoch - 1) / updates_per_epoch, 1000000));
   }
   std::string ckpt_dir = args.get("ckpt-dir");
@@ -605,7 +612,7 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
     }
   } else {
     try {
-      model.train(remaining, job.train_ds, cbs, true);
+      model.train(remaining, job.train_ds, cbs, true, sink_size);
     } catch (const Error& e) {
       // A run that stopped (a NaN loss at O0, bad input data) is reported too, up to where it stopped.
       if (recorder) write_reports(args, *recorder, e.what());
@@ -644,6 +651,7 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
         {"system_allocs_per_step", num(s.system_allocs_per_step)},
         {"page_faults_per_step", num(s.page_faults_per_step)},
         {"mode", json_str(exec_mode_name(get_context().mode))},
+        {"sink_size", num(static_cast<double>(sink_size))},
         {"graph_replayed_steps", num(static_cast<double>(s.graph.replayed_steps))},
         {"graph_diverged_steps", num(static_cast<double>(s.graph.diverged_steps))},
         {"graph_arena", num(static_cast<double>(s.graph_plan.arena_bytes))},
@@ -1064,6 +1072,11 @@ void add_training_commands(std::vector<Command>& cmds) {
   train_opts.push_back(real_option("clip-grad-norm", "X", "clip the gradients to global L2 norm X after unscaling "
                                                           "(0: off)", "0", 0, 1e12));
   train_opts.push_back(int_option("accumulate", "N", "batches per update (gradient accumulation)", "1", 1, 1 << 20));
+  train_opts.push_back(int_option("sink-size", "N", "sink mode, MindSpore's sink_size: the callbacks (progress, "
+                                                    "checkpoints) see each sink of steps once; -1: one sink per "
+                                                    "epoch; N > 0: each --epochs is one sink of N batches, the data "
+                                                    "running on across the data set's epochs; 0: every step", "0", -1,
+                                  1e12));
   train_opts.push_back({"max-memory", "SIZE", "choose the largest batch size (a multiple of 8) whose training peak "
                                              "fits SIZE (512MiB, 2GiB, 800MB), forecast by probes", ""});
   train_opts.push_back({"recompute", "", "recompute each encoder layer (D) or block (gpt) in backward instead of "
