@@ -84,6 +84,7 @@ int slot_of(const char* op, DType dtype, int64_t n) {
 const cpu_internal::DropoutKernels& kernels_for(int slot) {
   static const cpu_internal::KernelTable<cpu_internal::DropoutKernels, int> table{
       {CpuLevel::kScalar, cpu_internal::dropout_kernels_portable},
+      {CpuLevel::kAvx2, cpu_internal::dropout_kernels_avx2},
       {CpuLevel::kAvx512, cpu_internal::dropout_kernels_avx512}};
   return table.get(slot);
 }

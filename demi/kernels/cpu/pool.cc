@@ -1,5 +1,5 @@
-// Dispatch of the pooling kernels (pool.h): the 2x2 / stride-2 kernels (AVX-512, or the portable ones
-// below) where no window reaches padding, the reference loops otherwise; planes split over the thread pool.
+// Dispatch of the pooling kernels (pool.h): the 2x2 / stride-2 kernels (AVX-512, AVX2, or the portable
+// ones below) where no window reaches padding, the reference loops otherwise; planes split over the thread pool.
 #include "demi/kernels/cpu/pool.h"
 
 #include <cstring>
@@ -15,7 +15,7 @@ namespace demi::kernels {
 namespace cpu_internal {
 namespace {
 
-// The portable 2x2 / stride-2 kernels (below AVX-512): one pass, f32 compute, the same window order and
+// The portable 2x2 / stride-2 kernels (below AVX2): one pass, f32 compute, the same window order and
 // tie / NaN rules as the reference (pool_avx512.cc explains the pairwise form).
 inline bool takes(float kept, float later) { return later > kept || (later != later && kept == kept); }
 
@@ -146,8 +146,8 @@ void check(const char* op, const Pool2dParams& p, DType dtype, bool argmax) {
              kMaxPoolWindowMax, " elements, got ", p.kh, " x ", p.kw, " for ", describe(p));
 }
 
-// The 2x2 / stride-2 kernels apply: every window inside x (no padding reached). AVX-512 from that level
-// up, the portable twins in cpu_internal below it.
+// The 2x2 / stride-2 kernels apply: every window inside x (no padding reached). AVX-512 or AVX2 by the
+// CPU's level, the portable twins in cpu_internal below them.
 const Pool2x2Kernels* fast_kernels(const Pool2dParams& p, DType dtype) {
   if (!p.is_2x2_stride_2() || dtype == DType::kF64) return nullptr;
   if (2 * p.oh > p.h || 2 * p.ow > p.w) return nullptr;  // a window reaches bottom / right padding
@@ -155,6 +155,7 @@ const Pool2x2Kernels* fast_kernels(const Pool2dParams& p, DType dtype) {
   int slot = slot_of("pool2d", p, dtype);
   static const cpu_internal::KernelTable<cpu_internal::Pool2x2Kernels, int> table{
       {CpuLevel::kScalar, cpu_internal::pool2x2_kernels_portable},
+      {CpuLevel::kAvx2, cpu_internal::pool2x2_kernels_avx2},
       {CpuLevel::kAvx512, cpu_internal::pool2x2_kernels_avx512}};
   return &table.get(slot);
 }
