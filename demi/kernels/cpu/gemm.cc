@@ -128,6 +128,8 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 // Below this many multiply-adds a product runs on one thread: fork/join would cost more than it saves.
 constexpr int64_t kParallelMacs = int64_t{1} << 18;
 constexpr int64_t kLongKc = 1024;
+// Rows per thread below which a product's threads split its columns rather than its rows.
+constexpr int64_t kMinRowsPerThread = 24;
 constexpr size_t kMaxPanelBytes = size_t{2} << 20;  // the packed panel of b, at most (see product())
 
 // Relative cost of preparing the operands (elements moved, a transposing pack weighted higher): b is
@@ -139,8 +141,9 @@ double prepare_cost(bool trans_b, int64_t m, int64_t n, int64_t k) {
 // Whether computing c^T = op(b)^T op(a)^T (transposed tiles) moves fewer elements than c = op(a) op(b):
 // a Dense layer's forward x w^T with fewer rows than outputs packs x instead of the larger weight.
 // Not for short K: then the transposed tile stores (a register transpose per 16 columns) cost more than
-// the k loop they end, and packing is cheap anyway.
-constexpr int64_t kMinSwapK = 128;
+// the k loop they end, and packing is cheap anyway (model B's 3136 -> 128 backward products, K = 128:
+// swapped they ran at 0.56-0.73 of oneDNN's rate, unswapped 0.77-0.95, in every dtype; measured on a Zen 5).
+constexpr int64_t kMinSwapK = 256;
 
 bool swap_operands(const MatmulParams& p) {
   return p.k >= kMinSwapK && prepare_cost(!p.trans_a, p.n, p.m, p.k) < 0.9 * prepare_cost(p.trans_b, p.m, p.n, p.k);
@@ -182,9 +185,17 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
   const size_t panel_elems = static_cast<size_t>(kc_pad * NR);  // per packed panel (bf16 pairs: same count)
   const size_t panel_bytes = panel_elems * (bf16 ? sizeof(BFloat16) : sizeof(float));
   const int64_t nc_cap = std::max<int64_t>(1, static_cast<int64_t>(kMaxPanelBytes / panel_bytes)) * NR;
-  const int64_t nc_max = std::min(round_up(std::max<int64_t>(1, blk.nc), NR), nc_cap);
+  // A short K packs short panels: NC grows so that a block of b holds about KC x NC elements (fewer
+  // column blocks, each a fork and join of the threads: model A's K = 10 and 32 products ran N = 7200 in
+  // four blocks), within the panel cap.
+  const int64_t nc_wide = std::max<int64_t>(1, blk.nc) * std::max<int64_t>(1, blk.kc / std::max<int64_t>(kc_pad, 1));
+  const int64_t nc_max = std::min(round_up(std::max<int64_t>(1, nc_wide), NR), nc_cap);
   // Row blocks of at most MC, as many as a multiple of the threads (equal shares), each a multiple of MR.
-  const int64_t ic_target = round_up(ceil_div(M, std::max<int64_t>(MR, blk.mc)), threads);
+  // Few rows (under kMinRowsPerThread a thread) are not split: the threads split the columns instead,
+  // each packing the panels of b it multiplies (see below).
+  const int64_t ic_min = ceil_div(M, std::max<int64_t>(MR, blk.mc));
+  const bool split_rows = threads > 1 && M >= threads * kMinRowsPerThread;
+  const int64_t ic_target = split_rows ? round_up(ic_min, threads) : ic_min;
   const int64_t mc = round_up(ceil_div(M, ic_target), MR);
 
   // Several K blocks into a low-precision c: accumulate in f32, round once at the end.
@@ -208,7 +219,8 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
       const int64_t kcur = std::min(kc, K - pc);
       const bool first = pc == 0, last = pc + kcur == K;
       char* bp = static_cast<char*>(static_cast<void*>(bpack.f32()));
-      parallel_for(0, panels, threads > 1 ? 1 : panels, [&](int64_t p0, int64_t p1) {
+      const auto pack = [&](int64_t p0, int64_t p1) {
+        if (p0 >= p1) return;
         const int64_t j = jc + p0 * NR, w = std::min(N, jc + p1 * NR) - j;
         const int64_t stride = static_cast<int64_t>(panel_elems);
         if (bf16)
@@ -217,17 +229,23 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
         else
           g.pack_b_f32(b, p.b_dtype, p.trans_b, ldb, pc, kcur, j, w, reinterpret_cast<float*>(bp + p0 * panel_bytes),
                        stride);
-      });
-
+      };
       const int64_t ic_blocks = ceil_div(M, mc);
       const int64_t n_split = ic_blocks >= threads ? 1 : std::min(panels, ceil_div(threads, ic_blocks));
       const int64_t tasks = ic_blocks * n_split;
+      // One row block split by columns: each task packs the panels it alone multiplies, so a thread reads
+      // what it wrote itself (measured on model A's 7200 -> 10 products: the threads sharing every packed
+      // panel scaled 1.1x on 2 cores; oneDNN's 1.8x).
+      const bool pack_in_task = ic_blocks == 1 && n_split > 1;
+      if (!pack_in_task) parallel_for(0, panels, threads > 1 ? 1 : panels, pack);
+
       parallel_for(0, tasks, threads > 1 ? 1 : tasks, [&](int64_t t0, int64_t t1) {
         Workspace ablock(a_block_bytes);
         for (int64_t task = t0; task < t1; ++task) {
           const int64_t ib = task / n_split, ns = task % n_split;
           const int64_t i0 = ib * mc, mcur = std::min(mc, M - i0);
           const int64_t pn0 = ns * panels / n_split, pn1 = (ns + 1) * panels / n_split;
+          if (pack_in_task) pack(pn0, pn1);
           // The block's a: pointer and strides (elements) as the micro-kernel reads it.
           const void* ap = nullptr;
           int64_t rs = 0, cs = 0;
