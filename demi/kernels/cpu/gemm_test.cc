@@ -120,7 +120,10 @@ TEST(Gemm, ExactOnDyadicOperandsAtDefaultAndSmallBlocks) {
 TEST(Gemm, ThreadedProductsMatch) {
   uint64_t seed = 12000;
   for (const Dtypes& d : {Dtypes{F32, F32, F32}, Dtypes{BF16, BF16, BF16}, Dtypes{F16, F16, F32}})
-    for (const Mnk& s : {Mnk{256, 300, 129}, Mnk{5, 1000, 200}, Mnk{130, 70, 1100}})
+    for (const Mnk& s : {Mnk{256, 300, 129}, Mnk{5, 1000, 200}, Mnk{130, 70, 1100},
+                         // few rows: the threads split the columns, each packing its own panels; short K
+                         // (one wide column block), several K blocks, and the swap's threshold K = 256
+                         Mnk{30, 2500, 10}, Mnk{10, 3000, 32}, Mnk{20, 500, 1700}, Mnk{128, 600, 256}})
       for (int t = 0; t < 4; ++t) check(params(s, t, 1, d), t == 0, seed += 10);
   // A batch of many small products runs one per thread.
   check(params({17, 33, 20}, 2, 40, {F16, F16, F16}), false, seed + 1);
