@@ -229,6 +229,54 @@ TEST(DataParallel, ACallbackStoppingOneProcessStopsThemAll) {
   EXPECT_EQ(model.last_summary().steps, 3) << "rank " << dist::get_rank();
 }
 
+// Sink mode with one sink per epoch (sink_size -1), data parallel: every process calls its callbacks once
+// per epoch, at the same step, with the same weights as the steps seen one by one; a stop one process
+// asks for at the end of a sink stops them all there.
+class Sinks : public train::Callback {
+ public:
+  void on_step_end(train::RunContext& ctx) override {
+    ++calls;
+    steps += ctx.sink_steps;
+    if (stop_on_rank_one && dist::get_rank() == 1) ctx.stop_requested = true;
+  }
+  int64_t calls = 0, steps = 0;
+  bool stop_on_rank_one = false;
+};
+
+TEST(DataParallel, OneSinkPerEpochCallsTheCallbacksOncePerEpochOnEveryProcess) {
+  const int p = dist::get_group_size();
+  const int64_t b = 8, samples = 10 * p * b + 3 * b + 5;  // a ragged last global step
+  std::vector<float> weights[2];
+  int64_t steps[2] = {0, 0};
+  for (int sunk = 0; sunk < 2; ++sunk) {
+    Problem pr = problem(samples, b);
+    auto opt = std::make_shared<optim::Momentum>(pr.net->trainable_params(), 0.05, 0.9);
+    train::Model model(pr.net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt);
+    auto sinks = std::make_shared<Sinks>();
+    model.train(2, pr.data, {sinks}, /*dataset_sink_mode=*/true, /*sink_size=*/sunk ? -1 : 0);
+    weights[sunk] = flat_weights(*pr.net);
+    steps[sunk] = model.last_summary().steps;
+    if (sunk) {
+      EXPECT_EQ(sinks->calls, 2) << "rank " << dist::get_rank();
+      EXPECT_EQ(sinks->steps, steps[sunk]);
+    } else {
+      EXPECT_EQ(sinks->calls, steps[sunk]);
+    }
+  }
+  EXPECT_EQ(steps[0], steps[1]);
+  EXPECT_EQ(weights[0], weights[1]);
+  expect_same_on_every_process(weights[1]);
+
+  Problem pr = problem(samples, b);
+  auto opt = std::make_shared<optim::Momentum>(pr.net->trainable_params(), 0.05, 0.9);
+  train::Model model(pr.net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt);
+  auto stopper = std::make_shared<Sinks>();
+  stopper->stop_on_rank_one = true;
+  model.train(2, pr.data, {stopper}, true, -1);
+  EXPECT_EQ(model.last_summary().steps, steps[0] / 2) << "rank " << dist::get_rank();
+  EXPECT_EQ(stopper->calls, 1);
+}
+
 TEST(DataParallel, EvalSplitOverTheProcessesEqualsOneProcessEvaluatingItAll) {
   const int p = dist::get_group_size();
   Problem pr = problem(8 * p * 6 + 11, 8);  // ragged: the last batch has 3 rows
