@@ -30,6 +30,23 @@ inline void store_rows(Acc& acc, const GemmTile& t) {
   using V = VecAvx512;
   T* c = static_cast<T*>(t.c);
   const __m512 zero = _mm512_setzero_ps();
+  if (t.m == kMr && t.n == kNr) {
+    // A full tile: every index known at compile time, so the accumulators are stored from registers
+    // (the general loop below indexes them at run time).
+#pragma GCC unroll 6
+    for (int r = 0; r < kMr; ++r) {
+      T* row = c + r * t.ldc;
+#pragma GCC unroll 4
+      for (int v = 0; v < kVecs; ++v) {
+        __m512 x = acc[r][v];
+        if (t.load_c) x = _mm512_add_ps(x, V::load(row + v * 16));
+        if (t.bias) x = _mm512_add_ps(x, t.bias_rows ? _mm512_set1_ps(t.bias[r]) : _mm512_loadu_ps(t.bias + v * 16));
+        if (t.relu) x = _mm512_max_ps(x, zero);
+        V::store(row + v * 16, x);
+      }
+    }
+    return;
+  }
   for (int r = 0; r < t.m; ++r) {
     T* row = c + r * t.ldc;
     for (int v = 0; v < kVecs; ++v) {
