@@ -128,8 +128,11 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 // Below this many multiply-adds a product runs on one thread: fork/join would cost more than it saves.
 constexpr int64_t kParallelMacs = int64_t{1} << 18;
 constexpr int64_t kLongKc = 1024;
-// Rows per thread below which a product's threads split its columns rather than its rows.
-constexpr int64_t kMinRowsPerThread = 24;
+// Rows per thread below which a product's threads split its columns rather than its rows: split by
+// rows, every thread multiplies every packed panel, half of them packed on the other core (model B's
+// 128-row products ran at 0.51-0.76 of oneDNN's rate split by rows, 0.77-0.88 by columns; at 24 rows a
+// thread the break-even was not reached).
+constexpr int64_t kMinRowsPerThread = 100;
 constexpr size_t kMaxPanelBytes = size_t{2} << 20;  // the packed panel of b, at most (see product())
 
 // Relative cost of preparing the operands (elements moved, a transposing pack weighted higher): b is
