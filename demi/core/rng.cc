@@ -11,14 +11,6 @@
 namespace demi {
 namespace {
 
-// The round multipliers and the Weyl sequence key increments of the reference (golden ratio and
-// sqrt(3) - 1 in 32-bit fixed point); changing any of them silently changes every stream.
-constexpr uint32_t kPhiloxM0 = 0xD2511F53;
-constexpr uint32_t kPhiloxM1 = 0xCD9E8D57;
-constexpr uint32_t kPhiloxW0 = 0x9E3779B9;
-constexpr uint32_t kPhiloxW1 = 0xBB67AE85;
-constexpr int kPhiloxRounds = 10;
-
 inline void mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
   uint64_t p = static_cast<uint64_t>(a) * b;
   hi = static_cast<uint32_t>(p >> 32);

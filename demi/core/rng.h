@@ -8,6 +8,15 @@
 
 namespace demi {
 
+// Philox4x32's round multipliers and the Weyl sequence key increments (golden ratio and sqrt(3) - 1 in
+// 32-bit fixed point), for the vectorised copies of the rounds (kernels/cpu/dropout_*.cc); changing any
+// of them silently changes every stream.
+inline constexpr uint32_t kPhiloxM0 = 0xD2511F53;
+inline constexpr uint32_t kPhiloxM1 = 0xCD9E8D57;
+inline constexpr uint32_t kPhiloxW0 = 0x9E3779B9;
+inline constexpr uint32_t kPhiloxW1 = 0xBB67AE85;
+inline constexpr int kPhiloxRounds = 10;
+
 // Philox4x32 with 10 rounds: counter (4 words) and key (2 words) -> 4 random words.
 std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);
 

@@ -4,6 +4,7 @@
 // demi::philox4x32 (rng.cc): dropout_test.cc checks every variant's masks against the reference.
 #include <cstring>
 
+#include "demi/core/rng.h"
 #include "demi/kernels/cpu/internal/dropout_kernels.h"
 #include "demi/kernels/cpu/internal/vec_avx2.h"
 
@@ -12,22 +13,18 @@ namespace {
 
 using V = VecAvx2;
 
-// Philox4x32's round multipliers and key increments (rng.cc).
-constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-
 inline __m256i set1u(uint32_t v) { return _mm256_set1_epi32(static_cast<int32_t>(v)); }
 
 // The round keys of one seed, broadcast: round r uses (k0 + r W0, k1 + r W1).
 struct PhiloxKeys {
-  __m256i k0[10], k1[10];
+  __m256i k0[kPhiloxRounds], k1[kPhiloxRounds];
   explicit PhiloxKeys(uint64_t seed) {
     uint32_t a = static_cast<uint32_t>(seed), b = static_cast<uint32_t>(seed >> 32);
-    for (int r = 0; r < 10; ++r) {
+    for (int r = 0; r < kPhiloxRounds; ++r) {
       k0[r] = set1u(a);
       k1[r] = set1u(b);
-      a += kW0;
-      b += kW1;
+      a += kPhiloxW0;
+      b += kPhiloxW1;
     }
   }
 };
@@ -35,8 +32,8 @@ struct PhiloxKeys {
 // Ten rounds on 4 counters, one per 64-bit lane; only the low 32 bits of a lane are the word (the high
 // halves carry what nothing reads).
 inline void philox_rounds(__m256i& x0, __m256i& x1, __m256i& x2, __m256i& x3, const PhiloxKeys& keys) {
-  const __m256i m0 = _mm256_set1_epi64x(kM0), m1 = _mm256_set1_epi64x(kM1);
-  for (int r = 0; r < 10; ++r) {
+  const __m256i m0 = _mm256_set1_epi64x(kPhiloxM0), m1 = _mm256_set1_epi64x(kPhiloxM1);
+  for (int r = 0; r < kPhiloxRounds; ++r) {
     __m256i p0 = _mm256_mul_epu32(x0, m0);
     __m256i p1 = _mm256_mul_epu32(x2, m1);
     __m256i hi0 = _mm256_shuffle_epi32(p0, _MM_SHUFFLE(2, 3, 0, 1));

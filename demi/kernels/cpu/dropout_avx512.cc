@@ -9,6 +9,7 @@
 // reference.
 #include <cstring>
 
+#include "demi/core/rng.h"
 #include "demi/kernels/cpu/internal/dropout_kernels.h"
 #include "demi/kernels/cpu/internal/vec_avx512.h"
 
@@ -17,22 +18,18 @@ namespace {
 
 using V = VecAvx512;
 
-// Philox4x32's round multipliers and key increments (rng.cc).
-constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-
 inline __m512i set1u(uint32_t v) { return _mm512_set1_epi32(static_cast<int32_t>(v)); }
 
 // The round keys of one seed, broadcast: round r uses (k0 + r W0, k1 + r W1).
 struct PhiloxKeys {
-  __m512i k0[10], k1[10];
+  __m512i k0[kPhiloxRounds], k1[kPhiloxRounds];
   explicit PhiloxKeys(uint64_t seed) {
     uint32_t a = static_cast<uint32_t>(seed), b = static_cast<uint32_t>(seed >> 32);
-    for (int r = 0; r < 10; ++r) {
+    for (int r = 0; r < kPhiloxRounds; ++r) {
       k0[r] = set1u(a);
       k1[r] = set1u(b);
-      a += kW0;
-      b += kW1;
+      a += kPhiloxW0;
+      b += kPhiloxW1;
     }
   }
 };
@@ -42,8 +39,8 @@ struct PhiloxKeys {
 // word as it stands and whose high half a 32-bit swap (vpshufd, off the multiplier's port) brings down.
 // The high halves carry garbage that nothing reads.
 inline void philox_rounds(__m512i& x0, __m512i& x1, __m512i& x2, __m512i& x3, const PhiloxKeys& keys) {
-  const __m512i m0 = _mm512_set1_epi64(kM0), m1 = _mm512_set1_epi64(kM1);
-  for (int r = 0; r < 10; ++r) {
+  const __m512i m0 = _mm512_set1_epi64(kPhiloxM0), m1 = _mm512_set1_epi64(kPhiloxM1);
+  for (int r = 0; r < kPhiloxRounds; ++r) {
     __m512i p0 = _mm512_mul_epu32(x0, m0);
     __m512i p1 = _mm512_mul_epu32(x2, m1);
     __m512i hi0 = _mm512_shuffle_epi32(p0, _MM_PERM_CDAB);
