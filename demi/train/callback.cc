@@ -49,9 +49,7 @@ void LossMonitor::on_step_end(RunContext& ctx) {
   DEMI_CHECK(std::isfinite(ctx.loss) || ctx.skipped, "LossMonitor: the loss is ", ctx.loss, " at epoch ", ctx.epoch,
              " step ", ctx.step_in_epoch, "; training stopped (lower the learning rate, or use a loss scale manager)",
              ctx.overflow_op.empty() ? "" : "; the first op to produce a non-finite value: " + ctx.overflow_op);
-  // Every per_print_times steps of the run, as MindSpore counts them: when this call's steps (a whole sink
-  // in sink mode) reach the next multiple.
-  if (ctx.cur_step_num / every_ == (ctx.cur_step_num - ctx.sink_steps) / every_) return;
+  if (!ctx.passes_multiple_of(every_)) return;  // every per_print_times steps of the run, as MindSpore counts
   callback_stream() << "epoch: " << ctx.epoch << " step: " << ctx.step_in_epoch << ", loss is "
                     << std::setprecision(6) << ctx.loss << std::defaultfloat << std::endl;
 }

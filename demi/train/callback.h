@@ -49,6 +49,12 @@ struct RunContext {
   std::vector<std::string> promotions;    // layers adaptive AMP promoted to FP32 after this step
   std::vector<std::string> warnings;      // early warnings said at this step (also in TrainSummary)
   Model* model = nullptr;
+
+  // Whether this call's steps (a whole sink in sink mode) reach the next multiple of `every` steps of the
+  // run: what "every N steps" means for a callback that sees a sink at once.
+  bool passes_multiple_of(int64_t every) const {
+    return every > 0 && cur_step_num / every != (cur_step_num - sink_steps) / every;
+  }
 };
 
 class Callback {

@@ -478,9 +478,7 @@ void ModelCheckpoint::save(RunContext& ctx, bool at_epoch_end) {
 
 void ModelCheckpoint::on_step_end(RunContext& ctx) {
   if (dist::get_rank() != 0) return;  // in a data-parallel job rank 0 writes (every process holds the same state)
-  // Every save_checkpoint_steps steps: when this call's steps (a whole sink in sink mode) reach the next multiple.
-  const int64_t k = config_.save_checkpoint_steps;
-  if (k > 0 && ctx.cur_step_num / k != (ctx.cur_step_num - ctx.sink_steps) / k) save(ctx, false);
+  if (ctx.passes_multiple_of(config_.save_checkpoint_steps)) save(ctx, false);
 }
 
 void ModelCheckpoint::on_train_end(RunContext& ctx) {
