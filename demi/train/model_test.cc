@@ -11,9 +11,13 @@
 #include "demi/core/test_support.h"
 #include "demi/data/data.h"
 #include "demi/nn/models.h"
+#include "demi/train/internal/test_util.h"
 
 namespace demi::train {
 namespace {
+
+using test::Captured;
+using test::weights_of;
 
 // A learnable synthetic task: the label is the channel whose mean is largest.
 std::shared_ptr<data::Dataset> toy_rows(int64_t n, uint64_t seed, float poison = 0, int64_t poison_at = -1) {
@@ -34,12 +38,6 @@ std::shared_ptr<data::Dataset> toy_rows(int64_t n, uint64_t seed, float poison =
 std::shared_ptr<data::Dataset> toy_dataset(int64_t n, uint64_t seed, float poison = 0, int64_t poison_at = -1) {
   return toy_rows(n, seed, poison, poison_at)->batch(16);
 }
-
-struct Captured {
-  std::ostringstream os;
-  Captured() { set_callback_stream(&os); }
-  ~Captured() { set_callback_stream(nullptr); }
-};
 
 Model make_model(amp::Level level, std::map<std::string, MetricPtr> metrics = {}, ModelOptions o = {},
                  DType low = DType::kBF16) {
@@ -119,19 +117,6 @@ TEST(Model, TrainsAndEvaluatesAtO2WithCallbacks) {
   Tensor logits = model.predict(ones({2, 3, 32, 32}));
   EXPECT_EQ(logits.dtype(), DType::kF32);
   EXPECT_EQ(logits.shape(), Shape({2, 3}));
-}
-
-// After the first epoch every tensor comes from the caching allocator's free lists: no step calls the
-// system allocator (a regression — a size that escapes the cache, a per-step buffer outside it — shows here).
-// Without prefetching: a prefetch thread that runs further ahead than ever before holds one more batch,
-// whose block is then new — rare, timing-dependent, and not the training step's doing.
-std::vector<float> weights_of(Model& m) {
-  std::vector<float> w;
-  for (const auto& [name, t] : m.network().parameters_and_names()) {
-    auto v = t.to_vector();
-    w.insert(w.end(), v.begin(), v.end());
-  }
-  return w;
 }
 
 double relative_rms(const std::vector<float>& a, const std::vector<float>& b) {
@@ -217,6 +202,10 @@ TEST(Model, BadBudgetsAreErrors) {
   EXPECT_THROW(make_model(amp::Level::kO0, {}, {.clip_grad_norm = -1}), Error);
 }
 
+// After the first epoch every tensor comes from the caching allocator's free lists: no step calls the
+// system allocator (a regression — a size that escapes the cache, a per-step buffer outside it — shows here).
+// Without prefetching: a prefetch thread that runs further ahead than ever before holds one more batch,
+// whose block is then new — rare, timing-dependent, and not the training step's doing.
 TEST(Model, SteadyStateStepsMakeNoSystemAllocations) {
   for (amp::Level level : {amp::Level::kO0, amp::Level::kO2}) {
     Model model = make_model(level);

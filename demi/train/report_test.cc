@@ -9,12 +9,15 @@
 #include "demi/core/test_support.h"
 #include "demi/data/data.h"
 #include "demi/nn/models.h"
+#include "demi/train/internal/test_util.h"
 #include "demi/train/internal/svg_chart.h"
 #include "demi/train/model.h"
 #include "demi/train/report_html.h"
 
 namespace demi::train {
 namespace {
+
+using test::Captured;
 
 // Batches of 16 learnable toy rows (the label is the channel with the largest mean); the first row of
 // batch `poison_batch` holds an Inf, so that step overflows and its loss is not finite (in every epoch).
@@ -44,12 +47,6 @@ class Spy : public Callback {
   std::vector<float> losses;
   std::vector<double> scales;
   std::vector<int64_t> overflow_steps;
-};
-
-struct Captured {
-  std::ostringstream os;
-  Captured() { set_callback_stream(&os); }
-  ~Captured() { set_callback_stream(nullptr); }
 };
 
 constexpr int64_t kBatches = 10, kEpochs = 2, kSteps = kBatches * kEpochs, kPoison = 3;

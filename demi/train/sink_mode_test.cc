@@ -9,11 +9,15 @@
 #include "demi/core/test_support.h"
 #include "demi/data/data.h"
 #include "demi/nn/models.h"
+#include "demi/train/internal/test_util.h"
 #include "demi/train/checkpoint.h"
 #include "demi/train/model.h"
 
 namespace demi::train {
 namespace {
+
+using test::Captured;
+using test::weights_of;
 
 using test_support::expect_error;
 using test_support::TempDir;
@@ -50,15 +54,6 @@ Model make_model(ModelOptions o = {}, DType low = DType::kBF16) {
   return Model(net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt, {}, o);
 }
 
-std::vector<float> weights_of(Model& m) {
-  std::vector<float> w;
-  for (const auto& [name, t] : m.network().parameters_and_names()) {
-    auto v = t.to_vector();
-    w.insert(w.end(), v.begin(), v.end());
-  }
-  return w;
-}
-
 struct Recorder : Callback {
   std::vector<std::string> events;
   void on_epoch_begin(RunContext& c) override { events.push_back(str_cat("epoch_begin ", c.epoch)); }
@@ -69,12 +64,6 @@ struct Recorder : Callback {
                              c.data_epoch, ":", c.data_position));
   }
   void on_epoch_end(RunContext& c) override { events.push_back(str_cat("epoch_end ", c.epoch)); }
-};
-
-struct Captured {
-  std::ostringstream os;
-  Captured() { set_callback_stream(&os); }
-  ~Captured() { set_callback_stream(nullptr); }
 };
 
 TEST(SinkMode, FixedSinksAreEpochsOfSinkSizeBatchesOverTheRunningData) {
