@@ -172,6 +172,20 @@ inline void store_row(E* p, __m256i lo, __m256i hi, int64_t bytes) {
   }
 }
 
+// 16-bit elements: n (<= 8) 32-bit lanes (one window's column pair each) into both rows of the windows.
+inline void store_pair_lanes(uint16_t* d0, uint16_t* d1, __m256i row0, __m256i row1, int64_t n) {
+  if (n == 8) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d0), row0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d1), row1);
+    return;
+  }
+  alignas(32) uint32_t out[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out), row0);
+  std::memcpy(d0, out, static_cast<size_t>(n) * sizeof(uint32_t));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out), row1);
+  std::memcpy(d1, out, static_cast<size_t>(n) * sizeof(uint32_t));
+}
+
 // f32 (raw bits): row 0 of the windows gets (idx == 0 ? d : 0, idx == 1 ? d : 0) per output, row 1 the same
 // with 2 and 3; even and odd columns are interleaved into element order.
 inline void interleave(__m256i even, __m256i odd, __m256i& lo, __m256i& hi) {
@@ -228,16 +242,7 @@ void max_backward_16(const G& g, const void* dyv, const uint8_t* argmax, void* d
         auto at = [&](int k) { return _mm256_cmpeq_epi32(i, _mm256_set1_epi32(k)); };
         __m256i row0 = _mm256_or_si256(_mm256_and_si256(d, at(0)), _mm256_and_si256(_mm256_slli_epi32(d, 16), at(1)));
         __m256i row1 = _mm256_or_si256(_mm256_and_si256(d, at(2)), _mm256_and_si256(_mm256_slli_epi32(d, 16), at(3)));
-        if (n == 8) {
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(d0 + 2 * ox), row0);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(d1 + 2 * ox), row1);
-        } else {
-          alignas(32) uint32_t out[8];
-          _mm256_store_si256(reinterpret_cast<__m256i*>(out), row0);
-          std::memcpy(d0 + 2 * ox, out, static_cast<size_t>(n) * sizeof(uint32_t));
-          _mm256_store_si256(reinterpret_cast<__m256i*>(out), row1);
-          std::memcpy(d1 + 2 * ox, out, static_cast<size_t>(n) * sizeof(uint32_t));
-        }
+        store_pair_lanes(d0 + 2 * ox, d1 + 2 * ox, row0, row1, n);
       }
     }
   }
@@ -293,15 +298,8 @@ void avg_backward(const G& g, const void* dyv, void* dxv) {
             bits = _mm256_cvtps_ph(v, V::kRoundNearest);
           __m256i w = _mm256_cvtepu16_epi32(bits);
           __m256i lanes = _mm256_or_si256(w, _mm256_slli_epi32(w, 16));
-          if (n == 8) {
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(d0 + 2 * ox), lanes);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(d1 + 2 * ox), lanes);
-          } else {
-            alignas(32) uint32_t out[8];
-            _mm256_store_si256(reinterpret_cast<__m256i*>(out), lanes);
-            std::memcpy(d0 + 2 * ox, out, static_cast<size_t>(n) * sizeof(uint32_t));
-            std::memcpy(d1 + 2 * ox, out, static_cast<size_t>(n) * sizeof(uint32_t));
-          }
+          store_pair_lanes(reinterpret_cast<uint16_t*>(d0 + 2 * ox), reinterpret_cast<uint16_t*>(d1 + 2 * ox), lanes,
+                           lanes, n);
         }
       }
     }
