@@ -275,6 +275,16 @@ TEST(DataParallel, OneSinkPerEpochCallsTheCallbacksOncePerEpochOnEveryProcess) {
   model.train(2, pr.data, {stopper}, true, -1);
   EXPECT_EQ(model.last_summary().steps, steps[0] / 2) << "rank " << dist::get_rank();
   EXPECT_EQ(stopper->calls, 1);
+  // Sinks of N batches running on across the data set's epochs are single-process for now: refused on
+  // every process, before anything is trained.
+  const int64_t before = model.steps_done();
+  try {
+    model.train(1, pr.data, {}, true, 4);
+    ADD_FAILURE() << "sink_size 4 was accepted data parallel";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not supported data-parallel yet"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(model.steps_done(), before);
 }
 
 TEST(DataParallel, EvalSplitOverTheProcessesEqualsOneProcessEvaluatingItAll) {
