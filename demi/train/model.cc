@@ -276,6 +276,7 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
     ctx.data_position = used_up ? 0 : data_position;
   };
   set_data_place();
+  const auto fixed_sink_done = [&] { return fixed_sinks && ctx.step_in_epoch >= sink_size; };
   for (int e = 0; e < epoch && !stop; ++e) {
     bool skip_warned = false;
     ctx.epoch = static_cast<int>(epochs_done_) + 1;
@@ -300,7 +301,7 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
       }
       const int64_t allocs0 = steady ? mem_stats().system_allocs : 0, faults0 = steady ? minor_faults() : 0;
       double compute_s = 0;
-      if (fixed_sinks && ctx.step_in_epoch >= sink_size) break;  // the sink (this epoch) is done
+      if (fixed_sink_done()) break;  // the sink (this epoch) is done
       for (int k = 0; k < micro; ++k) {
         auto wait_start = Clock::now();
         row = it->next();
@@ -314,7 +315,7 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
         }
         wait += seconds_since(wait_start);
         if (!row) break;
-        ++data_position;
+        if (fixed_sinks) ++data_position;  // (otherwise the place is the epoch's step, below)
         check_row(*row, "train");
         if (options_.check_input_finite)
           check_finite(*row, train_dataset->column_names(), ctx.epoch, ctx.step_in_epoch + local_batches + 1);
@@ -480,7 +481,7 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
         ++loss_count;
       }
       const bool budget_spent = options_.max_steps > 0 && ctx.cur_step_num >= options_.max_steps;
-      if (!sinking || budget_spent || (fixed_sinks && ctx.step_in_epoch >= sink_size)) {
+      if (!sinking || budget_spent || fixed_sink_done()) {
         close_sink();
         if (agreed(ctx.stop_requested) || budget_spent) {
           stop = true;
