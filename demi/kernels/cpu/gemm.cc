@@ -191,8 +191,9 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
   // A short K packs short panels: NC grows so that a block of b holds about KC x NC elements (fewer
   // column blocks, each a fork and join of the threads: model A's K = 10 and 32 products ran N = 7200 in
   // four blocks), within the panel cap.
-  const int64_t nc_wide = std::max<int64_t>(1, blk.nc) * std::max<int64_t>(1, blk.kc / std::max<int64_t>(kc_pad, 1));
-  const int64_t nc_max = std::min(round_up(std::max<int64_t>(1, nc_wide), NR), nc_cap);
+  // (Block sizes are positive: set_gemm_blocking checks them; kc_pad >= 2.)
+  const int64_t nc_wide = blk.nc * std::max<int64_t>(1, blk.kc / kc_pad);
+  const int64_t nc_max = std::min(round_up(nc_wide, NR), nc_cap);
   // Row blocks of at most MC, as many as a multiple of the threads (equal shares), each a multiple of MR.
   // Few rows (under kMinRowsPerThread a thread) are not split: the threads split the columns instead,
   // each packing the panels of b it multiplies (see below).
