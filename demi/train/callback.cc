@@ -113,8 +113,9 @@ void LossScaleMonitor::on_step_end(RunContext& ctx) {
                         << ", gradients overflowed at loss scale " << ctx.loss_scale << ": update skipped" << std::endl;
     } else {
       callback_stream() << "epoch: " << ctx.epoch << " step: " << ctx.step_in_epoch << ", " << skipped
-                        << " of the sink's " << ctx.sink_steps << " updates skipped for overflowing gradients (loss scale now "
-                        << ctx.loss_scale << ")" << std::endl;
+                        << " of the sink's " << ctx.sink_steps
+                        << " updates skipped for overflowing gradients (loss scale now " << ctx.loss_scale << ")"
+                        << std::endl;
     }
   }
   if (last_scale_ >= 0 && ctx.loss_scale != last_scale_)

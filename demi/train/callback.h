@@ -84,8 +84,8 @@ class TimeMonitor : public Callback {
 };
 
 // "epoch: 1 step: 10, loss is 2.3026" every per_print_times steps of the run (in sink mode, at the end of
-// each sink that reaches the next multiple: the sink's last loss, as MindSpore prints); a non-finite loss is an error unless
-// the step was skipped (its update dropped for the overflow).
+// each sink that reaches the next multiple: the sink's last loss, as MindSpore prints); a non-finite loss
+// is an error unless the step was skipped (its update dropped for the overflow).
 class LossMonitor : public Callback {
  public:
   explicit LossMonitor(int64_t per_print_times = 1);

@@ -109,8 +109,9 @@ TEST(SinkMode, MinusOneIsOneSinkPerEpochOfTheDataSet) {
 TEST(SinkMode, PrintingCallbacksCountTheSinksSteps) {
   Captured out;
   // float16 with a loss scale far too large: the first steps overflow and are skipped, the scale halving.
-  Model m = make_model({.loss_scale_manager = std::make_shared<amp::DynamicLossScaleManager>(std::ldexp(1.0, 24), 2, 1000)},
-                       DType::kF16);
+  Model m = make_model(
+      {.loss_scale_manager = std::make_shared<amp::DynamicLossScaleManager>(std::ldexp(1.0, 24), 2, 1000)},
+      DType::kF16);
   auto scale = std::make_shared<LossScaleMonitor>();
   m.train(2, rows_dataset(), {std::make_shared<LossMonitor>(6), scale}, true, 4);
   // Steps 4 and 8 end the sinks; LossMonitor(6) prints at the sink that passes step 6 only.

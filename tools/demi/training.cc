@@ -567,7 +567,8 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
     if (batches <= 0) throw Error("--steps: the training set's size is unknown, so its epochs cannot be counted");
     const int64_t per_update = static_cast<int64_t>(dist::get_group_size()) * mo.accumulate;
     // (With --sink-size N an epoch is one sink of N batches.)
-    const int64_t updates_per_epoch = sink_size > 0 ? std::max<int64_t>(sink_size / mo.accumulate, 1) : (batches + per_update - 1) / per_update;
+    const int64_t updates_per_epoch =
+        sink_size > 0 ? std::max<int64_t>(sink_size / mo.accumulate, 1) : (batches + per_update - 1) / per_update;
     epochs = static_cast<int>(std::min<int64_t>((step_budget + updates_per_epoch - 1) / updates_per_epoch, 1000000));
   }
   std::string ckpt_dir = args.get("ckpt-dir");
