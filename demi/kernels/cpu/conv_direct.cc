@@ -168,26 +168,26 @@ void check(const Conv2dParams& p, const char* op) {
 // order within and across its images); at the end each (oc, k)'s lanes are added in lane order, then the
 // threads' sums in thread order (the bits depend on the thread count, as the choice cache's key does).
 // `rows(n, tmp, bf16)` returns image n's dz as OC rows of OH * OW, f32 (or bf16 when bf16), in place or built in
-// tmp (2 x OC * OH * OW floats of the thread's scratch: dz, and what it is built from). dw32 (OC, K), db32 (OC).
-template <class Rows>
-void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype, Rows&& rows, float* dw32,
-                           float* db32) {
+// tmp, tmp_bytes(bf16) bytes of the thread's scratch (what rows needs: none when dz is given in the kernels'
+// dtype). The columns are bf16 where the rows are. dw32 (OC, K), db32 (OC).
+template <class Rows, class TmpBytes>
+void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype, Rows&& rows, TmpBytes&& tmp_bytes,
+                           float* dw32, float* db32) {
   const DirectConvKernels& kern = kernels();
   const DirectGeom g = geometry(p);
   const bool bf16 = kern.dot_rows_bf16 && p.x_dtype == DType::kBF16 && dz_dtype == DType::kBF16;
   const int64_t positions = g.oh * g.ow, threads = parts_for(p.n);
   const int64_t part = (p.oc * g.k + p.oc) * 16;  // one thread's lanes for dw and db
   const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)),
-               col_bytes = bytes64(static_cast<size_t>(g.k * positions) * sizeof(float)),
-               tmp_bytes = bytes64(static_cast<size_t>(p.oc * positions) * sizeof(float)),
-               lane_bytes = bytes64(static_cast<size_t>(part) * sizeof(float));
-  PartScratch scratch(threads, xp_bytes + col_bytes + 2 * tmp_bytes + lane_bytes);
+               col_bytes = bytes64(static_cast<size_t>(g.k * positions) * (bf16 ? sizeof(BFloat16) : sizeof(float))),
+               rows_bytes = bytes64(tmp_bytes(bf16)), lane_bytes = bytes64(static_cast<size_t>(part) * sizeof(float));
+  PartScratch scratch(threads, xp_bytes + col_bytes + rows_bytes + lane_bytes);
   for_each_part(threads, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
     char* base = scratch.part(t);
     auto* xp = reinterpret_cast<float*>(base);
     auto* col = reinterpret_cast<float*>(base + xp_bytes);
-    auto* tmp = reinterpret_cast<float*>(base + xp_bytes + col_bytes);  // two: dz and what it is built from
-    auto* lanes = reinterpret_cast<float*>(base + xp_bytes + col_bytes + 2 * tmp_bytes);
+    auto* tmp = reinterpret_cast<float*>(base + xp_bytes + col_bytes);
+    auto* lanes = reinterpret_cast<float*>(base + xp_bytes + col_bytes + rows_bytes);
     float* db_lanes = lanes + p.oc * g.k * 16;
     std::fill(lanes, lanes + part, 0.0f);
     for (int64_t n = n0; n < n1; ++n) {
@@ -208,7 +208,7 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
     for (int i = 0; i < 16; ++i) s += l[i];
     return s;
   };
-  const size_t lanes_at = xp_bytes + col_bytes + 2 * tmp_bytes;
+  const size_t lanes_at = xp_bytes + col_bytes + rows_bytes;
   for (int64_t i = 0; i < p.oc * g.k + p.oc; ++i) {
     float s = 0.0f;
     for (int64_t t = 0; t < threads; ++t)
@@ -353,6 +353,9 @@ void direct_conv2d_backward_weights(const Conv2dParams& p, const void* x, const 
         convert(element_at(dy, at, p.y_dtype), p.y_dtype, tmp, DType::kF32, p.oc * positions);
         return tmp;
       },
+      [&](bool bf16) {
+        return bf16 || p.y_dtype == DType::kF32 ? size_t{0} : static_cast<size_t>(p.oc * positions) * sizeof(float);
+      },
       dw32.data(), db32.data());
   store_gradients(p, dw32.data(), db32.data(), dw, p.w_dtype, db, p.bias_dtype, p.accumulate);
 }
@@ -379,13 +382,18 @@ void direct_conv2d_relu_max_pool2d_backward_weights(const Conv2dParams& p, const
           max_pool2d_backward(one, DType::kBF16, src, argmax + at, tmp);
           return tmp;
         }
-        if (dy_dtype != DType::kF32) {  // dy widened into the second half of tmp (pooled <= OH * OW)
+        if (dy_dtype != DType::kF32) {  // dy widened into tmp past dz
           float* dy32 = tmp + p.oc * p.out_h() * p.out_w();
           convert(src, dy_dtype, dy32, DType::kF32, p.oc * pooled);
           src = dy32;
         }
         max_pool2d_backward(one, DType::kF32, src, argmax + at, tmp);
         return tmp;
+      },
+      [&](bool bf16) {  // dz (bf16 or f32), and f32 dy when dy is f16 or bf16 but dz is f32
+        const int64_t dz = p.oc * p.out_h() * p.out_w();
+        if (bf16) return static_cast<size_t>(dz) * sizeof(BFloat16);
+        return static_cast<size_t>(dz + (dy_dtype == DType::kF32 ? 0 : p.oc * pooled)) * sizeof(float);
       },
       dw32.data(), db32.data());
   store_gradients(p, dw32.data(), db32.data(), dw, dw_dtype, db, db_dtype, false);

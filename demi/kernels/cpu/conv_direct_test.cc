@@ -11,6 +11,8 @@
 #include "demi/core/convert.h"
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/core/memory.h"
+#include "demi/core/parallel.h"
 #include "demi/kernels/cpu/pool.h"
 #include "demi/kernels/internal/conv_test_util.h"
 
@@ -119,6 +121,43 @@ TEST(DirectConv, FusedReluMaxPoolEqualsItsSeparateKernelsBitForBit) {
       }
     }
   }
+}
+
+// The weight gradient's scratch is sized by what each path holds: with bf16 image and gradient, bf16
+// columns and one bf16 dz per thread (model A's first layer at O2-bf16: the f32-sized scratch of before,
+// 0.76 MiB, was its training peak's largest part); with an f16 gradient, one f32 dz and the widened pooled
+// gradient. Each bound is below the f32-sized scratch (2 x OC x P floats of dz, K x P floats of columns).
+TEST(DirectConv, WeightGradientScratchIsSizedByThePathsDtypes) {
+  const int saved_threads = num_threads();
+  set_num_threads(2);
+  Conv2dParams p;
+  p.n = 8, p.c = 3, p.h = 32, p.w = 32, p.oc = 32, p.kh = 3, p.kw = 3;
+  const Pool2dParams pool = make_pool2d_params(p.n, p.oc, p.out_h(), p.out_w(), 2, 2, 2, 2, PadMode::kValid);
+  const int64_t positions = p.out_h() * p.out_w(), k = p.c * p.kh * p.kw;
+  const int64_t lanes = (p.oc * k + p.oc) * 16 * 4, xp = p.c * p.h * p.w * 4 + 4096;  // padded image + slack
+  for (CpuLevel level : supported_cpu_levels()) {
+    ScopedCpuLevel scoped(level);
+    for (DType t : {BF16, F16}) {
+      SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << dtype_name(t));
+      p.x_dtype = p.w_dtype = t;
+      p.y_dtype = t == BF16 ? BF16 : F32;
+      p.bias_dtype = F32;
+      Operand x = random_operand(t, p.x_numel(), 1), dy = random_operand(t, pool.y_numel(), 2);
+      std::vector<uint8_t> argmax(static_cast<size_t>(pool.y_numel()), 0);
+      Operand dw = random_operand(F32, p.w_numel(), 3), db = random_operand(F32, p.oc, 4);
+      ScopedPeak peak;
+      direct_conv2d_relu_max_pool2d_backward_weights(p, pool, x.data(), t, dy.data(), argmax.data(), dw.data(), F32,
+                                                     db.data(), F32);
+      const int64_t scratch = peak.peak().pk(MemCategory::kWorkspace) - mem_stats().cur(MemCategory::kWorkspace);
+      const bool bf16_dot = t == BF16 && level >= CpuLevel::kAvx512Bf16;
+      const int64_t per_thread = bf16_dot ? xp + k * positions * 2 + p.oc * positions * 2 + lanes
+                                          : xp + k * positions * 4 + p.oc * positions * 4 +
+                                                p.oc * pool.oh * pool.ow * 4 + lanes;
+      EXPECT_LE(scratch, 2 * (per_thread + 5 * 64)) << "bytes of scratch";
+      EXPECT_LT(scratch, 2 * (xp + k * positions * 4 + 2 * p.oc * positions * 4 + lanes)) << "the f32-sized scratch";
+    }
+  }
+  set_num_threads(saved_threads);
 }
 
 }  // namespace

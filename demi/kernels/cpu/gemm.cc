@@ -209,7 +209,11 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
   void* target = staged ? static_cast<void*>(stage.f32()) : c;
   const DType target_dtype = staged ? DType::kF32 : p.c_dtype;
 
-  Workspace bpack(static_cast<size_t>(ceil_div(std::min(N, nc_max), NR)) * panel_bytes);
+  // The packed panels of b: a block's worth, shared by its row blocks; or, where one row block is split by
+  // columns (below), one panel per task, packed just before it is multiplied (each panel is read once:
+  // a weight gradient's M = 10 with N = 7200 held a packed copy of all of b, 0.9 MiB at f16 on model A).
+  const bool column_split = ceil_div(M, mc) == 1 && threads > 1;
+  Workspace bpack(static_cast<size_t>(column_split ? threads : ceil_div(std::min(N, nc_max), NR)) * panel_bytes);
 
   // a is always copied a block at a time into compact rows (or, transposed, columns): read in place its
   // rows would be lda apart, often a multiple of 4 KiB, which maps a micro-panel's rows onto the same
@@ -223,24 +227,25 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
       const int64_t kcur = std::min(kc, K - pc);
       const bool first = pc == 0, last = pc + kcur == K;
       char* bp = static_cast<char*>(static_cast<void*>(bpack.f32()));
-      const auto pack = [&](int64_t p0, int64_t p1) {
+      // Panels [p0, p1) of the block into consecutive panels from dst.
+      const auto pack_to = [&](int64_t p0, int64_t p1, char* dst) {
         if (p0 >= p1) return;
         const int64_t j = jc + p0 * NR, w = std::min(N, jc + p1 * NR) - j;
         const int64_t stride = static_cast<int64_t>(panel_elems);
         if (bf16)
           g.pack_b_bf16(static_cast<const BFloat16*>(b), p.trans_b, ldb, pc, kcur, j, w,
-                        reinterpret_cast<BFloat16*>(bp + p0 * panel_bytes), stride);
+                        reinterpret_cast<BFloat16*>(dst), stride);
         else
-          g.pack_b_f32(b, p.b_dtype, p.trans_b, ldb, pc, kcur, j, w, reinterpret_cast<float*>(bp + p0 * panel_bytes),
-                       stride);
+          g.pack_b_f32(b, p.b_dtype, p.trans_b, ldb, pc, kcur, j, w, reinterpret_cast<float*>(dst), stride);
       };
+      const auto pack = [&](int64_t p0, int64_t p1) { pack_to(p0, p1, bp + p0 * panel_bytes); };
       const int64_t ic_blocks = ceil_div(M, mc);
       const int64_t n_split = ic_blocks >= threads ? 1 : std::min(panels, ceil_div(threads, ic_blocks));
       const int64_t tasks = ic_blocks * n_split;
-      // One row block split by columns: each task packs the panels it alone multiplies, so a thread reads
-      // what it wrote itself (measured on model A's 7200 -> 10 products: the threads sharing every packed
-      // panel scaled 1.1x on 2 cores; oneDNN's 1.8x).
-      const bool pack_in_task = ic_blocks == 1 && n_split > 1;
+      // One row block split by columns: each task packs the panels it alone multiplies, one at a time into
+      // its own slot, so a thread reads what it wrote itself while it is in L1 (measured on model A's
+      // 7200 -> 10 products: the threads sharing every packed panel scaled 1.1x on 2 cores; oneDNN's 1.8x).
+      const bool pack_in_task = ic_blocks == 1 && n_split > 1;  // (then column_split: one slot per task)
       if (!pack_in_task) parallel_for(0, panels, threads > 1 ? 1 : panels, pack);
 
       parallel_for(0, tasks, threads > 1 ? 1 : tasks, [&](int64_t t0, int64_t t1) {
@@ -249,7 +254,6 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
           const int64_t ib = task / n_split, ns = task % n_split;
           const int64_t i0 = ib * mc, mcur = std::min(mc, M - i0);
           const int64_t pn0 = ns * panels / n_split, pn1 = (ns + 1) * panels / n_split;
-          if (pack_in_task) pack(pn0, pn1);
           // The block's a: pointer and strides (elements) as the micro-kernel reads it.
           const void* ap = nullptr;
           int64_t rs = 0, cs = 0;
@@ -292,6 +296,11 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
             t.relu = last && p.relu;
             t.transposed = swapped;
             const char* panel = bp + pn * panel_bytes;
+            if (pack_in_task) {
+              char* slot = bp + ns * static_cast<int64_t>(panel_bytes);
+              pack_to(pn, pn + 1, slot);
+              panel = slot;
+            }
             for (int64_t ir = 0; ir < mcur; ir += MR) {
               const int64_t i = i0 + ir;
               t.m = static_cast<int>(std::min(MR, mcur - ir));

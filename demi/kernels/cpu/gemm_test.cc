@@ -7,6 +7,7 @@
 #include "demi/core/convert.h"
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/core/memory.h"
 #include "demi/core/parallel.h"
 #include "demi/kernels/internal/matmul_conv_test_util.h"
 #include "demi/kernels/reference/matmul.h"
@@ -146,6 +147,25 @@ TEST(Gemm, NamesItsVariant) {
   }
   ScopedCpuLevel scalar(CpuLevel::kScalar);
   EXPECT_EQ(gemm_implementation(p), "demi:scalar:f32");
+}
+
+// A product of few rows split by columns packs each panel of b just before it is multiplied, into the task's
+// own slot: model A's weight gradient (10 x 7200, K = 32, f16) held a packed f32 copy of all of b (0.9 MiB).
+TEST(Gemm, ColumnSplitPacksOnePanelAtATimePerThread) {
+  const int saved_threads = num_threads();
+  set_num_threads(2);
+  MatmulParams p = params({10, 7200, 32}, 1, 1, {F16, F16, F32});  // a^T b, as a weight gradient
+  std::vector<Half> a(static_cast<size_t>(p.m * p.k), Half(0.5f)), b(static_cast<size_t>(p.k * p.n), Half(0.25f));
+  std::vector<float> c(static_cast<size_t>(p.m * p.n));
+  const int64_t before = mem_stats().cur(MemCategory::kWorkspace);
+  ScopedPeak peak;
+  gemm(p, a.data(), b.data(), c.data());
+  const int64_t scratch = peak.peak().pk(MemCategory::kWorkspace) - before;
+  // Two 32 x 64 f32 panels and each task's block of a (at most 32 x 16 f32 values), with alignment.
+  EXPECT_LE(scratch, 2 * 32 * 64 * 4 + 2 * (32 * 16 * 4 + 64)) << "bytes of workspace";
+  EXPECT_EQ(c[0], 32 * 0.5f * 0.25f);
+  EXPECT_EQ(c.back(), 32 * 0.5f * 0.25f);
+  set_num_threads(saved_threads);
 }
 
 }  // namespace

@@ -174,7 +174,9 @@ void matmul_row_chunks(const MatmulParams& p, const Widening& wide, const void* 
   } else {
     bp = widen(ctx, wide, b, p.b_dtype, p.k * p.n);
   }
-  const int64_t rows = std::min(p.m, chunk_rows(k4));
+  // A low-precision c goes through an f32 chunk of rows too: its width counts (model D's 4096 x 1024
+  // data gradient from K = 256 took 16 MiB of f32 output at once).
+  const int64_t rows = std::min(p.m, chunk_rows(k4 + (p.c_dtype != DType::kF32 ? p.n : 0)));
   const size_t a_elem = dtype_size(p.a_dtype), c_elem = dtype_size(p.c_dtype);
   void* abuf = split || wide(p.a_dtype)
                    ? ctx.scratch_buffer(static_cast<size_t>(rows * k4) * (split ? sizeof(BFloat16) : sizeof(float)))
@@ -230,6 +232,27 @@ void matmul_k_chunks(const MatmulParams& p, const Widening& wide, const void* a,
 // with a low-precision output) widened whole. A low-precision output is converted back by matmul_f32_bf16.
 void matmul_widening(const MatmulParams& p, const Widening& wide, const void* a, const void* b, void* c) {
   const bool split = f16_matmul_splits(p);
+  // A batched product runs in chunks of whole batch entries, each within the chunk target of widened
+  // operands (and f32 output): widened whole, the attention's probabilities (model D's backward, pᵀ·dO and
+  // dsᵀ·q) took 16 MiB of f32 copies at once, the largest workspace of its O2-bf16 training peak.
+  if (p.batch > 1) {
+    const int64_t per = (split ? 4 : 1) * (p.m * p.k + p.k * p.n) + (p.c_dtype != DType::kF32 ? p.m * p.n : 0);
+    const int64_t chunk = std::clamp<int64_t>(g_chunk_elements.load(std::memory_order_relaxed) / std::max<int64_t>(1, per),
+                                              1, p.batch);
+    if (chunk < p.batch) {
+      const size_t a_bytes = static_cast<size_t>(p.m * p.k) * dtype_size(p.a_dtype),
+                   b_bytes = static_cast<size_t>(p.k * p.n) * dtype_size(p.b_dtype),
+                   c_bytes = static_cast<size_t>(p.m * p.n) * dtype_size(p.c_dtype);
+      for (int64_t b0 = 0; b0 < p.batch; b0 += chunk) {
+        MatmulParams q = p;
+        q.batch = std::min(chunk, p.batch - b0);
+        matmul_widening(q, wide, static_cast<const char*>(a) + static_cast<size_t>(b0) * a_bytes,
+                        static_cast<const char*>(b) + static_cast<size_t>(b0) * b_bytes,
+                        static_cast<char*>(c) + static_cast<size_t>(b0) * c_bytes);
+      }
+      return;
+    }
+  }
   if (p.batch == 1 && !p.trans_a) return matmul_row_chunks(p, wide, a, b, c, split);
   if (p.batch == 1 && p.trans_a && !p.trans_b && !split && p.c_dtype == DType::kF32 && p.bias == nullptr && !p.relu)
     return matmul_k_chunks(p, wide, a, b, c);

@@ -165,6 +165,32 @@ TEST(OnednnMatmul, WidenedBFloat16MatchesTheReferenceOnEveryPath) {
   set_f16_matmul_chunking(256, int64_t{1} << 20);
 }
 
+// Widened products hold a bounded workspace: a batched one runs in chunks of whole batch entries, and the
+// row chunks count a low-precision output's f32 rows too (model D's attention backward widened 16 MiB of
+// probabilities at once; its 4096 x 1024 data gradient from K = 256 took 16 MiB of f32 output).
+TEST(OnednnMatmul, WideningHoldsAChunkOfF32AtATime) {
+  const size_t target = size_t{1} << 20;  // the chunk target, in f32 elements (4 MiB)
+  const size_t own = size_t{1} << 18;     // the primitive's own scratchpad (oneDNN's; 128 KiB here)
+  auto scratch_of = [](const MatmulParams& p, bool widened) {
+    std::vector<uint16_t> a(static_cast<size_t>(p.batch * p.m * p.k), 0x3c00), b(static_cast<size_t>(p.batch * p.k * p.n), 0x3c00);
+    std::vector<uint16_t> c(static_cast<size_t>(p.batch * p.m * p.n));
+    const int64_t before = mem_stats().cur(MemCategory::kWorkspace);
+    ScopedPeak peak;
+    widened ? onednn::matmul_widened(p, a.data(), b.data(), c.data()) : onednn::matmul(p, a.data(), b.data(), c.data());
+    return static_cast<size_t>(peak.peak().pk(MemCategory::kWorkspace) - before);
+  };
+  MatmulParams attention;  // pᵀ · dO of D's attention: 128 batch entries of 128 x 64 from K = 128, bf16
+  attention.batch = 128, attention.m = 128, attention.n = 64, attention.k = 128, attention.trans_a = true;
+  attention.a_dtype = attention.b_dtype = attention.c_dtype = BF16;
+  EXPECT_LE(scratch_of(attention, true), target * 4 + own) << "the batched product, in chunks";
+  MatmulParams data_grad;  // dy · w of D's second feed-forward product, f16
+  data_grad.m = 4096, data_grad.n = 1024, data_grad.k = 256;
+  data_grad.a_dtype = data_grad.b_dtype = data_grad.c_dtype = F16;
+  ScopedF16Matmul convert(F16Matmul::kConvertF32);
+  // b widened whole (K x N), then rows of a and of the f32 output within the target.
+  EXPECT_LE(scratch_of(data_grad, false), (target + 256 * 1024) * 4 + own) << "rows of a and of the output";
+}
+
 TEST(OnednnMatmul, Float64RunsTheReferenceExactly) {
   MatmulParams p;
   p.m = 5;
