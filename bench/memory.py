@@ -28,6 +28,11 @@ SETTINGS = [
     ("O2-fp16", ["--amp", "O2", "--dtype", "fp16"]),
     ("O2-bf16", ["--amp", "O2", "--dtype", "bf16"]),
     ("O2-bf16 +oib", ["--amp", "O2", "--dtype", "bf16", "--optimizer-in-backward"]),
+    # bf16 optimizer state changes the numerics: an explicit option, never implied by the level.
+    ("O2-fp16 +bf16 state", ["--amp", "O2", "--dtype", "fp16", "--optimizer-state", "bf16"]),
+    ("O2-bf16 +bf16 state", ["--amp", "O2", "--dtype", "bf16", "--optimizer-state", "bf16"]),
+    ("O2-bf16 +oib +bf16 st.", ["--amp", "O2", "--dtype", "bf16", "--optimizer-in-backward", "--optimizer-state",
+                                "bf16"]),
     ("O3-fp16", ["--amp", "O3", "--dtype", "fp16"]),
     ("O3-bf16", ["--amp", "O3", "--dtype", "bf16"]),
 ]

@@ -10,6 +10,7 @@ namespace demi::optim {
 namespace {
 
 constexpr int64_t kUpdateGrain = 1 << 15;
+constexpr size_t kMaxSlots = 4;  // state slots per parameter (RMSProp centered and LAMB take 3)
 
 std::vector<ParamGroup> one_group(std::vector<Tensor> params, double weight_decay) {
   return {ParamGroup{std::move(params), weight_decay, 1.0}};
@@ -66,9 +67,9 @@ void Optimizer::step(float low_grad_multiplier) {
 
 void Optimizer::step_param(size_t i, float low_grad_multiplier) {
   DEMI_CHECK(i < flat_.size(), name_, ": parameter index ", i, " out of range (", flat_.size(), " parameters)");
-  double base = lr_->lr(step_);
-  DEMI_CHECK(std::isfinite(base) && base >= 0, name_, ": the learning rate at step ", step_,
-             " is not a finite non-negative number: ", base);
+  const double base_lr = lr_->lr(step_);
+  DEMI_CHECK(std::isfinite(base_lr) && base_lr >= 0, name_, ": the learning rate at step ", step_,
+             " is not a finite non-negative number: ", base_lr);
   DEMI_CHECK(std::isfinite(low_grad_multiplier), name_, ": low_grad_multiplier must be finite, got ",
              low_grad_multiplier);
   Tensor& p = flat_[i];
@@ -93,7 +94,21 @@ void Optimizer::step_param(size_t i, float low_grad_multiplier) {
   const DType gdtype = g.dtype();
   const size_t gsize = dtype_size(gdtype);
   double wd = group.weight_decay;
-  double lr = prepare(i, pp, gp, p.numel(), base * group.lr_scale, wd);
+  const size_t slots = state_.size();
+  DEMI_CHECK(slots <= kMaxSlots, name_, ": more than ", kMaxSlots, " state slots");
+  // BF16 state is widened a chunk at a time beside the gradient, or, for an optimizer whose prepare() reads
+  // the whole parameter, widened whole into FP32 copies (one parameter's) and rounded back after the update.
+  const bool narrow = state_dtype_ != DType::kF32;
+  std::vector<Tensor> whole;
+  float* base[kMaxSlots] = {};
+  if (narrow && reads_whole_gradient()) {
+    MemCategoryScope cat(MemCategory::kWorkspace);
+    for (size_t s = 0; s < slots; ++s) whole.push_back(state_[s][i].to(DType::kF32));
+  }
+  for (size_t s = 0; s < slots; ++s)
+    base[s] = !whole.empty() ? whole[s].data<float>() : narrow ? nullptr : state_[s][i].data<float>();
+  const bool chunked = low || (narrow && whole.empty());  // a chunk at a time through stack buffers
+  double lr = prepare(chunked ? nullptr : base, pp, gp, p.numel(), base_lr * group.lr_scale, wd);
   // A current low-precision copy (AMP O2/O3) is rewritten chunk by chunk while the chunk is in cache:
   // the next forward reads it instead of casting the parameter again.
   AutogradMeta& meta = p.autograd_meta();
@@ -102,25 +117,57 @@ void Optimizer::step_param(size_t i, float low_grad_multiplier) {
                          : nullptr;
   char* lp = low_copy ? static_cast<char*>(low_copy->raw_data()) : nullptr;
   const size_t lsize = low_copy ? dtype_size(low_copy->dtype()) : 0;
+  auto bf16_state = [&](size_t s, int64_t c) { return state_[s][i].data<BFloat16>() + c; };
   parallel_for(0, p.numel(), kUpdateGrain, [&](int64_t b, int64_t e) {
-    if (!low) {
-      update(i, b, pp + b, gp + b, e - b, lr, wd);
+    if (!chunked) {
+      float* st[kMaxSlots];
+      for (size_t s = 0; s < slots; ++s) st[s] = base[s] + b;
+      update(st, pp + b, gp + b, e - b, lr, wd);
     } else {
-      // The low-precision gradient widened (and multiplied) a chunk at a time, on the stack.
+      // The low-precision gradient (widened and multiplied) and BF16 state, a chunk at a time on the stack.
       constexpr int64_t kChunk = 1024;
       float wide[kChunk];
+      float wide_state[kMaxSlots][kChunk];
       for (int64_t c = b; c < e; c += kChunk) {
         const int64_t n = std::min(kChunk, e - c);
-        convert(glow + static_cast<size_t>(c) * gsize, gdtype, wide, DType::kF32, n);
-        if (low_grad_multiplier != 1.0f)
-          for (int64_t k = 0; k < n; ++k) wide[k] *= low_grad_multiplier;
-        update(i, c, pp + c, wide, n, lr, wd);
+        const float* gc = gp ? gp + c : wide;
+        if (low) {
+          convert(glow + static_cast<size_t>(c) * gsize, gdtype, wide, DType::kF32, n);
+          if (low_grad_multiplier != 1.0f)
+            for (int64_t k = 0; k < n; ++k) wide[k] *= low_grad_multiplier;
+        }
+        float* st[kMaxSlots];
+        for (size_t s = 0; s < slots; ++s) {
+          if (base[s]) {
+            st[s] = base[s] + c;
+          } else {
+            convert(bf16_state(s, c), DType::kBF16, wide_state[s], DType::kF32, n);
+            st[s] = wide_state[s];
+          }
+        }
+        update(st, pp + c, gc, n, lr, wd);
+        for (size_t s = 0; s < slots; ++s)
+          if (!base[s]) convert(wide_state[s], DType::kF32, bf16_state(s, c), DType::kBF16, n);
       }
     }
     if (low_copy) convert(pp + b, DType::kF32, lp + static_cast<size_t>(b) * lsize, low_copy->dtype(), e - b);
   });
+  for (size_t s = 0; s < whole.size(); ++s)
+    convert(whole[s].data<float>(), DType::kF32, state_[s][i].raw_data(), state_dtype_, whole[s].numel());
   ++meta.version;
   if (low_copy) meta.low_version = meta.version;
+}
+
+void Optimizer::set_state_dtype(DType dtype) {
+  DEMI_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, name_, ": the state dtype must be float32 or bfloat16, got ",
+             dtype_name(dtype));
+  DEMI_CHECK(dtype == DType::kF32 || allows_bf16_state(), name_,
+             ": its state cannot be bfloat16 (its sums only grow, and increments below 2^-9 of a sum would be lost)");
+  if (dtype == state_dtype_) return;
+  MemCategoryScope cat(MemCategory::kOptimizerState);
+  for (auto& per : state_)
+    for (Tensor& t : per) t = t.to(dtype);
+  state_dtype_ = dtype;
 }
 
 void Optimizer::zero_grad() {
@@ -139,9 +186,8 @@ Momentum::Momentum(std::vector<ParamGroup> groups, LrSchedulePtr lr, double mome
   add_state_slots({"moments"});
 }
 
-void Momentum::update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
-                      double weight_decay) {
-  float* v = slot(0, index) + begin;
+void Momentum::update(float* const* state, float* p, const float* g, int64_t n, double lr, double weight_decay) {
+  float* v = state[0];
   const float m = static_cast<float>(momentum_), l = static_cast<float>(lr), wd = static_cast<float>(weight_decay);
   if (nesterov_) {
     for (int64_t i = 0; i < n; ++i) {
@@ -163,7 +209,7 @@ SGD::SGD(std::vector<Tensor> params, double learning_rate, double weight_decay)
 
 SGD::SGD(std::vector<ParamGroup> groups, LrSchedulePtr lr) : Optimizer("SGD", std::move(groups), std::move(lr)) {}
 
-void SGD::update(size_t, int64_t, float* p, const float* g, int64_t n, double lr, double weight_decay) {
+void SGD::update(float* const*, float* p, const float* g, int64_t n, double lr, double weight_decay) {
   const float l = static_cast<float>(lr), wd = static_cast<float>(weight_decay);
   for (int64_t i = 0; i < n; ++i) p[i] -= l * (g[i] + wd * p[i]);
 }
@@ -181,10 +227,9 @@ Adam::Adam(std::vector<ParamGroup> groups, LrSchedulePtr lr, const AdamOptions& 
   add_state_slots({"moment1", "moment2"});
 }
 
-void Adam::update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
-                  double weight_decay) {
-  float* m = slot(0, index) + begin;
-  float* v = slot(1, index) + begin;
+void Adam::update(float* const* state, float* p, const float* g, int64_t n, double lr, double weight_decay) {
+  float* m = state[0];
+  float* v = state[1];
   double t = static_cast<double>(global_step() + 1);
   const float b1 = static_cast<float>(options_.beta1), b2 = static_cast<float>(options_.beta2);
   const float bc1 = static_cast<float>(1.0 - std::pow(options_.beta1, t));
@@ -222,11 +267,10 @@ RMSProp::RMSProp(std::vector<ParamGroup> groups, LrSchedulePtr lr, const RMSProp
     add_state_slots({"mean_square", "moment"});
 }
 
-void RMSProp::update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
-                     double weight_decay) {
-  float* ms = slot(0, index) + begin;
-  float* mom = slot(1, index) + begin;
-  float* mg = options_.centered ? slot(2, index) + begin : nullptr;
+void RMSProp::update(float* const* state, float* p, const float* g, int64_t n, double lr, double weight_decay) {
+  float* ms = state[0];
+  float* mom = state[1];
+  float* mg = options_.centered ? state[2] : nullptr;
   const float d = static_cast<float>(options_.decay), m = static_cast<float>(options_.momentum);
   const float eps = static_cast<float>(options_.epsilon), l = static_cast<float>(lr);
   const float wd = static_cast<float>(weight_decay);
@@ -255,9 +299,8 @@ Adagrad::Adagrad(std::vector<ParamGroup> groups, LrSchedulePtr lr, double initia
   for (size_t i = 0; i < params.size(); ++i) std::fill_n(slot(0, i), params[i].numel(), static_cast<float>(initial_accum));
 }
 
-void Adagrad::update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
-                     double weight_decay) {
-  float* acc = slot(0, index) + begin;
+void Adagrad::update(float* const* state, float* p, const float* g, int64_t n, double lr, double weight_decay) {
+  float* acc = state[0];
   const float l = static_cast<float>(lr), wd = static_cast<float>(weight_decay);
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i] + wd * p[i];
@@ -278,10 +321,10 @@ LAMB::LAMB(std::vector<ParamGroup> groups, LrSchedulePtr lr, const AdamOptions& 
   add_state_slots({"moment1", "moment2", "update"});
 }
 
-double LAMB::prepare(size_t index, const float* p, const float* g, int64_t n, double lr, double weight_decay) {
-  float* m = slot(0, index);
-  float* v = slot(1, index);
-  float* u = slot(2, index);
+double LAMB::prepare(float* const* state, const float* p, const float* g, int64_t n, double lr, double weight_decay) {
+  float* m = state[0];
+  float* v = state[1];
+  float* u = state[2];
   const double t = static_cast<double>(global_step() + 1);
   const float b1 = static_cast<float>(options_.beta1), b2 = static_cast<float>(options_.beta2);
   const float bc1 = static_cast<float>(1.0 - std::pow(options_.beta1, t));
@@ -301,8 +344,8 @@ double LAMB::prepare(size_t index, const float* p, const float* g, int64_t n, do
 
 bool LAMB::reads_whole_gradient() const { return true; }
 
-void LAMB::update(size_t index, int64_t begin, float* p, const float*, int64_t n, double lr, double) {
-  const float* u = slot(2, index) + begin;
+void LAMB::update(float* const* state, float* p, const float*, int64_t n, double lr, double) {
+  const float* u = state[2];
   const float l = static_cast<float>(lr);
   for (int64_t i = 0; i < n; ++i) p[i] -= l * u[i];
 }

@@ -58,24 +58,39 @@ class Optimizer {
   std::vector<Tensor> parameters() const;
   // Every state tensor, named "<slot>.<param index>" (for checkpoints), in a stable order.
   std::vector<std::pair<std::string, Tensor>> state();
+  // The dtype the optimizer keeps its state in (moments, mean squares, LAMB's update): FP32, the default
+  // and MindSpore's, or BF16 — half the bytes (on a model with as many parameters as activations, a sixth
+  // of an O2 training peak), FP32's range, 8 significant bits instead of 24. The arithmetic stays FP32:
+  // each update widens a chunk of state, computes, and rounds it back to nearest even. That changes the
+  // numerics (the moments carry a relative error of up to 2^-9 per step, an exponential average does not
+  // let it accumulate), so it is never implied by an AMP level: it is the caller's explicit choice.
+  // Adagrad refuses it (its sums only grow: increments below 2^-9 of the sum would be lost). Existing
+  // state is converted (rounded, to BF16); a checkpoint restores into whichever dtype is set.
+  void set_state_dtype(DType dtype);
+  DType state_dtype() const { return state_dtype_; }
 
  protected:
-  // One fused update of elements [begin, begin + n) of parameter `index`: p and g point at element
-  // `begin`; state slots are read through slot(s, index) + begin. Called in parallel on disjoint chunks.
-  virtual void update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
-                      double weight_decay) = 0;
-  // Called once per parameter before its chunks are updated, with the whole parameter and gradient: an
-  // optimizer whose update depends on whole-parameter quantities (LAMB's trust ratio) computes them here
-  // and returns the learning rate the chunks then get (default: lr unchanged). g is null for a
-  // low-precision gradient unless reads_whole_gradient() says true.
-  virtual double prepare(size_t index, const float* p, const float* g, int64_t n, double lr, double weight_decay) {
-    (void)index, (void)p, (void)g, (void)n, (void)weight_decay;
+  // One fused update of n elements of a parameter: p, g and state[s] (one pointer per state slot, in the
+  // order add_state_slots named them) point at the chunk's first element, FP32 whatever the state dtype
+  // (BF16 state is widened for the call and rounded back after it). Called in parallel on disjoint chunks.
+  virtual void update(float* const* state, float* p, const float* g, int64_t n, double lr, double weight_decay) = 0;
+  // Called once per parameter before its chunks are updated, with the whole parameter, gradient and state:
+  // an optimizer whose update depends on whole-parameter quantities (LAMB's trust ratio) computes them here
+  // and returns the learning rate the chunks then get (default: lr unchanged). Where reads_whole_gradient()
+  // says false, g and state are null (a low-precision gradient and BF16 state are widened a chunk at a time).
+  virtual double prepare(float* const* state, const float* p, const float* g, int64_t n, double lr,
+                         double weight_decay) {
+    (void)state, (void)p, (void)g, (void)n, (void)weight_decay;
     return lr;
   }
-  // Whether prepare() reads the gradient: then a low-precision one is widened whole before it.
+  // Whether prepare() reads the whole gradient and state: then a low-precision gradient, and BF16 state,
+  // are widened whole (one parameter's) before it.
   virtual bool reads_whole_gradient() const { return false; }
+  // Whether state_dtype BF16 suits this optimizer's state (Adagrad's ever-growing sums do not).
+  virtual bool allows_bf16_state() const { return true; }
   // Allocates `slots` zero-initialised FP32 state tensors per parameter (MemCategory::kOptimizerState).
   void add_state_slots(const std::vector<std::string>& slot_names);
+  // Slot s of parameter i, while the state is FP32 (constructors that initialise it).
   float* slot(size_t slot_index, size_t param_index) { return state_[slot_index][param_index].data<float>(); }
 
  private:
@@ -87,6 +102,7 @@ class Optimizer {
   int64_t step_ = 0;
   std::vector<std::string> slot_names_;
   std::vector<std::vector<Tensor>> state_;  // [slot][param]
+  DType state_dtype_ = DType::kF32;
 };
 
 // MindSpore's Momentum: accum = momentum * accum + (g + wd * w); w -= lr * accum
@@ -98,8 +114,7 @@ class Momentum : public Optimizer {
   Momentum(std::vector<ParamGroup> groups, LrSchedulePtr lr, double momentum, bool nesterov = false);
 
  protected:
-  void update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
-              double weight_decay) override;
+  void update(float* const* state, float* p, const float* g, int64_t n, double lr, double weight_decay) override;
 
  private:
   double momentum_;
@@ -113,8 +128,7 @@ class SGD : public Optimizer {
   SGD(std::vector<ParamGroup> groups, LrSchedulePtr lr);
 
  protected:
-  void update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
-              double weight_decay) override;
+  void update(float* const* state, float* p, const float* g, int64_t n, double lr, double weight_decay) override;
 };
 
 struct AdamOptions {
@@ -130,8 +144,7 @@ class Adam : public Optimizer {
   Adam(std::vector<ParamGroup> groups, LrSchedulePtr lr, const AdamOptions& options = {}, bool decoupled = false);
 
  protected:
-  void update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
-              double weight_decay) override;
+  void update(float* const* state, float* p, const float* g, int64_t n, double lr, double weight_decay) override;
 
  private:
   AdamOptions options_;
@@ -164,8 +177,7 @@ class RMSProp : public Optimizer {
   RMSProp(std::vector<ParamGroup> groups, LrSchedulePtr lr, const RMSPropOptions& options = {});
 
  protected:
-  void update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
-              double weight_decay) override;
+  void update(float* const* state, float* p, const float* g, int64_t n, double lr, double weight_decay) override;
 
  private:
   RMSPropOptions options_;
@@ -180,8 +192,8 @@ class Adagrad : public Optimizer {
   Adagrad(std::vector<ParamGroup> groups, LrSchedulePtr lr, double initial_accum = 0.1);
 
  protected:
-  void update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
-              double weight_decay) override;
+  bool allows_bf16_state() const override { return false; }
+  void update(float* const* state, float* p, const float* g, int64_t n, double lr, double weight_decay) override;
 };
 
 // MindSpore's Lamb (You et al., "Large Batch Optimization for Deep Learning", 2019): Adam's bias-corrected
@@ -200,10 +212,10 @@ class LAMB : public Optimizer {
                                                                                       .eps = 1e-6});
 
  protected:
-  double prepare(size_t index, const float* p, const float* g, int64_t n, double lr, double weight_decay) override;
+  double prepare(float* const* state, const float* p, const float* g, int64_t n, double lr,
+                 double weight_decay) override;
   bool reads_whole_gradient() const override;
-  void update(size_t index, int64_t begin, float* p, const float* g, int64_t n, double lr,
-              double weight_decay) override;
+  void update(float* const* state, float* p, const float* g, int64_t n, double lr, double weight_decay) override;
 
  private:
   AdamOptions options_;

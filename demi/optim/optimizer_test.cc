@@ -132,6 +132,83 @@ TEST(Optimizer, LowPrecisionGradientsAreWidenedAndMultipliedAsRead) {
       Error);
 }
 
+// BF16 state: every update is the FP32 update of the state widened from BF16, with the state rounded back to
+// nearest even after it — bit for bit an FP32-state optimizer whose state is rounded after every step, for
+// FP32 and BF16 gradients, over several update and widening chunks, and for LAMB's whole-parameter pass.
+TEST(Optimizer, Bf16StateIsTheFp32UpdateRoundedAfterEachStep) {
+  const int64_t n = 70000;
+  std::vector<float> w0(static_cast<size_t>(n)), g0(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    w0[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(i));
+    g0[static_cast<size_t>(i)] = std::cos(0.11f * static_cast<float>(i)) * (1.0f + static_cast<float>(i % 7));
+  }
+  auto make = [](const std::string& kind, Tensor p) -> std::unique_ptr<Optimizer> {
+    std::vector<Tensor> ps{p};
+    if (kind == "Momentum") return std::make_unique<Momentum>(ps, 0.1, 0.9, 0.01);
+    if (kind == "Nesterov") return std::make_unique<Momentum>(ps, 0.1, 0.9, 0.01, true);
+    if (kind == "Adam") return std::make_unique<Adam>(ps, 0.01, AdamOptions{}, 0.01);
+    if (kind == "AdamW") return std::make_unique<AdamW>(ps, 0.01, AdamOptions{}, 0.1);
+    if (kind == "RMSProp") return std::make_unique<RMSProp>(ps, 0.01, RMSPropOptions{.momentum = 0.9, .centered = true});
+    return std::make_unique<LAMB>(ps, 0.01, AdamOptions{}, 0.01);
+  };
+  auto round_state = [](Optimizer& o) {
+    for (auto& [name, t] : o.state()) {
+      Tensor r = t.to(DType::kBF16).to(DType::kF32);
+      for (int64_t i = 0; i < t.numel(); ++i) t.set(i, r.get(i));
+    }
+  };
+  for (DType grad : {DType::kF32, DType::kBF16}) {
+    for (const std::string kind : {"Momentum", "Nesterov", "Adam", "AdamW", "RMSProp", "LAMB"}) {
+      Tensor a = param(w0), b = param(w0);
+      auto oa = make(kind, a), ob = make(kind, b);
+      oa->set_state_dtype(DType::kBF16);
+      for (int step = 0; step < 3; ++step) {
+        Tensor g = from_vector(g0, a.shape()).to(grad);
+        a.set_grad(g);
+        b.set_grad(g);
+        oa->step();
+        ob->step();
+        round_state(*ob);
+      }
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(a.get(i), b.get(i)) << kind << " (" << dtype_name(grad) << " gradients) element " << i;
+      auto sa = oa->state(), sb = ob->state();
+      ASSERT_EQ(sa.size(), sb.size());
+      for (size_t k = 0; k < sa.size(); ++k) {
+        ASSERT_EQ(sa[k].second.dtype(), DType::kBF16) << kind << " " << sa[k].first;
+        Tensor wide = sa[k].second.to(DType::kF32);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(wide.get(i), sb[k].second.get(i)) << kind << " " << sa[k].first;
+      }
+    }
+  }
+}
+
+TEST(Optimizer, Bf16StateTakesHalfTheBytesAndIsRefusedWhereItCannotWork) {
+  Tensor p = param({1.0f, 2.0f, 3.0f, 4.0f});
+  const int64_t before = mem_stats().cur(MemCategory::kOptimizerState);
+  Adam opt({p}, 0.1);
+  EXPECT_EQ(mem_stats().cur(MemCategory::kOptimizerState) - before, 2 * 4 * 4);
+  opt.set_state_dtype(DType::kBF16);
+  EXPECT_EQ(opt.state_dtype(), DType::kBF16);
+  EXPECT_EQ(mem_stats().cur(MemCategory::kOptimizerState) - before, 2 * 4 * 2) << "the FP32 state is freed";
+  set_grad(p, {1.0f, -1.0f, 0.5f, 0.25f});
+  opt.step();
+  opt.set_state_dtype(DType::kF32);  // back: converted exactly
+  EXPECT_EQ(opt.state()[0].second.dtype(), DType::kF32);
+  const float m_bf16 = from_vector(std::vector<float>{0.1f}, {1}).to(DType::kBF16).to(DType::kF32).get(0);
+  EXPECT_EQ(opt.state()[0].second.get(0), m_bf16) << "m = (1 - beta1) g = 0.1, held as bf16(0.1)";
+  EXPECT_THROW(opt.set_state_dtype(DType::kF16), Error) << "fp16's range does not hold second moments";
+  Tensor q = param({1.0f});
+  Adagrad ada({q}, 0.1);
+  try {
+    ada.set_state_dtype(DType::kBF16);
+    FAIL() << "Adagrad's growing sums in bf16 are refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Adagrad"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(ada.state_dtype(), DType::kF32);
+}
+
 TEST(LrSchedule, StepAndCosineWithWarmup) {
   auto s = step_lr(1.0, 10, 0.5);
   EXPECT_DOUBLE_EQ(s->lr(9), 1.0);

@@ -635,6 +635,31 @@ class NullObserver : public ops::OpObserver {
   void on_op(const ops::OpEvent&) override {}
 };
 
+// Names the op call during which the probe's training peak was reached: the first call after which the
+// peak stands higher than after any call before it (ops report when they finish, so the peak fell inside
+// that call, or between it and the call before).
+class PeakOp : public ops::OpObserver {
+ public:
+  explicit PeakOp(const ScopedPeak& peak) : peak_(peak) {}
+  void on_op(const ops::OpEvent& e) override {
+    const int64_t now = peak_.peak().train_peak;
+    if (now <= last_) return;
+    last_ = now;
+    where_ = str_cat(ops::op_name(e.op), e.backward ? " backward" : " forward",
+                     e.layer == nullptr ? std::string(" outside any cell")
+                     : *e.layer == '\0' ? std::string(" in the network's own construct")
+                                        : str_cat(" in '", e.layer, "'"));
+  }
+  std::string where(int64_t final_peak) const {
+    return final_peak > last_ ? std::string("after the last op (the step's own bookkeeping)") : where_;
+  }
+
+ private:
+  const ScopedPeak& peak_;
+  int64_t last_ = 0;
+  std::string where_;
+};
+
 }  // namespace
 
 MemForecast Model::forecast(const Tensor& data, const Tensor& label) {
@@ -642,11 +667,13 @@ MemForecast Model::forecast(const Tensor& data, const Tensor& label) {
   NullObserver quiet;
   train_step_->run_observed(data, label, quiet);  // the kernel choices for these shapes, made now
   ScopedPeak peak;
-  train_step_->run_observed(data, label, quiet);
+  PeakOp at(peak);
+  train_step_->run_observed(data, label, at);
   const MemStats m = peak.peak();
   MemForecast f;
   f.train_peak = m.train_peak;
   f.at_peak = m.at_train_peak;
+  f.peak_op = at.where(m.train_peak);
   return f;
 }
 

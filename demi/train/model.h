@@ -85,6 +85,9 @@ struct ModelOptions {
 struct MemForecast {
   int64_t train_peak = 0;                          // bytes: every tracked category but the data set's
   std::array<int64_t, kNumMemCategories> at_peak{};  // what the peak is made of (kData 0)
+  // Where the peak is reached: the op call and its layer ("Dense backward in 'encoder.layers.3.linear1'"),
+  // which says what recompute() or a smaller batch would act on.
+  std::string peak_op;
 };
 
 struct TrainSummary {

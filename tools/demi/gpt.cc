@@ -179,6 +179,7 @@ int run_train_gpt(const ParsedArgs& args) {
   auto groups = optim::weight_decay_groups(net->parameters_and_names(), wd, {"wte", "wpe"});
   auto opt = std::make_shared<optim::AdamW>(groups, optim::cosine_lr(lr, steps, warmup, lr / 10),
                                             optim::AdamOptions{.beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8});
+  opt->set_state_dtype(parse_optimizer_state(args.get("optimizer-state")));
   train::ModelOptions mo;
   mo.amp_level = amp::parse_level(args.get("amp"));
   mo.low_dtype = parse_dtype(args.get("dtype"));

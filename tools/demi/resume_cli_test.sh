@@ -39,4 +39,19 @@ check damaged 0 "skips a checkpoint that does not load, kept as .*modelC-1_4.saf
 grep -q "resumed from .*modelC-1_2.safetensors" "$work/damaged.log" || { echo "damaged: did not resume from 1_2"; exit 1; }
 cmp -s "$work/damaged.copy" "$newest.damaged" || { echo "damaged: the damaged checkpoint was not kept as it was"; exit 1; }
 [[ -f $newest ]] || { echo "damaged: the resumed run did not write its own modelC-1_4 again"; exit 1; }
+# bf16 optimizer state: saved as it is, so a run resumed at an epoch's end ends bit for bit where an
+# uninterrupted one does; resuming it with another --optimizer-state is warned about.
+state=("$demi" train --model C --data synthetic --train-samples 1024 --batch-size 256 --amp O2 --dtype bf16
+       --optimizer-state bf16 --json)
+"${state[@]}" --epochs 2 --ckpt-dir "$work/full" > "$work/full.log" 2>&1
+"${state[@]}" --epochs 1 --ckpt-dir "$work/half" > "$work/half1.log" 2>&1
+"${state[@]}" --epochs 2 --ckpt-dir "$work/half" --resume > "$work/half2.log" 2>&1
+summary() { grep '"kind":"summary"' "$1" | grep -o '"\(final_loss\|test_accuracy\)":[^,}]*' | tr '\n' ' '; }
+[[ -n $(summary "$work/full.log") && $(summary "$work/full.log") == $(summary "$work/half2.log") ]] || {
+  echo "bf16 state: the resumed run ends at $(summary "$work/half2.log"), the uninterrupted one at $(summary "$work/full.log")"
+  exit 1
+}
+echo "bf16_state_resume: OK"
+check state_changed 0 "warning: resuming .*, taken with --optimizer-state bf16, with --optimizer-state fp32" \
+  "${state[@]}" --optimizer-state fp32 --epochs 3 --ckpt-dir "$work/half" --resume
 echo "resume_cli_test: all OK"

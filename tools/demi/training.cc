@@ -83,6 +83,12 @@ std::optional<bool> parse_param_grads(const std::string& s) {
   throw UsageError("unknown --param-grads '" + s + "'; expected auto, bf16 or fp32");
 }
 
+DType parse_optimizer_state(const std::string& s) {
+  if (s == "fp32") return DType::kF32;
+  if (s == "bf16") return DType::kBF16;
+  throw UsageError("unknown --optimizer-state '" + s + "'; expected fp32 or bf16");
+}
+
 namespace {
 
 // Model D's data: random tokens (B, 128) of a 1000-word vocabulary; the label is the first token mod 10
@@ -204,7 +210,24 @@ std::string json_object(const std::map<std::string, std::string>& fields) {
   return s + "}";
 }
 
-std::string json_str(const std::string& s) { return "\"" + s + "\""; }
+std::string json_str(const std::string& s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
 std::string num(double v) {
   if (!std::isfinite(v)) return "null";
   std::ostringstream os;
@@ -277,7 +300,8 @@ io::Metadata run_settings(const ParsedArgs& args, const Job& job) {
           {"cli.train-samples", args.get("train-samples")},
           {"cli.lr", args.get("lr")},
           {"cli.seed", args.get("seed")},
-          {"cli.sink-size", args.get("sink-size")}};
+          {"cli.sink-size", args.get("sink-size")},
+          {"cli.optimizer-state", args.get("optimizer-state")}};
 }
 
 // A resume checks the settings the checkpoint was taken with: mid-epoch, another data set, sample count
@@ -341,6 +365,7 @@ int print_forecast(train::Model& model, const Job& job, const ParsedArgs& args, 
                 "\"train_peak\":%lld",
                 job.model_key.c_str(), amp::level_name(level), dtype.c_str(), static_cast<long long>(job.batch_size),
                 static_cast<long long>(f.train_peak));
+    std::printf(",\"peak_op\":%s", json_str(f.peak_op).c_str());
     for (int c = 0; c < kNumMemCategories; ++c) {
       if (static_cast<MemCategory>(c) == MemCategory::kData) continue;
       std::printf(",\"at_train_peak_%s\":%lld", json_category(c).c_str(),
@@ -358,6 +383,7 @@ int print_forecast(train::Model& model, const Job& job, const ParsedArgs& args, 
                 static_cast<double>(f.at_peak[static_cast<size_t>(c)]) / (1 << 20));
   }
   std::printf("  %-16s %10.2f MiB\n", "training peak", static_cast<double>(f.train_peak) / (1 << 20));
+  std::printf("  %-16s %s\n", "reached in", f.peak_op.c_str());
   return 0;
 }
 
@@ -383,6 +409,7 @@ Training build_training(const ParsedArgs& args, bool reporting) {
   if (!is_low_precision(low)) throw UsageError("--dtype must be fp16 or bf16, got '" + args.get("dtype") + "'");
   double lr = args.get_real("lr");
   auto opt = std::make_shared<optim::Momentum>(job.net->trainable_params(), lr, 0.9);
+  opt->set_state_dtype(parse_optimizer_state(args.get("optimizer-state")));
   train::ModelOptions& mo = t.mo;
   mo.amp_level = level;
   mo.low_dtype = low;
@@ -1087,6 +1114,9 @@ void add_training_commands(std::vector<Command>& cmds) {
                                                      "--accumulate)", ""});
   train_opts.push_back({"param-grads", "P", "parameter gradients: bf16 (half the bytes of FP32, FP32's range), fp32, "
                                             "or auto (bf16 at O2/O3, fp32 at O0/O1)", "auto"});
+  train_opts.push_back({"optimizer-state", "T", "the optimizer's state (momentum, Adam's moments): fp32, or bf16 "
+                                                "(half the bytes; rounded after each update: changes the numerics)",
+                        "fp32"});
   train_opts.push_back(int_option("steps", "N", "stop after N updates in all (0: --epochs decides; --model gpt: the run's "
                                                "length, which the learning-rate schedule spans, default 2000)", "0", 0, 1e15));
   train_opts.push_back({"comm-dtype", "T", "under mpirun: gradients travel as fp32 or bf16 (summed in FP32, "
