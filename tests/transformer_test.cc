@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "demi/amp/policy.h"
 #include "demi/amp/train_step.h"
 #include "demi/autograd/autograd.h"
 #include "demi/kernels/tolerance.h"
@@ -210,6 +211,52 @@ TEST(Attention, O2Fp16ScoresBeyondFp16RangeStayFinite) {
   // x, the weights, v and the output each rounded to fp16 once: a few fp16 roundings of values near 1.
   const Tolerance f16 = tolerance_for(DType::kF16);
   expect_close(fused, want, {4 * f16.rtol, 4 * f16.atol}, "O2-fp16 vs O0");
+}
+
+// recompute_probs: the fused core keeps q, k, v (and the mask) for backward, not the (N, Sq, Sk)
+// probabilities, and backward recomputes them with the same kernels: the same gradients, bit for bit, at
+// every level. Here the probabilities (8 x 64 x 64, f32 128 KiB) are 16x the output: with recompute_probs
+// only the output's bytes are new after the forward; without it the probabilities are kept too.
+TEST(Attention, RecomputedProbabilitiesGiveTheSameGradientsAndAreNotKept) {
+  for (Level level : {Level::kO0, Level::kO2}) {
+    for (DType low : {DType::kBF16, DType::kF16}) {
+      std::vector<Tensor> grads[2];
+      int64_t held[2] = {0, 0};
+      for (int recompute = 0; recompute < 2; ++recompute) {
+        Generator gen(11);
+        std::vector<Tensor> qkv;
+        for (int i = 0; i < 3; ++i) {
+          qkv.push_back(uniform({8, 64, 4}, -2.0, 2.0, gen));
+          qkv.back().set_requires_grad(true);
+        }
+        Tensor mask = uniform({64, 64}, -1.0, 0.0, gen);
+        amp::AmpPolicy policy(level, low);
+        ops::PrecisionScope scope(&policy);
+        const int64_t before = mem_stats().total_current;
+        Tensor y = ops::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], mask, 0, 2, false, recompute == 1);
+        held[recompute] = mem_stats().total_current - before;
+        autograd::backward(y, ones(y.shape()).to(y.dtype()));
+        for (Tensor& t : qkv) grads[recompute].push_back(t.grad());
+      }
+      SCOPED_TRACE(::testing::Message() << amp::level_name(level) << " " << dtype_name(low));
+      for (size_t i = 0; i < 3; ++i)
+        for (int64_t e = 0; e < grads[0][i].numel(); ++e)
+          ASSERT_EQ(grads[0][i].get(e), grads[1][i].get(e)) << "input " << i << " element " << e;
+      const int64_t elem = level == Level::kO0 ? 4 : 2, probs = 8 * 64 * 64 * elem, out = 8 * 64 * 4 * elem;
+      EXPECT_GE(held[0], probs + out) << "kept: the probabilities";
+      // The output, and at O2 the low-precision casts of q, k and v that backward reads.
+      EXPECT_LE(held[1], level == Level::kO0 ? out : 4 * out) << "recomputed: nothing of the probabilities";
+      if (level == Level::kO0) break;  // O0 has no low dtype
+    }
+  }
+  // MultiheadAttention takes it on its fused core; with attention dropout in training it runs the composed
+  // core, where the setting would do nothing: an error.
+  nn::MultiheadAttention m(8, 2, /*dropout=*/0.1);
+  m.recompute_probabilities = true;
+  Tensor x = ones({1, 3, 8});
+  EXPECT_THROW(m(x), Error);
+  m.set_train(false);
+  EXPECT_NO_THROW(m(x)) << "no dropout in evaluation: the fused core";
 }
 
 // The dtype each level runs the new ops in.

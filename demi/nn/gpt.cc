@@ -57,7 +57,8 @@ Tensor CausalSelfAttention::construct(const Tensor& x) {
   DEMI_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "expected x (B, T, ", n_embd, "), got ", x.describe());
   const int64_t b = x.dim(0), t = x.dim(1);
   std::vector<Tensor> qkv = split_heads(c_attn->call(x), b, t);
-  Tensor o = ops::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], Tensor(), 0, n_head, /*causal=*/true);
+  Tensor o = ops::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], Tensor(), 0, n_head, /*causal=*/true,
+                                               recompute_probabilities);
   Tensor y = c_proj->call(merge_heads(o, b, t));
   return resid_dropout ? resid_dropout->call(y) : y;
 }

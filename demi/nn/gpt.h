@@ -64,6 +64,9 @@ class CausalSelfAttention : public Cell {
   std::shared_ptr<Dense> c_attn, c_proj;
   std::shared_ptr<Dropout> resid_dropout;  // null when dropout == 0
   int64_t n_head, n_embd;
+  // Backward recomputes the attention probabilities instead of keeping them (training; see
+  // ops::scaled_dot_product_attention's recompute_probs).
+  bool recompute_probabilities = false;
 
  private:
   // qkv (B*T, 3E) -> q, k, v (B*H, T, Dh)

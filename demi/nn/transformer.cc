@@ -138,8 +138,10 @@ Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const 
   Tensor mask = additive_attention_mask(pending_.attn_mask, pending_.key_padding_mask, b, sq, sk);
   Tensor o;
   const bool drop = dropout > 0 && training();
+  DEMI_CHECK(!recompute_probabilities || (!drop && !force_composed), "MultiheadAttention: recompute_probabilities "
+             "takes the fused core; attention dropout (", dropout, ") in training runs the composed one");
   if (!drop && !force_composed) {
-    o = ops::scaled_dot_product_attention(q, k, v, mask, 0, h);
+    o = ops::scaled_dot_product_attention(q, k, v, mask, 0, h, false, recompute_probabilities);
   } else {
     Tensor s = ops::mul_scalar(ops::batch_matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(dh)));
     if (mask.defined()) {

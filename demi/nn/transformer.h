@@ -78,6 +78,10 @@ class MultiheadAttention : public Cell {
   double dropout;
   // Tests: run the composed core (batch_matmul + softmax) even without dropout.
   bool force_composed = false;
+  // Backward recomputes the attention probabilities instead of keeping them from the forward
+  // (ops::scaled_dot_product_attention's recompute_probs: the same gradients, less memory, more time). The
+  // fused core only: with attention dropout in training it is an error.
+  bool recompute_probabilities = false;
   Generator& generator() { return gen_; }
   Generator* own_generator() override { return &gen_; }
 

@@ -39,6 +39,17 @@ Tensor bmm(const Tensor& a, const Tensor& b, bool ta, bool tb, DType out) {
   return c;
 }
 
+// softmax(scale · q kᵀ + mask) in dt: the scores in acc (FP32, or f64), straight out of the product, never
+// rounded to fp16, and freed once the probabilities are written.
+Tensor attention_probabilities(const Tensor& q, const Tensor& k, const Tensor& mask,
+                               const kernels::AttentionSoftmaxParams& p, DType dt, DType acc) {
+  Tensor scores = bmm(q, k, false, true, acc);
+  Tensor probs = empty(scores.shape(), dt);
+  kernels::attention_softmax_forward(scores.raw_data(), acc, mask.defined() ? mask.raw_data() : nullptr, p,
+                                     probs.raw_data(), dt);
+  return probs;
+}
+
 // A view of `count` elements of x's storage starting `offset` elements after x's first, with `shape`.
 Tensor view_at(const Tensor& x, int64_t offset, const Shape& shape) {
   auto impl = std::make_shared<TensorImpl>();
@@ -280,7 +291,7 @@ Tensor concat(std::span<const Tensor> xs, int axis_in) {
 
 // ---- Scaled dot-product attention ----
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& mask_in,
-                                    double scale, int64_t heads, bool causal) {
+                                    double scale, int64_t heads, bool causal, bool recompute_probs) {
   const Op op = Op::kAttention;
   internal::check_floating(op, q_in, "q");
   internal::check_floating(op, k_in, "k");
@@ -318,19 +329,19 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   Tensor q = d.input(0), k = d.input(1), v = d.input(2);
   const DType dt = q.dtype(), acc = acc_dtype(dt);
   Tensor mask = d.input_as(3, acc);
-  // Scores in FP32 (f64), straight out of the product: never rounded to fp16.
-  Tensor scores = bmm(q, k, false, true, acc);
-  Tensor probs = empty(scores.shape(), dt);
-  kernels::attention_softmax_forward(scores.raw_data(), acc, mask.defined() ? mask.raw_data() : nullptr, p,
-                                     probs.raw_data(), dt);
-  scores = Tensor();  // freed before the second product: only the probabilities are kept for backward
+  Tensor probs = attention_probabilities(q, k, mask, p, dt, acc);
   Tensor out = bmm(probs, v, false, false, dt);
-  return d.finish(out, [q, k, v, probs, p, dt, acc](const TensorList& g) {
+  // Recomputed, each layer's (N·H, Sq, Sk) probabilities are held only during its own backward (model D:
+  // 4 MiB per layer at O2, 8 at O0, where every layer's were held at the training peak).
+  if (recompute_probs) probs = Tensor();
+  Tensor mask_kept = recompute_probs ? mask : Tensor();  // the mask only where backward reads it
+  return d.finish(out, [q, k, v, mask = mask_kept, probs, p, dt, acc](const TensorList& g) {
+    Tensor pr = probs.defined() ? probs : attention_probabilities(q, k, mask, p, dt, acc);
     Tensor go = grad_as(g[0], dt);
-    Tensor dv = bmm(probs, go, true, false, dt);   // pᵀ · dO
+    Tensor dv = bmm(pr, go, true, false, dt);      // pᵀ · dO
     Tensor dp = bmm(go, v, false, true, acc);      // dO · vᵀ, FP32 like the scores
-    Tensor ds = empty(probs.shape(), dt);
-    kernels::attention_softmax_backward(probs.raw_data(), dt, dp.raw_data(), acc, p, ds.raw_data());
+    Tensor ds = empty(pr.shape(), dt);
+    kernels::attention_softmax_backward(pr.raw_data(), dt, dp.raw_data(), acc, p, ds.raw_data());
     dp = Tensor();
     Tensor dq = bmm(ds, k, false, false, dt);      // ds · k
     Tensor dk = bmm(ds, q, true, false, dt);       // dsᵀ · q

@@ -159,6 +159,8 @@ int run_train_gpt(const ParsedArgs& args) {
   auto net = std::make_shared<nn::GPT>(o);
   if (args.flag("recompute"))
     for (auto& block : net->h) block->recompute();
+  if (args.flag("recompute-attention"))
+    for (auto& block : net->h) block->attn->recompute_probabilities = true;
   // Each epoch is eval_every updates of fresh random windows (each update takes --accumulate batches per
   // process); the validation windows are fixed by the seed.
   const int64_t batches_per_update = args.get_int("accumulate") * dist::get_group_size();

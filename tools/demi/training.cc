@@ -404,6 +404,12 @@ Training build_training(const ParsedArgs& args, bool reporting) {
     if (d == nullptr) throw UsageError("--recompute is for --model D (each encoder layer) and gpt (each block)");
     for (auto& layer : d->encoder->layers) layer->recompute();
   }
+  if (args.flag("recompute-attention")) {
+    auto* d = dynamic_cast<nn::TransformerClassifier*>(job.net.get());
+    if (d == nullptr)
+      throw UsageError("--recompute-attention is for --model D (each encoder layer) and gpt (each block)");
+    for (auto& layer : d->encoder->layers) layer->self_attn->recompute_probabilities = true;
+  }
   const amp::Level level = t.level = amp::parse_level(args.get("amp"));
   const DType low = t.low = parse_dtype(args.get("dtype"));
   if (!is_low_precision(low)) throw UsageError("--dtype must be fp16 or bf16, got '" + args.get("dtype") + "'");
@@ -1109,6 +1115,8 @@ void add_training_commands(std::vector<Command>& cmds) {
                                              "fits SIZE (512MiB, 2GiB, 800MB), forecast by probes", ""});
   train_opts.push_back({"recompute", "", "recompute each encoder layer (D) or block (gpt) in backward instead of "
                                          "keeping its activations", ""});
+  train_opts.push_back({"recompute-attention", "", "recompute the attention probabilities in backward instead of "
+                                                   "keeping them (D, gpt): the same gradients, less memory", ""});
   train_opts.push_back({"optimizer-in-backward", "", "update each parameter as soon as backward completes its "
                                                      "gradient, and free the gradient (no loss scale, clipping or "
                                                      "--accumulate)", ""});
