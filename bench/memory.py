@@ -36,7 +36,12 @@ SETTINGS = [
     ("O3-fp16", ["--amp", "O3", "--dtype", "fp16"]),
     ("O3-bf16", ["--amp", "O3", "--dtype", "bf16"]),
 ]
-EXTRA = {"D": [("O2-bf16 +recompute", ["--amp", "O2", "--dtype", "bf16", "--recompute"])]}
+EXTRA = {"D": [("O2-bf16 +recompute", ["--amp", "O2", "--dtype", "bf16", "--recompute"]),
+               ("O0 +recompute-attn", ["--amp", "O0", "--recompute-attention"]),
+               ("O2-bf16 +recompute-attn", ["--amp", "O2", "--dtype", "bf16", "--recompute-attention"],
+                "O0 +recompute-attn"),
+               ("O2-bf16 +rec-attn +bf16 st.", ["--amp", "O2", "--dtype", "bf16", "--recompute-attention",
+                                                "--optimizer-state", "bf16"], "O0 +recompute-attn")]}
 MIB = float(1 << 20)
 
 
@@ -58,35 +63,38 @@ def main():
     rows = []
     for model in a.models.split(","):
         base = ["--model", model, "--data", "synthetic", "--train-samples", str(64 * 32)]
-        for label, extra in SETTINGS + EXTRA.get(model, []):
+        for setting in SETTINGS + EXTRA.get(model, []):
+            label, extra = setting[0], setting[1]
+            base_label = setting[2] if len(setting) > 2 else "O0"  # the O0 row its ratios are against
             plan = last_json([a.demi, "plan", "--json"] + base + extra)
             run = last_json([a.demi, "train", "--json", "--mode", "pynative", "--steps", str(a.steps)] + base + extra)
             if plan is None or run is None:
                 continue
-            rows.append({"model": model, "setting": label, "forecast": plan["train_peak"],
+            rows.append({"model": model, "setting": label, "base": base_label, "forecast": plan["train_peak"],
                          "measured": run["peak_train"], "rss": run["peak_rss"],
                          "parts": {c: run.get("at_train_peak_" + c, 0) for c in CATS}})
             r = rows[-1]
-            print(f"  {model} {label:<20} measured {r['measured'] / MIB:8.2f} MiB, forecast "
+            print(f"  {model} {label:<28} measured {r['measured'] / MIB:8.2f} MiB, forecast "
                   f"{r['forecast'] / MIB:8.2f} MiB", file=sys.stderr)
-    print("\nthe training's own peak (every category but the data set), eager mode, MiB; ratio to O0's")
-    head = f"{'model':<6}{'setting':<20}" + "".join(f"{SHORT[c]:>8}" for c in CATS[:-1]) + \
+    print("\nthe training's own peak (every category but the data set), eager mode, MiB; ratio to O0's (to O0 with"
+          " the same recomputation for the +recompute-attn rows)")
+    head = f"{'model':<6}{'setting':<28}" + "".join(f"{SHORT[c]:>8}" for c in CATS[:-1]) + \
         f"{'train':>9}{'x O0':>7}{'RSS':>8}{'x O0':>7}"
     print(head)
-    o0 = {r["model"]: r for r in rows if r["setting"] == "O0"}
+    by_setting = {(r["model"], r["setting"]): r for r in rows}
     for r in rows:
-        b = o0.get(r["model"])
+        b = by_setting.get((r["model"], r["base"]))
         ratio = f"{r['measured'] / b['measured']:7.3f}" if b else "      -"
         rss = f"{r['rss'] / b['rss']:7.3f}" if b else "      -"
-        print(f"{r['model']:<6}{r['setting']:<20}" + "".join(f"{r['parts'][c] / MIB:8.2f}" for c in CATS[:-1]) +
+        print(f"{r['model']:<6}{r['setting']:<28}" + "".join(f"{r['parts'][c] / MIB:8.2f}" for c in CATS[:-1]) +
               f"{r['measured'] / MIB:9.2f}{ratio}{r['rss'] / MIB:8.1f}{rss}")
     print("\nthe memory forecast (demi plan: a probe of one batch, nothing trained) against the measured peak")
-    print(f"{'model':<6}{'setting':<20}{'forecast MiB':>14}{'measured MiB':>14}{'error':>9}")
+    print(f"{'model':<6}{'setting':<28}{'forecast MiB':>14}{'measured MiB':>14}{'error':>9}")
     worst = 0.0
     for r in rows:
         err = 100.0 * (r["forecast"] - r["measured"]) / r["measured"]
         worst = max(worst, abs(err))
-        print(f"{r['model']:<6}{r['setting']:<20}{r['forecast'] / MIB:14.2f}{r['measured'] / MIB:14.2f}{err:8.2f}%")
+        print(f"{r['model']:<6}{r['setting']:<28}{r['forecast'] / MIB:14.2f}{r['measured'] / MIB:14.2f}{err:8.2f}%")
     print(f"largest |error|: {worst:.2f}% over {len(rows)} settings")
 
 
