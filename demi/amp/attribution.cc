@@ -1,8 +1,10 @@
 #include "demi/amp/attribution.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
+#include "demi/core/convert.h"
 #include "demi/core/error.h"
 #include "demi/core/tensor.h"
 
@@ -14,17 +16,30 @@ struct Scan {
   double max_finite = 0;
 };
 
+// Counts t's non-finite values and its largest finite magnitude, reading a low-precision tensor widened a
+// chunk at a time on the stack: an FP32 copy of each output would add its size to the re-run's peak (model
+// A at O2-fp16: the convolution's output, 0.9 MiB, above the training step's own peak).
 void scan(const Tensor& t, Scan& s) {
   if (!t.defined() || !is_floating(t.dtype()) || t.numel() == 0) return;
-  Tensor f = t.dtype() == DType::kF32 ? t : t.to(DType::kF32);
-  const float* p = f.data<float>();
-  const int64_t n = f.numel();
+  const int64_t n = t.numel();
   s.numel += n;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = p[i];
-    if (std::isnan(v)) ++s.nan;
-    else if (std::isinf(v)) ++s.inf;
-    else s.max_finite = std::max(s.max_finite, static_cast<double>(std::fabs(v)));
+  auto count = [&s](const float* p, int64_t m) {
+    for (int64_t i = 0; i < m; ++i) {
+      const float v = p[i];
+      if (std::isnan(v)) ++s.nan;
+      else if (std::isinf(v)) ++s.inf;
+      else s.max_finite = std::max(s.max_finite, static_cast<double>(std::fabs(v)));
+    }
+  };
+  if (t.dtype() == DType::kF32) return count(t.data<float>(), n);
+  constexpr int64_t kChunk = 1024;
+  float wide[kChunk];
+  const char* p = static_cast<const char*>(t.raw_data());
+  const size_t elem = dtype_size(t.dtype());
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t m = std::min(kChunk, n - i);
+    convert(p + static_cast<size_t>(i) * elem, t.dtype(), wide, DType::kF32, m);
+    count(wide, m);
   }
 }
 
