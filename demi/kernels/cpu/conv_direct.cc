@@ -84,6 +84,10 @@ using cpu_internal::parts_for;
 using cpu_internal::kDirectOcb;
 using cpu_internal::Workspace;
 
+// Channels of the weight gradient's dz built and multiplied at a time (a multiple of the dot kernels' 4-row
+// tiles): the dz a thread holds is kDzChannels rows, not OC.
+constexpr int64_t kDzChannels = 8;
+
 const DirectConvKernels& kernels() {
   static const cpu_internal::KernelTable<DirectConvKernels> table{
       {CpuLevel::kScalar, cpu_internal::direct_conv_kernels_scalar},
@@ -167,9 +171,11 @@ void check(const Conv2dParams& p, const char* op) {
 // (DirectConvKernels::dot_rows, or dot_rows_bf16 where the image and dz are bf16 and the level has it: a fixed
 // order within and across its images); at the end each (oc, k)'s lanes are added in lane order, then the
 // threads' sums in thread order (the bits depend on the thread count, as the choice cache's key does).
-// `rows(n, tmp, bf16)` returns image n's dz as OC rows of OH * OW, f32 (or bf16 when bf16), in place or built in
-// tmp, tmp_bytes(bf16) bytes of the thread's scratch (what rows needs: none when dz is given in the kernels'
-// dtype). The columns are bf16 where the rows are. dw32 (OC, K), db32 (OC).
+// `rows(n, o0, on, tmp, bf16)` returns channels [o0, o0 + on) of image n's dz as rows of OH * OW, f32 (or bf16
+// when bf16), in place or built in tmp, tmp_bytes(on, bf16) bytes of the thread's scratch (what rows needs:
+// none when dz is given in the kernels' dtype); on <= kDzChannels. The columns are bf16 where the rows are.
+// dw32 (OC, K), db32 (OC). Each (oc, k) sums its positions in the same order whichever channels share a
+// call, so taking the channels a few at a time keeps the bits and bounds the dz built at once.
 template <class Rows, class TmpBytes>
 void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype, Rows&& rows, TmpBytes&& tmp_bytes,
                            float* dw32, float* db32) {
@@ -180,7 +186,8 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
   const int64_t part = (p.oc * g.k + p.oc) * 16;  // one thread's lanes for dw and db
   const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)),
                col_bytes = bytes64(static_cast<size_t>(g.k * positions) * (bf16 ? sizeof(BFloat16) : sizeof(float))),
-               rows_bytes = bytes64(tmp_bytes(bf16)), lane_bytes = bytes64(static_cast<size_t>(part) * sizeof(float));
+               rows_bytes = bytes64(tmp_bytes(std::min(p.oc, kDzChannels), bf16)),
+               lane_bytes = bytes64(static_cast<size_t>(part) * sizeof(float));
   PartScratch scratch(threads, xp_bytes + col_bytes + rows_bytes + lane_bytes);
   for_each_part(threads, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
     char* base = scratch.part(t);
@@ -192,14 +199,19 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
     std::fill(lanes, lanes + part, 0.0f);
     for (int64_t n = n0; n < n1; ++n) {
       pad_image(p, g, x, n, xp);
-      if (bf16) {
-        auto* col16 = reinterpret_cast<BFloat16*>(col);
-        kern.columns_bf16(g, xp, col16);
-        kern.dot_rows_bf16(static_cast<const BFloat16*>(rows(n, tmp, true)), col16, p.oc, g.k, positions, lanes,
-                           db_lanes);
-      } else {
+      if (bf16)
+        kern.columns_bf16(g, xp, reinterpret_cast<BFloat16*>(col));
+      else
         kern.columns(g, xp, col);
-        kern.dot_rows(static_cast<const float*>(rows(n, tmp, false)), col, p.oc, g.k, positions, lanes, db_lanes);
+      for (int64_t o0 = 0; o0 < p.oc; o0 += kDzChannels) {
+        const int64_t on = std::min(kDzChannels, p.oc - o0);
+        float* l = lanes + o0 * g.k * 16;
+        float* dbl = db_lanes + o0 * 16;
+        if (bf16)
+          kern.dot_rows_bf16(static_cast<const BFloat16*>(rows(n, o0, on, tmp, true)),
+                             reinterpret_cast<const BFloat16*>(col), on, g.k, positions, l, dbl);
+        else
+          kern.dot_rows(static_cast<const float*>(rows(n, o0, on, tmp, false)), col, on, g.k, positions, l, dbl);
       }
     }
   });
@@ -347,14 +359,14 @@ void direct_conv2d_backward_weights(const Conv2dParams& p, const void* x, const 
   std::vector<float> dw32(static_cast<size_t>(p.oc * g.k)), db32(static_cast<size_t>(p.oc));
   backward_weights_impl(
       p, x, p.y_dtype,
-      [&](int64_t n, float* tmp, bool bf16) -> const void* {
-        const int64_t at = n * p.oc * positions;
+      [&](int64_t n, int64_t o0, int64_t on, float* tmp, bool bf16) -> const void* {
+        const int64_t at = (n * p.oc + o0) * positions;
         if (bf16 || p.y_dtype == DType::kF32) return element_at(dy, at, p.y_dtype);
-        convert(element_at(dy, at, p.y_dtype), p.y_dtype, tmp, DType::kF32, p.oc * positions);
+        convert(element_at(dy, at, p.y_dtype), p.y_dtype, tmp, DType::kF32, on * positions);
         return tmp;
       },
-      [&](bool bf16) {
-        return bf16 || p.y_dtype == DType::kF32 ? size_t{0} : static_cast<size_t>(p.oc * positions) * sizeof(float);
+      [&](int64_t on, bool bf16) {
+        return bf16 || p.y_dtype == DType::kF32 ? size_t{0} : static_cast<size_t>(on * positions) * sizeof(float);
       },
       dw32.data(), db32.data());
   store_gradients(p, dw32.data(), db32.data(), dw, p.w_dtype, db, p.bias_dtype, p.accumulate);
@@ -373,27 +385,28 @@ void direct_conv2d_relu_max_pool2d_backward_weights(const Conv2dParams& p, const
   // one image at a time while it is hot.
   backward_weights_impl(
       p, x, dy_dtype,
-      [&](int64_t n, float* tmp, bool bf16) -> const void* {
-        Pool2dParams one = pool;
+      [&](int64_t n, int64_t o0, int64_t on, float* tmp, bool bf16) -> const void* {
+        Pool2dParams one = pool;  // the image's channels [o0, o0 + on)
         one.n = 1;
-        const int64_t at = n * p.oc * pooled;
+        one.c = on;
+        const int64_t at = (n * p.oc + o0) * pooled;
         const void* src = element_at(dy, at, dy_dtype);
         if (bf16) {  // dy is bf16: dz in bf16, its values exactly
           max_pool2d_backward(one, DType::kBF16, src, argmax + at, tmp);
           return tmp;
         }
         if (dy_dtype != DType::kF32) {  // dy widened into tmp past dz
-          float* dy32 = tmp + p.oc * p.out_h() * p.out_w();
-          convert(src, dy_dtype, dy32, DType::kF32, p.oc * pooled);
+          float* dy32 = tmp + on * p.out_h() * p.out_w();
+          convert(src, dy_dtype, dy32, DType::kF32, on * pooled);
           src = dy32;
         }
         max_pool2d_backward(one, DType::kF32, src, argmax + at, tmp);
         return tmp;
       },
-      [&](bool bf16) {  // dz (bf16 or f32), and f32 dy when dy is f16 or bf16 but dz is f32
-        const int64_t dz = p.oc * p.out_h() * p.out_w();
+      [&](int64_t on, bool bf16) {  // dz (bf16 or f32), and f32 dy when dy is f16 or bf16 but dz is f32
+        const int64_t dz = on * p.out_h() * p.out_w();
         if (bf16) return static_cast<size_t>(dz) * sizeof(BFloat16);
-        return static_cast<size_t>(dz + (dy_dtype == DType::kF32 ? 0 : p.oc * pooled)) * sizeof(float);
+        return static_cast<size_t>(dz + (dy_dtype == DType::kF32 ? 0 : on * pooled)) * sizeof(float);
       },
       dw32.data(), db32.data());
   store_gradients(p, dw32.data(), db32.data(), dw, dw_dtype, db, db_dtype, false);

@@ -124,9 +124,9 @@ TEST(DirectConv, FusedReluMaxPoolEqualsItsSeparateKernelsBitForBit) {
 }
 
 // The weight gradient's scratch is sized by what each path holds: with bf16 image and gradient, bf16
-// columns and one bf16 dz per thread (model A's first layer at O2-bf16: the f32-sized scratch of before,
-// 0.76 MiB, was its training peak's largest part); with an f16 gradient, one f32 dz and the widened pooled
-// gradient. Each bound is below the f32-sized scratch (2 x OC x P floats of dz, K x P floats of columns).
+// columns and bf16 dz; with an f16 gradient, f32 dz and the widened pooled gradient; dz for 8 channels at a
+// time (model A's first layer: the f32-sized scratch of before, 0.76 MiB at O2-bf16, was its training
+// peak's largest part). Each bound is below the f32-sized scratch (2 x OC x P floats of dz, K x P of columns).
 TEST(DirectConv, WeightGradientScratchIsSizedByThePathsDtypes) {
   const int saved_threads = num_threads();
   set_num_threads(2);
@@ -150,9 +150,10 @@ TEST(DirectConv, WeightGradientScratchIsSizedByThePathsDtypes) {
                                                      db.data(), F32);
       const int64_t scratch = peak.peak().pk(MemCategory::kWorkspace) - mem_stats().cur(MemCategory::kWorkspace);
       const bool bf16_dot = t == BF16 && level >= CpuLevel::kAvx512Bf16;
-      const int64_t per_thread = bf16_dot ? xp + k * positions * 2 + p.oc * positions * 2 + lanes
-                                          : xp + k * positions * 4 + p.oc * positions * 4 +
-                                                p.oc * pool.oh * pool.ow * 4 + lanes;
+      const int64_t dz_rows = 8;  // channels of dz at a time
+      const int64_t per_thread = bf16_dot ? xp + k * positions * 2 + dz_rows * positions * 2 + lanes
+                                          : xp + k * positions * 4 + dz_rows * positions * 4 +
+                                                dz_rows * pool.oh * pool.ow * 4 + lanes;
       EXPECT_LE(scratch, 2 * (per_thread + 5 * 64)) << "bytes of scratch";
       EXPECT_LT(scratch, 2 * (xp + k * positions * 4 + 2 * p.oc * positions * 4 + lanes)) << "the f32-sized scratch";
     }
