@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "demi/amp/policy.h"
+#include "demi/core/memory.h"
 
 namespace demi::amp {
 namespace {
@@ -60,6 +61,14 @@ TEST(UnscaleAndCheck, OnePassScalesEverythingAndFindsTheFirstBadBuffer) {
   EXPECT_EQ(unscale_and_check(grads, 1.0f), -1);
   grads[0].set(0, std::nanf(""));
   EXPECT_EQ(unscale_and_check(grads, 1.0f), 0);
+  // Low-precision gradients are checked where they are: no FP32 copy of them is made.
+  std::vector<Tensor> low = {full({4096}, 1.0).to(DType::kF16), full({4096}, 2.0).to(DType::kBF16)};
+  const int64_t before = mem_stats().total_current;
+  ScopedPeak peak;
+  EXPECT_TRUE(all_finite(low));
+  EXPECT_EQ(peak.peak().total_peak, before) << "bytes allocated to check them";
+  low[1].set(4095, std::numeric_limits<double>::infinity());
+  EXPECT_FALSE(all_finite(low));
 }
 
 TEST(FunctionalScalers, DynamicScalerAdjusts) {
