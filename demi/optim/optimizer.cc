@@ -43,6 +43,7 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, LrSchedul
 std::vector<Tensor> Optimizer::parameters() const { return flat_; }
 
 void Optimizer::add_state_slots(const std::vector<std::string>& slot_names) {
+  DEMI_CHECK(state_.size() + slot_names.size() <= kMaxSlots, name_, ": at most ", kMaxSlots, " state slots");
   MemCategoryScope cat(MemCategory::kOptimizerState);
   for (const auto& s : slot_names) {
     slot_names_.push_back(s);
@@ -94,8 +95,7 @@ void Optimizer::step_param(size_t i, float low_grad_multiplier) {
   const DType gdtype = g.dtype();
   const size_t gsize = dtype_size(gdtype);
   double wd = group.weight_decay;
-  const size_t slots = state_.size();
-  DEMI_CHECK(slots <= kMaxSlots, name_, ": more than ", kMaxSlots, " state slots");
+  const size_t slots = state_.size();  // at most kMaxSlots (add_state_slots)
   // BF16 state is widened a chunk at a time beside the gradient, or, for an optimizer whose prepare() reads
   // the whole parameter, widened whole into FP32 copies (one parameter's) and rounded back after the update.
   const bool narrow = state_dtype_ != DType::kF32;
@@ -159,8 +159,8 @@ void Optimizer::step_param(size_t i, float low_grad_multiplier) {
 }
 
 void Optimizer::set_state_dtype(DType dtype) {
-  DEMI_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, name_, ": the state dtype must be float32 or bfloat16, got ",
-             dtype_name(dtype));
+  DEMI_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, name_,
+             ": the state dtype must be float32 or bfloat16, got ", dtype_name(dtype));
   DEMI_CHECK(dtype == DType::kF32 || allows_bf16_state(), name_,
              ": its state cannot be bfloat16 (its sums only grow, and increments below 2^-9 of a sum would be lost)");
   if (dtype == state_dtype_) return;

@@ -148,7 +148,8 @@ TEST(Optimizer, Bf16StateIsTheFp32UpdateRoundedAfterEachStep) {
     if (kind == "Nesterov") return std::make_unique<Momentum>(ps, 0.1, 0.9, 0.01, true);
     if (kind == "Adam") return std::make_unique<Adam>(ps, 0.01, AdamOptions{}, 0.01);
     if (kind == "AdamW") return std::make_unique<AdamW>(ps, 0.01, AdamOptions{}, 0.1);
-    if (kind == "RMSProp") return std::make_unique<RMSProp>(ps, 0.01, RMSPropOptions{.momentum = 0.9, .centered = true});
+    if (kind == "RMSProp")
+      return std::make_unique<RMSProp>(ps, 0.01, RMSPropOptions{.momentum = 0.9, .centered = true});
     return std::make_unique<LAMB>(ps, 0.01, AdamOptions{}, 0.01);
   };
   auto round_state = [](Optimizer& o) {

@@ -635,9 +635,9 @@ class NullObserver : public ops::OpObserver {
   void on_op(const ops::OpEvent&) override {}
 };
 
-// Names the op call during which the probe's training peak was reached: the first call after which the
-// peak stands higher than after any call before it (ops report when they finish, so the peak fell inside
-// that call, or between it and the call before).
+// Names the op call during which the probe's training peak was reached: the last call after which the peak
+// had risen (ops report when they finish, so the peak fell inside that call, or between it and the call
+// before).
 class PeakOp : public ops::OpObserver {
  public:
   explicit PeakOp(const ScopedPeak& peak) : peak_(peak) {}

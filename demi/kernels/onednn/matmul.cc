@@ -237,8 +237,8 @@ void matmul_widening(const MatmulParams& p, const Widening& wide, const void* a,
   // dsᵀ·q) took 16 MiB of f32 copies at once, the largest workspace of its O2-bf16 training peak.
   if (p.batch > 1) {
     const int64_t per = (split ? 4 : 1) * (p.m * p.k + p.k * p.n) + (p.c_dtype != DType::kF32 ? p.m * p.n : 0);
-    const int64_t chunk = std::clamp<int64_t>(g_chunk_elements.load(std::memory_order_relaxed) / std::max<int64_t>(1, per),
-                                              1, p.batch);
+    const int64_t target = g_chunk_elements.load(std::memory_order_relaxed);
+    const int64_t chunk = std::clamp<int64_t>(target / std::max<int64_t>(1, per), 1, p.batch);
     if (chunk < p.batch) {
       const size_t a_bytes = static_cast<size_t>(p.m * p.k) * dtype_size(p.a_dtype),
                    b_bytes = static_cast<size_t>(p.k * p.n) * dtype_size(p.b_dtype),

@@ -172,7 +172,8 @@ TEST(OnednnMatmul, WideningHoldsAChunkOfF32AtATime) {
   const size_t target = size_t{1} << 20;  // the chunk target, in f32 elements (4 MiB)
   const size_t own = size_t{1} << 18;     // the primitive's own scratchpad (oneDNN's; 128 KiB here)
   auto scratch_of = [](const MatmulParams& p, bool widened) {
-    std::vector<uint16_t> a(static_cast<size_t>(p.batch * p.m * p.k), 0x3c00), b(static_cast<size_t>(p.batch * p.k * p.n), 0x3c00);
+    std::vector<uint16_t> a(static_cast<size_t>(p.batch * p.m * p.k), 0x3c00);
+    std::vector<uint16_t> b(static_cast<size_t>(p.batch * p.k * p.n), 0x3c00);
     std::vector<uint16_t> c(static_cast<size_t>(p.batch * p.m * p.n));
     const int64_t before = mem_stats().cur(MemCategory::kWorkspace);
     ScopedPeak peak;
