@@ -23,6 +23,19 @@ constexpr int32_t kNone = 255;  // kArgmaxNone (reference/pool.h)
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+// The walk every kernel here takes: each output row in groups of up to 8 outputs, f(o, at, n) per group, with
+// o its first output (in y, dy and argmax), at the first element of its windows in the input's top row (the
+// bottom row is at + g.w), n its width (1..8).
+template <typename F>
+inline void for_each_group(const G& g, F&& f) {
+  for (int64_t plane = 0; plane < g.planes; ++plane) {
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+      const int64_t o = (plane * g.oh + oy) * g.ow, at = (plane * g.h + 2 * oy) * g.w;
+      for (int64_t ox = 0; ox < g.ow; ox += 8) f(o + ox, at + 2 * ox, min64(8, g.ow - ox));
+    }
+  }
+}
+
 // The n (<= 8) horizontal pairs at p, as their first (even) and second (odd) elements in f32.
 inline void load_pairs(const float* p, int64_t n, __m256& even, __m256& odd) {
   __m256 a, b;
@@ -115,23 +128,15 @@ inline void store_idx(uint8_t* p, __m256i idx, int64_t n) {
 
 template <typename T, bool kRelu, bool kArgmax>
 void max_forward_impl(const G& g, const T* x, T* y, uint8_t* argmax) {
-  for (int64_t plane = 0; plane < g.planes; ++plane) {
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
-      const T* r0 = x + (plane * g.h + 2 * oy) * g.w;
-      const T* r1 = r0 + g.w;
-      int64_t o = (plane * g.oh + oy) * g.ow;
-      for (int64_t ox = 0; ox < g.ow; ox += 8) {
-        int64_t n = min64(8, g.ow - ox);
-        __m256 a, b, c, d;
-        __m256i idx;
-        load_pairs(r0 + 2 * ox, n, a, b);
-        load_pairs(r1 + 2 * ox, n, c, d);
-        __m256 m = window_max<kRelu>(a, b, c, d, idx);
-        store_out(y + o + ox, m, n);
-        if constexpr (kArgmax) store_idx(argmax + o + ox, idx, n);
-      }
-    }
-  }
+  for_each_group(g, [&](int64_t o, int64_t at, int64_t n) {
+    __m256 a, b, c, d;
+    __m256i idx;
+    load_pairs(x + at, n, a, b);
+    load_pairs(x + at + g.w, n, c, d);
+    __m256 m = window_max<kRelu>(a, b, c, d, idx);
+    store_out(y + o, m, n);
+    if constexpr (kArgmax) store_idx(argmax + o, idx, n);
+  });
 }
 
 template <typename T>
@@ -197,55 +202,39 @@ inline void interleave(__m256i even, __m256i odd, __m256i& lo, __m256i& hi) {
 void max_backward_32(const G& g, const void* dyv, const uint8_t* argmax, void* dxv) {
   const uint32_t* dy = static_cast<const uint32_t*>(dyv);
   uint32_t* dx = static_cast<uint32_t*>(dxv);
-  for (int64_t plane = 0; plane < g.planes; ++plane) {
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
-      int64_t o = (plane * g.oh + oy) * g.ow;
-      uint32_t* d0 = dx + (plane * g.h + 2 * oy) * g.w;
-      uint32_t* d1 = d0 + g.w;
-      for (int64_t ox = 0; ox < g.ow; ox += 8) {
-        int64_t n = min64(8, g.ow - ox);
-        __m256i d;
-        if (n == 8) {
-          d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dy + o + ox));
-        } else {
-          alignas(32) uint32_t buf[8] = {};
-          std::memcpy(buf, dy + o + ox, static_cast<size_t>(n) * sizeof(uint32_t));
-          d = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
-        }
-        __m256i i = load_idx(argmax + o + ox, n);
-        auto pick = [&](int k) { return _mm256_and_si256(d, _mm256_cmpeq_epi32(i, _mm256_set1_epi32(k))); };
-        __m256i lo, hi;
-        interleave(pick(0), pick(1), lo, hi);
-        store_row(d0 + 2 * ox, lo, hi, 8 * n);
-        interleave(pick(2), pick(3), lo, hi);
-        store_row(d1 + 2 * ox, lo, hi, 8 * n);
-      }
+  for_each_group(g, [&](int64_t o, int64_t at, int64_t n) {
+    __m256i d;
+    if (n == 8) {
+      d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dy + o));
+    } else {
+      alignas(32) uint32_t buf[8] = {};
+      std::memcpy(buf, dy + o, static_cast<size_t>(n) * sizeof(uint32_t));
+      d = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
     }
-  }
+    __m256i i = load_idx(argmax + o, n);
+    auto pick = [&](int k) { return _mm256_and_si256(d, _mm256_cmpeq_epi32(i, _mm256_set1_epi32(k))); };
+    __m256i lo, hi;
+    interleave(pick(0), pick(1), lo, hi);
+    store_row(dx + at, lo, hi, 8 * n);
+    interleave(pick(2), pick(3), lo, hi);
+    store_row(dx + at + g.w, lo, hi, 8 * n);
+  });
 }
 
 // 16-bit elements (bf16 and f16 alike: raw bits): one 32-bit lane per window column pair.
 void max_backward_16(const G& g, const void* dyv, const uint8_t* argmax, void* dxv) {
   const uint16_t* dy = static_cast<const uint16_t*>(dyv);
   uint16_t* dx = static_cast<uint16_t*>(dxv);
-  for (int64_t plane = 0; plane < g.planes; ++plane) {
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
-      int64_t o = (plane * g.oh + oy) * g.ow;
-      uint16_t* d0 = dx + (plane * g.h + 2 * oy) * g.w;
-      uint16_t* d1 = d0 + g.w;
-      for (int64_t ox = 0; ox < g.ow; ox += 8) {
-        int64_t n = min64(8, g.ow - ox);
-        alignas(16) uint16_t buf[8] = {};
-        std::memcpy(buf, dy + o + ox, static_cast<size_t>(n) * sizeof(uint16_t));
-        __m256i d = _mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(buf)));
-        __m256i i = load_idx(argmax + o + ox, n);
-        auto at = [&](int k) { return _mm256_cmpeq_epi32(i, _mm256_set1_epi32(k)); };
-        __m256i row0 = _mm256_or_si256(_mm256_and_si256(d, at(0)), _mm256_and_si256(_mm256_slli_epi32(d, 16), at(1)));
-        __m256i row1 = _mm256_or_si256(_mm256_and_si256(d, at(2)), _mm256_and_si256(_mm256_slli_epi32(d, 16), at(3)));
-        store_pair_lanes(d0 + 2 * ox, d1 + 2 * ox, row0, row1, n);
-      }
-    }
-  }
+  for_each_group(g, [&](int64_t o, int64_t at, int64_t n) {
+    alignas(16) uint16_t buf[8] = {};
+    std::memcpy(buf, dy + o, static_cast<size_t>(n) * sizeof(uint16_t));
+    __m256i d = _mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(buf)));
+    __m256i i = load_idx(argmax + o, n);
+    auto is = [&](int k) { return _mm256_cmpeq_epi32(i, _mm256_set1_epi32(k)); };
+    __m256i row0 = _mm256_or_si256(_mm256_and_si256(d, is(0)), _mm256_and_si256(_mm256_slli_epi32(d, 16), is(1)));
+    __m256i row1 = _mm256_or_si256(_mm256_and_si256(d, is(2)), _mm256_and_si256(_mm256_slli_epi32(d, 16), is(3)));
+    store_pair_lanes(dx + at, dx + at + g.w, row0, row1, n);
+  });
 }
 
 // ((a + b) + c) + d, then / 4 (exact as * 0.25): the reference's order, so results are bit-identical.
@@ -254,21 +243,13 @@ void avg_forward(const G& g, const void* xv, void* yv) {
   const T* x = static_cast<const T*>(xv);
   T* y = static_cast<T*>(yv);
   const __m256 quarter = _mm256_set1_ps(0.25f);
-  for (int64_t plane = 0; plane < g.planes; ++plane) {
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
-      const T* r0 = x + (plane * g.h + 2 * oy) * g.w;
-      const T* r1 = r0 + g.w;
-      int64_t o = (plane * g.oh + oy) * g.ow;
-      for (int64_t ox = 0; ox < g.ow; ox += 8) {
-        int64_t n = min64(8, g.ow - ox);
-        __m256 a, b, c, d;
-        load_pairs(r0 + 2 * ox, n, a, b);
-        load_pairs(r1 + 2 * ox, n, c, d);
-        __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a, b), c), d);
-        store_out(y + o + ox, _mm256_mul_ps(s, quarter), n);
-      }
-    }
-  }
+  for_each_group(g, [&](int64_t o, int64_t at, int64_t n) {
+    __m256 a, b, c, d;
+    load_pairs(x + at, n, a, b);
+    load_pairs(x + at + g.w, n, c, d);
+    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a, b), c), d);
+    store_out(y + o, _mm256_mul_ps(s, quarter), n);
+  });
 }
 
 // Each window's dy / 4, rounded to T, on its 4 elements.
@@ -277,33 +258,25 @@ void avg_backward(const G& g, const void* dyv, void* dxv) {
   const T* dy = static_cast<const T*>(dyv);
   T* dx = static_cast<T*>(dxv);
   const __m256 quarter = _mm256_set1_ps(0.25f);
-  for (int64_t plane = 0; plane < g.planes; ++plane) {
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
-      int64_t o = (plane * g.oh + oy) * g.ow;
-      T* d0 = dx + (plane * g.h + 2 * oy) * g.w;
-      T* d1 = d0 + g.w;
-      for (int64_t ox = 0; ox < g.ow; ox += 8) {
-        int64_t n = min64(8, g.ow - ox);
-        __m256 v = _mm256_mul_ps(n == 8 ? V::load(dy + o + ox) : V::load_n(dy + o + ox, n), quarter);
-        if constexpr (sizeof(T) == 4) {
-          __m256i lo, hi;
-          interleave(_mm256_castps_si256(v), _mm256_castps_si256(v), lo, hi);
-          store_row(d0 + 2 * ox, lo, hi, 8 * n);
-          store_row(d1 + 2 * ox, lo, hi, 8 * n);
-        } else {
-          __m128i bits;
-          if constexpr (std::is_same_v<T, BFloat16>)
-            bits = V::narrow_bf16(v);
-          else
-            bits = _mm256_cvtps_ph(v, V::kRoundNearest);
-          __m256i w = _mm256_cvtepu16_epi32(bits);
-          __m256i lanes = _mm256_or_si256(w, _mm256_slli_epi32(w, 16));
-          store_pair_lanes(reinterpret_cast<uint16_t*>(d0 + 2 * ox), reinterpret_cast<uint16_t*>(d1 + 2 * ox), lanes,
-                           lanes, n);
-        }
-      }
+  for_each_group(g, [&](int64_t o, int64_t at, int64_t n) {
+    __m256 v = _mm256_mul_ps(n == 8 ? V::load(dy + o) : V::load_n(dy + o, n), quarter);
+    if constexpr (sizeof(T) == 4) {
+      __m256i lo, hi;
+      interleave(_mm256_castps_si256(v), _mm256_castps_si256(v), lo, hi);
+      store_row(dx + at, lo, hi, 8 * n);
+      store_row(dx + at + g.w, lo, hi, 8 * n);
+    } else {
+      __m128i bits;
+      if constexpr (std::is_same_v<T, BFloat16>)
+        bits = V::narrow_bf16(v);
+      else
+        bits = _mm256_cvtps_ph(v, V::kRoundNearest);
+      __m256i w = _mm256_cvtepu16_epi32(bits);
+      __m256i lanes = _mm256_or_si256(w, _mm256_slli_epi32(w, 16));
+      store_pair_lanes(reinterpret_cast<uint16_t*>(dx + at), reinterpret_cast<uint16_t*>(dx + at + g.w), lanes, lanes,
+                       n);
     }
-  }
+  });
 }
 
 template <typename T>
