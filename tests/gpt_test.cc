@@ -12,12 +12,12 @@
 #include <unistd.h>
 
 #include "demi/autograd/autograd.h"
+#include "demi/core/memory.h"
 #include "demi/data/text.h"
 #include "demi/nn/gpt.h"
 #include "demi/ops/ops.h"
 #include "demi/optim/param_groups.h"
 #include "demi/train/model.h"
-#include "golden_util.h"
 #include "golden_util.h"
 
 namespace demi {
@@ -149,6 +149,32 @@ TEST(GPT, TiedEmbeddingGradientMatchesFiniteDifferences) {
   const double h = 1e-2, fd = (loss_at(h) - loss_at(-h)) / (2 * h);
   loss_at(0);
   EXPECT_NEAR(fd, std::sqrt(norm2), 2e-2 * std::sqrt(norm2));
+}
+
+// recompute_probabilities on every block's attention: the forward keeps less (no probabilities), and the loss
+// and every gradient are the same bit for bit.
+TEST(GPT, RecomputedAttentionProbabilitiesGiveTheSameGradients) {
+  nn::SoftmaxCrossEntropyWithLogits loss_fn(true, "mean");
+  Tensor x = ids_of({1, 5, 2, 9, 0, 3, 7, 4}), y = ids_of({5, 2, 9, 0, 3, 7, 4, 8});
+  std::vector<std::vector<float>> grads[2];
+  float losses[2] = {0, 0};
+  int64_t held[2] = {0, 0};
+  for (int recompute = 0; recompute < 2; ++recompute) {
+    set_seed(5);
+    nn::GPT net(tiny_options());
+    for (auto& block : net.h) block->attn->recompute_probabilities = recompute == 1;
+    const int64_t before = mem_stats().total_current;
+    Tensor loss = loss_fn(net(x), y);
+    held[recompute] = mem_stats().total_current - before;
+    losses[recompute] = loss.item();
+    autograd::backward(loss);
+    for (const Tensor& p : net.trainable_params()) grads[recompute].push_back(p.grad().to_vector());
+  }
+  // 2 layers x 2 heads x 8 x 8 f32 probabilities (64-byte aligned blocks) are not kept.
+  EXPECT_LE(held[1], held[0] - 2 * 2 * 8 * 8 * 4) << "bytes held after the forward";
+  EXPECT_EQ(losses[0], losses[1]);
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_EQ(grads[0][i], grads[1][i]) << "parameter " << i;
 }
 
 // With dropout the embedding and residual dropouts draw new masks per training call and vanish in eval.
