@@ -13,6 +13,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_util.h"
@@ -57,6 +58,12 @@ void dense_cases(std::vector<Case>& out, const char* model, int64_t m, int64_t k
   d.k = n;
   d.a_dtype = d.b_dtype = d.c_dtype = t;
   out.push_back({base + " dx", d});
+  if (t != DType::kF32) {  // the FP32 master weight read rounded to t (no low copy): b_round
+    f.b_dtype = d.b_dtype = DType::kF32;
+    f.b_round = d.b_round = t;
+    out.push_back({base + " fwd w32", f});
+    out.push_back({base + " dx w32", d});
+  }
   MatmulParams w;
   w.m = n;
   w.n = k;
@@ -101,9 +108,16 @@ int main(int argc, char** argv) {
     MatmulParams q = p;
     q.bias = p.trans_b ? bias.data() : nullptr;
     const double flops = 2.0 * p.m * p.n * p.k;
-    const bool bf16_in = p.a_dtype == DType::kBF16 && p.b_dtype == DType::kBF16;
+    const bool bf16_in = p.a_dtype == DType::kBF16 && kernels::b_value_dtype(p) == DType::kBF16;
+    // A rounded b: oneDNN runs on a rounded copy made in the call (as kernels::matmul gives it one).
+    MatmulParams qo = q;
+    if (q.b_round != DType::kF32) qo.b_dtype = std::exchange(qo.b_round, DType::kF32);
+    Buffer b_low(qo.b_dtype, p.k * p.n, 2);
     std::vector<std::function<void()>> runs = {
-        [&] { kernels::onednn::matmul(q, a.data(), b.data(), out.data()); },
+        [&] {
+          if (q.b_round != DType::kF32) convert(b.data(), DType::kF32, b_low.data(), qo.b_dtype, p.k * p.n);
+          kernels::onednn::matmul(qo, a.data(), q.b_round != DType::kF32 ? b_low.data() : b.data(), out.data());
+        },
         [&] { kernels::cpu::gemm(q, a.data(), b.data(), out.data(), kernels::cpu::GemmPath::kF32); }};
     const bool pairs = bf16_in && kernels::cpu::gemm_has_bf16_dot(), dot = kernels::cpu::gemm_dot_supported(q);
     if (pairs)
@@ -118,7 +132,7 @@ int main(int argc, char** argv) {
     auto column = [&](bool has, size_t i) { return has ? std::to_string(static_cast<int>(g[i])) : std::string("-"); };
     std::printf("%-30s %8.1f %8.1f %9s %8s %7.2f %6.0f%% %6.0f%%  %s\n", c.name.c_str(), g[0], g[1],
                 column(pairs, 2).c_str(), column(dot, pairs ? 3 : 2).c_str(), demi_best / g[0], 100 * g[0] / peak,
-                100 * demi_best / peak, kernels::onednn::matmul_implementation(q).c_str());
+                100 * demi_best / peak, kernels::onednn::matmul_implementation(qo).c_str());
   }
   return 0;
 }

@@ -7,8 +7,10 @@
 #include <functional>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "demi/core/convert.h"
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/core/parallel.h"
@@ -53,14 +55,15 @@ internal::ChoiceCache::Key key_of_params(const MatmulParams& p) {
                         int64_t{p.relu} << 27 | int64_t{p.accumulate} << 28 |
                         int64_t{matmul_policy() == MatmulPolicy::kDemi} << 29 |
                         static_cast<int64_t>(p.a_dtype) << 32 | static_cast<int64_t>(p.b_dtype) << 40 |
-                        static_cast<int64_t>(p.c_dtype) << 48;
+                        static_cast<int64_t>(p.c_dtype) << 48 | static_cast<int64_t>(p.b_round) << 56;
   return {p.batch, p.m, p.n, p.k, flags};
 }
 
 std::string key_of(const MatmulParams& p) {
   return str_cat(matmul_policy() == MatmulPolicy::kDemi ? "demi-only " : "", cpu_level_name(cpu_level()), " t",
                  num_threads(), " b", p.batch, " ", p.m, "x", p.n, "x", p.k, p.trans_a ? " ta" : " a",
-                 p.trans_b ? " tb" : " b", " ", dtype_name(p.a_dtype), ",", dtype_name(p.b_dtype), "->",
+                 p.trans_b ? " tb" : " b", " ", dtype_name(p.a_dtype), ",", dtype_name(p.b_dtype),
+                 p.b_round != DType::kF32 ? str_cat(":", dtype_name(p.b_round)) : "", "->",
                  dtype_name(p.c_dtype), p.bias ? " bias" : "", p.relu ? " relu" : "", p.accumulate ? " acc" : "");
 }
 
@@ -73,6 +76,17 @@ internal::ChoiceCache& choices() {
 constexpr double kF16WidenMargin = 1.1;
 
 void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c) {
+  if (p.b_round != DType::kF32 && k != Kernel::kDemiF32 && k != Kernel::kDemiBf16) {
+    // Only demi's GEMM rounds b as it packs it: the others get a rounded copy for this call (workspace,
+    // freed on return; its cost is part of what the tuning measures).
+    const int64_t n = p.batch * p.k * p.n;
+    cpu_internal::Workspace low(static_cast<size_t>(n) * dtype_size(p.b_round));
+    convert(b, DType::kF32, low.f32(), p.b_round, n);
+    MatmulParams q = p;
+    q.b_dtype = p.b_round;
+    q.b_round = DType::kF32;
+    return run(k, q, a, low.f32(), c);
+  }
   switch (k) {
     case Kernel::kOnednn: return onednn::matmul(p, a, b, c);
     case Kernel::kDemiF32: return cpu::gemm(p, a, b, c, cpu::GemmPath::kF32);
@@ -106,7 +120,7 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   std::vector<Kernel> cand;
   if (matmul_policy() != MatmulPolicy::kDemi) cand.push_back(Kernel::kOnednn);
   cand.push_back(Kernel::kDemiF32);
-  const bool bf16 = p.a_dtype == DType::kBF16 && p.b_dtype == DType::kBF16;
+  const bool bf16 = p.a_dtype == DType::kBF16 && b_value_dtype(p) == DType::kBF16;
   if (bf16 && cpu::gemm_has_bf16_dot()) cand.push_back(Kernel::kDemiBf16);
   if (bf16 && matmul_policy() != MatmulPolicy::kDemi) cand.push_back(Kernel::kOnednnF32);
   if (cpu::gemm_dot_supported(p)) cand.push_back(Kernel::kDemiDot);
@@ -132,7 +146,7 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   // oneDNN's widening paths (f16 always, bf16 as "onednn-f32") copy operands into f32 workspace, a chunk
   // or a whole operand at a time (demi's converts panel by panel): they have to be clearly faster, by
   // kF16WidenMargin, to be worth that memory.
-  const bool f16 = p.a_dtype == DType::kF16 || p.b_dtype == DType::kF16;
+  const bool f16 = p.a_dtype == DType::kF16 || b_value_dtype(p) == DType::kF16;
   for (size_t i = 0; i < cand.size(); ++i)
     if ((f16 && cand[i] == Kernel::kOnednn) || cand[i] == Kernel::kOnednnF32) best[i] *= kF16WidenMargin;
   return cand[static_cast<size_t>(std::min_element(best.begin(), best.end()) - best.begin())];
@@ -165,7 +179,8 @@ std::string matmul_kernel(const MatmulParams& p) {
   check_matmul_params(p, "matmul");
   if (p.c_dtype == DType::kF64) return "reference";
   const Kernel k = choose(p, nullptr, nullptr, nullptr);
-  MatmulParams widened = p;
+  MatmulParams widened = p;  // what oneDNN runs: a rounded b's copy, or (onednn-f32) widened operands
+  if (widened.b_round != DType::kF32) widened.b_dtype = std::exchange(widened.b_round, DType::kF32);
   if (k == Kernel::kOnednnF32) widened.a_dtype = widened.b_dtype = DType::kF32;
   const std::string impl = k == Kernel::kOnednn || k == Kernel::kOnednnF32 ? onednn::matmul_implementation(widened)
                            : k == Kernel::kDemiDot ? cpu::gemm_dot_implementation()

@@ -11,7 +11,8 @@ std::string describe(const MatmulParams& p) {
   };
   std::string s = str_cat("a", p.trans_a ? "^T" : "", p.trans_a ? shape(p.k, p.m) : shape(p.m, p.k), " ",
                           dtype_name(p.a_dtype), " x b", p.trans_b ? "^T" : "",
-                          p.trans_b ? shape(p.n, p.k) : shape(p.k, p.n), " ", dtype_name(p.b_dtype), " -> c",
+                          p.trans_b ? shape(p.n, p.k) : shape(p.k, p.n), " ", dtype_name(p.b_dtype),
+                          p.b_round != DType::kF32 ? str_cat(" read as ", dtype_name(p.b_round)) : "", " -> c",
                           shape(p.m, p.n), " ", dtype_name(p.c_dtype));
   if (p.bias) s += str_cat(", bias(", p.n, ") ", dtype_name(p.bias_dtype));
   if (p.relu) s += ", relu";
@@ -34,6 +35,9 @@ void check_matmul_params(const MatmulParams& p, const char* op) {
   bool all_f64 = p.a_dtype == DType::kF64 && p.b_dtype == DType::kF64 && p.c_dtype == DType::kF64 &&
                  (!p.bias || p.bias_dtype == DType::kF64);
   DEMI_CHECK(!any_f64 || all_f64, op, ": float64 cannot be mixed with other dtypes, got ", describe(p));
+  DEMI_CHECK(p.b_round == DType::kF32 || ((p.b_round == DType::kBF16 || p.b_round == DType::kF16) &&
+                                          p.b_dtype == DType::kF32),
+             op, ": b can be read rounded to bfloat16 or float16 only from float32, got ", describe(p));
 }
 
 }  // namespace demi::kernels

@@ -11,6 +11,11 @@
 // rounded once into c_dtype. Operand dtypes are f32, bf16 or f16 and may differ from each other and
 // from c_dtype (bf16 x bf16 -> f32 and f16 x f16 -> f32 write AMP's weight gradients straight into FP32);
 // f64 is allowed only when every dtype is f64. ReLU is applied last, after the accumulation.
+//
+// b_round (bf16 or f16; f32 = none): b is stored in f32 and its values are read rounded to b_round, bit
+// for bit as if b had been cast to b_round first (round to nearest even, overflow to inf) — AMP's FP32
+// master weights read by a low-precision product with no low-precision copy of them held anywhere (demi's
+// GEMM rounds in its packing; the other kernels get a rounded copy for the call).
 #pragma once
 
 #include <cstdint>
@@ -34,7 +39,11 @@ struct MatmulParams {
   const void* bias = nullptr;  // (N) added to every row, or nullptr
   DType bias_dtype = DType::kF32;
   bool relu = false;  // fused ReLU, applied last
+  DType b_round = DType::kF32;  // bf16|f16: b (f32) read as if cast to it; kF32: as stored
 };
+
+// The dtype b's values have: b_round where set, else b_dtype.
+inline DType b_value_dtype(const MatmulParams& p) { return p.b_round == DType::kF32 ? p.b_dtype : p.b_round; }
 
 // "matmul a(2, 7, 3) bf16 x b^T(2, 5, 3) bf16 -> c(2, 7, 5) f32, bias(5) f32, relu, accumulate":
 // the shapes as stored, for error messages.

@@ -1,8 +1,8 @@
 // Matrix products: matmul, batch_matmul and Dense (x·wᵀ + b, ReLU optionally fused), through oneDNN.
 //
-// Under AMP the operands arrive in the low dtype; the weight and bias gradients are written in FP32
-// straight from the low-precision product (oneDNN bf16 x bf16 -> f32), so the master gradient is not
-// rounded to the low dtype on its way.
+// Under AMP the activations arrive in the low dtype and Dense's FP32 weight is read rounded to it by the
+// products themselves (no cast, no low-precision copy); the weight and bias gradients are summed in FP32
+// inside the product and stored once in the dtype Dispatch::param_grad_dtype gives (FP32 or bf16).
 #include "demi/kernels/cpu/activation.h"
 #include "demi/kernels/onednn/dense.h"
 #include "demi/kernels/matmul.h"
@@ -101,20 +101,26 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
     DEMI_CHECK(b_in.rank() == 1 && b_in.dim(0) == w_in.dim(0), "Dense: expected bias (", w_in.dim(0), "), got ",
                b_in.describe());
   Dispatch d(Op::kDense, {&x_in, &w_in, &b_in});
-  // A weight cast to the low dtype is kept for backward (in the per-step cast cache) only when recasting
-  // it would cost a noticeable share of the layer: with M rows the three products take 6·M·N·K flops and
-  // a recast one pass over N·K elements, so from kRecastRows rows on (recast < ~1% of the products, e.g.
-  // a Transformer's 4096 tokens) the copy is freed after the forward product and the parameter recast in
-  // backward — O2 then holds no low-precision copy of these weights between forward and backward.
+  // An FP32 weight (AMP's master) under a low compute dtype is not cast: the products read it rounded to
+  // that dtype as they pack it (DenseParams::w_round), bit for bit a product of the cast weight, so no
+  // low-precision copy of it is held — not in the cast cache, not as the optimizer's low copy, not saved
+  // for backward (the layer keeps the parameter itself).
+  const bool round_w = w_in.dtype() == DType::kF32 && is_low_precision(d.compute_dtype());
+  // Any other weight cast to the low dtype (a bf16 weight at O2-fp16, say) is kept for backward (in the
+  // per-step cast cache) only when recasting it would cost a noticeable share of the layer: with M rows
+  // the three products take 6·M·N·K flops and a recast one pass over N·K elements, so from kRecastRows rows
+  // on (recast < ~1% of the products) the copy is freed after the forward product and the weight recast in
+  // backward.
   constexpr int64_t kRecastRows = 2048;
-  const bool recast_w = x_in.dim(0) >= kRecastRows && w_in.dtype() != d.compute_dtype();
-  Tensor x = d.input(0), w = recast_w ? d.input_uncached(1) : d.input(1), b = d.input(2);
+  const bool recast_w = !round_w && x_in.dim(0) >= kRecastRows && w_in.dtype() != d.compute_dtype();
+  Tensor x = d.input(0), w = round_w ? w_in : recast_w ? d.input_uncached(1) : d.input(1), b = d.input(2);
   kernels::onednn::DenseParams p;
   p.m = x.dim(0);
   p.k = x.dim(1);
   p.n = w.dim(0);
   p.x_dtype = x.dtype();
   p.w_dtype = w.dtype();
+  p.w_round = round_w ? d.compute_dtype() : DType::kF32;
   p.y_dtype = d.compute_dtype();
   p.bias_dtype = b.defined() ? b.dtype() : p.y_dtype;
   p.relu = relu;
@@ -127,7 +133,8 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
   // As in conv2d: a cast input that needs no gradient is saved as the caller's tensor and recast in backward.
   Tensor x_saved = !need_dx && !x.is_same(x_in) ? x_in : x;
   Tensor w_saved = recast_w ? w_in : w;
-  const DType dw_dtype = d.param_grad_dtype(1, p.w_dtype), db_dtype = d.param_grad_dtype(2, b_dtype);
+  const DType dw_dtype = d.param_grad_dtype(1, round_w ? p.w_round : p.w_dtype);
+  const DType db_dtype = d.param_grad_dtype(2, b_dtype);
   return d.finish(y, [x = x_saved, w_saved, y = y_saved, p, has_bias, b_dtype, relu, need_dx, dw_dtype,
                       db_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);

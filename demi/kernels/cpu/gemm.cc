@@ -152,6 +152,34 @@ bool swap_operands(const MatmulParams& p) {
   return p.k >= kMinSwapK && prepare_cost(!p.trans_a, p.n, p.m, p.k) < 0.9 * prepare_cost(p.trans_b, p.m, p.n, p.k);
 }
 
+// An f32 operand read rounded to a low dtype (MatmulParams::b_round) is rounded as it is packed, with the
+// conversions every cast uses (so bit for bit a product of the cast operand): in place in f32 panels and
+// blocks, or through kRoundRows rows of k at a time on the stack into the bf16 pair packers.
+constexpr int64_t kRoundRows = 32;      // even: whole pairs
+constexpr int64_t kRoundElems = 16384;  // bf16 values staged at a time (32 KiB of stack)
+constexpr int64_t kRoundChunk = 1024;   // f32 values rounded in place at a time
+static_assert(kRoundElems % (64 * 32) == 0, "a transposed panel's k steps are whole blocks of 32");
+
+void round_to(const float* src, void* dst, DType to, int64_t n) {
+  if (to == DType::kBF16)
+    convert_f32_to_bf16(src, static_cast<BFloat16*>(dst), n);
+  else
+    convert_f32_to_f16(src, static_cast<Half*>(dst), n);
+}
+
+// x[0, n) <- the values a cast to `to` (bf16|f16) and back gives.
+void round_in_place(float* x, int64_t n, DType to) {
+  alignas(64) unsigned char low[kRoundChunk * 2];
+  for (int64_t i = 0; i < n; i += kRoundChunk) {
+    const int64_t c = std::min(kRoundChunk, n - i);
+    round_to(x + i, low, to, c);
+    if (to == DType::kBF16)
+      convert_bf16_to_f32(reinterpret_cast<const BFloat16*>(low), x + i, c);
+    else
+      convert_f16_to_f32(reinterpret_cast<const Half*>(low), x + i, c);
+  }
+}
+
 // One (batch-1) product. bias is f32 (converted by the caller) or null; c is p.c_dtype.
 void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const void* a_in, const void* b_in,
              void* c, const float* bias, bool bias_per_row, bool may_parallel) {
@@ -160,9 +188,13 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
   MatmulParams p = p_in;
   const void* a = a_in;
   const void* b = b_in;
+  // The dtype an f32 operand is read rounded to (kF32: read as stored); swapped, b's is a's.
+  DType a_round = DType::kF32, b_round = p_in.b_round;
+  p.b_round = DType::kF32;
   if (swapped) {
     std::swap(p.m, p.n);
     std::swap(p.a_dtype, p.b_dtype);
+    std::swap(a_round, b_round);
     p.trans_a = !p_in.trans_b;
     p.trans_b = !p_in.trans_a;
     std::swap(a, b);
@@ -227,11 +259,54 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
       const int64_t kcur = std::min(kc, K - pc);
       const bool first = pc == 0, last = pc + kcur == K;
       char* bp = static_cast<char*>(static_cast<void*>(bpack.f32()));
+      // Panels [p0, p1) of an f32 b read rounded to b_round.
+      const auto pack_rounded = [&](int64_t p0, int64_t p1, char* dst) {
+        const int64_t stride = static_cast<int64_t>(panel_elems);
+        const auto* src = static_cast<const float*>(b);
+        if (!bf16) {  // f32 panels, rounded in place (one pass if their filled parts are contiguous)
+          const int64_t j = jc + p0 * NR, w = std::min(N, jc + p1 * NR) - j;
+          auto* f = reinterpret_cast<float*>(dst);
+          if (b_round == DType::kF16 && g.pack_b_f32_as_f16 != nullptr)
+            return g.pack_b_f32_as_f16(src, p.trans_b, ldb, pc, kcur, j, w, f, stride);
+          g.pack_b_f32(b, DType::kF32, p.trans_b, ldb, pc, kcur, j, w, f, stride);
+          if (kcur * NR == stride) return round_in_place(f, (p1 - p0) * stride, b_round);
+          for (int64_t q = 0; q < p1 - p0; ++q) round_in_place(f + q * stride, kcur * NR, b_round);
+          return;
+        }
+        // bf16 pair panels: rows of k rounded into `low`, then packed into their place (an even k0 starts
+        // at pair k0 / 2, element k0 * NR of each panel). Plain b: kRoundRows rows across up to
+        // kRoundElems / kRoundRows columns; transposed: one panel's columns, kRoundElems / NR k at a time.
+        alignas(64) BFloat16 low[kRoundElems];
+        auto* out = reinterpret_cast<BFloat16*>(dst);
+        if (!p.trans_b) {
+          const int64_t group = std::max<int64_t>(1, kRoundElems / (kRoundRows * NR));  // panels at a time
+          for (int64_t q0 = p0; q0 < p1; q0 += group) {
+            const int64_t j = jc + q0 * NR, w = std::min(N, jc + std::min(p1, q0 + group) * NR) - j;
+            for (int64_t k0 = 0; k0 < kcur; k0 += kRoundRows) {
+              const int64_t kk = std::min(kRoundRows, kcur - k0);
+              for (int64_t r = 0; r < kk; ++r) round_to(src + (pc + k0 + r) * ldb + j, low + r * w, DType::kBF16, w);
+              g.pack_b_bf16(low, false, w, 0, kk, 0, w, out + (q0 - p0) * stride + k0 * NR, stride);
+            }
+          }
+          return;
+        }
+        const int64_t kstep = kRoundElems / NR;  // a multiple of 32: whole blocks of the transposing packer
+        for (int64_t q = p0; q < p1; ++q) {
+          const int64_t j = jc + q * NR, w = std::min(NR, N - j);
+          for (int64_t k0 = 0; k0 < kcur; k0 += kstep) {
+            const int64_t kk = std::min(kstep, kcur - k0);
+            for (int64_t col = 0; col < w; ++col)
+              round_to(src + (j + col) * ldb + pc + k0, low + col * kk, DType::kBF16, kk);
+            g.pack_b_bf16(low, true, kk, 0, kk, 0, w, out + (q - p0) * stride + k0 * NR, stride);
+          }
+        }
+      };
       // Panels [p0, p1) of the block into consecutive panels from dst.
       const auto pack_to = [&](int64_t p0, int64_t p1, char* dst) {
         if (p0 >= p1) return;
         const int64_t j = jc + p0 * NR, w = std::min(N, jc + p1 * NR) - j;
         const int64_t stride = static_cast<int64_t>(panel_elems);
+        if (b_round != DType::kF32) return pack_rounded(p0, p1, dst);
         if (bf16)
           g.pack_b_bf16(static_cast<const BFloat16*>(b), p.trans_b, ldb, pc, kcur, j, w,
                         reinterpret_cast<BFloat16*>(dst), stride);
@@ -250,6 +325,10 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
 
       parallel_for(0, tasks, threads > 1 ? 1 : tasks, [&](int64_t t0, int64_t t1) {
         Workspace ablock(a_block_bytes);
+        // A transposed f32 a read rounded to bf16: kRoundRows rows of the block rounded at a time.
+        Workspace around(bf16 && p.trans_a && a_round != DType::kF32
+                             ? static_cast<size_t>(kRoundRows * mc) * sizeof(BFloat16)
+                             : 0);
         for (int64_t task = t0; task < t1; ++task) {
           const int64_t ib = task / n_split, ns = task % n_split;
           const int64_t i0 = ib * mc, mcur = std::min(mc, M - i0);
@@ -257,18 +336,33 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
           // The block's a: pointer and strides (elements) as the micro-kernel reads it.
           const void* ap = nullptr;
           int64_t rs = 0, cs = 0;
+          const auto* a32 = static_cast<const float*>(a);  // (when a_round is set)
           if (bf16) {
             if (!p.trans_a) {
               auto* dst = reinterpret_cast<BFloat16*>(ablock.f32());
-              for (int64_t i = 0; i < mcur; ++i)
-                std::memcpy(dst + i * kc_pad, element_at(a, (i0 + i) * lda + pc, p.a_dtype),
-                            static_cast<size_t>(kcur) * sizeof(BFloat16));
+              for (int64_t i = 0; i < mcur; ++i) {
+                if (a_round != DType::kF32)
+                  round_to(a32 + (i0 + i) * lda + pc, dst + i * kc_pad, DType::kBF16, kcur);
+                else
+                  std::memcpy(dst + i * kc_pad, element_at(a, (i0 + i) * lda + pc, p.a_dtype),
+                              static_cast<size_t>(kcur) * sizeof(BFloat16));
+              }
               ap = dst;
               rs = kc_pad;
               cs = 2;
             } else {
               auto* dst = reinterpret_cast<BFloat16*>(ablock.f32());
-              g.pack_a_pairs(static_cast<const BFloat16*>(a), lda, pc, kcur, i0, mcur, dst);
+              if (a_round == DType::kF32) {
+                g.pack_a_pairs(static_cast<const BFloat16*>(a), lda, pc, kcur, i0, mcur, dst);
+              } else {
+                auto* low = reinterpret_cast<BFloat16*>(around.f32());
+                for (int64_t k0 = 0; k0 < kcur; k0 += kRoundRows) {  // pairs from an even k0: at k0 * mcur
+                  const int64_t kk = std::min(kRoundRows, kcur - k0);
+                  for (int64_t r = 0; r < kk; ++r)
+                    round_to(a32 + (pc + k0 + r) * lda + i0, low + r * mcur, DType::kBF16, mcur);
+                  g.pack_a_pairs(low, mcur, 0, kk, 0, mcur, dst + k0 * mcur);
+                }
+              }
               ap = dst;
               rs = 2;
               cs = 2 * mcur;
@@ -284,6 +378,7 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
               rs = 1;
               cs = mcur;
             }
+            if (a_round != DType::kF32) round_in_place(dst, mcur * kcur, a_round);  // (a compact block)
             ap = dst;
           }
           for (int64_t pn = pn0; pn < pn1; ++pn) {
@@ -325,7 +420,8 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
 }
 
 bool uses_bf16(const MatmulParams& p, const GemmKernels& g, GemmPath path) {
-  return path == GemmPath::kBf16Dot && g.bf16 != nullptr && p.a_dtype == DType::kBF16 && p.b_dtype == DType::kBF16;
+  return path == GemmPath::kBf16Dot && g.bf16 != nullptr && p.a_dtype == DType::kBF16 &&
+         b_value_dtype(p) == DType::kBF16;
 }
 
 }  // namespace

@@ -8,7 +8,9 @@
 //     of either operand (oneDNN 2.6 has no f16 kernels: widening whole operands was the old path);
 //   - bf16 x bf16 runs a vdpbf16ps micro-kernel where the CPU has AVX512-BF16 (the f32 one elsewhere);
 //   - accumulation is f32 always, the output rounded once; transposed operands are handled by the
-//     packing and the micro-kernel's strides, never by copies.
+//     packing and the micro-kernel's strides, never by copies;
+//   - an f32 b read as bf16|f16 (MatmulParams::b_round: AMP's master weights) is rounded in packing, so
+//     no low-precision copy of it exists outside the packed panels.
 // A bf16|f16 output is rounded once: K up to 1024 runs as one block (the tile goes straight to c), a
 // longer K is staged in an f32 workspace (M x N). An f32 output takes K in blocks of KC.
 //

@@ -35,7 +35,16 @@ void ukr_f32(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b,
   store_tile(acc, t);
 }
 
-template <typename T>
+// What a packer stores for a loaded vector: the value, or (kRoundF16: an f32 b read as f16) the value
+// rounded to f16 and back by vcvtps2ph (to nearest even) and vcvtph2ps, the instructions of demi's own
+// f32 -> f16 -> f32 conversions (core/convert_avx512.cc), so bit for bit a product of the cast b.
+template <bool kRoundF16>
+inline __m512 stored(__m512 x) {
+  if constexpr (kRoundF16) return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+  return x;
+}
+
+template <typename T, bool kRoundF16 = false>
 void pack_b_plain(const T* b, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst, int64_t stride) {
   const int64_t panels = (nc + kNr - 1) / kNr;
   for (int64_t k = 0; k < kc; ++k) {
@@ -45,15 +54,16 @@ void pack_b_plain(const T* b, int64_t ld, int64_t k0, int64_t kc, int64_t j0, in
       const int64_t base = pn * kNr;
       for (int v = 0; v < kVecs; ++v) {
         const int64_t j = base + v * 16, w = std::clamp<int64_t>(nc - j, 0, 16);
-        _mm512_store_ps(out + v * 16,
-                        w == 16 ? V::load(row + j) : w > 0 ? V::load_n(row + j, w) : _mm512_setzero_ps());
+        _mm512_store_ps(out + v * 16, w == 16  ? stored<kRoundF16>(V::load(row + j))
+                                      : w > 0  ? stored<kRoundF16>(V::load_n(row + j, w))
+                                               : _mm512_setzero_ps());
       }
     }
   }
 }
 
 // b stored (N, K): 16 columns x 16 k at a time, loaded as 16 rows of k and transposed in registers.
-template <typename T>
+template <typename T, bool kRoundF16 = false>
 void pack_b_trans(const T* b, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst, int64_t stride) {
   __m512 r[16];
   for (int64_t jg = 0; jg < nc; jg += 16) {  // 16 columns: a quarter of a panel
@@ -63,7 +73,7 @@ void pack_b_trans(const T* b, int64_t ld, int64_t k0, int64_t kc, int64_t j0, in
       const int64_t w = std::min<int64_t>(16, kc - k);
       for (int i = 0; i < 16; ++i) {
         const T* src = b + (j0 + jg + i) * ld + k0 + k;
-        r[i] = i >= cols ? _mm512_setzero_ps() : w == 16 ? V::load(src) : V::load_n(src, w);
+        r[i] = i >= cols ? _mm512_setzero_ps() : stored<kRoundF16>(w == 16 ? V::load(src) : V::load_n(src, w));
       }
       transpose16(r);
       for (int64_t i = 0; i < w; ++i) _mm512_store_ps(panel + (k + i) * kNr, r[i]);
@@ -90,6 +100,12 @@ void pack_b_f32(const void* b, DType t, bool trans, int64_t ld, int64_t k0, int6
       return trans ? pack_b_trans(static_cast<const float*>(b), ld, k0, kc, j0, nc, dst, stride)
                    : pack_b_plain(static_cast<const float*>(b), ld, k0, kc, j0, nc, dst, stride);
   }
+}
+
+void pack_b_f32_as_f16(const float* b, bool trans, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
+                       float* dst, int64_t stride) {
+  return trans ? pack_b_trans<float, true>(b, ld, k0, kc, j0, nc, dst, stride)
+               : pack_b_plain<float, true>(b, ld, k0, kc, j0, nc, dst, stride);
 }
 
 template <typename T>
@@ -121,6 +137,7 @@ const GemmKernels& gemm_kernels_avx512() {
     g.nr = kNr;
     g.f32 = ukr_f32;
     g.pack_b_f32 = pack_b_f32;
+    g.pack_b_f32_as_f16 = pack_b_f32_as_f16;
     g.to_f32 = to_f32;
     return g;
   }();

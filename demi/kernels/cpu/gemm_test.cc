@@ -130,11 +130,61 @@ TEST(Gemm, ThreadedProductsMatch) {
   check(params({17, 33, 20}, 2, 40, {F16, F16, F16}), false, seed + 1);
 }
 
+// An f32 b read rounded to bf16|f16 (MatmulParams::b_round: AMP's master weights) is rounded as it is
+// packed: bit for bit the product of the cast b, on either micro-kernel, in every layout — including
+// products whose operands are swapped (b then packed as a, in both orientations), several K blocks,
+// column-split threads and a batch — and an f32 value past f16's range reads as inf, as the cast gives.
+TEST(Gemm, AnF32OperandReadRoundedIsBitForBitTheCastOperand) {
+  struct Mix {
+    DType a, round, c;
+  };
+  const Mix mixes[] = {{BF16, BF16, F32}, {BF16, BF16, BF16}, {F16, F16, F32}, {F16, F16, F16}, {F32, BF16, F32}};
+  const Mnk shapes[] = {{7, 65, 17}, {13, 129, 21}, {5, 300, 300}, {40, 70, 600}, {300, 5, 260}, {10, 3000, 32}};
+  const int saved_threads = num_threads();
+  set_num_threads(2);
+  uint64_t seed = 20000;
+  for (GemmBlocking blk : {GemmBlocking{}, GemmBlocking{12, 10, 128}}) {
+    ScopedBlocking scoped_blk(blk);
+    for (CpuLevel level : supported_cpu_levels()) {
+      ScopedCpuLevel scoped(level);
+      for (const Mix& mix : mixes)
+        for (const Mnk& s : shapes)
+          for (int t = 0; t < 4; ++t)
+            for (GemmPath path : {GemmPath::kBf16Dot, GemmPath::kF32}) {
+              MatmulParams p = params(s, t, s.m == 7 ? 2 : 1, {mix.a, F32, mix.c});
+              p.b_round = mix.round;
+              SCOPED_TRACE(describe(p) + " at " + std::string(cpu_level_name(level)) +
+                           (path == GemmPath::kF32 ? " (f32 path)" : ""));
+              const int64_t na = p.batch * p.m * p.k, nb = p.batch * p.k * p.n, nc = p.batch * p.m * p.n;
+              auto a = kernels::testing::random_operand(mix.a, na, seed += 10);
+              auto b = kernels::testing::random_operand(F32, nb, seed + 1);
+              static_cast<float*>(b.data())[nb / 2] = 70000.0f;  // inf in f16
+              std::vector<char> b_low(static_cast<size_t>(nb) * dtype_size(mix.round));
+              convert(b.data(), F32, b_low.data(), mix.round, nb);
+              std::vector<char> got(static_cast<size_t>(nc) * dtype_size(mix.c)), want(got.size());
+              gemm(p, a.data(), b.data(), got.data(), path);
+              MatmulParams cast = p;
+              cast.b_dtype = mix.round;
+              cast.b_round = F32;
+              gemm(cast, a.data(), b_low.data(), want.data(), path);
+              ASSERT_EQ(got, want);
+            }
+    }
+  }
+  set_num_threads(saved_threads);
+}
+
 TEST(Gemm, RejectsFloat64AndBadSizes) {
   MatmulParams p = params({2, 2, 2}, 0, 1, {DType::kF64, DType::kF64, DType::kF64});
   std::vector<double> x(8);
   EXPECT_THROW(gemm(p, x.data(), x.data(), x.data()), Error);
   p = params({0, 2, 2}, 0, 1, {F32, F32, F32});
+  EXPECT_THROW(gemm(p, x.data(), x.data(), x.data()), Error);
+  p = params({2, 2, 2}, 0, 1, {BF16, BF16, F32});
+  p.b_round = BF16;  // b must be f32 to be read rounded
+  EXPECT_THROW(gemm(p, x.data(), x.data(), x.data()), Error);
+  p.b_dtype = F32;
+  p.b_round = DType::kI32;
   EXPECT_THROW(gemm(p, x.data(), x.data(), x.data()), Error);
 }
 

@@ -23,6 +23,7 @@ void dense_forward(const DenseParams& p, const void* x, const void* w, const voi
   mp.trans_b = true;
   mp.a_dtype = p.x_dtype;
   mp.b_dtype = p.w_dtype;
+  mp.b_round = p.w_round;
   mp.c_dtype = p.y_dtype;
   mp.bias = bias;
   mp.bias_dtype = p.bias_dtype;
@@ -37,6 +38,7 @@ void dense_backward_data(const DenseParams& p, const void* dy, const void* w, vo
   mp.k = p.n;
   mp.a_dtype = p.y_dtype;
   mp.b_dtype = p.w_dtype;
+  mp.b_round = p.w_round;
   mp.c_dtype = p.x_dtype;
   mp.accumulate = p.accumulate;
   kernels::matmul(mp, dy, w, dx);

@@ -25,6 +25,9 @@ struct DenseParams {
   DType w_dtype = DType::kF32;
   DType y_dtype = DType::kF32;
   DType bias_dtype = DType::kF32;
+  // bf16|f16: an f32 w is read rounded to it, as if cast there (forward and input gradient; the products
+  // round it in packing, MatmulParams::b_round). AMP's master weights need no low-precision copy then.
+  DType w_round = DType::kF32;
   bool relu = false;        // forward: fused ReLU after the bias
   bool accumulate = false;  // backward: dx += ..., dw += ..., db += ... instead of overwriting
 };

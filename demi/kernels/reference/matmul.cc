@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "demi/core/error.h"
+#include "demi/core/half.h"
 #include "demi/kernels/reference/internal/widen.h"
 
 namespace demi::kernels::ref {
@@ -14,6 +15,10 @@ void matmul_impl(const MatmulParams& p, const void* a, const void* b, void* c) {
   const int64_t M = p.m, N = p.n, K = p.k;
   std::vector<Acc> A = internal::widen<Acc>(a, p.a_dtype, p.batch * M * K);
   std::vector<Acc> B = internal::widen<Acc>(b, p.b_dtype, p.batch * K * N);
+  for (Acc& v : B) {  // b read as if cast to b_round (the scalar conversions every cast is bit-identical to)
+    if (p.b_round == DType::kBF16) v = static_cast<Acc>(static_cast<float>(BFloat16(static_cast<float>(v))));
+    if (p.b_round == DType::kF16) v = static_cast<Acc>(static_cast<float>(Half(static_cast<float>(v))));
+  }
   std::vector<Acc> bias =
       p.bias ? internal::widen<Acc>(p.bias, p.bias_dtype, N) : std::vector<Acc>(N, Acc(0));
   std::vector<Acc> old =

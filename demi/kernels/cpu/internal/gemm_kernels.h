@@ -50,6 +50,10 @@ struct GemmKernels {
   // 16 columns x 16 k at a time.
   void (*pack_b_f32)(const void* b, DType t, bool trans, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
                      float* dst, int64_t stride) = nullptr;
+  // pack_b_f32 of an f32 b whose values are read rounded to f16 (MatmulParams::b_round), the rounding done
+  // in registers as it packs; nullptr where a variant has none (the caller rounds the packed panel).
+  void (*pack_b_f32_as_f16)(const float* b, bool trans, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
+                            float* dst, int64_t stride) = nullptr;
   // The same into VNNI-2 bf16 panels [ceil(kc / 2)][NR][2] (bf16 b only).
   void (*pack_b_bf16)(const BFloat16* b, bool trans, int64_t ld, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
                       BFloat16* dst, int64_t stride) = nullptr;
