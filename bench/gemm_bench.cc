@@ -24,6 +24,7 @@
 #include "demi/kernels/cpu/gemm.h"
 #include "demi/kernels/cpu/gemm_dot.h"
 #include "demi/kernels/cpu/peak.h"
+#include "demi/kernels/matmul.h"
 #include "demi/kernels/onednn/matmul.h"
 
 namespace demi {
@@ -109,14 +110,17 @@ int main(int argc, char** argv) {
     q.bias = p.trans_b ? bias.data() : nullptr;
     const double flops = 2.0 * p.m * p.n * p.k;
     const bool bf16_in = p.a_dtype == DType::kBF16 && kernels::b_value_dtype(p) == DType::kBF16;
-    // A rounded b: oneDNN runs on a rounded copy made in the call (as kernels::matmul gives it one).
+    // A rounded b: oneDNN runs on the rounded copy kernels::matmul makes for the call (its policy pinned
+    // to oneDNN for these rows).
     MatmulParams qo = q;
     if (q.b_round != DType::kF32) qo.b_dtype = std::exchange(qo.b_round, DType::kF32);
-    Buffer b_low(qo.b_dtype, p.k * p.n, 2);
     std::vector<std::function<void()>> runs = {
         [&] {
-          if (q.b_round != DType::kF32) convert(b.data(), DType::kF32, b_low.data(), qo.b_dtype, p.k * p.n);
-          kernels::onednn::matmul(qo, a.data(), q.b_round != DType::kF32 ? b_low.data() : b.data(), out.data());
+          if (q.b_round == DType::kF32) return kernels::onednn::matmul(q, a.data(), b.data(), out.data());
+          const kernels::MatmulPolicy saved = kernels::matmul_policy();
+          kernels::set_matmul_policy(kernels::MatmulPolicy::kOnednn);
+          kernels::matmul(q, a.data(), b.data(), out.data());
+          kernels::set_matmul_policy(saved);
         },
         [&] { kernels::cpu::gemm(q, a.data(), b.data(), out.data(), kernels::cpu::GemmPath::kF32); }};
     const bool pairs = bf16_in && kernels::cpu::gemm_has_bf16_dot(), dot = kernels::cpu::gemm_dot_supported(q);

@@ -78,12 +78,24 @@ constexpr double kF16WidenMargin = 1.1;
 void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c) {
   if (p.b_round != DType::kF32 && k != Kernel::kDemiF32 && k != Kernel::kDemiBf16) {
     // Only demi's GEMM rounds b as it packs it: the others get a rounded copy for this call (workspace,
-    // freed on return; its cost is part of what the tuning measures).
+    // freed on return; its cost is part of what the tuning measures). Rounded to bf16 it is a bf16 copy;
+    // rounded to f16, an f32 one holding the f16 values, since these kernels would widen an f16 copy into
+    // f32 again (oneDNN has no f16 kernels, demi-dot multiplies in f32): one copy instead of two.
     const int64_t n = p.batch * p.k * p.n;
-    cpu_internal::Workspace low(static_cast<size_t>(n) * dtype_size(p.b_round));
-    convert(b, DType::kF32, low.f32(), p.b_round, n);
+    const DType copy = p.b_round == DType::kF16 ? DType::kF32 : p.b_round;
+    cpu_internal::Workspace low(static_cast<size_t>(n) * dtype_size(copy));
+    if (copy == DType::kF32) {
+      alignas(64) Half chunk[1024];
+      for (int64_t i = 0; i < n; i += 1024) {
+        const int64_t m = std::min<int64_t>(1024, n - i);
+        convert_f32_to_f16(static_cast<const float*>(b) + i, chunk, m);
+        convert_f16_to_f32(chunk, low.f32() + i, m);
+      }
+    } else {
+      convert(b, DType::kF32, low.f32(), copy, n);
+    }
     MatmulParams q = p;
-    q.b_dtype = p.b_round;
+    q.b_dtype = copy;
     q.b_round = DType::kF32;
     return run(k, q, a, low.f32(), c);
   }
@@ -179,8 +191,9 @@ std::string matmul_kernel(const MatmulParams& p) {
   check_matmul_params(p, "matmul");
   if (p.c_dtype == DType::kF64) return "reference";
   const Kernel k = choose(p, nullptr, nullptr, nullptr);
-  MatmulParams widened = p;  // what oneDNN runs: a rounded b's copy, or (onednn-f32) widened operands
-  if (widened.b_round != DType::kF32) widened.b_dtype = std::exchange(widened.b_round, DType::kF32);
+  MatmulParams widened = p;  // what oneDNN runs: a rounded b's copy (see run()), or (onednn-f32) widened operands
+  if (widened.b_round != DType::kF32)
+    widened.b_dtype = std::exchange(widened.b_round, DType::kF32) == DType::kF16 ? DType::kF32 : DType::kBF16;
   if (k == Kernel::kOnednnF32) widened.a_dtype = widened.b_dtype = DType::kF32;
   const std::string impl = k == Kernel::kOnednn || k == Kernel::kOnednnF32 ? onednn::matmul_implementation(widened)
                            : k == Kernel::kDemiDot ? cpu::gemm_dot_implementation()

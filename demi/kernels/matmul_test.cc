@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "demi/core/convert.h"
 #include "demi/kernels/internal/matmul_conv_test_util.h"
 #include "demi/kernels/reference/matmul.h"
 #include "demi/kernels/tolerance.h"
@@ -47,6 +48,40 @@ TEST(Matmul, EveryPolicyMatchesTheReference) {
       matmul(p, a.data(), b.data(), c.data());
       EXPECT_TRUE(all_close(c.data(), t, widen(want.data(), DType::kF32, c.n), tolerance_for_sum(t, p.k, 1.0)));
     }
+  set_matmul_policy(MatmulPolicy::kAuto);
+}
+
+// An f32 b read rounded to bf16|f16 (AMP's master weight): every policy gives the product of the cast b —
+// the reference's within the product's tolerance, and under oneDNN (which gets a rounded copy: bf16, or
+// f32 holding the f16 values) bit for bit oneDNN's product of the cast b; few output columns (demi-dot's
+// shape) included.
+TEST(Matmul, AnF32OperandReadRoundedIsTheCastOperandsProductUnderEveryPolicy) {
+  for (MatmulPolicy policy : {MatmulPolicy::kAuto, MatmulPolicy::kDemi, MatmulPolicy::kOnednn})
+    for (DType t : {DType::kBF16, DType::kF16})
+      for (int64_t n : {int64_t{70}, int64_t{10}}) {
+        set_matmul_policy(policy);
+        MatmulParams p = product(37, n, 45, t);
+        p.b_dtype = DType::kF32;
+        p.b_round = t;
+        SCOPED_TRACE(describe(p) + " -> " + matmul_kernel(p));
+        Operand a = random_operand(t, p.m * p.k, 1), b = random_operand(DType::kF32, p.n * p.k, 2);
+        std::vector<char> b_low(static_cast<size_t>(p.n * p.k) * dtype_size(t));
+        convert(b.data(), DType::kF32, b_low.data(), t, p.n * p.k);
+        std::vector<float> want(static_cast<size_t>(p.m * p.n));
+        MatmulParams r = p;
+        r.a_dtype = r.c_dtype = DType::kF32;
+        ref::matmul(r, a.f32.data(), b.f32.data(), want.data());  // (ref rounds b itself)
+        Operand c = random_operand(t, p.m * p.n, 3), c_cast = c;
+        matmul(p, a.data(), b.data(), c.data());
+        EXPECT_TRUE(all_close(c.data(), t, widen(want.data(), DType::kF32, c.n), tolerance_for_sum(t, p.k, 1.0)));
+        if (policy == MatmulPolicy::kOnednn) {
+          MatmulParams cast = p;
+          cast.b_dtype = t;
+          cast.b_round = DType::kF32;
+          matmul(cast, a.data(), b_low.data(), c_cast.data());
+          EXPECT_EQ(c.bytes, c_cast.bytes);
+        }
+      }
   set_matmul_policy(MatmulPolicy::kAuto);
 }
 
