@@ -48,15 +48,16 @@ void columns_scalar(const DirectGeom& g, const float* xp, float* col) {
 }
 
 void dot_rows_scalar(const float* dz, const float* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
-                     float* db_lanes) {
+                     int64_t lanes_k, float* db_lanes) {
   for (int64_t o = 0; o < oc; ++o) {
     const float* d = dz + o * positions;
     for (int64_t t = 0; t < k; ++t) {
-      float* l = lanes + (o * k + t) * 16;
+      float* l = lanes + (o * lanes_k + t) * 16;
       const float* x = col + t * positions;
       for (int64_t p = 0; p < positions; ++p) l[p % 16] = std::fma(d[p], x[p], l[p % 16]);
     }
-    for (int64_t p = 0; p < positions; ++p) db_lanes[o * 16 + p % 16] += d[p];
+    if (db_lanes)
+      for (int64_t p = 0; p < positions; ++p) db_lanes[o * 16 + p % 16] += d[p];
   }
 }
 
@@ -184,8 +185,13 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
   const bool bf16 = kern.dot_rows_bf16 && p.x_dtype == DType::kBF16 && dz_dtype == DType::kBF16;
   const int64_t positions = g.oh * g.ow, threads = parts_for(p.n);
   const int64_t part = (p.oc * g.k + p.oc) * 16;  // one thread's lanes for dw and db
+  // The columns of one input channel at a time (its KH * KW taps): a (oc, k) lane's sum is the same
+  // whichever taps share a call, and model A's 3-channel first layer held 3x the f32 columns per thread.
+  DirectGeom gc = g;
+  gc.c = 1;
+  gc.k = g.kh * g.kw;
   const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)),
-               col_bytes = bytes64(static_cast<size_t>(g.k * positions) * (bf16 ? sizeof(BFloat16) : sizeof(float))),
+               col_bytes = bytes64(static_cast<size_t>(gc.k * positions) * (bf16 ? sizeof(BFloat16) : sizeof(float))),
                rows_bytes = bytes64(tmp_bytes(std::min(p.oc, kDzChannels), bf16)),
                lane_bytes = bytes64(static_cast<size_t>(part) * sizeof(float));
   PartScratch scratch(threads, xp_bytes + col_bytes + rows_bytes + lane_bytes);
@@ -197,21 +203,31 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
     auto* lanes = reinterpret_cast<float*>(base + xp_bytes + col_bytes + rows_bytes);
     float* db_lanes = lanes + p.oc * g.k * 16;
     std::fill(lanes, lanes + part, 0.0f);
+    // Channel c's columns from the padded image (its plane c); with one input channel they are built once
+    // per image, with more once per image, channel and chunk of output channels.
+    const auto columns = [&](int64_t c) {
+      const float* plane = xp + c * g.hp * g.wp;
+      if (bf16)
+        kern.columns_bf16(gc, plane, reinterpret_cast<BFloat16*>(col));
+      else
+        kern.columns(gc, plane, col);
+    };
     for (int64_t n = n0; n < n1; ++n) {
       pad_image(p, g, x, n, xp);
-      if (bf16)
-        kern.columns_bf16(g, xp, reinterpret_cast<BFloat16*>(col));
-      else
-        kern.columns(g, xp, col);
+      if (g.c == 1) columns(0);
       for (int64_t o0 = 0; o0 < p.oc; o0 += kDzChannels) {
         const int64_t on = std::min(kDzChannels, p.oc - o0);
-        float* l = lanes + o0 * g.k * 16;
-        float* dbl = db_lanes + o0 * 16;
-        if (bf16)
-          kern.dot_rows_bf16(static_cast<const BFloat16*>(rows(n, o0, on, tmp, true)),
-                             reinterpret_cast<const BFloat16*>(col), on, g.k, positions, l, dbl);
-        else
-          kern.dot_rows(static_cast<const float*>(rows(n, o0, on, tmp, false)), col, on, g.k, positions, l, dbl);
+        const void* dz = rows(n, o0, on, tmp, bf16);
+        for (int64_t c = 0; c < g.c; ++c) {
+          if (g.c > 1) columns(c);
+          float* l = lanes + (o0 * g.k + c * gc.k) * 16;
+          float* dbl = c == 0 ? db_lanes + o0 * 16 : nullptr;  // the bias sums once
+          if (bf16)
+            kern.dot_rows_bf16(static_cast<const BFloat16*>(dz), reinterpret_cast<const BFloat16*>(col), on, gc.k,
+                               positions, l, g.k, dbl);
+          else
+            kern.dot_rows(static_cast<const float*>(dz), col, on, gc.k, positions, l, g.k, dbl);
+        }
       }
     }
   });

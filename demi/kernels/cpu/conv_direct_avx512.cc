@@ -203,23 +203,24 @@ constexpr DotTile kDotTiles[7] = {nullptr,     dot_tile<1>, dot_tile<2>, dot_til
                                   dot_tile<4>, dot_tile<5>, dot_tile<6>};
 
 void dot_rows(const float* dz, const float* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
-              float* db_lanes) {
+              int64_t lanes_k, float* db_lanes) {
   int64_t o = 0;
   for (; o + 4 <= oc; o += 4)
     for (int64_t t = 0; t < k; t += 6)
       kDotTiles[std::min<int64_t>(6, k - t)](dz + o * positions, col + t * positions, positions,
-                                             lanes + (o * k + t) * 16, k);
+                                             lanes + (o * lanes_k + t) * 16, lanes_k);
   for (; o < oc; ++o)  // the last channels, one at a time
     for (int64_t t = 0; t < k; ++t) {
-      __m512 acc = _mm512_loadu_ps(lanes + (o * k + t) * 16);
+      __m512 acc = _mm512_loadu_ps(lanes + (o * lanes_k + t) * 16);
       for (int64_t p = 0; p < positions; p += 16) {
         const __mmask16 m = positions - p >= 16 ? static_cast<__mmask16>(0xFFFF)
                                                 : static_cast<__mmask16>((1u << (positions - p)) - 1u);
         acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, dz + o * positions + p),
                               _mm512_maskz_loadu_ps(m, col + t * positions + p), acc);
       }
-      _mm512_storeu_ps(lanes + (o * k + t) * 16, acc);
+      _mm512_storeu_ps(lanes + (o * lanes_k + t) * 16, acc);
     }
+  if (!db_lanes) return;
   for (o = 0; o < oc; ++o) {
     __m512 acc = _mm512_loadu_ps(db_lanes + o * 16);
     for (int64_t p = 0; p < positions; p += 16) {

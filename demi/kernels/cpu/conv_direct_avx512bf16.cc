@@ -83,18 +83,19 @@ __m512 dot_row(__m512 acc, const BFloat16* a, const BFloat16* b, int64_t positio
 }
 
 void dot_rows_bf16(const BFloat16* dz, const BFloat16* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
-                   float* db_lanes) {
+                   int64_t lanes_k, float* db_lanes) {
   int64_t o = 0;
   for (; o + 4 <= oc; o += 4)
     for (int64_t t = 0; t < k; t += 6)
       kDotTiles[std::min<int64_t>(6, k - t)](dz + o * positions, col + t * positions, positions,
-                                             lanes + (o * k + t) * 16, k);
+                                             lanes + (o * lanes_k + t) * 16, lanes_k);
   for (; o < oc; ++o)
     for (int64_t t = 0; t < k; ++t) {
-      float* l = lanes + (o * k + t) * 16;
+      float* l = lanes + (o * lanes_k + t) * 16;
       _mm512_storeu_ps(l, dot_row(_mm512_loadu_ps(l), dz + o * positions, col + t * positions, positions));
     }
   // The bias gradient: each pair of dz times (1, 1), exact products, the same pairing.
+  if (!db_lanes) return;
   const __m512bh ones = as_bh(_mm512_set1_epi16(0x3F80));
   for (o = 0; o < oc; ++o) {
     __m512 acc = _mm512_loadu_ps(db_lanes + o * 16);

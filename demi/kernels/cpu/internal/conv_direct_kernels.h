@@ -40,9 +40,11 @@ struct DirectConvKernels {
   void (*columns)(const DirectGeom& g, const float* xp, float* col) = nullptr;
   // lanes (OC, K, 16) += dz (OC, P) . col (K, P)^T and db_lanes (OC, 16) += dz's rows, P = OH * OW, summed over
   // p in 16-lane vectors in order (lane l takes p = l, l + 16, ...): a fixed order, so the fused op (dz
-  // rebuilt from the pool's argmax) and the separate call (dz given) give the same bits.
+  // rebuilt from the pool's argmax) and the separate call (dz given) give the same bits. Output channel o's
+  // lanes start lanes_k * 16 floats after o - 1's (lanes_k >= k: the k rows may be some of the taps, one input
+  // channel's); db_lanes null: no bias sums.
   void (*dot_rows)(const float* dz, const float* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
-                   float* db_lanes) = nullptr;
+                   int64_t lanes_k, float* db_lanes) = nullptr;
   // The fused Conv2d -> ReLU -> 2x2 / stride-2 MaxPool2d for the tile's first ocn (<= kDirectPoolOcb)
   // channels: pooled (ocn, PH, PW) f32 and argmax (nullable) exactly as relu_max_pool2d_forward gives them on
   // forward()'s output (rounded to bf16 first when round_bf16); nullptr where a level has none (the driver
@@ -53,7 +55,7 @@ struct DirectConvKernels {
   // dot_rows on bf16 rows, positions taken in consecutive pairs (vdpbf16ps): another fixed order.
   void (*columns_bf16)(const DirectGeom& g, const float* xp, BFloat16* col) = nullptr;
   void (*dot_rows_bf16)(const BFloat16* dz, const BFloat16* col, int64_t oc, int64_t k, int64_t positions,
-                        float* lanes, float* db_lanes) = nullptr;
+                        float* lanes, int64_t lanes_k, float* db_lanes) = nullptr;
 };
 
 const DirectConvKernels& direct_conv_kernels_scalar();
