@@ -96,9 +96,6 @@ kernels::Conv2dParams diagnostic_params(int64_t n, int64_t c, int64_t h, int64_t
   p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = pad;
   return p;
 }
-}  // namespace
-
-namespace {
 
 // A convolution's FP32 weight under a low compute dtype is cast for each call that reads it — forward,
 // and backward-data (as workspace) — and never kept: no cast cache entry and no optimizer-written low copy,
