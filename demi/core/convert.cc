@@ -3,6 +3,7 @@
 // and the generic any-to-any convert().
 #include "demi/core/convert.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -139,6 +140,23 @@ void convert_f32_to_bf16(const float* src, BFloat16* dst, int64_t n) {
 }
 void convert_bf16_to_f32(const BFloat16* src, float* dst, int64_t n) {
   run_chunked(internal::convert_kernels(cpu_level()).bf16_to_f32, src, dst, n);
+}
+
+void round_f32(const float* src, float* dst, int64_t n, DType to) {
+  DEMI_CHECK(to == DType::kBF16 || to == DType::kF16, "round_f32: rounds to bfloat16 or float16, got ",
+             dtype_name(to));
+  constexpr int64_t kChunk = 1024;
+  alignas(64) uint16_t low[kChunk];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t c = std::min(kChunk, n - i);
+    if (to == DType::kBF16) {
+      convert_f32_to_bf16(src + i, reinterpret_cast<BFloat16*>(low), c);
+      convert_bf16_to_f32(reinterpret_cast<const BFloat16*>(low), dst + i, c);
+    } else {
+      convert_f32_to_f16(src + i, reinterpret_cast<Half*>(low), c);
+      convert_f16_to_f32(reinterpret_cast<const Half*>(low), dst + i, c);
+    }
+  }
 }
 
 void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n) {

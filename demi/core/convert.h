@@ -20,6 +20,11 @@ void convert_f32_to_bf16(const float* src, BFloat16* dst, int64_t n);
 // src (n, bf16) -> dst (n, f32)
 void convert_bf16_to_f32(const BFloat16* src, float* dst, int64_t n);
 
+// src (n, f32) -> dst (n, f32): the values a cast to `to` (bf16 or f16) and back gives, bit for bit (an f32
+// operand read as if it had been cast, e.g. AMP's master weights); dst may be src. Serial, a chunk at a time
+// on the stack.
+void round_f32(const float* src, float* dst, int64_t n, DType to);
+
 // Any dtype to any dtype, n elements (float -> integer truncates toward zero; -> bool is "!= 0").
 // Large conversions run in parallel on demi's thread pool.
 void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);

@@ -136,6 +136,25 @@ TEST(ConvertKernels, F32ToBF16EdgesAndRandom) { check_direction(&ConvertKernels:
 
 // Someone may set DAZ/FTZ for speed elsewhere in a training run; the conversions must not change. (F16C
 // ignores both; vcvtneps2bf16 ignores MXCSR and flushes denormals always, which its kernel undoes.)
+// round_f32 gives the values a cast to bf16 or f16 and back gives, bit for bit (edges, subnormals, values
+// past f16's range, NaN, random), in place too; any other dtype is an error naming it.
+TEST(Convert, RoundF32IsTheCastThereAndBack) {
+  const std::vector<float> x = f32_inputs();
+  const int64_t n = static_cast<int64_t>(x.size());
+  for (DType to : {DType::kBF16, DType::kF16}) {
+    std::vector<uint16_t> low(x.size());
+    std::vector<float> want(x.size()), got(x.size()), in_place = x;
+    convert(x.data(), DType::kF32, low.data(), to, n);
+    convert(low.data(), to, want.data(), DType::kF32, n);
+    round_f32(x.data(), got.data(), n, to);
+    round_f32(in_place.data(), in_place.data(), n, to);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), x.size() * sizeof(float)), 0) << dtype_name(to);
+    EXPECT_EQ(std::memcmp(in_place.data(), want.data(), x.size() * sizeof(float)), 0) << dtype_name(to);
+  }
+  float v = 1.0f;
+  EXPECT_THROW(round_f32(&v, &v, 1, DType::kF64), Error);
+}
+
 TEST(ConvertKernels, IgnoreDenormalsAreZeroAndFlushToZero) {
   const std::vector<float>& f32 = f32_inputs();
   std::vector<float> inputs(f32.begin(), f32.begin() + 13 * 0x10000);  // the edges only

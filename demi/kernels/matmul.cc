@@ -76,24 +76,18 @@ internal::ChoiceCache& choices() {
 constexpr double kF16WidenMargin = 1.1;
 
 void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c) {
-  if (p.b_round != DType::kF32 && k != Kernel::kDemiF32 && k != Kernel::kDemiBf16) {
-    // Only demi's GEMM rounds b as it packs it: the others get a rounded copy for this call (workspace,
-    // freed on return; its cost is part of what the tuning measures). Rounded to bf16 it is a bf16 copy;
-    // rounded to f16, an f32 one holding the f16 values, since these kernels would widen an f16 copy into
-    // f32 again (oneDNN has no f16 kernels, demi-dot multiplies in f32): one copy instead of two.
+  if (p.b_round != DType::kF32 && k != Kernel::kDemiF32 && k != Kernel::kDemiBf16 && k != Kernel::kDemiDot) {
+    // demi's GEMM rounds b as it packs it and demi-dot as it widens it: oneDNN gets a rounded copy for this
+    // call (workspace, freed on return; its cost is part of what the tuning measures). Rounded to bf16 it
+    // is a bf16 copy; rounded to f16, an f32 one holding the f16 values, since oneDNN (no f16 kernels)
+    // would widen an f16 copy into f32 again: one copy instead of two.
     const int64_t n = p.batch * p.k * p.n;
     const DType copy = p.b_round == DType::kF16 ? DType::kF32 : p.b_round;
     cpu_internal::Workspace low(static_cast<size_t>(n) * dtype_size(copy));
-    if (copy == DType::kF32) {
-      alignas(64) Half chunk[1024];
-      for (int64_t i = 0; i < n; i += 1024) {
-        const int64_t m = std::min<int64_t>(1024, n - i);
-        convert_f32_to_f16(static_cast<const float*>(b) + i, chunk, m);
-        convert_f16_to_f32(chunk, low.f32() + i, m);
-      }
-    } else {
+    if (copy == DType::kF32)
+      round_f32(static_cast<const float*>(b), low.f32(), n, p.b_round);
+    else
       convert(b, DType::kF32, low.f32(), copy, n);
-    }
     MatmulParams q = p;
     q.b_dtype = copy;
     q.b_round = DType::kF32;

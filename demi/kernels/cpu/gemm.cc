@@ -154,10 +154,9 @@ bool swap_operands(const MatmulParams& p) {
 
 // An f32 operand read rounded to a low dtype (MatmulParams::b_round) is rounded as it is packed, with the
 // conversions every cast uses (so bit for bit a product of the cast operand): in place in f32 panels and
-// blocks, or through kRoundRows rows of k at a time on the stack into the bf16 pair packers.
+// blocks (round_f32), or through kRoundRows rows of k at a time on the stack into the bf16 pair packers.
 constexpr int64_t kRoundRows = 32;      // even: whole pairs
 constexpr int64_t kRoundElems = 16384;  // bf16 values staged at a time (32 KiB of stack)
-constexpr int64_t kRoundChunk = 1024;   // f32 values rounded in place at a time
 static_assert(kRoundElems % (64 * 32) == 0, "a transposed panel's k steps are whole blocks of 32");
 
 void round_to(const float* src, void* dst, DType to, int64_t n) {
@@ -167,18 +166,7 @@ void round_to(const float* src, void* dst, DType to, int64_t n) {
     convert_f32_to_f16(src, static_cast<Half*>(dst), n);
 }
 
-// x[0, n) <- the values a cast to `to` (bf16|f16) and back gives.
-void round_in_place(float* x, int64_t n, DType to) {
-  alignas(64) unsigned char low[kRoundChunk * 2];
-  for (int64_t i = 0; i < n; i += kRoundChunk) {
-    const int64_t c = std::min(kRoundChunk, n - i);
-    round_to(x + i, low, to, c);
-    if (to == DType::kBF16)
-      convert_bf16_to_f32(reinterpret_cast<const BFloat16*>(low), x + i, c);
-    else
-      convert_f16_to_f32(reinterpret_cast<const Half*>(low), x + i, c);
-  }
-}
+void round_in_place(float* x, int64_t n, DType to) { round_f32(x, x, n, to); }
 
 // One (batch-1) product. bias is f32 (converted by the caller) or null; c is p.c_dtype.
 void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const void* a_in, const void* b_in,

@@ -55,10 +55,14 @@ const cpu_internal::GemmDotKernels& kernels() {
 void product(const MatmulParams& p, const void* a, const void* b, void* c, const float* bias32) {
   const cpu_internal::GemmDotKernels& kern = kernels();
   const int64_t M = p.m, N = p.n, K = p.k;
-  // b as f32 rows (N x K: few by construction), converted once.
-  Workspace b32(p.b_dtype == DType::kF32 ? 0 : static_cast<size_t>(N * K) * sizeof(float));
+  // b as f32 rows (N x K: few by construction), converted once — or an f32 b read as b_round, rounded once.
+  const bool rounded = p.b_round != DType::kF32;
+  Workspace b32(p.b_dtype == DType::kF32 && !rounded ? 0 : static_cast<size_t>(N * K) * sizeof(float));
   const float* bf = static_cast<const float*>(b);
-  if (p.b_dtype != DType::kF32) {
+  if (rounded) {
+    round_f32(bf, b32.f32(), N * K, p.b_round);
+    bf = b32.f32();
+  } else if (p.b_dtype != DType::kF32) {
     convert(b, p.b_dtype, b32.f32(), DType::kF32, N * K);
     bf = b32.f32();
   }

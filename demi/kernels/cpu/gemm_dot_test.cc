@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
+#include "demi/core/convert.h"
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/kernels/internal/matmul_conv_test_util.h"
@@ -66,6 +68,38 @@ TEST(GemmDot, MatchesTheReferenceForEveryDtypeEpilogueAndLevel) {
           EXPECT_TRUE(all_close(cl.data(), out, std::vector<double>(want.begin(), want.end()),
                                 tolerance_for_sum(out, p.k, 1.0)));
         }
+  }
+}
+
+// An f32 b read rounded to bf16|f16 (MatmulParams::b_round) is rounded once as the kernel widens b: bit
+// for bit the product of the cast b, at every level, with a batch and an f16 overflow to inf.
+TEST(GemmDot, AnF32OperandReadRoundedIsBitForBitTheCastOperand) {
+  for (CpuLevel level : supported_cpu_levels()) {
+    ScopedCpuLevel scoped(level);
+    for (DType t : {BF16, F16}) {
+      MatmulParams p;
+      p.batch = 2;
+      p.m = 7;
+      p.n = 10;
+      p.k = 45;
+      p.trans_b = true;
+      p.a_dtype = p.c_dtype = t;
+      p.b_dtype = F32;
+      p.b_round = t;
+      SCOPED_TRACE(describe(p) + " at " + std::string(cpu_level_name(level)));
+      Operand a = kernels::testing::random_operand(t, p.batch * p.m * p.k, 1);
+      Operand b = kernels::testing::random_operand(F32, p.batch * p.n * p.k, 2);
+      static_cast<float*>(b.data())[5] = 70000.0f;  // inf in f16
+      std::vector<char> b_low(static_cast<size_t>(b.n) * dtype_size(t));
+      convert(b.data(), F32, b_low.data(), t, b.n);
+      std::vector<char> got(static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(t)), want(got.size());
+      gemm_dot(p, a.data(), b.data(), got.data());
+      MatmulParams cast = p;
+      cast.b_dtype = t;
+      cast.b_round = F32;
+      gemm_dot(cast, a.data(), b_low.data(), want.data());
+      EXPECT_EQ(got, want);
+    }
   }
 }
 
