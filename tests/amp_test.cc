@@ -165,6 +165,35 @@ TEST(CastCache, TheOptimizerKeepsTheLowCopiesSoLaterStepsCastNoParameter) {
   }
 }
 
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.numel() == b.numel() &&
+         std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.numel()) * dtype_size(a.dtype())) == 0;
+}
+
+// op(x, w) under a `low` dtype pin, given the FP32 weight w0 and given w0 cast to `low` beforehand, each
+// followed by backward of sum(y²): the output and x's gradient bit for bit the same, and w's gradient the
+// same sums (each stored once in its own dtype).
+template <class Op>
+void expect_same_as_with_the_cast_weight(DType low, const Tensor& x0, const Tensor& w0, Op&& op) {
+  auto run = [&](bool cast_first) {
+    Tensor x = x0.clone().set_requires_grad(true);
+    Tensor w = (cast_first ? w0.to(low) : w0.clone()).set_requires_grad(true);
+    Tensor y;
+    {
+      ops::DTypePinScope pin(low);
+      y = op(x, w);
+    }
+    const Tensor y32 = ops::cast(y, DType::kF32);
+    autograd::backward(ops::sum(ops::mul(y32, y32)));
+    return std::vector<Tensor>{y, x.grad(), w.grad()};
+  };
+  const auto got = run(false), cast = run(true);
+  EXPECT_TRUE(same_bits(got[0], cast[0])) << "output";
+  EXPECT_TRUE(same_bits(got[1], cast[1])) << "input gradient";
+  const Tensor& dw = got[2];
+  EXPECT_TRUE(same_bits(dw.dtype() == cast[2].dtype() ? dw : dw.to(cast[2].dtype()), cast[2])) << "weight gradient";
+}
+
 // Dense under a low compute dtype reads an FP32 weight rounded by its products (no cast): the output and
 // the input gradient are bit for bit those of the same Dense given the weight cast beforehand, and the
 // weight gradient is the same sums (stored once in its own dtype). oneDNN runs both (it gets a rounded
@@ -173,10 +202,6 @@ TEST(CastCache, TheOptimizerKeepsTheLowCopiesSoLaterStepsCastNoParameter) {
 TEST(CastCache, DenseRoundingItsFp32WeightIsBitForBitTheCastWeight) {
   const kernels::MatmulPolicy saved = kernels::matmul_policy();
   kernels::set_matmul_policy(kernels::MatmulPolicy::kOnednn);
-  auto bits = [](const Tensor& a, const Tensor& b) {
-    return a.dtype() == b.dtype() && a.numel() == b.numel() &&
-           std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.numel()) * dtype_size(a.dtype())) == 0;
-  };
   for (DType low : {DType::kBF16, DType::kF16})
     for (int64_t rows : {int64_t{64}, int64_t{2048}})
       for (bool relu : {false, true}) {
@@ -184,23 +209,9 @@ TEST(CastCache, DenseRoundingItsFp32WeightIsBitForBitTheCastWeight) {
         Generator g(21);
         Tensor x0 = normal({rows, 40}, 0, 1, g), w0 = normal({24, 40}, 0, 0.3, g), b0 = normal({24}, 0, 0.1, g);
         w0.set(7, 70000.0);  // past f16's range: inf as the cast gives
-        auto run = [&](bool cast_first) {
-          Tensor x = x0.clone().set_requires_grad(true);
-          Tensor w = (cast_first ? w0.to(low) : w0.clone()).set_requires_grad(true);
-          Tensor y;
-          {
-            ops::DTypePinScope pin(low);
-            y = ops::dense(x, w, b0, relu);
-          }
-          const Tensor y32 = ops::cast(y, DType::kF32);
-          autograd::backward(ops::sum(ops::mul(y32, y32)));
-          return std::vector<Tensor>{y, x.grad(), w.grad()};
-        };
-        const auto rounded = run(false), cast = run(true);
-        EXPECT_TRUE(bits(rounded[0], cast[0])) << "output";
-        EXPECT_TRUE(bits(rounded[1], cast[1])) << "input gradient";
-        const Tensor& dw = rounded[2];
-        EXPECT_TRUE(bits(dw.dtype() == cast[2].dtype() ? dw : dw.to(cast[2].dtype()), cast[2])) << "weight gradient";
+        expect_same_as_with_the_cast_weight(low, x0, w0, [&](const Tensor& x, const Tensor& w) {
+          return ops::dense(x, w, b0, relu);
+        });
       }
   kernels::set_matmul_policy(saved);
 }
@@ -210,35 +221,17 @@ TEST(CastCache, DenseRoundingItsFp32WeightIsBitForBitTheCastWeight) {
 // outputs and input gradients of the same op given the weight cast beforehand (and the same weight
 // gradient sums); a train step leaves no low-precision copy of a convolution weight behind.
 TEST(CastCache, ConvolutionsCastTheirFp32WeightPerCallAndKeepNoCopy) {
-  auto bits = [](const Tensor& a, const Tensor& b) {
-    return a.dtype() == b.dtype() && a.numel() == b.numel() &&
-           std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.numel()) * dtype_size(a.dtype())) == 0;
-  };
   for (DType low : {DType::kBF16, DType::kF16})
     for (int op = 0; op < 3; ++op) {
       SCOPED_TRACE(str_cat(dtype_name(low), op == 0 ? " conv2d" : op == 1 ? " conv2d_relu_max_pool2d" : " transpose"));
       Generator g(23);
       Tensor x0 = normal({3, 6, 9, 9}, 0, 1, g), w0 = normal({8, 6, 3, 3}, 0, 0.3, g), b0 = normal({8}, 0, 0.1, g);
       if (op == 2) w0 = normal({6, 8, 3, 3}, 0, 0.3, g);  // (IC, OC, KH, KW)
-      auto run = [&](bool cast_first) {
-        Tensor x = x0.clone().set_requires_grad(true);
-        Tensor w = (cast_first ? w0.to(low) : w0.clone()).set_requires_grad(true);
-        Tensor y;
-        {
-          ops::DTypePinScope pin(low);
-          if (op == 0) y = ops::conv2d(x, w, b0, {});
-          if (op == 1) y = ops::conv2d_relu_max_pool2d(x, w, b0, {}, {.kernel = {2, 2}, .stride = {2, 2}});
-          if (op == 2) y = ops::conv2d_transpose(x, w, Tensor(), {.stride = {2, 2}});
-        }
-        const Tensor y32 = ops::cast(y, DType::kF32);
-        autograd::backward(ops::sum(ops::mul(y32, y32)));
-        return std::vector<Tensor>{y, x.grad(), w.grad()};
-      };
-      const auto per_call = run(false), cast = run(true);
-      EXPECT_TRUE(bits(per_call[0], cast[0])) << "output";
-      EXPECT_TRUE(bits(per_call[1], cast[1])) << "input gradient";
-      const Tensor& dw = per_call[2];
-      EXPECT_TRUE(bits(dw.dtype() == cast[2].dtype() ? dw : dw.to(cast[2].dtype()), cast[2])) << "weight gradient";
+      expect_same_as_with_the_cast_weight(low, x0, w0, [&](const Tensor& x, const Tensor& w) {
+        if (op == 0) return ops::conv2d(x, w, b0, {});
+        if (op == 1) return ops::conv2d_relu_max_pool2d(x, w, b0, {}, {.kernel = {2, 2}, .stride = {2, 2}});
+        return ops::conv2d_transpose(x, w, Tensor(), {.stride = {2, 2}});
+      });
     }
   // In training: no cast cache entry and no low copy for the convolution's weight (its bias has both).
   set_seed(5);

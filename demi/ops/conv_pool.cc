@@ -97,21 +97,14 @@ kernels::Conv2dParams diagnostic_params(int64_t n, int64_t c, int64_t h, int64_t
   return p;
 }
 
-// A convolution's FP32 weight under a low compute dtype is cast for each call that reads it — forward,
-// and backward-data (as workspace) — and never kept: no cast cache entry and no optimizer-written low copy,
-// so training holds no low-precision copy of the convolution weights between calls (model R's were 21 MiB
-// at O2, 8% of its O0 peak). It costs one cast per call, a pass over the weight against a product of
-// N·OH·OW multiply-adds per weight element. (Dense needs no cast at all: its products round the weight as
+// The weight of a convolution call: an FP32 one under a low compute dtype is cast for each call that reads
+// it — forward, and backward-data (as workspace) — and never kept: no cast cache entry and no
+// optimizer-written low copy, so training holds no low-precision copy of the convolution weights between
+// calls (model R's were 21 MiB at O2, 8% of its O0 peak). It costs one cast per call, a pass over the weight
+// against a product of N·OH·OW multiply-adds per weight element. (Dense needs no cast at all: its products round the weight as
 // they pack it, DenseParams::w_round; the convolution kernels, oneDNN's among them, read w as stored.)
-bool recasts_weight(const Tensor& w_in, DType compute) {
-  return w_in.dtype() == DType::kF32 && is_low_precision(compute);
-}
-
-// The weight for a backward call: the kept one, or the parameter cast again (workspace, freed after).
-Tensor weight_in(const Tensor& w, DType dtype) {
-  if (w.dtype() == dtype) return w;
-  MemCategoryScope cat(MemCategory::kWorkspace);
-  return w.to(dtype);
+internal::CallWeight conv_weight(const Dispatch& d, const Tensor& w_in) {
+  return internal::weight_for_call(d, 1, w_in, w_in.dtype() == DType::kF32 && is_low_precision(d.compute_dtype()));
 }
 
 }  // namespace
@@ -136,8 +129,8 @@ std::string conv2d_direct_cache() { return kernels::onednn::conv_direct_cache_pa
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Conv2dOptions& o) {
   kernels::Conv2dPadding pad = conv_padding(Op::kConv2d, x_in, w_in, b_in, o);
   Dispatch d(Op::kConv2d, {&x_in, &w_in, &b_in});
-  const bool recast_w = recasts_weight(w_in, d.compute_dtype());
-  Tensor x = d.input(0), w = recast_w ? d.input_uncached(1) : d.input(1), b = d.input(2);
+  const internal::CallWeight cw = conv_weight(d, w_in);
+  Tensor x = d.input(0), w = cw.now, b = d.input(2);
   kernels::Conv2dParams p = conv_params(x, w, o, pad);
   p.x_dtype = x.dtype();
   p.w_dtype = w.dtype();
@@ -156,9 +149,8 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   // which the caller holds anyway, and cast again in backward: the low-precision copy dies right after
   // forward instead of living through the step.
   Tensor x_saved = !need_dx && !x.is_same(x_in) ? x_in : x;
-  Tensor w_saved = recast_w ? w_in : w;
   const DType dw_dtype = d.param_grad_dtype(1, p.w_dtype), db_dtype = d.param_grad_dtype(2, p.bias_dtype);
-  return d.finish(y, [x = x_saved, w = w_saved, y = y_saved, p, has_bias, need_dx, dw_dtype,
+  return d.finish(y, [x = x_saved, w = cw.saved, y = y_saved, p, has_bias, need_dx, dw_dtype,
                       db_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);
     if (p.relu) {
@@ -172,7 +164,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
     Tensor dx;
     if (need_dx) {  // the first layer's input (the data) needs none: skip the whole backward-data pass
       dx = empty(x.shape(), x.dtype());
-      const Tensor wc = weight_in(w, p.w_dtype);
+      const Tensor wc = internal::as_dtype_for_call(w, p.w_dtype);
       kernels::onednn::conv2d_backward_data(q, gy.raw_data(), wc.raw_data(), dx.raw_data());
     }
     q.w_dtype = dw_dtype;  // the kernel sums in FP32 and stores in these dtypes
@@ -259,8 +251,8 @@ Tensor conv2d_transpose(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
              oh, "x", ow, " -> ", pad.out_h, "x", pad.out_w, " does not map back to the input ", x_in.describe());
 
   Dispatch d(op, {&x_in, &w_in});
-  const bool recast_w = recasts_weight(w_in, d.compute_dtype());
-  Tensor x = d.input(0), w = recast_w ? d.input_uncached(1) : d.input(1);
+  const internal::CallWeight cw = conv_weight(d, w_in);
+  Tensor x = d.input(0), w = cw.now;
   kernels::Conv2dParams p;
   p.n = x.dim(0), p.c = oc, p.h = oh, p.w = ow;
   p.oc = x.dim(1), p.kh = w.dim(2), p.kw = w.dim(3);
@@ -277,13 +269,12 @@ Tensor conv2d_transpose(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
   kernels::onednn::conv2d_backward_data(p, x.raw_data(), w.raw_data(), y.raw_data());
   const bool need_dx = d.input_needs_grad(0);
   const DType dw_dtype = d.param_grad_dtype(1, p.w_dtype);
-  Tensor w_saved = recast_w ? w_in : w;
-  Tensor out = d.finish(y, [x, w = w_saved, p, need_dx, dw_dtype](const TensorList& g) {
+  Tensor out = d.finish(y, [x, w = cw.saved, p, need_dx, dw_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.x_dtype);
     Tensor dx;
     if (need_dx) {
       dx = empty(x.shape(), p.y_dtype);
-      const Tensor wc = weight_in(w, p.w_dtype);
+      const Tensor wc = internal::as_dtype_for_call(w, p.w_dtype);
       kernels::onednn::conv2d_forward(p, gy.raw_data(), wc.raw_data(), nullptr, dx.raw_data());
     }
     kernels::Conv2dParams q = p;
@@ -317,8 +308,8 @@ Tensor conv2d_relu_max_pool2d(const Tensor& x_in, const Tensor& w_in, const Tens
     return relu_max_pool2d(conv2d(x_in, w_in, b_in, o), po);
   Dispatch d(op, {&x_in, &w_in, &b_in});
   d.set_flops(conv_flops(p));
-  const bool recast_w = recasts_weight(w_in, d.compute_dtype());
-  Tensor x = d.input(0), w = recast_w ? d.input_uncached(1) : d.input(1), b = d.input(2);
+  const internal::CallWeight cw = conv_weight(d, w_in);
+  Tensor x = d.input(0), w = cw.now, b = d.input(2);
   const DType out = d.compute_dtype();  // the pooled output's dtype, as the two ops would store it
   p.x_dtype = x.dtype();
   p.w_dtype = w.dtype();
@@ -332,16 +323,16 @@ Tensor conv2d_relu_max_pool2d(const Tensor& x_in, const Tensor& w_in, const Tens
                                                   argmax.defined() ? argmax.data<uint8_t>() : nullptr);
   const bool has_bias = b.defined(), need_dx = d.input_needs_grad(0);
   Tensor x_saved = !need_dx && !x.is_same(x_in) ? x_in : x;  // as in conv2d: the data batch is recast
-  Tensor w_saved = recast_w ? w_in : w;                          // and so is the weight (recasts_weight)
   const DType dw_dtype = d.param_grad_dtype(1, p.w_dtype), db_dtype = d.param_grad_dtype(2, p.bias_dtype);
-  return d.finish(y, [x = x_saved, w = w_saved, argmax, p, pool, out, has_bias, need_dx, dw_dtype,
+  return d.finish(y, [x = x_saved, w = cw.saved, argmax, p, pool, out, has_bias, need_dx, dw_dtype,
                       db_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], out);
     Tensor dx = need_dx ? empty(x.shape(), x.dtype()) : Tensor();
     Tensor dw = empty(w.shape(), dw_dtype);
     Tensor db = has_bias ? empty({p.oc}, db_dtype) : Tensor();
     Tensor xc = x.dtype() == p.x_dtype ? x : x.to(p.x_dtype);
-    const Tensor wc = need_dx ? weight_in(w, p.w_dtype) : Tensor();  // (only the data gradient reads it)
+    // (only the data gradient reads the weight)
+    const Tensor wc = need_dx ? internal::as_dtype_for_call(w, p.w_dtype) : Tensor();
     kernels::onednn::conv2d_relu_max_pool2d_backward(p, pool, xc.raw_data(), need_dx ? wc.raw_data() : nullptr,
                                                      gy.dtype(), gy.raw_data(),
                                                      argmax.data<uint8_t>(), need_dx ? dx.raw_data() : nullptr,

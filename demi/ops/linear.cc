@@ -113,7 +113,9 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
   // backward.
   constexpr int64_t kRecastRows = 2048;
   const bool recast_w = !round_w && x_in.dim(0) >= kRecastRows && w_in.dtype() != d.compute_dtype();
-  Tensor x = d.input(0), w = round_w ? w_in : recast_w ? d.input_uncached(1) : d.input(1), b = d.input(2);
+  const internal::CallWeight cw =
+      round_w ? internal::CallWeight{w_in, w_in} : internal::weight_for_call(d, 1, w_in, recast_w);
+  Tensor x = d.input(0), w = cw.now, b = d.input(2);
   kernels::onednn::DenseParams p;
   p.m = x.dim(0);
   p.k = x.dim(1);
@@ -132,10 +134,9 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
   Tensor y_saved = relu ? y : Tensor();  // saved only for a fused ReLU's mask
   // As in conv2d: a cast input that needs no gradient is saved as the caller's tensor and recast in backward.
   Tensor x_saved = !need_dx && !x.is_same(x_in) ? x_in : x;
-  Tensor w_saved = recast_w ? w_in : w;
   const DType dw_dtype = d.param_grad_dtype(1, round_w ? p.w_round : p.w_dtype);
   const DType db_dtype = d.param_grad_dtype(2, b_dtype);
-  return d.finish(y, [x = x_saved, w_saved, y = y_saved, p, has_bias, b_dtype, relu, need_dx, dw_dtype,
+  return d.finish(y, [x = x_saved, w_saved = cw.saved, y = y_saved, p, has_bias, b_dtype, relu, need_dx, dw_dtype,
                       db_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);
     if (relu) {
@@ -148,11 +149,7 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
     q.relu = false;
     Tensor dx;
     if (need_dx) {  // a first layer's input (the data) needs no gradient
-      Tensor wc = w_saved;
-      if (wc.dtype() != p.w_dtype) {
-        MemCategoryScope cat(MemCategory::kWorkspace);
-        wc = w_saved.to(p.w_dtype);
-      }
+      const Tensor wc = internal::as_dtype_for_call(w_saved, p.w_dtype);
       dx = empty(x.shape(), x.dtype());
       kernels::onednn::dense_backward_data(q, gy.raw_data(), wc.raw_data(), dx.raw_data());
     }

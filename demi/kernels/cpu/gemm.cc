@@ -154,19 +154,12 @@ bool swap_operands(const MatmulParams& p) {
 
 // An f32 operand read rounded to a low dtype (MatmulParams::b_round) is rounded as it is packed, with the
 // conversions every cast uses (so bit for bit a product of the cast operand): in place in f32 panels and
-// blocks (round_f32), or through kRoundRows rows of k at a time on the stack into the bf16 pair packers.
+// blocks (round_f32), or through kRoundRows rows of k at a time on the stack into the bf16 pair packers
+// (the bf16 path rounds only to bf16).
 constexpr int64_t kRoundRows = 32;      // even: whole pairs
 constexpr int64_t kRoundElems = 16384;  // bf16 values staged at a time (32 KiB of stack)
 static_assert(kRoundElems % (64 * 32) == 0, "a transposed panel's k steps are whole blocks of 32");
 
-void round_to(const float* src, void* dst, DType to, int64_t n) {
-  if (to == DType::kBF16)
-    convert_f32_to_bf16(src, static_cast<BFloat16*>(dst), n);
-  else
-    convert_f32_to_f16(src, static_cast<Half*>(dst), n);
-}
-
-void round_in_place(float* x, int64_t n, DType to) { round_f32(x, x, n, to); }
 
 // One (batch-1) product. bias is f32 (converted by the caller) or null; c is p.c_dtype.
 void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const void* a_in, const void* b_in,
@@ -257,8 +250,8 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
           if (b_round == DType::kF16 && g.pack_b_f32_as_f16 != nullptr)
             return g.pack_b_f32_as_f16(src, p.trans_b, ldb, pc, kcur, j, w, f, stride);
           g.pack_b_f32(b, DType::kF32, p.trans_b, ldb, pc, kcur, j, w, f, stride);
-          if (kcur * NR == stride) return round_in_place(f, (p1 - p0) * stride, b_round);
-          for (int64_t q = 0; q < p1 - p0; ++q) round_in_place(f + q * stride, kcur * NR, b_round);
+          if (kcur * NR == stride) return round_f32(f, f, (p1 - p0) * stride, b_round);
+          for (int64_t q = 0; q < p1 - p0; ++q) round_f32(f + q * stride, f + q * stride, kcur * NR, b_round);
           return;
         }
         // bf16 pair panels: rows of k rounded into `low`, then packed into their place (an even k0 starts
@@ -272,7 +265,7 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
             const int64_t j = jc + q0 * NR, w = std::min(N, jc + std::min(p1, q0 + group) * NR) - j;
             for (int64_t k0 = 0; k0 < kcur; k0 += kRoundRows) {
               const int64_t kk = std::min(kRoundRows, kcur - k0);
-              for (int64_t r = 0; r < kk; ++r) round_to(src + (pc + k0 + r) * ldb + j, low + r * w, DType::kBF16, w);
+              for (int64_t r = 0; r < kk; ++r) convert_f32_to_bf16(src + (pc + k0 + r) * ldb + j, low + r * w, w);
               g.pack_b_bf16(low, false, w, 0, kk, 0, w, out + (q0 - p0) * stride + k0 * NR, stride);
             }
           }
@@ -284,7 +277,7 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
           for (int64_t k0 = 0; k0 < kcur; k0 += kstep) {
             const int64_t kk = std::min(kstep, kcur - k0);
             for (int64_t col = 0; col < w; ++col)
-              round_to(src + (j + col) * ldb + pc + k0, low + col * kk, DType::kBF16, kk);
+              convert_f32_to_bf16(src + (j + col) * ldb + pc + k0, low + col * kk, kk);
             g.pack_b_bf16(low, true, kk, 0, kk, 0, w, out + (q - p0) * stride + k0 * NR, stride);
           }
         }
@@ -292,9 +285,9 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
       // Panels [p0, p1) of the block into consecutive panels from dst.
       const auto pack_to = [&](int64_t p0, int64_t p1, char* dst) {
         if (p0 >= p1) return;
+        if (b_round != DType::kF32) return pack_rounded(p0, p1, dst);
         const int64_t j = jc + p0 * NR, w = std::min(N, jc + p1 * NR) - j;
         const int64_t stride = static_cast<int64_t>(panel_elems);
-        if (b_round != DType::kF32) return pack_rounded(p0, p1, dst);
         if (bf16)
           g.pack_b_bf16(static_cast<const BFloat16*>(b), p.trans_b, ldb, pc, kcur, j, w,
                         reinterpret_cast<BFloat16*>(dst), stride);
@@ -330,7 +323,7 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
               auto* dst = reinterpret_cast<BFloat16*>(ablock.f32());
               for (int64_t i = 0; i < mcur; ++i) {
                 if (a_round != DType::kF32)
-                  round_to(a32 + (i0 + i) * lda + pc, dst + i * kc_pad, DType::kBF16, kcur);
+                  convert_f32_to_bf16(a32 + (i0 + i) * lda + pc, dst + i * kc_pad, kcur);
                 else
                   std::memcpy(dst + i * kc_pad, element_at(a, (i0 + i) * lda + pc, p.a_dtype),
                               static_cast<size_t>(kcur) * sizeof(BFloat16));
@@ -347,7 +340,7 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
                 for (int64_t k0 = 0; k0 < kcur; k0 += kRoundRows) {  // pairs from an even k0: at k0 * mcur
                   const int64_t kk = std::min(kRoundRows, kcur - k0);
                   for (int64_t r = 0; r < kk; ++r)
-                    round_to(a32 + (pc + k0 + r) * lda + i0, low + r * mcur, DType::kBF16, mcur);
+                    convert_f32_to_bf16(a32 + (pc + k0 + r) * lda + i0, low + r * mcur, mcur);
                   g.pack_a_pairs(low, mcur, 0, kk, 0, mcur, dst + k0 * mcur);
                 }
               }
@@ -366,7 +359,7 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
               rs = 1;
               cs = mcur;
             }
-            if (a_round != DType::kF32) round_in_place(dst, mcur * kcur, a_round);  // (a compact block)
+            if (a_round != DType::kF32) round_f32(dst, dst, mcur * kcur, a_round);  // (a compact block)
             ap = dst;
           }
           for (int64_t pn = pn0; pn < pn1; ++pn) {

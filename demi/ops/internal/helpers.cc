@@ -1,5 +1,6 @@
 #include "demi/ops/internal/helpers.h"
 
+#include "demi/core/memory.h"
 #include "demi/kernels/cpu/elementwise.h"
 
 namespace demi::ops::internal {
@@ -20,6 +21,20 @@ Tensor grad_as(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : g
 Tensor reuse_or_empty(const Tensor& saved) {
   const bool sole = saved.impl_ptr().use_count() == 1 && saved.impl().storage.use_count() == 1;
   return sole ? saved : empty(saved.shape(), saved.dtype());
+}
+
+CallWeight weight_for_call(const Dispatch& d, size_t index, const Tensor& w_in, bool recast) {
+  if (!recast) {
+    Tensor w = d.input(index);
+    return {w, w};
+  }
+  return {d.input_uncached(index), w_in};
+}
+
+Tensor as_dtype_for_call(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  MemCategoryScope cat(MemCategory::kWorkspace);
+  return t.to(dtype);
 }
 
 Tensor binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b) {

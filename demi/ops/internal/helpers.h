@@ -7,6 +7,7 @@
 
 #include "demi/core/tensor.h"
 #include "demi/kernels/reference/elementwise.h"
+#include "demi/ops/dispatch.h"
 #include "demi/ops/op.h"
 
 namespace demi::ops::internal {
@@ -23,6 +24,19 @@ Tensor grad_as(const Tensor& g, DType dtype);
 // so nothing can see it overwritten), else a new tensor. One activation-sized buffer less at backward's
 // peak; for kernels that read each element before writing it.
 Tensor reuse_or_empty(const Tensor& saved);
+
+// A weight input of an op, as this call reads it and as its backward keeps it. Recast: cast for this call
+// only (Dispatch::input_uncached: no cast cache entry, no low-precision copy outlives the call) and the
+// caller's tensor kept, which backward casts again with as_dtype_for_call. Otherwise Dispatch::input's
+// tensor, kept as it is.
+struct CallWeight {
+  Tensor now;
+  Tensor saved;
+};
+CallWeight weight_for_call(const Dispatch& d, size_t index, const Tensor& w_in, bool recast);
+
+// t in dtype for one call: t itself, or its cast as workspace (freed with the returned tensor).
+Tensor as_dtype_for_call(const Tensor& t, DType dtype);
 
 // Kernel-level elementwise on tensors of one dtype (broadcasting for binary).
 Tensor binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b);
