@@ -28,7 +28,9 @@ enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32, kDemiDot
 
 // Part of the cache file's name: bumped when the kernels or the tuning change enough that choices made
 // before should be made again.
-constexpr int kTuneVersion = 6;  // 6: demi's GEMM splits few-row products by columns, swaps only from K = 256
+// 6: demi's GEMM splits few-row products by columns, swaps only from K = 256; 7: a swapped product stores
+// its tiles through a block, a column-split one shares its block of a between the threads
+constexpr int kTuneVersion = 7;
 constexpr const char* kKernelNames[] = {"onednn", "demi-f32", "demi-bf16", "onednn-f32", "demi-dot"};
 static_assert(std::size(kKernelNames) == static_cast<size_t>(Kernel::kDemiDot) + 1, "a kernel needs its name");
 

@@ -233,6 +233,8 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
   // cache sets (measured: the in-place f32 block ran 0.7x the converted f16 one on model C's shapes).
   const size_t a_block_bytes = bf16 ? static_cast<size_t>(kc_pad * mc) * sizeof(BFloat16)
                                     : static_cast<size_t>(kc * mc) * sizeof(float);
+  const bool stage_tiles = swapped && g.store_f32_transposed != nullptr;
+  Workspace ashared(column_split && N > NR ? a_block_bytes : 0);  // the row block the threads share (shared_a)
 
   for (int64_t jc = 0; jc < N; jc += nc_max) {
     const int64_t nc = std::min(nc_max, N - jc), panels = ceil_div(nc, NR);
@@ -298,70 +300,90 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
       const int64_t ic_blocks = ceil_div(M, mc);
       const int64_t n_split = ic_blocks >= threads ? 1 : std::min(panels, ceil_div(threads, ic_blocks));
       const int64_t tasks = ic_blocks * n_split;
+      // Rows i0 ... i0 + mcur of a, this K block, into `dst` as the micro-kernel reads them (a_strides):
+      // compact rows (or, transposed, columns), converted to f32 or kept bf16 (transposed: in pairs), an f32
+      // a read rounded is rounded here. Part `part` of `parts` (rows, or transposed, runs of k) only, so that
+      // threads can share one block; `low` holds kRoundRows x mcur bf16 (a transposed a read rounded to bf16).
+      const auto prepare_a = [&](int64_t i0, int64_t mcur, void* dst, BFloat16* low, int64_t part, int64_t parts) {
+        const auto* a32 = static_cast<const float*>(a);  // (when a_round is set)
+        if (!p.trans_a) {  // rows [r0, r1)
+          const int64_t r0 = mcur * part / parts, r1 = mcur * (part + 1) / parts;
+          if (bf16) {
+            auto* out = static_cast<BFloat16*>(dst);
+            for (int64_t i = r0; i < r1; ++i) {
+              if (a_round != DType::kF32)
+                convert_f32_to_bf16(a32 + (i0 + i) * lda + pc, out + i * kc_pad, kcur);
+              else
+                std::memcpy(out + i * kc_pad, element_at(a, (i0 + i) * lda + pc, p.a_dtype),
+                            static_cast<size_t>(kcur) * sizeof(BFloat16));
+            }
+            return;
+          }
+          float* out = static_cast<float*>(dst) + r0 * kcur;
+          g.to_f32(element_at(a, (i0 + r0) * lda + pc, p.a_dtype), p.a_dtype, lda, r1 - r0, kcur, out, kcur);
+          if (a_round != DType::kF32) round_f32(out, out, (r1 - r0) * kcur, a_round);
+          return;
+        }
+        // Transposed: runs of k [k0, k1), whole kRoundRows blocks (even: whole pairs) but for the last.
+        const int64_t blocks = ceil_div(kcur, kRoundRows);
+        const int64_t k0 = blocks * part / parts * kRoundRows;
+        const int64_t k1 = std::min(kcur, blocks * (part + 1) / parts * kRoundRows);
+        if (k0 >= k1) return;
+        if (!bf16) {
+          float* out = static_cast<float*>(dst) + k0 * mcur;
+          g.to_f32(element_at(a, (pc + k0) * lda + i0, p.a_dtype), p.a_dtype, lda, k1 - k0, mcur, out, mcur);
+          if (a_round != DType::kF32) round_f32(out, out, (k1 - k0) * mcur, a_round);
+          return;
+        }
+        auto* out = static_cast<BFloat16*>(dst);  // pairs from an even k: at k * mcur
+        if (a_round == DType::kF32)
+          return g.pack_a_pairs(static_cast<const BFloat16*>(a), lda, pc + k0, k1 - k0, i0, mcur, out + k0 * mcur);
+        for (int64_t kb = k0; kb < k1; kb += kRoundRows) {
+          const int64_t kk = std::min(kRoundRows, k1 - kb);
+          for (int64_t r = 0; r < kk; ++r) convert_f32_to_bf16(a32 + (pc + kb + r) * lda + i0, low + r * mcur, mcur);
+          g.pack_a_pairs(low, mcur, 0, kk, 0, mcur, out + kb * mcur);
+        }
+      };
+      const auto a_strides = [&](int64_t mcur) -> std::pair<int64_t, int64_t> {
+        if (bf16) return p.trans_a ? std::pair<int64_t, int64_t>{2, 2 * mcur} : std::pair<int64_t, int64_t>{kc_pad, 2};
+        return p.trans_a ? std::pair<int64_t, int64_t>{1, mcur} : std::pair<int64_t, int64_t>{kcur, 1};
+      };
+      const size_t low_bytes = bf16 && p.trans_a && a_round != DType::kF32
+                                   ? static_cast<size_t>(kRoundRows * mc) * sizeof(BFloat16)
+                                   : 0;
       // One row block split by columns: each task packs the panels it alone multiplies, one at a time into
       // its own slot, so a thread reads what it wrote itself while it is in L1 (measured on model A's
       // 7200 -> 10 products: the threads sharing every packed panel scaled 1.1x on 2 cores; oneDNN's 1.8x).
       const bool pack_in_task = ic_blocks == 1 && n_split > 1;  // (then column_split: one slot per task)
       if (!pack_in_task) parallel_for(0, panels, threads > 1 ? 1 : panels, pack);
+      // Then the tasks share the one row block of a, prepared by all the threads first (each preparing the
+      // whole block, the threads did the same work twice: 18% of model B's 128 x 128 x 3136 forward).
+      const bool shared_a = pack_in_task;
+      if (shared_a)
+        parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
+          Workspace low(low_bytes);
+          for (int64_t part = t0; part < t1; ++part)
+            prepare_a(0, M, ashared.f32(), reinterpret_cast<BFloat16*>(low.f32()), part, threads);
+        });
 
       parallel_for(0, tasks, threads > 1 ? 1 : tasks, [&](int64_t t0, int64_t t1) {
-        Workspace ablock(a_block_bytes);
+        Workspace ablock(shared_a ? 0 : a_block_bytes);
+        // Swapped, a panel's tiles are stored as they are (c^T: mc rows, NR columns) into this block, and
+        // the block goes to c transposed 16 x 16 in registers, with the epilogue, 16 rows of c at a time.
+        // Each tile stored transposed straight into c wrote 6 values into each of NR rows ldc apart (often
+        // a multiple of 4 KiB: one cache set): 13% of model C's 256 x 1024 x 1024 forward on one thread
+        // of a Zen 5, against 4% through the block.
+        Workspace cstage(stage_tiles ? static_cast<size_t>(mc * NR) * sizeof(float) : 0);
         // A transposed f32 a read rounded to bf16: kRoundRows rows of the block rounded at a time.
-        Workspace around(bf16 && p.trans_a && a_round != DType::kF32
-                             ? static_cast<size_t>(kRoundRows * mc) * sizeof(BFloat16)
-                             : 0);
+        Workspace around(shared_a ? 0 : low_bytes);
         for (int64_t task = t0; task < t1; ++task) {
           const int64_t ib = task / n_split, ns = task % n_split;
           const int64_t i0 = ib * mc, mcur = std::min(mc, M - i0);
           const int64_t pn0 = ns * panels / n_split, pn1 = (ns + 1) * panels / n_split;
           // The block's a: pointer and strides (elements) as the micro-kernel reads it.
-          const void* ap = nullptr;
-          int64_t rs = 0, cs = 0;
-          const auto* a32 = static_cast<const float*>(a);  // (when a_round is set)
-          if (bf16) {
-            if (!p.trans_a) {
-              auto* dst = reinterpret_cast<BFloat16*>(ablock.f32());
-              for (int64_t i = 0; i < mcur; ++i) {
-                if (a_round != DType::kF32)
-                  convert_f32_to_bf16(a32 + (i0 + i) * lda + pc, dst + i * kc_pad, kcur);
-                else
-                  std::memcpy(dst + i * kc_pad, element_at(a, (i0 + i) * lda + pc, p.a_dtype),
-                              static_cast<size_t>(kcur) * sizeof(BFloat16));
-              }
-              ap = dst;
-              rs = kc_pad;
-              cs = 2;
-            } else {
-              auto* dst = reinterpret_cast<BFloat16*>(ablock.f32());
-              if (a_round == DType::kF32) {
-                g.pack_a_pairs(static_cast<const BFloat16*>(a), lda, pc, kcur, i0, mcur, dst);
-              } else {
-                auto* low = reinterpret_cast<BFloat16*>(around.f32());
-                for (int64_t k0 = 0; k0 < kcur; k0 += kRoundRows) {  // pairs from an even k0: at k0 * mcur
-                  const int64_t kk = std::min(kRoundRows, kcur - k0);
-                  for (int64_t r = 0; r < kk; ++r)
-                    convert_f32_to_bf16(a32 + (pc + k0 + r) * lda + i0, low + r * mcur, mcur);
-                  g.pack_a_pairs(low, mcur, 0, kk, 0, mcur, dst + k0 * mcur);
-                }
-              }
-              ap = dst;
-              rs = 2;
-              cs = 2 * mcur;
-            }
-          } else {
-            float* dst = ablock.f32();
-            if (!p.trans_a) {
-              g.to_f32(element_at(a, i0 * lda + pc, p.a_dtype), p.a_dtype, lda, mcur, kcur, dst, kcur);
-              rs = kcur;
-              cs = 1;
-            } else {
-              g.to_f32(element_at(a, pc * lda + i0, p.a_dtype), p.a_dtype, lda, kcur, mcur, dst, mcur);
-              rs = 1;
-              cs = mcur;
-            }
-            if (a_round != DType::kF32) round_f32(dst, dst, mcur * kcur, a_round);  // (a compact block)
-            ap = dst;
-          }
+          const void* ap = shared_a ? ashared.f32() : ablock.f32();
+          if (!shared_a) prepare_a(i0, mcur, ablock.f32(), reinterpret_cast<BFloat16*>(around.f32()), 0, 1);
+          const auto [rs, cs] = a_strides(mcur);
           for (int64_t pn = pn0; pn < pn1; ++pn) {
             const int64_t j = jc + pn * NR;
             GemmTile t;
@@ -376,6 +398,33 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
               char* slot = bp + ns * static_cast<int64_t>(panel_bytes);
               pack_to(pn, pn + 1, slot);
               panel = slot;
+            }
+            if (stage_tiles) {  // every tile stored into the block, then the block into c (see cstage)
+              GemmTile s;
+              s.ldc = NR;
+              s.n = t.n;
+              float* block = cstage.f32();
+              for (int64_t ir = 0; ir < mcur; ir += MR) {
+                s.m = static_cast<int>(std::min(MR, mcur - ir));
+                s.c = block + ir * NR;
+                if (bf16)
+                  g.bf16(kcur, static_cast<const BFloat16*>(ap) + ir * rs, rs, cs,
+                         reinterpret_cast<const BFloat16*>(panel), s);
+                else
+                  g.f32(kcur, static_cast<const float*>(ap) + ir * rs, rs, cs, reinterpret_cast<const float*>(panel),
+                        s);
+              }
+              // The block's column r is c's row j + r, its rows c's columns i0 ... i0 + mcur; the bias runs
+              // along c's columns (a Dense bias) or down its rows (a row bias).
+              GemmTile o = t;
+              o.transposed = false;
+              o.m = t.n;
+              o.n = static_cast<int>(mcur);
+              o.bias = last && bias ? bias + (bias_per_row ? j : i0) : nullptr;
+              o.bias_rows = bias_per_row;
+              o.c = element_at(target, j * ldc + i0, target_dtype);
+              g.store_f32_transposed(block, NR, o);
+              continue;
             }
             for (int64_t ir = 0; ir < mcur; ir += MR) {
               const int64_t i = i0 + ir;

@@ -35,6 +35,49 @@ void ukr_f32(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b,
   store_tile(acc, t);
 }
 
+template <typename T>
+void store_transposed(const float* src, int64_t sld, const GemmTile& t) {
+  T* c = static_cast<T*>(t.c);
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 r[16];
+  // 16 rows of c at a time, each written left to right (c's rows are often 4 KiB apart: one cache set).
+  for (int r0 = 0; r0 < t.m; r0 += 16) {  // 16 rows of c: 16 columns of src
+    const int h = std::min(16, t.m - r0);
+    for (int j0 = 0; j0 < t.n; j0 += 16) {  // 16 columns of c: 16 rows of src
+      const int w = std::min(16, t.n - j0);
+      const __m512 col_bias = t.bias && !t.bias_rows ? V::load_n(t.bias + j0, w) : zero;
+      // (Every r[i] indexed at compile time, so that r stays in registers.)
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        const float* s = src + (j0 + i) * sld + r0;
+        r[i] = i >= w ? zero : h == 16 ? _mm512_loadu_ps(s) : V::load_n(s, h);
+      }
+      transpose16(r);
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        if (i == h) break;
+        T* dst = c + (r0 + i) * t.ldc + j0;
+        __m512 x = r[i];
+        if (t.load_c) x = _mm512_add_ps(x, w == 16 ? V::load(dst) : V::load_n(dst, w));
+        if (t.bias) x = _mm512_add_ps(x, t.bias_rows ? _mm512_set1_ps(t.bias[r0 + i]) : col_bias);
+        if (t.relu) x = _mm512_max_ps(x, zero);
+        if (w == 16)
+          V::store(dst, x);
+        else
+          V::store_n(dst, x, w);
+      }
+    }
+  }
+}
+
+void store_f32_transposed(const float* src, int64_t sld, const GemmTile& t) {
+  switch (t.c_dtype) {
+    case DType::kBF16: return store_transposed<BFloat16>(src, sld, t);
+    case DType::kF16: return store_transposed<Half>(src, sld, t);
+    default: return store_transposed<float>(src, sld, t);
+  }
+}
+
 // What a packer stores for a loaded vector: the value, or (kRoundF16: an f32 b read as f16) the value
 // rounded to f16 and back by vcvtps2ph (to nearest even) and vcvtph2ps, the instructions of demi's own
 // f32 -> f16 -> f32 conversions (core/convert_avx512.cc), so bit for bit a product of the cast b.
@@ -136,6 +179,7 @@ const GemmKernels& gemm_kernels_avx512() {
     g.mr = kMr;
     g.nr = kNr;
     g.f32 = ukr_f32;
+    g.store_f32_transposed = store_f32_transposed;
     g.pack_b_f32 = pack_b_f32;
     g.pack_b_f32_as_f16 = pack_b_f32_as_f16;
     g.to_f32 = to_f32;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "demi/core/convert.h"
@@ -95,6 +96,63 @@ TEST(Gemm, EpiloguesFuseBiasReluAndAccumulate) {
   }
 }
 
+// Products with K >= 256 and fewer rows than columns are computed swapped (c^T = b^T a^T): their tiles go
+// through a block of c^T and are stored a row of c at a time with the epilogue (AVX-512), or stored
+// transposed tile by tile (other levels). Every epilogue, both threads, several row blocks and K blocks.
+TEST(Gemm, SwappedProductsFuseBiasReluAndAccumulate) {
+  uint64_t seed = 7000;
+  const int saved_threads = num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (CpuLevel level : supported_cpu_levels()) {
+      ScopedCpuLevel scoped(level);
+      for (const Dtypes& d : {Dtypes{F32, F32, F32}, Dtypes{BF16, BF16, BF16}, Dtypes{F16, F16, F16}, Dtypes{F16, F16, F32}})
+        for (const Mnk& s : {Mnk{20, 300, 260}, Mnk{7, 70, 1500}})  // two row blocks; two K blocks
+          for (int t = 0; t < 4; ++t)
+            for (int flags : {3, 7}) {
+              MatmulParams p = params(s, t, 1, d);
+              p.relu = flags & 2;
+              p.accumulate = flags & 4;
+              p.bias_dtype = d.c;
+              check(p, flags & 1, seed += 10);
+              check(p, flags & 1, seed += 10, /*exact=*/true);
+            }
+    }
+  }
+  set_num_threads(saved_threads);
+}
+
+// A row bias (a convolution's per-channel bias, c's row i gets bias[i]) on swapped and unswapped products,
+// exact on dyadic operands.
+TEST(Gemm, RowBiasIsAddedDownTheRows) {
+  uint64_t seed = 8000;
+  for (CpuLevel level : supported_cpu_levels()) {
+    ScopedCpuLevel scoped(level);
+    for (const Mnk& s : {Mnk{20, 300, 260}, Mnk{13, 129, 21}, Mnk{150, 70, 300}})
+      for (int t = 0; t < 4; ++t)
+        for (bool relu : {false, true}) {
+          MatmulParams p = params(s, t, 1, {F32, F32, F32});
+          p.relu = relu;
+          SCOPED_TRACE(describe(p) + " at " + std::string(cpu_level_name(level)));
+          auto a = kernels::testing::dyadic_operand(F32, p.m * p.k, seed += 10);
+          auto b = kernels::testing::dyadic_operand(F32, p.k * p.n, seed + 1);
+          auto bias = kernels::testing::dyadic_operand(F32, p.m, seed + 2);
+          std::vector<float> want(static_cast<size_t>(p.m * p.n)), got(want.size());
+          MatmulParams r = p;
+          r.relu = false;
+          ref::matmul(r, a.f32.data(), b.f32.data(), want.data());
+          for (int64_t i = 0; i < p.m; ++i)
+            for (int64_t j = 0; j < p.n; ++j) {
+              float& w = want[static_cast<size_t>(i * p.n + j)];
+              w += bias.f32[static_cast<size_t>(i)];
+              if (relu) w = std::max(w, 0.0f);
+            }
+          gemm_row_bias(p, a.data(), b.data(), got.data(), bias.f32.data());
+          EXPECT_EQ(got, want);
+        }
+  }
+}
+
 // With dyadic operands every partial sum is exact in f32, so the result is exact whatever the
 // summation order: the f16 product equals the f32 product of the f16 values, bit for bit, and so does
 // bf16's (vdpbf16ps included), at the default blocks and at small ones.
@@ -124,7 +182,9 @@ TEST(Gemm, ThreadedProductsMatch) {
     for (const Mnk& s : {Mnk{256, 300, 129}, Mnk{5, 1000, 200}, Mnk{130, 70, 1100},
                          // few rows: the threads split the columns, each packing its own panels; short K
                          // (one wide column block), several K blocks, and the swap's threshold K = 256
-                         Mnk{30, 2500, 10}, Mnk{10, 3000, 32}, Mnk{20, 500, 1700}, Mnk{128, 600, 256}})
+                         // (the threads prepare the one block of a together, by rows or by runs of k)
+                         Mnk{30, 2500, 10}, Mnk{10, 3000, 32}, Mnk{20, 500, 1700}, Mnk{128, 600, 256},
+                         Mnk{70, 190, 300}})
       for (int t = 0; t < 4; ++t) check(params(s, t, 1, d), t == 0, seed += 10);
   // A batch of many small products runs one per thread.
   check(params({17, 33, 20}, 2, 40, {F16, F16, F16}), false, seed + 1);
@@ -139,7 +199,9 @@ TEST(Gemm, AnF32OperandReadRoundedIsBitForBitTheCastOperand) {
     DType a, round, c;
   };
   const Mix mixes[] = {{BF16, BF16, F32}, {BF16, BF16, BF16}, {F16, F16, F32}, {F16, F16, F16}, {F32, BF16, F32}};
-  const Mnk shapes[] = {{7, 65, 17}, {13, 129, 21}, {5, 300, 300}, {40, 70, 600}, {300, 5, 260}, {10, 3000, 32}};
+  // ({70, 190, 300}: swapped, then too few rows to split: the threads share the rounded block of a.)
+  const Mnk shapes[] = {{7, 65, 17}, {13, 129, 21}, {5, 300, 300}, {40, 70, 600}, {300, 5, 260}, {10, 3000, 32},
+                        {70, 190, 300}};
   const int saved_threads = num_threads();
   set_num_threads(2);
   uint64_t seed = 20000;
@@ -211,7 +273,7 @@ TEST(Gemm, ColumnSplitPacksOnePanelAtATimePerThread) {
   ScopedPeak peak;
   gemm(p, a.data(), b.data(), c.data());
   const int64_t scratch = peak.peak().pk(MemCategory::kWorkspace) - before;
-  // Two 32 x 64 f32 panels and each task's block of a (at most 32 x 16 f32 values), with alignment.
+  // Two 32 x 64 f32 panels and the block of a the threads share (32 x 16 f32 values), with alignment.
   EXPECT_LE(scratch, 2 * 32 * 64 * 4 + 2 * (32 * 16 * 4 + 64)) << "bytes of workspace";
   EXPECT_EQ(c[0], 32 * 0.5f * 0.25f);
   EXPECT_EQ(c.back(), 32 * 0.5f * 0.25f);

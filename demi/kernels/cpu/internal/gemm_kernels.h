@@ -41,6 +41,11 @@ struct GemmKernels {
 
   // tile = a(0:MR, 0:kc) . b(0:kc, 0:NR) with a read through (rs, cs); rows >= t.m are not read.
   void (*f32)(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b, const GemmTile& t) = nullptr;
+  // The epilogue alone, for a swapped product: the t.m x t.n matrix whose element (r, j) is src[j * sld + r]
+  // (f32 sums of tiles stored as they are, c^T) stored as the micro-kernels store a tile (t.transposed
+  // false; t.m and t.n any size), transposed in registers 16 x 16 at a time. nullptr where a variant has
+  // none: its tiles store themselves transposed.
+  void (*store_f32_transposed)(const float* src, int64_t sld, const GemmTile& t) = nullptr;
   // The bf16 pair product (nullptr where the CPU has no AVX512-BF16).
   void (*bf16)(int64_t kc, const BFloat16* a, int64_t rs, int64_t cs, const BFloat16* b, const GemmTile& t) = nullptr;
 
