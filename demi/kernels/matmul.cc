@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "demi/core/convert.h"
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/core/memory.h"
 #include "demi/core/parallel.h"
 #include "demi/kernels/cpu/gemm.h"
 #include "demi/kernels/cpu/gemm_dot.h"
@@ -29,7 +31,8 @@ enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32, kDemiDot
 // Part of the cache file's name: bumped when the kernels or the tuning change enough that choices made
 // before should be made again.
 // 6: demi's GEMM splits few-row products by columns, swaps only from K = 256; 7: a swapped product stores
-// its tiles through a block, a column-split one shares its block of a between the threads
+// its tiles through a block, a column-split one shares its block of a between the threads, and a widening
+// path holding more than kMaxWideningBytes of copies is never chosen
 constexpr int kTuneVersion = 7;
 constexpr const char* kKernelNames[] = {"onednn", "demi-f32", "demi-bf16", "onednn-f32", "demi-dot"};
 static_assert(std::size(kKernelNames) == static_cast<size_t>(Kernel::kDemiDot) + 1, "a kernel needs its name");
@@ -76,6 +79,7 @@ internal::ChoiceCache& choices() {
 }
 
 constexpr double kF16WidenMargin = 1.1;
+constexpr int64_t kMaxWideningBytes = int64_t{2} << 20;  // (demi's GEMM holds at most a 2 MiB panel of b)
 
 void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c) {
   if (p.b_round != DType::kF32 && k != Kernel::kDemiF32 && k != Kernel::kDemiBf16 && k != Kernel::kDemiDot) {
@@ -140,7 +144,15 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   if (out != c) std::memset(out, 0, c_bytes);
   std::vector<double> best(cand.size(), 1e30);
   double total = 0;
-  for (size_t i = 0; i < cand.size(); ++i) total += internal::seconds_of([&] { run(cand[i], p, a, b, out); });
+  // The first run of each candidate also measures the workspace it holds at once (widened or rounded
+  // copies of operands, chunks of f32 output).
+  std::vector<int64_t> workspace(cand.size(), 0);
+  for (size_t i = 0; i < cand.size(); ++i) {
+    const int64_t before = mem_stats().cur(MemCategory::kWorkspace);
+    ScopedPeak peak;
+    total += internal::seconds_of([&] { run(cand[i], p, a, b, out); });
+    workspace[i] = peak.peak().pk(MemCategory::kWorkspace) - before;
+  }
   // Each measurement repeats a small product to ~0.5 ms (one call of a tiny product is all noise); up to 7
   // rounds, fewer for products that take long (the tuning stays under ~0.2 s per shape). The best of 3
   // rounds left near-equal candidates to the VM's noise: model A's 32 x 7200 x 10 f16 product chose
@@ -153,10 +165,16 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
       best[i] = std::min(best[i], internal::seconds_of([&] { run(cand[i], p, a, b, out); }, reps));
   // oneDNN's widening paths (f16 always, bf16 as "onednn-f32") copy operands into f32 workspace, a chunk
   // or a whole operand at a time (demi's converts panel by panel): they have to be clearly faster, by
-  // kF16WidenMargin, to be worth that memory.
+  // kF16WidenMargin, to be worth that memory, and are not taken at all where they hold more than
+  // kMaxWideningBytes at once (model C's 1024 x 784 x 256 f16 weight gradient into bf16 widened its
+  // operands and f32 output whole: 4.5 MiB, 22% of its O2-fp16 training peak, for a product ~10% faster).
+  // (An f32 b read rounded to f16 is copied for oneDNN as f32 values: counted with the rest.)
   const bool f16 = p.a_dtype == DType::kF16 || b_value_dtype(p) == DType::kF16;
-  for (size_t i = 0; i < cand.size(); ++i)
-    if ((f16 && cand[i] == Kernel::kOnednn) || cand[i] == Kernel::kOnednnF32) best[i] *= kF16WidenMargin;
+  for (size_t i = 0; i < cand.size(); ++i) {
+    const bool widens = (f16 && cand[i] == Kernel::kOnednn) || cand[i] == Kernel::kOnednnF32;
+    if (!widens) continue;
+    best[i] = workspace[i] > kMaxWideningBytes ? std::numeric_limits<double>::infinity() : best[i] * kF16WidenMargin;
+  }
   return cand[static_cast<size_t>(std::min_element(best.begin(), best.end()) - best.begin())];
 }
 
