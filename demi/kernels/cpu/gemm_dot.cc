@@ -58,13 +58,18 @@ void product(const MatmulParams& p, const void* a, const void* b, void* c, const
   // b as f32 rows (N x K: few by construction), converted once — or an f32 b read as b_round, rounded once.
   const bool rounded = p.b_round != DType::kF32;
   Workspace b32(p.b_dtype == DType::kF32 && !rounded ? 0 : static_cast<size_t>(N * K) * sizeof(float));
+  // (Across the threads: model A's 32 x 7200 x 10 f16 forward on its FP32 master weight ran at 120-130
+  // GFLOP/s with one thread rounding, 120-142 with two, on a Zen 5.)
   const float* bf = static_cast<const float*>(b);
-  if (rounded) {
-    round_f32(bf, b32.f32(), N * K, p.b_round);
-    bf = b32.f32();
-  } else if (p.b_dtype != DType::kF32) {
-    convert(b, p.b_dtype, b32.f32(), DType::kF32, N * K);
-    bf = b32.f32();
+  if (rounded || p.b_dtype != DType::kF32) {
+    float* dst = b32.f32();
+    parallel_for(0, N * K, int64_t{1} << 15, [&](int64_t e0, int64_t e1) {
+      if (rounded)
+        round_f32(bf + e0, dst + e0, e1 - e0, p.b_round);
+      else
+        convert(element_at(b, e0, p.b_dtype), p.b_dtype, dst + e0, DType::kF32, e1 - e0);
+    });
+    bf = dst;
   }
   const int64_t pairs = (M + 1) / 2;
   const int64_t parts = M * N * K >= (int64_t{1} << 16) ? cpu_internal::parts_for(pairs) : 1;
