@@ -10,6 +10,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -52,6 +53,19 @@ def demi_run(demi, model, amp, dtype):
             "page_faults_per_step": d["page_faults_per_step"]}
 
 
+# Training FLOPs per sample (BENCHMARKS.md: forward and both backward products, the first layer without an
+# input gradient), for the share of the hardware ceiling.
+FLOPS_PER_SAMPLE = {"A": 3.54e6, "B": 25.0e6, "C": 9.56e6}
+
+
+def ceilings(build):
+    """The f32 FMA and bf16 vdpbf16ps ceilings (GFLOP/s, all cores) as gemm_bench measures them now."""
+    out = subprocess.run([os.path.join(build, "bench", "gemm_bench"), "--filter", "(no product)", "--rounds", "1"],
+                         capture_output=True, text=True, check=False).stdout
+    m = re.search(r"f32 FMA (\d+) GFLOP/s, bf16 vdpbf16ps (\d+) GFLOP/s", out)
+    return (float(m.group(1)), float(m.group(2))) if m else None
+
+
 # The Python that runs the PyTorch twins: Debian's (1.13, python3-torch) by default, or a venv's with the
 # newest PyPI torch (--torch-python /path/to/venv/bin/python).
 TORCH_PYTHON = ["/usr/bin/python3"]
@@ -79,7 +93,12 @@ def main():
     stamp = datetime.datetime.utcnow().isoformat(timespec="seconds")
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
     log = open(os.path.join(ROOT, "bench", "results", "compare.jsonl"), "a")
+    build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(args.demi))))
+    peaks = []  # (fma, bf16) measured before each repetition: the ceilings of the same run
     for rep in range(args.reps):
+        c = ceilings(build)
+        if c:
+            peaks.append(c)
         for m in models:
             runs = [lambda: demi_run(args.demi, m, "O0", "bf16"), lambda: torch_run(m, "fp32"),
                     lambda: demi_run(args.demi, m, "O2", "bf16"), lambda: torch_run(m, "bf16"),
@@ -111,6 +130,20 @@ def main():
         r3 = med(m, "demi", "O2-bf16") / med(m, "demi", "O0")
         r4 = med(m, "demi", "O2-fp16") / med(m, "demi", "O0")
         print(f"{m:5} " + " ".join(f"{c:>16}" for c in cells) + f" {r1:6.2f}x {r2:7.2f}x {r3:6.2f}x {r4:6.2f}x")
+    if peaks:
+        fma, bf16 = statistics.median(p[0] for p in peaks), statistics.median(p[1] for p in peaks)
+        print(f"\nshare of the hardware ceiling measured in this run (f32 FMA {fma:.0f} GFLOP/s, bf16 vdpbf16ps"
+              f" {bf16:.0f}): training FLOPs per sample x samples/s / the ceiling of the setting's arithmetic"
+              " (fp32 and fp16 products run FMAs on f32, bf16 ones vdpbf16ps)")
+        print(f"{'model':5} {'torch fp32':>11} {'torch bf16':>11} {'demi O0':>9} {'O2-bf16':>9} {'O2-fp16':>9}")
+        for m in models:
+            f = FLOPS_PER_SAMPLE.get(m)
+            if f is None:
+                continue
+            share = lambda fw, st, peak: 100 * f * med(m, fw, st) / (peak * 1e9)
+            print(f"{m:5} {share('pytorch', 'fp32', fma):10.0f}% {share('pytorch', 'bf16', bf16):10.0f}%"
+                  f" {share('demi', 'O0', fma):8.0f}% {share('demi', 'O2-bf16', bf16):8.0f}%"
+                  f" {share('demi', 'O2-fp16', fma):8.0f}%")
     print("\ndemi tracked peak memory O2-bf16 / O0: all tracked memory; training (all but the data set held in"
           " memory); activations")
     for m in models:
