@@ -126,6 +126,15 @@ ConvKernelChoice conv2d_direct_kernels(int64_t n, int64_t c, int64_t h, int64_t 
 
 std::string conv2d_direct_cache() { return kernels::onednn::conv_direct_cache_path(); }
 
+std::string conv2d_forward_kernel(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw,
+                                  int64_t pad, DType dtype) {
+  kernels::Conv2dParams p = diagnostic_params(n, c, h, w, oc, kh, kw, pad);
+  p.x_dtype = dtype;
+  return kernels::onednn::conv2d_forward_kernel(p);
+}
+
+std::string conv2d_gemm_cache() { return kernels::onednn::conv_gemm_cache_path(); }
+
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Conv2dOptions& o) {
   kernels::Conv2dPadding pad = conv_padding(Op::kConv2d, x_in, w_in, b_in, o);
   Dispatch d(Op::kConv2d, {&x_in, &w_in, &b_in});

@@ -71,6 +71,13 @@ ConvKernelChoice conv2d_direct_kernels(int64_t n, int64_t c, int64_t h, int64_t 
                                        int64_t pad, DType dtype);
 // The file the direct convolution's choices are kept in ("" when only in memory).
 std::string conv2d_direct_cache();
+// The forward's kernel for a geometry and input dtype as a conv layer runs it: "demi-direct", "demi-gemm"
+// (kernels/cpu/conv.h, the indirect product), "onednn" or "onednn (not an indirect geometry)"; measured now
+// if not yet. For `demi info`.
+std::string conv2d_forward_kernel(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw,
+                                  int64_t pad, DType dtype);
+// The file the indirect convolution's choices are kept in ("" when only in memory).
+std::string conv2d_gemm_cache();
 // MindSpore's pad_mode: "same", "valid", "pad" (resolved in demi/kernels/conv_params.h).
 using kernels::PadMode;
 using kernels::pad_mode_name;

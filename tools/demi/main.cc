@@ -155,6 +155,17 @@ void print_kernel_choices() {
   }
   const std::string direct_cache = ops::conv2d_direct_cache();
   std::printf("  (choices kept in %s)\n", direct_cache.empty() ? "memory only" : direct_cache.c_str());
+
+  // Every forward: the direct kernel, demi's indirect product (the image gathered in packing) or oneDNN.
+  std::printf("\nconvolution forwards (f32 | bf16 | f16):\n");
+  for (const Conv& c : convs) {
+    std::string line;
+    for (DType t : {DType::kF32, DType::kBF16, DType::kF16})
+      line += str_cat(line.empty() ? "" : " | ", ops::conv2d_forward_kernel(c.n, c.c, c.hw, c.hw, c.oc, 3, 3, c.pad, t));
+    std::printf("  %-26s %s\n", c.name, line.c_str());
+  }
+  const std::string gemm_cache = ops::conv2d_gemm_cache();
+  std::printf("  (choices kept in %s)\n", gemm_cache.empty() ? "memory only" : gemm_cache.c_str());
 }
 
 int run_info(const ParsedArgs& args) {

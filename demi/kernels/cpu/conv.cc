@@ -8,6 +8,7 @@
 #include "demi/core/error.h"
 #include "demi/core/parallel.h"
 #include "demi/kernels/cpu/gemm.h"
+#include "demi/kernels/cpu/internal/gemm_kernels.h"
 #include "demi/kernels/cpu/internal/workspace.h"
 #include "demi/kernels/matmul_params.h"
 
@@ -94,6 +95,96 @@ void col2im_add(const Conv2dParams& p, const Geometry& g, const float* col, floa
       }
 }
 
+// ---- The forward as an indirect product: no column matrix ----
+// y[n] (OC, P) is computed transposed, c^T (P, OC) = col^T (P, K) . W^T (K, OC): the output positions are
+// the GEMM's rows and the channels its columns, so the weights are packed once per call (a 64-channel
+// layer is one panel). col^T is never formed: each image is converted once into a zero-padded f32 copy,
+// and the micro-kernel reads position q's k-th value at roff[q] + koff[k] in it (XNNPACK's indirection
+// buffer, as offsets: roff from the position and the stride, koff from the channel, tap and dilation).
+// The tiles are summed into a (positions x 64) block and stored into y transposed, with the bias, ReLU and
+// the rounding into y's dtype (GemmKernels::store_f32_transposed). Each sum runs over k in order, in one
+// block.
+constexpr int64_t kMaxBlockPositions = 240;                 // the tiles' sums: 240 x 64 f32
+constexpr size_t kMaxPackedWeightBytes = size_t{2} << 20;  // W^T packed whole, or the per-image path
+constexpr size_t kMaxPaddedImageBytes = size_t{4} << 20;   // one padded f32 image per thread, or the same
+
+// image x (C, H, W) in dtype t -> dst (C, Hp, Wp) f32 with p's padding, zero around.
+void pad_image(const Conv2dParams& p, const Geometry& g, const void* x, DType t, int64_t hp, int64_t wp,
+               float* dst) {
+  const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(cpu_level());
+  std::fill(dst, dst + g.c * hp * wp, 0.0f);
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t iy = 0; iy < g.h; ++iy)
+      to_f32(cvt, t, element_at(x, (c * g.h + iy) * g.w, t), dst + (c * hp + iy + p.pad_top) * wp + p.pad_left, g.w);
+}
+
+bool indirect_fits(const Conv2dParams& p, const Geometry& g) {
+  const cpu_internal::GemmKernels& gk = cpu_internal::gemm_kernels();
+  if (gk.f32_indirect == nullptr || gk.store_f32_transposed == nullptr) return false;
+  const int64_t panels = (g.oc + gk.nr - 1) / gk.nr;
+  const int64_t hp = g.h + p.pad_top + p.pad_bottom, wp = g.w + p.pad_left + p.pad_right;
+  return static_cast<size_t>(panels * g.rows() * gk.nr) * sizeof(float) <= kMaxPackedWeightBytes &&
+         static_cast<size_t>(g.c * hp * wp) * sizeof(float) <= kMaxPaddedImageBytes;
+}
+
+// The indirect forward where indirect_fits; false (nothing done) otherwise.
+bool indirect_forward(const Conv2dParams& p, const Geometry& g, const void* x, const void* w, const float* bias32,
+                      void* y) {
+  if (!indirect_fits(p, g)) return false;
+  const cpu_internal::GemmKernels& gk = cpu_internal::gemm_kernels();
+  const int64_t K = g.rows(), P = g.cols(), OC = g.oc, NR = gk.nr, MR = gk.mr;
+  const int64_t hp = g.h + p.pad_top + p.pad_bottom, wp = g.w + p.pad_left + p.pad_right;
+  const int64_t panels = (OC + NR - 1) / NR;
+  const size_t wbytes = static_cast<size_t>(panels * K * NR) * sizeof(float);
+  const size_t ibytes = static_cast<size_t>(g.c * hp * wp) * sizeof(float);
+  Workspace wpack(wbytes), koff(static_cast<size_t>(K) * sizeof(int64_t));
+  gk.pack_b_f32(w, p.w_dtype, /*trans=*/true, /*ld=*/K, 0, K, 0, OC, wpack.f32(), K * NR);
+  auto* ko = reinterpret_cast<int64_t*>(koff.f32());
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j)
+        ko[(c * g.kh + i) * g.kw + j] = (c * hp + i * p.dilation_h) * wp + j * p.dilation_w;
+  const int64_t blocks = (P + kMaxBlockPositions - 1) / kMaxBlockPositions;
+  const int64_t mb = (P + blocks - 1) / blocks;
+  parallel_for(0, p.n * blocks, 1, [&](int64_t t0, int64_t t1) {
+    Workspace image(ibytes), sums(static_cast<size_t>(mb * NR) * sizeof(float));
+    int64_t padded = -1;  // the image in `image` (a thread's tasks run in order: an image's blocks in a row)
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t n = task / blocks, p0 = task % blocks * mb, count = std::min(mb, P - p0);
+      if (padded != n) {
+        pad_image(p, g, element_at(x, n * g.c * g.h * g.w, p.x_dtype), p.x_dtype, hp, wp, image.f32());
+        padded = n;
+      }
+      for (int64_t pn = 0; pn < panels; ++pn) {
+        cpu_internal::GemmTile s;  // a tile's sums, stored as they are: rows = positions
+        s.ldc = NR;
+        s.n = static_cast<int>(std::min(NR, OC - pn * NR));
+        for (int64_t ir = 0; ir < count; ir += MR) {
+          s.m = static_cast<int>(std::min(MR, count - ir));
+          int64_t roff[8];
+          for (int r = 0; r < s.m; ++r) {
+            const int64_t q = p0 + ir + r, oy = q / g.ow, ox = q % g.ow;
+            roff[r] = oy * p.stride_h * wp + ox * p.stride_w;
+          }
+          s.c = sums.f32() + ir * NR;
+          gk.f32_indirect(K, image.f32(), roff, ko, wpack.f32() + pn * K * NR, s);
+        }
+        cpu_internal::GemmTile o;  // into y[n]: rows = this panel's channels, columns = the positions
+        o.c = element_at(y, (n * OC + pn * NR) * P + p0, p.y_dtype);
+        o.ldc = P;
+        o.c_dtype = p.y_dtype;
+        o.m = s.n;
+        o.n = static_cast<int>(count);
+        o.bias = bias32 ? bias32 + pn * NR : nullptr;
+        o.bias_rows = true;
+        o.relu = p.relu;
+        gk.store_f32_transposed(sums.f32(), NR, o);
+      }
+    }
+  });
+  return true;
+}
+
 void check(const Conv2dParams& p, const char* op) {
   check_conv2d_params(p, op);
   DEMI_CHECK(conv2d_supported(p), op, ": demi's convolution takes groups = 1 and f32|bf16|f16 tensors, got ",
@@ -105,6 +196,10 @@ void check(const Conv2dParams& p, const char* op) {
 bool conv2d_supported(const Conv2dParams& p) {
   return p.groups == 1 && cpu_internal::is_f32_or_low(p.x_dtype) && cpu_internal::is_f32_or_low(p.w_dtype) &&
          cpu_internal::is_f32_or_low(p.y_dtype) && cpu_internal::is_f32_or_low(p.bias_dtype);
+}
+
+bool conv2d_indirect_supported(const Conv2dParams& p) {
+  return conv2d_supported(p) && indirect_fits(p, geometry(p));
 }
 
 void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {
@@ -120,6 +215,7 @@ void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const v
   mp.relu = p.relu;
   Workspace bias32(bias ? static_cast<size_t>(g.oc) * sizeof(float) : 0);  // per output channel: a row bias
   if (bias) convert(bias, p.bias_dtype, bias32.f32(), DType::kF32, g.oc);
+  if (indirect_forward(p, g, x, w, bias ? bias32.f32() : nullptr, y)) return;
   parallel_for(0, p.n, 1, [&](int64_t n0, int64_t n1) {  // images over the threads
     Workspace col(static_cast<size_t>(g.rows() * g.cols()) * sizeof(float));
     for (int64_t n = n0; n < n1; ++n) {

@@ -6,7 +6,8 @@
 // column matrix (C*KH*KW x OH*OW, f32) in workspace: im2col converts bf16/f16 input to f32 as it gathers,
 // so low-precision storage runs the f32 FMA micro-kernel with no widened copy of the batch (oneDNN 2.6
 // widens whole f16 tensors; its bf16 kernels run vdpbf16ps, at half the FMA rate on some CPUs).
-//   forward           y[n] = act(W . col(x[n]) + bias)                 (W converted in the GEMM's packing)
+//   forward           y[n] = act(W . col(x[n]) + bias)                 (W converted in the GEMM's packing;
+//                     where conv2d_indirect_supported: y[n]^T = col^T W^T with col never formed)
 //   backward-data     dx[n] = col2im(W^T . dy[n])                       (summed in f32, rounded once)
 //   backward-weights  dW = sum_n dy[n] . col(x[n])^T, db = sum dy       (per-thread f32 partials, added)
 #pragma once
@@ -17,6 +18,11 @@ namespace demi::kernels::cpu {
 
 // Whether these kernels take p (groups == 1, non-f64 dtypes).
 bool conv2d_supported(const Conv2dParams& p);
+// Whether conv2d_forward runs p as an indirect product (see conv.cc: no column matrix; the positions as
+// the GEMM's rows, the weights packed once per call) rather than one small GEMM per image's column matrix:
+// where the CPU level has the indirect micro-kernel and the packed weights (2 MiB) and one padded f32 image
+// (4 MiB) fit. The dispatcher (../onednn/conv.h) offers only this form against oneDNN.
+bool conv2d_indirect_supported(const Conv2dParams& p);
 
 // x (N, C, H, W), w (OC, C, KH, KW), bias (OC) or nullptr -> y (N, OC, OH, OW) = act(conv(x, w) + bias)
 void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y);

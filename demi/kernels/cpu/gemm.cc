@@ -88,6 +88,15 @@ const GemmKernels& gemm_kernels_scalar() {
   return k;
 }
 
+const GemmKernels& gemm_kernels() {
+  static const KernelTable<GemmKernels> table{
+      {CpuLevel::kScalar, gemm_kernels_scalar},
+      {CpuLevel::kAvx2, gemm_kernels_avx2},
+      {CpuLevel::kAvx512, gemm_kernels_avx512},
+      {CpuLevel::kAvx512Bf16, gemm_kernels_avx512bf16}};
+  return table.get();
+}
+
 }  // namespace cpu_internal
 
 namespace cpu {
@@ -98,14 +107,7 @@ using cpu_internal::GemmTile;
 using cpu_internal::element_at;
 using cpu_internal::Workspace;
 
-const GemmKernels& kernels() {
-  static const cpu_internal::KernelTable<GemmKernels> table{
-      {CpuLevel::kScalar, cpu_internal::gemm_kernels_scalar},
-      {CpuLevel::kAvx2, cpu_internal::gemm_kernels_avx2},
-      {CpuLevel::kAvx512, cpu_internal::gemm_kernels_avx512},
-      {CpuLevel::kAvx512Bf16, cpu_internal::gemm_kernels_avx512bf16}};
-  return table.get();
-}
+const GemmKernels& kernels() { return cpu_internal::gemm_kernels(); }
 
 GemmBlocking blocking_from_env() {
   GemmBlocking b;

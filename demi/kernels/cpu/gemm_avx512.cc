@@ -78,6 +78,32 @@ void store_f32_transposed(const float* src, int64_t sld, const GemmTile& t) {
   }
 }
 
+// The indirect tile (GemmKernels::f32_indirect): row r at base + roff[r], its k-th value koff[k] further.
+void ukr_f32_indirect(int64_t kc, const float* base, const int64_t* roff, const int64_t* koff, const float* b,
+                      const GemmTile& t) {
+  Acc acc;
+  int64_t off[kMr];
+  start_tile(acc, off, t, 0);
+  for (int r = 0; r < kMr; ++r) off[r] = roff[std::min(r, t.m - 1)];
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16), b2 = _mm512_load_ps(b + 32),
+                 b3 = _mm512_load_ps(b + 48);
+    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr + 32), _MM_HINT_T0);
+    b += kNr;
+    const float* a = base + koff[k];
+#pragma GCC unroll 6
+    for (int r = 0; r < kMr; ++r) {
+      const __m512 x = _mm512_set1_ps(a[off[r]]);
+      acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+      acc[r][2] = _mm512_fmadd_ps(x, b2, acc[r][2]);
+      acc[r][3] = _mm512_fmadd_ps(x, b3, acc[r][3]);
+    }
+  }
+  store_tile(acc, t);
+}
+
 // What a packer stores for a loaded vector: the value, or (kRoundF16: an f32 b read as f16) the value
 // rounded to f16 and back by vcvtps2ph (to nearest even) and vcvtph2ps, the instructions of demi's own
 // f32 -> f16 -> f32 conversions (core/convert_avx512.cc), so bit for bit a product of the cast b.
@@ -179,6 +205,7 @@ const GemmKernels& gemm_kernels_avx512() {
     g.mr = kMr;
     g.nr = kNr;
     g.f32 = ukr_f32;
+    g.f32_indirect = ukr_f32_indirect;
     g.store_f32_transposed = store_f32_transposed;
     g.pack_b_f32 = pack_b_f32;
     g.pack_b_f32_as_f16 = pack_b_f32_as_f16;

@@ -25,6 +25,7 @@
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/core/parallel.h"
+#include "demi/kernels/cpu/conv.h"
 #include "demi/kernels/cpu/conv_direct.h"
 #include "demi/kernels/cpu/internal/workspace.h"
 #include "demi/kernels/cpu/pool.h"
@@ -682,6 +683,23 @@ kernels::internal::ChoiceCache& direct_choices() {
   return c;
 }
 
+// 1 where run(true) (demi's kernel) measures faster than run(false) (oneDNN's) by kWorkspaceMargin, else 0.
+int demi_measures_faster(const std::function<void(bool)>& run) {
+  // The two are often within 10-20% of each other, and this machine's noise is of that order: each
+  // measurement repeats the call to about a millisecond, and five alternating rounds keep the best.
+  const double warm = kernels::internal::seconds_of([&] { run(false); }) +
+                      kernels::internal::seconds_of([&] { run(true); });
+  const int reps = std::clamp(static_cast<int>(2e-3 / std::max(warm, 1e-9)), 1, 20);
+  double best[2] = {1e30, 1e30};
+  for (int r = 0; r < 5; ++r)
+    for (int i = 0; i < 2; ++i)
+      best[i] = std::min(best[i], kernels::internal::seconds_of([&] { run(i == 1); }, reps));
+  // oneDNN holds a chunk of images' reordered, converted or unpooled activations in workspace (up to
+  // kChunkBytes: on model A at O2-bf16 the training peak's largest part), demi's kernels little or none;
+  // like the matmul's widening paths, it has to be clearly faster to be worth that memory.
+  return best[1] < best[0] * kWorkspaceMargin ? 1 : 0;
+}
+
 // run(direct) makes the call with the direct kernel or with oneDNN's; the choice is measured on the call's
 // own operands (its outputs are written by each candidate, then by the chosen one).
 bool direct_chosen(const Conv2dParams& p, ConvDirection dir, const std::function<void(bool)>& run) {
@@ -701,25 +719,56 @@ bool direct_chosen(const Conv2dParams& p, ConvDirection dir, const std::function
                    " n", p.n, " c", p.c, " ", p.h, "x", p.w, " oc", p.oc, " k", p.kh, "x", p.kw, " p", p.pad_top, ",",
                    p.pad_bottom, ",", p.pad_left, ",", p.pad_right);
   };
-  auto tune = [&] {
-    // The two are often within 10-20% of each other, and this machine's noise is of that order: each
-    // measurement repeats the call to about a millisecond, and five alternating rounds keep the best.
-    const double warm = kernels::internal::seconds_of([&] { run(false); }) +
-                        kernels::internal::seconds_of([&] { run(true); });
-    const int reps = std::clamp(static_cast<int>(2e-3 / std::max(warm, 1e-9)), 1, 20);
-    double best[2] = {1e30, 1e30};
-    for (int r = 0; r < 5; ++r)
-      for (int i = 0; i < 2; ++i)
-        best[i] = std::min(best[i], kernels::internal::seconds_of([&] { run(i == 1); }, reps));
-    // oneDNN holds a chunk of images' reordered, converted or unpooled activations in workspace (up to
-    // kChunkBytes: on model A at O2-bf16 the training peak's largest part), the direct kernels none; like
-    // the matmul's widening paths, it has to be clearly faster to be worth that memory.
-    return best[1] < best[0] * kWorkspaceMargin ? 1 : 0;
+  return direct_choices().choose(key, text, [&] { return demi_measures_faster(run); }) == 1;
+}
+
+// ---- demi's indirect convolution forward (cpu/conv.h) or oneDNN, chosen per geometry by measurement ----
+// For the geometries the direct kernels do not take (or where oneDNN beat them): the forward, plain or fused
+// with ReLU -> MaxPool2d, measured as the direct choice is; one choice per geometry and input dtype.
+std::atomic<ConvGemmPolicy>& gemm_policy_slot() {
+  static std::atomic<ConvGemmPolicy> p{[] {
+    const char* s = std::getenv("DEMI_CONV_GEMM");
+    if (s == nullptr || *s == '\0' || std::strcmp(s, "auto") == 0) return ConvGemmPolicy::kAuto;
+    if (std::strcmp(s, "on") == 0) return ConvGemmPolicy::kOn;
+    if (std::strcmp(s, "off") == 0) return ConvGemmPolicy::kOff;
+    DEMI_CHECK(false, "DEMI_CONV_GEMM must be auto, on or off, got \"", s, "\"");
+    return ConvGemmPolicy::kAuto;
+  }()};
+  return p;
+}
+
+kernels::internal::ChoiceCache& gemm_choices() {
+  static auto& c = *new kernels::internal::ChoiceCache("conv-gemm-v1", {"onednn", "demi-gemm"});  // never destroyed
+  return c;
+}
+
+bool gemm_chosen(const Conv2dParams& p, const std::function<void(bool)>& run) {
+  if (p.x_dtype == DType::kF64 || !cpu::conv2d_indirect_supported(p)) return false;
+  switch (gemm_policy_slot().load()) {
+    case ConvGemmPolicy::kOff: return false;
+    case ConvGemmPolicy::kOn: return true;
+    case ConvGemmPolicy::kAuto: break;
+  }
+  kernels::internal::ChoiceCache::Key key{static_cast<int64_t>(cpu_level()) | int64_t{num_threads()} << 8 |
+                                              static_cast<int64_t>(p.x_dtype) << 24,
+                                          p.n, p.c, p.h, p.w, p.oc, p.kh, p.kw,
+                                          p.pad_top, p.pad_bottom, p.pad_left, p.pad_right,
+                                          p.stride_h, p.stride_w, p.dilation_h, p.dilation_w};
+  auto text = [&] {
+    return str_cat(cpu_level_name(cpu_level()), " t", num_threads(), " fwd ", dtype_name(p.x_dtype), " n", p.n, " c",
+                   p.c, " ", p.h, "x", p.w, " oc", p.oc, " k", p.kh, "x", p.kw, " p", p.pad_top, ",", p.pad_bottom, ",",
+                   p.pad_left, ",", p.pad_right, " s", p.stride_h, ",", p.stride_w, " d", p.dilation_h, ",",
+                   p.dilation_w);
   };
-  return direct_choices().choose(key, text, tune) == 1;
+  return gemm_choices().choose(key, text, [&] { return demi_measures_faster(run); }) == 1;
 }
 
 }  // namespace
+
+void set_conv_gemm_policy(ConvGemmPolicy policy) { gemm_policy_slot().store(policy); }
+ConvGemmPolicy conv_gemm_policy() { return gemm_policy_slot().load(); }
+std::string conv_gemm_cache_path() { return gemm_choices().path(); }
+void set_conv_gemm_cache_dir(const std::string& dir) { gemm_choices().set_dir(dir); }
 
 void set_conv_direct_policy(ConvDirectPolicy policy) { direct_policy_slot().store(policy); }
 ConvDirectPolicy conv_direct_policy() { return direct_policy_slot().load(); }
@@ -751,6 +800,29 @@ std::string conv2d_direct_kernel(const Conv2dParams& p_in, ConvDirection dir) {
   return direct ? "demi-direct" : "onednn";
 }
 
+std::string conv2d_forward_kernel(const Conv2dParams& p_in) {
+  Conv2dParams p = p_in;  // as a conv layer runs it: weights in x's dtype, output in the compute dtype
+  p.w_dtype = p.bias_dtype = p.x_dtype;
+  p.y_dtype = p.x_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  p.relu = p.accumulate = false;
+  check_conv2d_params(p, op_name(ConvDirection::kForward));
+  if (p.x_dtype == DType::kF64) return "reference";
+  internal::Workspace x = zeroed(static_cast<size_t>(p.x_numel()) * dtype_size(p.x_dtype)),
+                      w = zeroed(static_cast<size_t>(p.w_numel()) * dtype_size(p.w_dtype)),
+                      y = zeroed(static_cast<size_t>(p.y_numel()) * dtype_size(p.y_dtype));
+  if (direct_chosen(p, ConvDirection::kForward, [&](bool d) {
+        d ? cpu::direct_conv2d_forward(p, x.get(), w.get(), nullptr, y.get())
+          : onednn_forward(p, x.get(), w.get(), nullptr, y.get());
+      }))
+    return "demi-direct";
+  if (!cpu::conv2d_indirect_supported(p)) return "onednn (not an indirect geometry)";
+  const bool gemm = gemm_chosen(p, [&](bool d) {
+    d ? cpu::conv2d_forward(p, x.get(), w.get(), nullptr, y.get())
+      : onednn_forward(p, x.get(), w.get(), nullptr, y.get());
+  });
+  return gemm ? "demi-gemm" : "onednn";
+}
+
 void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {
   check_conv2d_params(p, op_name(ConvDirection::kForward));
   if (p.x_dtype == DType::kF64) return ref::conv2d_forward(p, x, w, bias, y);
@@ -758,7 +830,9 @@ void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const v
   const bool direct = direct_chosen(p, ConvDirection::kForward, [&](bool d) {
     d ? cpu::direct_conv2d_forward(p, x, w, bias, y) : onednn_forward(p, x, w, bias, y);
   });
-  direct ? cpu::direct_conv2d_forward(p, x, w, bias, y) : onednn_forward(p, x, w, bias, y);
+  if (direct) return cpu::direct_conv2d_forward(p, x, w, bias, y);
+  auto run = [&](bool demi) { demi ? cpu::conv2d_forward(p, x, w, bias, y) : onednn_forward(p, x, w, bias, y); };
+  run(gemm_chosen(p, run));
 }
 
 void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, void* dx) {
@@ -822,15 +896,40 @@ void conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dParams& p
   check_fused(p, pool, "conv2d + relu + max_pool2d forward");
   auto onednn_run = [&](bool wd) { fused_forward_impl(p, wd, pool, x, w, bias, y_dtype, y, argmax); };
   // Tuning writes y and argmax, which the chosen run then overwrites.
-  auto run = [&](bool direct) {
-    if (direct) return cpu::direct_conv2d_relu_max_pool2d_forward(p, pool, x, w, bias, y_dtype, y, argmax);
+  auto run_onednn = [&] {
     try {
       onednn_run(widens(p, p.x_dtype, p.w_dtype, onednn_run));
     } catch (const dnnl::error& err) {
       rethrow_dnnl(err, p, ConvDirection::kForward);
     }
   };
-  run(direct_chosen(p, ConvDirection::kForward, run));
+  auto run = [&](bool direct) {
+    if (direct) return cpu::direct_conv2d_relu_max_pool2d_forward(p, pool, x, w, bias, y_dtype, y, argmax);
+    run_onednn();
+  };
+  if (direct_chosen(p, ConvDirection::kForward, run)) return run(true);
+  // As the separate calls: demi's convolution into p.y_dtype a chunk of images at a time (kChunkBytes of
+  // output), then ReLU -> MaxPool2d from it (NCHW's vector kernel; an f16 output pooled in f32 and rounded
+  // once, as the f16 layers' separate calls compute: max and ReLU commute with the rounding).
+  auto run_demi = [&] {
+    const int64_t per_image = p.oc * p.out_h() * p.out_w(), pooled = pool.c * pool.oh * pool.ow;
+    const int64_t chunk = std::clamp<int64_t>(kChunkBytes / (per_image * static_cast<int64_t>(dtype_size(p.y_dtype))),
+                                              1, p.n);
+    const bool round = y_dtype != p.y_dtype;
+    internal::Workspace z(static_cast<size_t>(chunk * per_image) * dtype_size(p.y_dtype)),
+        zp(round ? static_cast<size_t>(chunk * pooled) * dtype_size(p.y_dtype) : 0);
+    for (int64_t n0 = 0; n0 < p.n; n0 += chunk) {
+      Conv2dParams q = p;
+      q.n = std::min(chunk, p.n - n0);
+      cpu::conv2d_forward(q, element_at(x, n0 * p.c * p.h * p.w, p.x_dtype), w, bias, z.get());
+      Pool2dParams qp = pool;
+      qp.n = q.n;
+      void* yc = element_at(y, n0 * pooled, y_dtype);
+      relu_max_pool2d_forward(qp, p.y_dtype, z.get(), round ? zp.get() : yc, argmax ? argmax + n0 * pooled : nullptr);
+      if (round) convert(zp.get(), p.y_dtype, yc, y_dtype, q.n * pooled);
+    }
+  };
+  gemm_chosen(p, [&](bool demi) { demi ? run_demi() : run_onednn(); }) ? run_demi() : run_onednn();
 }
 
 void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& pool, const void* x, const void* w,

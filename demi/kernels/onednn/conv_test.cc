@@ -169,6 +169,8 @@ TEST(OnednnConv, Float64RunsTheReference) {
 }
 
 TEST(OnednnConv, PrimitivesAreCachedAndScratchIsReturned) {
+  const ConvGemmPolicy saved = conv_gemm_policy();
+  set_conv_gemm_policy(ConvGemmPolicy::kOff);  // oneDNN's forward, whatever demi's measures here
   Fixture f(kGeometries[2]);
   Conv2dParams p = f.p;
   p.x_dtype = p.w_dtype = p.y_dtype = BF16;
@@ -180,6 +182,7 @@ TEST(OnednnConv, PrimitivesAreCachedAndScratchIsReturned) {
   EXPECT_EQ(primitive_cache_stats().entries, before.entries);
   EXPECT_GE(primitive_cache_stats().hits, before.hits + 3);
   EXPECT_EQ(mem_stats().cur(MemCategory::kWorkspace), ws_before);
+  set_conv_gemm_policy(saved);
 }
 
 TEST(OnednnConv, ModelShapesUseOptimisedKernels) {
@@ -207,7 +210,9 @@ TEST(OnednnConv, Bf16ChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
   const std::string dir = ::testing::TempDir() + "/demi-conv-choices-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   const ConvBf16Policy saved = conv_bf16_policy();
+  const ConvGemmPolicy saved_gemm = conv_gemm_policy();
   set_conv_bf16_policy(ConvBf16Policy::kAuto);
+  set_conv_gemm_policy(ConvGemmPolicy::kOff);  // oneDNN's forward: the one that makes the bf16 choice
   set_conv_cache_dir(dir);
   const std::string path = conv_cache_path();
   ASSERT_NE(path, "");
@@ -232,6 +237,7 @@ TEST(OnednnConv, Bf16ChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
   conv2d_forward(p, x.data(), w.data(), b.data(), y.data());
   EXPECT_EQ(lines(), first);
   set_conv_cache_dir("");
+  set_conv_gemm_policy(saved_gemm);
   set_conv_bf16_policy(saved);
   std::filesystem::remove_all(dir);
 }
@@ -323,7 +329,70 @@ TEST(OnednnConv, ErrorsNameTheOpAndShapes) {
 // indices, and dw, db, dx from the same pooled gradient — for models A's and B's convolutions (and an odd
 // size whose last row and column no window covers), in f32, bf16 (AMX: channels-last) and f16 storage
 // (computed in f32).
+// demi's indirect forward (DEMI_CONV_GEMM=on: every geometry it takes) through the dispatcher, every
+// direction and dtype pairing (the gradients stay oneDNN's).
+TEST(OnednnConv, GemmForwardMatchesTheReferenceForEveryGeometryAndDtype) {
+  const ConvGemmPolicy saved = conv_gemm_policy();
+  set_conv_gemm_policy(ConvGemmPolicy::kOn);
+  const std::pair<DType, DType> dtypes[] = {{F32, F32}, {BF16, BF16}, {BF16, F32}, {F16, F16}, {F16, F32}};
+  for (const Geometry& g : kGeometries) {
+    Fixture f(g);
+    int i = 0;
+    for (auto [in, out] : dtypes) check_all_directions(f, in, out, ConvLayout::kAuto, (i++ % 2) == 1);
+  }
+  set_conv_gemm_policy(saved);
+}
+
+// A geometry's forward measures demi's indirect product against oneDNN once (per input dtype), keeps the
+// choice in its file, and a new process reads it back instead of measuring.
+TEST(OnednnConv, GemmChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
+  const std::string dir = ::testing::TempDir() + "/demi-conv-gemm-choices-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const ConvGemmPolicy saved = conv_gemm_policy();
+  set_conv_gemm_policy(ConvGemmPolicy::kAuto);
+  set_conv_gemm_cache_dir(dir);
+  const std::string path = conv_gemm_cache_path();
+  ASSERT_NE(path, "");
+  auto lines = [&] {
+    std::ifstream in(path);
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  };
+  Fixture f(kGeometries[2]);  // model B's 32 -> 64 k3p1: K = 288, not a direct geometry
+  Conv2dParams p = f.p;
+  p.x_dtype = p.w_dtype = F16;
+  Operand x = cast_operand(f.x, F16), w = cast_operand(f.w, F16), b = cast_operand(f.bias, F32);
+  Operand y = cast_operand(f.dy, F32), dx = cast_operand(f.x, F16);
+  conv2d_forward(p, x.data(), w.data(), b.data(), y.data());
+  ASSERT_EQ(lines().size(), 1u);
+  EXPECT_TRUE(lines()[0].ends_with(" = demi-gemm") || lines()[0].ends_with(" = onednn")) << lines()[0];
+  EXPECT_NE(lines()[0].find(" fwd float16 "), std::string::npos) << lines()[0];
+  EXPECT_TRUE(all_close(y.data(), F32, [&] {  // whichever won, the values are the convolution's
+    Conv2dParams r = p;  // (the fixture's values are exact in f16)
+    r.x_dtype = r.w_dtype = F32;
+    std::vector<float> out(static_cast<size_t>(p.y_numel()));
+    ref::conv2d_forward(r, f.x.f32.data(), f.w.f32.data(), f.bias.f32.data(), out.data());
+    return std::vector<double>(out.begin(), out.end());
+  }(), tolerance_for_sum(F32, p.c * p.kh * p.kw, 1.0)));
+  Conv2dParams pd = p;  // the data gradient is oneDNN's: nothing measured
+  pd.y_dtype = F32;
+  conv2d_backward_data(pd, y.data(), w.data(), dx.data());
+  const std::vector<std::string> once = lines();
+  ASSERT_EQ(once.size(), 1u);
+  set_conv_gemm_cache_dir(dir);  // a new process: reads the file, measures nothing
+  conv2d_forward(p, x.data(), w.data(), b.data(), y.data());
+  EXPECT_EQ(lines(), once);
+  set_conv_gemm_cache_dir("");
+  set_conv_gemm_policy(saved);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
+  const ConvGemmPolicy saved_gemm = conv_gemm_policy();
+  for (ConvGemmPolicy gemm : {ConvGemmPolicy::kOff, ConvGemmPolicy::kOn}) {  // oneDNN's forward, then demi's
+  set_conv_gemm_policy(gemm);
+  SCOPED_TRACE(gemm == ConvGemmPolicy::kOn ? "demi's indirect forward" : "oneDNN's forward");
   struct Case {
     Geometry g;
     DType in, conv;  // x and w; the convolution's output (compute) dtype
@@ -387,6 +456,8 @@ TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
       EXPECT_EQ(got_dx.bytes, want_dx.bytes) << "dx";
     }
   }
+  }
+  set_conv_gemm_policy(saved_gemm);
 }
 
 TEST(OnednnConv, FusedReluMaxPoolRefusesAPoolThatDoesNotFit) {

@@ -46,6 +46,10 @@ struct GemmKernels {
   // false; t.m and t.n any size), transposed in registers 16 x 16 at a time. nullptr where a variant has
   // none: its tiles store themselves transposed.
   void (*store_f32_transposed)(const float* src, int64_t sld, const GemmTile& t) = nullptr;
+  // The same product with a read indirectly (a convolution's image, never copied into a column matrix):
+  // a(r, k) = base[roff[r] + koff[k]]; roff holds t.m offsets. nullptr where a variant has none.
+  void (*f32_indirect)(int64_t kc, const float* base, const int64_t* roff, const int64_t* koff, const float* b,
+                       const GemmTile& t) = nullptr;
   // The bf16 pair product (nullptr where the CPU has no AVX512-BF16).
   void (*bf16)(int64_t kc, const BFloat16* a, int64_t rs, int64_t cs, const BFloat16* b, const GemmTile& t) = nullptr;
 
@@ -75,5 +79,7 @@ const GemmKernels& gemm_kernels_scalar();
 const GemmKernels& gemm_kernels_avx2();
 const GemmKernels& gemm_kernels_avx512();
 const GemmKernels& gemm_kernels_avx512bf16();
+// The variant for the CPU level in force (cpu_level()): the one demi's GEMM runs.
+const GemmKernels& gemm_kernels();
 
 }  // namespace demi::kernels::cpu_internal
