@@ -129,7 +129,7 @@ bool indirect_fits(const Conv2dParams& p, const Geometry& g) {
 
 // The indirect forward where indirect_fits; false (nothing done) otherwise.
 bool indirect_forward(const Conv2dParams& p, const Geometry& g, const void* x, const void* w, const float* bias32,
-                      void* y) {
+                      void* y, bool accumulate = false) {
   if (!indirect_fits(p, g)) return false;
   const cpu_internal::GemmKernels& gk = cpu_internal::gemm_kernels();
   const int64_t K = g.rows(), P = g.cols(), OC = g.oc, NR = gk.nr, MR = gk.mr;
@@ -178,11 +178,40 @@ bool indirect_forward(const Conv2dParams& p, const Geometry& g, const void* x, c
         o.bias = bias32 ? bias32 + pn * NR : nullptr;
         o.bias_rows = true;
         o.relu = p.relu;
+        o.load_c = accumulate;
         gk.store_f32_transposed(sums.f32(), NR, o);
       }
     }
   });
   return true;
+}
+
+// ---- The data gradient of a stride-1 convolution as a forward one ----
+// With stride 1, dx = conv(dy, W') with W'[c][oc][i][j] = W[oc][c][KH-1-i][KW-1-j] (the weights flipped and
+// their channels swapped) and padding (KH-1)*dilation - pad on each side: the same indirect product, each
+// dx element one sum over (oc, i, j) in order, rounded once (added to dx with accumulate).
+Conv2dParams data_gradient_as_forward(const Conv2dParams& p) {
+  Conv2dParams q = p;
+  q.c = p.oc;
+  q.h = p.out_h();
+  q.w = p.out_w();
+  q.oc = p.c;
+  q.pad_top = (p.kh - 1) * p.dilation_h - p.pad_top;
+  q.pad_bottom = (p.kh - 1) * p.dilation_h - p.pad_bottom;
+  q.pad_left = (p.kw - 1) * p.dilation_w - p.pad_left;
+  q.pad_right = (p.kw - 1) * p.dilation_w - p.pad_right;
+  q.x_dtype = p.y_dtype;
+  q.w_dtype = DType::kF32;  // the flipped copy
+  q.y_dtype = p.x_dtype;
+  q.bias_dtype = DType::kF32;
+  q.relu = q.accumulate = false;
+  return q;
+}
+
+bool data_gradient_indirect(const Conv2dParams& p) {
+  if (p.stride_h != 1 || p.stride_w != 1 || p.groups != 1) return false;
+  const Conv2dParams q = data_gradient_as_forward(p);
+  return q.pad_top >= 0 && q.pad_bottom >= 0 && q.pad_left >= 0 && q.pad_right >= 0 && indirect_fits(q, geometry(q));
 }
 
 void check(const Conv2dParams& p, const char* op) {
@@ -226,9 +255,25 @@ void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const v
   });
 }
 
+bool conv2d_backward_data_indirect_supported(const Conv2dParams& p) {
+  return conv2d_supported(p) && data_gradient_indirect(p);
+}
+
 void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, void* dx) {
   check(p, "conv2d_backward_data");
   const Geometry g = geometry(p);
+  if (data_gradient_indirect(p)) {
+    const Conv2dParams q = data_gradient_as_forward(p);
+    Workspace flipped(static_cast<size_t>(p.w_numel()) * sizeof(float)), row(static_cast<size_t>(g.rows()) * sizeof(float));
+    float* wf = flipped.f32();
+    const int64_t taps = p.kh * p.kw;
+    for (int64_t o = 0; o < p.oc; ++o) {
+      convert(element_at(w, o * g.rows(), p.w_dtype), p.w_dtype, row.f32(), DType::kF32, g.rows());
+      for (int64_t c = 0; c < p.c; ++c)
+        for (int64_t t = 0; t < taps; ++t) wf[(c * p.oc + o) * taps + (taps - 1 - t)] = row.f32()[c * taps + t];
+    }
+    if (indirect_forward(q, geometry(q), dy, wf, nullptr, dx, p.accumulate)) return;
+  }
   MatmulParams mp;  // col (CKK, P) = W^T (CKK, OC) . dy[n] (OC, P)
   mp.m = g.rows();
   mp.n = g.cols();

@@ -23,6 +23,9 @@ bool conv2d_supported(const Conv2dParams& p);
 // where the CPU level has the indirect micro-kernel and the packed weights (2 MiB) and one padded f32 image
 // (4 MiB) fit. The dispatcher (../onednn/conv.h) offers only this form against oneDNN.
 bool conv2d_indirect_supported(const Conv2dParams& p);
+// Whether conv2d_backward_data runs p as that indirect product (stride 1: the data gradient is the forward
+// convolution of dy with the flipped weights, padded by (KH-1)*dilation - pad) rather than per image.
+bool conv2d_backward_data_indirect_supported(const Conv2dParams& p);
 
 // x (N, C, H, W), w (OC, C, KH, KW), bias (OC) or nullptr -> y (N, OC, OH, OW) = act(conv(x, w) + bias)
 void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y);

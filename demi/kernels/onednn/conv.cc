@@ -655,6 +655,7 @@ void onednn_forward(const Conv2dParams& p, const void* x, const void* w, const v
 }
 
 void onednn_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db);
+void onednn_backward_data(const Conv2dParams& p, const void* dy, const void* w, void* dx);
 
 // ---- demi's direct convolution (cpu/conv_direct.h) or oneDNN, chosen per geometry by measurement ----
 // For the few-input-channel geometries the direct kernels take (a network's first layers): one choice per
@@ -742,20 +743,25 @@ kernels::internal::ChoiceCache& gemm_choices() {
   return c;
 }
 
-bool gemm_chosen(const Conv2dParams& p, const std::function<void(bool)>& run) {
-  if (p.x_dtype == DType::kF64 || !cpu::conv2d_indirect_supported(p)) return false;
+bool gemm_chosen(const Conv2dParams& p, ConvDirection dir, const std::function<void(bool)>& run) {
+  const bool forward = dir == ConvDirection::kForward;
+  if (dir == ConvDirection::kBackwardWeights || p.x_dtype == DType::kF64 ||
+      !(forward ? cpu::conv2d_indirect_supported(p) : cpu::conv2d_backward_data_indirect_supported(p)))
+    return false;
   switch (gemm_policy_slot().load()) {
     case ConvGemmPolicy::kOff: return false;
     case ConvGemmPolicy::kOn: return true;
     case ConvGemmPolicy::kAuto: break;
   }
+  // (The data gradient's dtype is its input's, dy: y_dtype.)
+  const DType in = forward ? p.x_dtype : p.y_dtype;
   kernels::internal::ChoiceCache::Key key{static_cast<int64_t>(cpu_level()) | int64_t{num_threads()} << 8 |
-                                              static_cast<int64_t>(p.x_dtype) << 24,
+                                              static_cast<int64_t>(in) << 24 | int64_t{!forward} << 32,
                                           p.n, p.c, p.h, p.w, p.oc, p.kh, p.kw,
                                           p.pad_top, p.pad_bottom, p.pad_left, p.pad_right,
                                           p.stride_h, p.stride_w, p.dilation_h, p.dilation_w};
   auto text = [&] {
-    return str_cat(cpu_level_name(cpu_level()), " t", num_threads(), " fwd ", dtype_name(p.x_dtype), " n", p.n, " c",
+    return str_cat(cpu_level_name(cpu_level()), " t", num_threads(), forward ? " fwd " : " dx ", dtype_name(in), " n", p.n, " c",
                    p.c, " ", p.h, "x", p.w, " oc", p.oc, " k", p.kh, "x", p.kw, " p", p.pad_top, ",", p.pad_bottom, ",",
                    p.pad_left, ",", p.pad_right, " s", p.stride_h, ",", p.stride_w, " d", p.dilation_h, ",",
                    p.dilation_w);
@@ -816,7 +822,7 @@ std::string conv2d_forward_kernel(const Conv2dParams& p_in) {
       }))
     return "demi-direct";
   if (!cpu::conv2d_indirect_supported(p)) return "onednn (not an indirect geometry)";
-  const bool gemm = gemm_chosen(p, [&](bool d) {
+  const bool gemm = gemm_chosen(p, ConvDirection::kForward, [&](bool d) {
     d ? cpu::conv2d_forward(p, x.get(), w.get(), nullptr, y.get())
       : onednn_forward(p, x.get(), w.get(), nullptr, y.get());
   });
@@ -832,13 +838,29 @@ void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const v
   });
   if (direct) return cpu::direct_conv2d_forward(p, x, w, bias, y);
   auto run = [&](bool demi) { demi ? cpu::conv2d_forward(p, x, w, bias, y) : onednn_forward(p, x, w, bias, y); };
-  run(gemm_chosen(p, run));
+  run(gemm_chosen(p, ConvDirection::kForward, run));
 }
 
 void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, void* dx) {
   const ConvDirection dir = ConvDirection::kBackwardData;
   check_conv2d_params(p, op_name(dir));
   if (p.x_dtype == DType::kF64) return ref::conv2d_backward_data(p, dy, w, dx);
+  // demi's indirect product (stride 1) or oneDNN's, measured per geometry; an accumulating call is measured
+  // into scratch, so that dx takes the sum once.
+  const bool demi = gemm_chosen(p, dir, [&](bool d) {
+    if (!p.accumulate) return d ? cpu::conv2d_backward_data(p, dy, w, dx) : onednn_backward_data(p, dy, w, dx);
+    internal::Workspace out(static_cast<size_t>(p.x_numel()) * dtype_size(p.x_dtype));
+    Conv2dParams q = p;
+    q.accumulate = false;
+    d ? cpu::conv2d_backward_data(q, dy, w, out.get()) : onednn_backward_data(q, dy, w, out.get());
+  });
+  demi ? cpu::conv2d_backward_data(p, dy, w, dx) : onednn_backward_data(p, dy, w, dx);
+}
+
+namespace {
+
+void onednn_backward_data(const Conv2dParams& p, const void* dy, const void* w, void* dx) {
+  const ConvDirection dir = ConvDirection::kBackwardData;
   try {
     const bool widen = widens(p, p.y_dtype, p.w_dtype, [&](bool wd) {
       if (!p.accumulate) return backward_data_impl(p, wd, dy, w, dx);
@@ -852,6 +874,8 @@ void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, 
     rethrow_dnnl(err, p, dir);
   }
 }
+
+}  // namespace
 
 void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db) {
   check_conv2d_params(p, op_name(ConvDirection::kBackwardWeights));
@@ -929,15 +953,17 @@ void conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dParams& p
       if (round) convert(zp.get(), p.y_dtype, yc, y_dtype, q.n * pooled);
     }
   };
-  gemm_chosen(p, [&](bool demi) { demi ? run_demi() : run_onednn(); }) ? run_demi() : run_onednn();
+  gemm_chosen(p, ConvDirection::kForward, [&](bool demi) { demi ? run_demi() : run_onednn(); }) ? run_demi()
+                                                                                             : run_onednn();
 }
 
 void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& pool, const void* x, const void* w,
                                      DType dy_dtype, const void* dy, const uint8_t* argmax, void* dx, void* dw,
                                      DType dw_dtype, void* db, DType db_dtype) {
   check_fused(p, pool, "conv2d + relu + max_pool2d backward");
+  void* dx_fused = dx;  // the data gradient the fused primitive computes (nullptr: computed apart, below)
   auto onednn_run = [&](bool wd) {
-    fused_backward_impl(p, wd, pool, x, w, dy_dtype, dy, argmax, dx, dw, dw_dtype, db, db_dtype);
+    fused_backward_impl(p, wd, pool, x, w, dy_dtype, dy, argmax, dx_fused, dw, dw_dtype, db, db_dtype);
   };
   // Nothing accumulates here (check_fused): tuning writes dx, dw and db, which the chosen run overwrites.
   auto run = [&](bool direct) {
@@ -952,6 +978,23 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
       }
       return cpu::direct_conv2d_relu_max_pool2d_backward_weights(p, pool, x, dy_dtype, dy, argmax, dw, dw_dtype, db,
                                                                  db_dtype);
+    }
+    // Where demi's indirect product is the data gradient's choice (as the separate call measures it: the
+    // pool's gradient in the convolution's dtype), dx is computed as the separate calls compute it and the
+    // fused primitive makes the weight gradient only.
+    dx_fused = dx;
+    if (dx && cpu::conv2d_backward_data_indirect_supported(p)) {
+      internal::Workspace dyc(static_cast<size_t>(pool.y_numel()) * dtype_size(p.y_dtype)),
+          dz(static_cast<size_t>(p.y_numel()) * dtype_size(p.y_dtype));
+      convert(dy, dy_dtype, dyc.get(), p.y_dtype, pool.y_numel());
+      max_pool2d_backward(pool, p.y_dtype, dyc.get(), argmax, dz.get());
+      const bool demi_dx = gemm_chosen(p, ConvDirection::kBackwardData, [&](bool d) {
+        d ? cpu::conv2d_backward_data(p, dz.get(), w, dx) : onednn_backward_data(p, dz.get(), w, dx);
+      });
+      if (demi_dx) {
+        cpu::conv2d_backward_data(p, dz.get(), w, dx);
+        dx_fused = nullptr;
+      }
     }
     try {
       onednn_run(widens(p, p.x_dtype,

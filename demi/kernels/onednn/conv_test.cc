@@ -329,8 +329,9 @@ TEST(OnednnConv, ErrorsNameTheOpAndShapes) {
 // indices, and dw, db, dx from the same pooled gradient — for models A's and B's convolutions (and an odd
 // size whose last row and column no window covers), in f32, bf16 (AMX: channels-last) and f16 storage
 // (computed in f32).
-// demi's indirect forward (DEMI_CONV_GEMM=on: every geometry it takes) through the dispatcher, every
-// direction and dtype pairing (the gradients stay oneDNN's).
+// demi's indirect forward and stride-1 data gradient (DEMI_CONV_GEMM=on: every geometry they take) through
+// the dispatcher, every direction and dtype pairing, plain and accumulated (the weight gradient stays
+// oneDNN's or the direct kernel's).
 TEST(OnednnConv, GemmForwardMatchesTheReferenceForEveryGeometryAndDtype) {
   const ConvGemmPolicy saved = conv_gemm_policy();
   set_conv_gemm_policy(ConvGemmPolicy::kOn);
@@ -343,8 +344,8 @@ TEST(OnednnConv, GemmForwardMatchesTheReferenceForEveryGeometryAndDtype) {
   set_conv_gemm_policy(saved);
 }
 
-// A geometry's forward measures demi's indirect product against oneDNN once (per input dtype), keeps the
-// choice in its file, and a new process reads it back instead of measuring.
+// A geometry's forward and data gradient each measure demi's indirect product against oneDNN once (per
+// input dtype), keep the choice in its file, and a new process reads them back instead of measuring.
 TEST(OnednnConv, GemmChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
   const std::string dir = ::testing::TempDir() + "/demi-conv-gemm-choices-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
@@ -375,14 +376,18 @@ TEST(OnednnConv, GemmChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
     ref::conv2d_forward(r, f.x.f32.data(), f.w.f32.data(), f.bias.f32.data(), out.data());
     return std::vector<double>(out.begin(), out.end());
   }(), tolerance_for_sum(F32, p.c * p.kh * p.kw, 1.0)));
-  Conv2dParams pd = p;  // the data gradient is oneDNN's: nothing measured
+  Conv2dParams pd = p;  // the data gradient (stride 1): measured once too, keyed by dy's dtype
   pd.y_dtype = F32;
   conv2d_backward_data(pd, y.data(), w.data(), dx.data());
-  const std::vector<std::string> once = lines();
-  ASSERT_EQ(once.size(), 1u);
+  const std::vector<std::string> both = lines();
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_NE(both[1].find(" dx float32 "), std::string::npos) << both[1];
+  conv2d_backward_data(pd, y.data(), w.data(), dx.data());
+  EXPECT_EQ(lines(), both);
   set_conv_gemm_cache_dir(dir);  // a new process: reads the file, measures nothing
   conv2d_forward(p, x.data(), w.data(), b.data(), y.data());
-  EXPECT_EQ(lines(), once);
+  conv2d_backward_data(pd, y.data(), w.data(), dx.data());
+  EXPECT_EQ(lines(), both);
   set_conv_gemm_cache_dir("");
   set_conv_gemm_policy(saved);
   std::filesystem::remove_all(dir);
