@@ -984,15 +984,21 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
     // fused primitive makes the weight gradient only.
     dx_fused = dx;
     if (dx && cpu::conv2d_backward_data_indirect_supported(p)) {
-      internal::Workspace dyc(static_cast<size_t>(pool.y_numel()) * dtype_size(p.y_dtype)),
-          dz(static_cast<size_t>(p.y_numel()) * dtype_size(p.y_dtype));
-      convert(dy, dy_dtype, dyc.get(), p.y_dtype, pool.y_numel());
-      max_pool2d_backward(pool, p.y_dtype, dyc.get(), argmax, dz.get());
+      std::optional<internal::Workspace> dz;  // made only to measure, or where demi's is the choice
+      auto pooled_gradient = [&] {
+        if (!dz) {
+          internal::Workspace dyc(static_cast<size_t>(pool.y_numel()) * dtype_size(p.y_dtype));
+          convert(dy, dy_dtype, dyc.get(), p.y_dtype, pool.y_numel());
+          dz.emplace(static_cast<size_t>(p.y_numel()) * dtype_size(p.y_dtype));
+          max_pool2d_backward(pool, p.y_dtype, dyc.get(), argmax, dz->get());
+        }
+        return dz->get();
+      };
       const bool demi_dx = gemm_chosen(p, ConvDirection::kBackwardData, [&](bool d) {
-        d ? cpu::conv2d_backward_data(p, dz.get(), w, dx) : onednn_backward_data(p, dz.get(), w, dx);
+        d ? cpu::conv2d_backward_data(p, pooled_gradient(), w, dx) : onednn_backward_data(p, pooled_gradient(), w, dx);
       });
       if (demi_dx) {
-        cpu::conv2d_backward_data(p, dz.get(), w, dx);
+        cpu::conv2d_backward_data(p, pooled_gradient(), w, dx);
         dx_fused = nullptr;
       }
     }
