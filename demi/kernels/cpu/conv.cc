@@ -214,6 +214,98 @@ bool data_gradient_indirect(const Conv2dParams& p) {
   return q.pad_top >= 0 && q.pad_bottom >= 0 && q.pad_left >= 0 && q.pad_right >= 0 && indirect_fits(q, geometry(q));
 }
 
+// ---- The weight gradient as an indirect product ----
+// dW^T (K, OC) = sum over images of col (K, P) . dy[n]^T (P, OC): the same micro-kernel with the roles of
+// its offsets swapped (a tile's rows are 6 of the K (channel, tap) offsets, its k runs over the output
+// positions), dy[n]^T packed per image (f16|bf16 converted as it is packed), each thread summing its run of
+// images into its own f32 partial; the partials are added in thread order (the sum depends on the thread
+// count only, as the per-image path's).
+constexpr size_t kMaxPartialBytes = size_t{2} << 20;  // a thread's K x OC f32 partial sums
+constexpr int64_t kMaxPositionBlock = 1024;           // positions per packed panel of dy^T
+
+bool weight_gradient_indirect(const Conv2dParams& p, const Geometry& g) {
+  const cpu_internal::GemmKernels& gk = cpu_internal::gemm_kernels();
+  if (gk.f32_indirect == nullptr || p.groups != 1) return false;
+  const int64_t hp = g.h + p.pad_top + p.pad_bottom, wp = g.w + p.pad_left + p.pad_right;
+  const int64_t oc_pad = (g.oc + gk.nr - 1) / gk.nr * gk.nr;
+  return static_cast<size_t>(g.c * hp * wp) * sizeof(float) <= kMaxPaddedImageBytes &&
+         static_cast<size_t>(g.rows() * oc_pad) * sizeof(float) <= kMaxPartialBytes;
+}
+
+void indirect_backward_weights(const Conv2dParams& p, const Geometry& g, const void* x, const void* dy, void* dw,
+                               void* db) {
+  const cpu_internal::GemmKernels& gk = cpu_internal::gemm_kernels();
+  const int64_t K = g.rows(), P = g.cols(), OC = g.oc, NR = gk.nr, MR = gk.mr;
+  const int64_t hp = g.h + p.pad_top + p.pad_bottom, wp = g.w + p.pad_left + p.pad_right;
+  const int64_t panels = (OC + NR - 1) / NR, oc_pad = panels * NR, pb = std::min(P, kMaxPositionBlock);
+  Workspace offsets(static_cast<size_t>(K + P) * sizeof(int64_t));
+  auto* ko = reinterpret_cast<int64_t*>(offsets.f32());  // (channel, tap) -> offset in the padded image
+  int64_t* po = ko + K;                                  // position -> offset
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j)
+        ko[(c * g.kh + i) * g.kw + j] = (c * hp + i * p.dilation_h) * wp + j * p.dilation_w;
+  for (int64_t q = 0; q < P; ++q) po[q] = q / g.ow * p.stride_h * wp + q % g.ow * p.stride_w;
+  const int threads = std::max(1, std::min<int>(num_threads(), static_cast<int>(p.n)));
+  const int64_t part = K * oc_pad + OC;  // a thread's dW^T sums, then its bias sums
+  Workspace partial(static_cast<size_t>(threads * part) * sizeof(float));
+  std::fill(partial.f32(), partial.f32() + threads * part, 0.0f);
+  const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(cpu_level());
+  parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
+    Workspace image(static_cast<size_t>(g.c * hp * wp) * sizeof(float)),
+        panel(static_cast<size_t>(pb * NR) * sizeof(float)), row(db ? static_cast<size_t>(P) * sizeof(float) : 0);
+    for (int64_t t = t0; t < t1; ++t) {
+      float* sums = partial.f32() + t * part;
+      float* bsums = sums + K * oc_pad;
+      for (int64_t n = t * p.n / threads; n < (t + 1) * p.n / threads; ++n) {
+        pad_image(p, g, element_at(x, n * g.c * g.h * g.w, p.x_dtype), p.x_dtype, hp, wp, image.f32());
+        const void* dyn = element_at(dy, n * OC * P, p.y_dtype);
+        for (int64_t q0 = 0; q0 < P; q0 += pb) {
+          const int64_t qc = std::min(pb, P - q0);
+          for (int64_t pn = 0; pn < panels; ++pn) {
+            // dy[n]^T rows q0 .. q0 + qc, channels pn * NR ...: b stored (OC, P), read transposed
+            gk.pack_b_f32(dyn, p.y_dtype, /*trans=*/true, /*ld=*/P, q0, qc, pn * NR, std::min(NR, OC - pn * NR),
+                          panel.f32(), qc * NR);
+            cpu_internal::GemmTile s;
+            s.ldc = oc_pad;
+            s.n = static_cast<int>(std::min(NR, OC - pn * NR));
+            s.load_c = true;
+            for (int64_t k0 = 0; k0 < K; k0 += MR) {
+              s.m = static_cast<int>(std::min(MR, K - k0));
+              s.c = sums + k0 * oc_pad + pn * NR;
+              gk.f32_indirect(qc, image.f32(), ko + k0, po + q0, panel.f32(), s);
+            }
+          }
+        }
+        if (db)
+          for (int64_t o = 0; o < OC; ++o) {
+            to_f32(cvt, p.y_dtype, element_at(dyn, o * P, p.y_dtype), row.f32(), P);
+            float acc = 0;
+            for (int64_t i = 0; i < P; ++i) acc += row.f32()[i];
+            bsums[o] += acc;
+          }
+      }
+    }
+  });
+  float* total = partial.f32();
+  for (int t = 1; t < threads; ++t)
+    for (int64_t i = 0; i < part; ++i) total[i] += total[t * part + i];
+  // dW (OC, K) <- the sums transposed; then into dw's dtype (added to dw with accumulate).
+  Workspace out(static_cast<size_t>(OC * K + OC) * sizeof(float));
+  float* o = out.f32();
+  for (int64_t oc = 0; oc < OC; ++oc)
+    for (int64_t k = 0; k < K; ++k) o[oc * K + k] = total[k * oc_pad + oc];
+  auto store = [&](const float* sum, void* dst, DType t, int64_t count) {
+    if (!p.accumulate) return convert(sum, DType::kF32, dst, t, count);
+    Workspace old(static_cast<size_t>(count) * sizeof(float));
+    convert(dst, t, old.f32(), DType::kF32, count);
+    for (int64_t i = 0; i < count; ++i) old.f32()[i] += sum[i];
+    convert(old.f32(), DType::kF32, dst, t, count);
+  };
+  store(o, dw, p.w_dtype, OC * K);
+  if (db) store(total + K * oc_pad, db, p.bias_dtype, OC);
+}
+
 void check(const Conv2dParams& p, const char* op) {
   check_conv2d_params(p, op);
   DEMI_CHECK(conv2d_supported(p), op, ": demi's convolution takes groups = 1 and f32|bf16|f16 tensors, got ",
@@ -299,9 +391,14 @@ void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, 
   });
 }
 
+bool conv2d_backward_weights_indirect_supported(const Conv2dParams& p) {
+  return conv2d_supported(p) && weight_gradient_indirect(p, geometry(p));
+}
+
 void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db) {
   check(p, "conv2d_backward_weights");
   const Geometry g = geometry(p);
+  if (weight_gradient_indirect(p, g)) return indirect_backward_weights(p, g, x, dy, dw, db);
   const int64_t wn = g.oc * g.rows();
   MatmulParams mp;  // dW (OC, CKK) += dy[n] (OC, P) . col^T (P, CKK)
   mp.m = g.oc;

@@ -9,7 +9,9 @@
 //   forward           y[n] = act(W . col(x[n]) + bias)                 (W converted in the GEMM's packing;
 //                     where conv2d_indirect_supported: y[n]^T = col^T W^T with col never formed)
 //   backward-data     dx[n] = col2im(W^T . dy[n])                       (summed in f32, rounded once)
-//   backward-weights  dW = sum_n dy[n] . col(x[n])^T, db = sum dy       (per-thread f32 partials, added)
+//   backward-weights  dW = sum_n dy[n] . col(x[n])^T, db = sum dy       (per-thread f32 partials, added;
+//                     where conv2d_backward_weights_indirect_supported: dW^T = col . dy^T, col read through
+//                     offsets into each padded image)
 #pragma once
 
 #include "demi/kernels/conv_params.h"
@@ -26,6 +28,10 @@ bool conv2d_indirect_supported(const Conv2dParams& p);
 // Whether conv2d_backward_data runs p as that indirect product (stride 1: the data gradient is the forward
 // convolution of dy with the flipped weights, padded by (KH-1)*dilation - pad) rather than per image.
 bool conv2d_backward_data_indirect_supported(const Conv2dParams& p);
+// Whether conv2d_backward_weights runs p as an indirect product (dW^T = col . dy^T with col read through
+// offsets into each padded image) rather than per image: where a padded image and a thread's K x OC f32
+// partial sums fit.
+bool conv2d_backward_weights_indirect_supported(const Conv2dParams& p);
 
 // x (N, C, H, W), w (OC, C, KH, KW), bias (OC) or nullptr -> y (N, OC, OH, OW) = act(conv(x, w) + bias)
 void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y);

@@ -744,24 +744,28 @@ kernels::internal::ChoiceCache& gemm_choices() {
 }
 
 bool gemm_chosen(const Conv2dParams& p, ConvDirection dir, const std::function<void(bool)>& run) {
-  const bool forward = dir == ConvDirection::kForward;
-  if (dir == ConvDirection::kBackwardWeights || p.x_dtype == DType::kF64 ||
-      !(forward ? cpu::conv2d_indirect_supported(p) : cpu::conv2d_backward_data_indirect_supported(p)))
+  const bool forward = dir == ConvDirection::kForward, weights = dir == ConvDirection::kBackwardWeights;
+  if (p.x_dtype == DType::kF64 || !(forward ? cpu::conv2d_indirect_supported(p)
+                                    : weights ? cpu::conv2d_backward_weights_indirect_supported(p)
+                                              : cpu::conv2d_backward_data_indirect_supported(p)))
     return false;
   switch (gemm_policy_slot().load()) {
     case ConvGemmPolicy::kOff: return false;
     case ConvGemmPolicy::kOn: return true;
     case ConvGemmPolicy::kAuto: break;
   }
-  // (The data gradient's dtype is its input's, dy: y_dtype.)
+  // (The data gradient's dtype is its input's, dy: y_dtype; the weight gradient reads both.)
   const DType in = forward ? p.x_dtype : p.y_dtype;
   kernels::internal::ChoiceCache::Key key{static_cast<int64_t>(cpu_level()) | int64_t{num_threads()} << 8 |
-                                              static_cast<int64_t>(in) << 24 | int64_t{!forward} << 32,
+                                              static_cast<int64_t>(in) << 24 | static_cast<int64_t>(dir) << 32 |
+                                              static_cast<int64_t>(p.x_dtype) << 40,
                                           p.n, p.c, p.h, p.w, p.oc, p.kh, p.kw,
                                           p.pad_top, p.pad_bottom, p.pad_left, p.pad_right,
                                           p.stride_h, p.stride_w, p.dilation_h, p.dilation_w};
   auto text = [&] {
-    return str_cat(cpu_level_name(cpu_level()), " t", num_threads(), forward ? " fwd " : " dx ", dtype_name(in), " n", p.n, " c",
+    return str_cat(cpu_level_name(cpu_level()), " t", num_threads(),
+                   forward ? " fwd " : weights ? str_cat(" dw ", dtype_name(p.x_dtype), " dy ") : std::string(" dx "),
+                   dtype_name(in), " n", p.n, " c",
                    p.c, " ", p.h, "x", p.w, " oc", p.oc, " k", p.kh, "x", p.kw, " p", p.pad_top, ",", p.pad_bottom, ",",
                    p.pad_left, ",", p.pad_right, " s", p.stride_h, ",", p.stride_w, " d", p.dilation_h, ",",
                    p.dilation_w);
@@ -891,7 +895,20 @@ void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* d
     q.accumulate = false;
     call(d, q, w_out.get(), db ? b_out.get() : nullptr);
   });
-  call(direct, p, dw, db);
+  if (direct) return call(true, p, dw, db);
+  // demi's indirect product or oneDNN's, measured per geometry (into scratch when accumulating).
+  auto gemm_call = [&](bool demi, const Conv2dParams& q, void* gw, void* gb) {
+    demi ? cpu::conv2d_backward_weights(q, x, dy, gw, gb) : onednn_backward_weights(q, x, dy, gw, gb);
+  };
+  const bool demi = gemm_chosen(p, ConvDirection::kBackwardWeights, [&](bool d) {
+    if (!p.accumulate) return gemm_call(d, p, dw, db);
+    internal::Workspace w_out(static_cast<size_t>(p.w_numel()) * dtype_size(p.w_dtype)),
+        b_out(db ? static_cast<size_t>(p.oc) * dtype_size(p.bias_dtype) : 0);
+    Conv2dParams q = p;
+    q.accumulate = false;
+    gemm_call(d, q, w_out.get(), db ? b_out.get() : nullptr);
+  });
+  gemm_call(demi, p, dw, db);
 }
 
 namespace {
@@ -979,21 +996,33 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
       return cpu::direct_conv2d_relu_max_pool2d_backward_weights(p, pool, x, dy_dtype, dy, argmax, dw, dw_dtype, db,
                                                                  db_dtype);
     }
-    // Where demi's indirect product is the data gradient's choice (as the separate call measures it: the
-    // pool's gradient in the convolution's dtype), dx is computed as the separate calls compute it and the
-    // fused primitive makes the weight gradient only.
+    // Where demi's indirect product is a gradient's choice (as the separate call measures it: from the
+    // pool's gradient in the convolution's dtype), that gradient is computed as the separate calls compute
+    // it: dx apart, the fused primitive then making the weight gradient only; the weight gradient by the
+    // separate calls altogether.
     dx_fused = dx;
+    std::optional<internal::Workspace> dz;  // made only to measure, or where demi's is a choice
+    auto pooled_gradient = [&] {
+      if (!dz) {
+        internal::Workspace dyc(static_cast<size_t>(pool.y_numel()) * dtype_size(p.y_dtype));
+        convert(dy, dy_dtype, dyc.get(), p.y_dtype, pool.y_numel());
+        dz.emplace(static_cast<size_t>(p.y_numel()) * dtype_size(p.y_dtype));
+        max_pool2d_backward(pool, p.y_dtype, dyc.get(), argmax, dz->get());
+      }
+      return dz->get();
+    };
+    Conv2dParams pw = p;  // the weight gradient's call
+    pw.w_dtype = dw_dtype;
+    pw.bias_dtype = db ? db_dtype : DType::kF32;
+    if (cpu::conv2d_backward_weights_indirect_supported(pw) &&
+        gemm_chosen(pw, ConvDirection::kBackwardWeights, [&](bool d) {
+          d ? cpu::conv2d_backward_weights(pw, x, pooled_gradient(), dw, db)
+            : onednn_backward_weights(pw, x, pooled_gradient(), dw, db);
+        })) {
+      if (dx) conv2d_backward_data(p, pooled_gradient(), w, dx);
+      return cpu::conv2d_backward_weights(pw, x, pooled_gradient(), dw, db);
+    }
     if (dx && cpu::conv2d_backward_data_indirect_supported(p)) {
-      std::optional<internal::Workspace> dz;  // made only to measure, or where demi's is the choice
-      auto pooled_gradient = [&] {
-        if (!dz) {
-          internal::Workspace dyc(static_cast<size_t>(pool.y_numel()) * dtype_size(p.y_dtype));
-          convert(dy, dy_dtype, dyc.get(), p.y_dtype, pool.y_numel());
-          dz.emplace(static_cast<size_t>(p.y_numel()) * dtype_size(p.y_dtype));
-          max_pool2d_backward(pool, p.y_dtype, dyc.get(), argmax, dz->get());
-        }
-        return dz->get();
-      };
       const bool demi_dx = gemm_chosen(p, ConvDirection::kBackwardData, [&](bool d) {
         d ? cpu::conv2d_backward_data(p, pooled_gradient(), w, dx) : onednn_backward_data(p, pooled_gradient(), w, dx);
       });

@@ -98,16 +98,18 @@ void set_conv_direct_cache_dir(const std::string& dir);
 // yet (both directions' speeds do not depend on the values). For `demi info` and benchmarks.
 std::string conv2d_direct_kernel(const Conv2dParams& p, ConvDirection dir);
 
-// ---- demi's indirect convolution (../cpu/conv.h): the forward and the stride-1 data gradient ----
+// ---- demi's indirect convolution (../cpu/conv.h): forward, stride-1 data gradient, weight gradient ----
 // The forward (plain, and fused with ReLU -> MaxPool2d) of a geometry the direct kernels do not take (or
 // lost) runs as demi's indirect product (cpu::conv2d_indirect_supported: groups 1, the packed weights and a
 // padded image within bounds) or on oneDNN, whichever measured faster at the geometry's first forward, on
 // that call's operands (oneDNN, which holds a chunk of activations in workspace, has to be 10% faster);
 // kept per geometry and input dtype in memory and in "conv-gemm-v1-<cpu>.txt". The data gradient of a
-// stride-1 geometry (cpu::conv2d_backward_data_indirect_supported) is chosen the same way, per dy's dtype.
-// The fused layer follows both choices and computes what the separate calls compute: demi's convolution a
-// chunk of images at a time into the compute dtype, pooled from it; demi's data gradient from the pool's
-// gradient in the compute dtype, the fused primitive then making the weight gradient only.
+// stride-1 geometry (cpu::conv2d_backward_data_indirect_supported) is chosen the same way, per dy's dtype,
+// and the weight gradient (cpu::conv2d_backward_weights_indirect_supported) per x's and dy's dtypes, after
+// the direct kernels' choice. The fused layer follows these choices and computes what the separate calls
+// compute: demi's convolution a chunk of images at a time into the compute dtype, pooled from it; demi's
+// gradients from the pool's gradient in the compute dtype (demi's data gradient alone: the fused
+// primitive then makes the weight gradient only).
 // DEMI_CONV_GEMM=auto|on|off sets the policy at start-up.
 enum class ConvGemmPolicy { kAuto, kOn, kOff };
 void set_conv_gemm_policy(ConvGemmPolicy policy);

@@ -344,8 +344,9 @@ TEST(OnednnConv, GemmForwardMatchesTheReferenceForEveryGeometryAndDtype) {
   set_conv_gemm_policy(saved);
 }
 
-// A geometry's forward and data gradient each measure demi's indirect product against oneDNN once (per
-// input dtype), keep the choice in its file, and a new process reads them back instead of measuring.
+// A geometry's forward, data gradient and weight gradient each measure demi's indirect product against
+// oneDNN once (per input dtypes), keep the choice in its file, and a new process reads them back instead of
+// measuring.
 TEST(OnednnConv, GemmChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
   const std::string dir = ::testing::TempDir() + "/demi-conv-gemm-choices-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
@@ -384,10 +385,18 @@ TEST(OnednnConv, GemmChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
   EXPECT_NE(both[1].find(" dx float32 "), std::string::npos) << both[1];
   conv2d_backward_data(pd, y.data(), w.data(), dx.data());
   EXPECT_EQ(lines(), both);
+  Conv2dParams pw = pd;  // the weight gradient into FP32 masters: a third choice
+  pw.w_dtype = pw.bias_dtype = F32;
+  Operand dw = cast_operand(f.dw0, F32), db = cast_operand(f.db0, F32);
+  conv2d_backward_weights(pw, x.data(), y.data(), dw.data(), db.data());
+  const std::vector<std::string> all = lines();
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_NE(all[2].find(" dw float16 dy float32 "), std::string::npos) << all[2];
   set_conv_gemm_cache_dir(dir);  // a new process: reads the file, measures nothing
   conv2d_forward(p, x.data(), w.data(), b.data(), y.data());
   conv2d_backward_data(pd, y.data(), w.data(), dx.data());
-  EXPECT_EQ(lines(), both);
+  conv2d_backward_weights(pw, x.data(), y.data(), dw.data(), db.data());
+  EXPECT_EQ(lines(), all);
   set_conv_gemm_cache_dir("");
   set_conv_gemm_policy(saved);
   std::filesystem::remove_all(dir);
