@@ -214,6 +214,15 @@ bool data_gradient_indirect(const Conv2dParams& p) {
   return q.pad_top >= 0 && q.pad_bottom >= 0 && q.pad_left >= 0 && q.pad_right >= 0 && indirect_fits(q, geometry(q));
 }
 
+// f32 sums -> dst in dtype t (added to dst's values, rounded once, with accumulate): a weight gradient's end.
+void store_sum(const float* sum, void* dst, DType t, int64_t count, bool accumulate) {
+  if (!accumulate) return convert(sum, DType::kF32, dst, t, count);
+  Workspace old(static_cast<size_t>(count) * sizeof(float));
+  convert(dst, t, old.f32(), DType::kF32, count);
+  for (int64_t i = 0; i < count; ++i) old.f32()[i] += sum[i];
+  convert(old.f32(), DType::kF32, dst, t, count);
+}
+
 // ---- The weight gradient as an indirect product ----
 // dW^T (K, OC) = sum over images of col (K, P) . dy[n]^T (P, OC): the same micro-kernel with the roles of
 // its offsets swapped (a tile's rows are 6 of the K (channel, tap) offsets, its k runs over the output
@@ -295,15 +304,8 @@ void indirect_backward_weights(const Conv2dParams& p, const Geometry& g, const v
   float* o = out.f32();
   for (int64_t oc = 0; oc < OC; ++oc)
     for (int64_t k = 0; k < K; ++k) o[oc * K + k] = total[k * oc_pad + oc];
-  auto store = [&](const float* sum, void* dst, DType t, int64_t count) {
-    if (!p.accumulate) return convert(sum, DType::kF32, dst, t, count);
-    Workspace old(static_cast<size_t>(count) * sizeof(float));
-    convert(dst, t, old.f32(), DType::kF32, count);
-    for (int64_t i = 0; i < count; ++i) old.f32()[i] += sum[i];
-    convert(old.f32(), DType::kF32, dst, t, count);
-  };
-  store(o, dw, p.w_dtype, OC * K);
-  if (db) store(total + K * oc_pad, db, p.bias_dtype, OC);
+  store_sum(o, dw, p.w_dtype, OC * K, p.accumulate);
+  if (db) store_sum(total + K * oc_pad, db, p.bias_dtype, OC, p.accumulate);
 }
 
 void check(const Conv2dParams& p, const char* op) {
@@ -440,15 +442,8 @@ void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* d
   });
   for (int t = 1; t < threads; ++t)
     for (int64_t i = 0; i < wn + g.oc; ++i) parts[i] += parts[t * (wn + g.oc) + i];
-  auto store = [&](const float* sum, void* dst, DType t, int64_t count) {
-    if (!p.accumulate) return convert(sum, DType::kF32, dst, t, count);
-    Workspace old(static_cast<size_t>(count) * sizeof(float));
-    convert(dst, t, old.f32(), DType::kF32, count);
-    for (int64_t i = 0; i < count; ++i) old.f32()[i] += sum[i];
-    convert(old.f32(), DType::kF32, dst, t, count);
-  };
-  store(parts, dw, p.w_dtype, wn);
-  if (db) store(parts + wn, db, p.bias_dtype, g.oc);
+  store_sum(parts, dw, p.w_dtype, wn, p.accumulate);
+  if (db) store_sum(parts + wn, db, p.bias_dtype, g.oc, p.accumulate);
 }
 
 }  // namespace demi::kernels::cpu

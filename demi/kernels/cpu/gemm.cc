@@ -386,6 +386,16 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
           const void* ap = shared_a ? ashared.f32() : ablock.f32();
           if (!shared_a) prepare_a(i0, mcur, ablock.f32(), reinterpret_cast<BFloat16*>(around.f32()), 0, 1);
           const auto [rs, cs] = a_strides(mcur);
+          // The tile of the block's rows ir ... ir + MR against `panel` (set below, per panel).
+          const char* panel = nullptr;
+          const auto multiply = [&](int64_t ir, const GemmTile& tile) {
+            if (bf16)
+              g.bf16(kcur, static_cast<const BFloat16*>(ap) + ir * rs, rs, cs,
+                     reinterpret_cast<const BFloat16*>(panel), tile);
+            else
+              g.f32(kcur, static_cast<const float*>(ap) + ir * rs, rs, cs, reinterpret_cast<const float*>(panel),
+                    tile);
+          };
           for (int64_t pn = pn0; pn < pn1; ++pn) {
             const int64_t j = jc + pn * NR;
             GemmTile t;
@@ -395,7 +405,7 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
             t.load_c = p.accumulate || !first;
             t.relu = last && p.relu;
             t.transposed = swapped;
-            const char* panel = bp + pn * panel_bytes;
+            panel = bp + pn * panel_bytes;
             if (pack_in_task) {
               char* slot = bp + ns * static_cast<int64_t>(panel_bytes);
               pack_to(pn, pn + 1, slot);
@@ -409,12 +419,7 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
               for (int64_t ir = 0; ir < mcur; ir += MR) {
                 s.m = static_cast<int>(std::min(MR, mcur - ir));
                 s.c = block + ir * NR;
-                if (bf16)
-                  g.bf16(kcur, static_cast<const BFloat16*>(ap) + ir * rs, rs, cs,
-                         reinterpret_cast<const BFloat16*>(panel), s);
-                else
-                  g.f32(kcur, static_cast<const float*>(ap) + ir * rs, rs, cs, reinterpret_cast<const float*>(panel),
-                        s);
+                multiply(ir, s);
               }
               // The block's column r is c's row j + r, its rows c's columns i0 ... i0 + mcur; the bias runs
               // along c's columns (a Dense bias) or down its rows (a row bias).
@@ -436,12 +441,7 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
               t.bias = last && bias ? bias + (along_rows ? i : j) : nullptr;
               t.bias_rows = along_rows;
               t.c = element_at(target, swapped ? j * ldc + i : i * ldc + j, target_dtype);
-              if (bf16)
-                g.bf16(kcur, static_cast<const BFloat16*>(ap) + ir * rs, rs, cs,
-                       reinterpret_cast<const BFloat16*>(panel), t);
-              else
-                g.f32(kcur, static_cast<const float*>(ap) + ir * rs, rs, cs, reinterpret_cast<const float*>(panel),
-                      t);
+              multiply(ir, t);
             }
           }
         }

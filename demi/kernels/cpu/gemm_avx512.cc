@@ -12,26 +12,27 @@ namespace {
 using namespace gemm512;
 using V = VecAvx512;
 
+// One k of the tile: 4 vectors of packed b (the next ones prefetched), a broadcast of a[off[r]] per row.
+[[gnu::always_inline]] inline void fma_step(Acc& acc, const float* a, const int64_t (&off)[kMr], const float* b) {
+  const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16), b2 = _mm512_load_ps(b + 32),
+               b3 = _mm512_load_ps(b + 48);
+  _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr + 32), _MM_HINT_T0);
+#pragma GCC unroll 6
+  for (int r = 0; r < kMr; ++r) {
+    const __m512 x = _mm512_set1_ps(a[off[r]]);
+    acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+    acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+    acc[r][2] = _mm512_fmadd_ps(x, b2, acc[r][2]);
+    acc[r][3] = _mm512_fmadd_ps(x, b3, acc[r][3]);
+  }
+}
+
 void ukr_f32(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b, const GemmTile& t) {
   Acc acc;
   int64_t off[kMr];
   start_tile(acc, off, t, rs);
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16), b2 = _mm512_load_ps(b + 32),
-                 b3 = _mm512_load_ps(b + 48);
-    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr + 32), _MM_HINT_T0);
-    b += kNr;
-#pragma GCC unroll 6
-    for (int r = 0; r < kMr; ++r) {
-      const __m512 x = _mm512_set1_ps(a[off[r]]);
-      acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
-      acc[r][2] = _mm512_fmadd_ps(x, b2, acc[r][2]);
-      acc[r][3] = _mm512_fmadd_ps(x, b3, acc[r][3]);
-    }
-    a += cs;
-  }
+  for (int64_t k = 0; k < kc; ++k, b += kNr, a += cs) fma_step(acc, a, off, b);
   store_tile(acc, t);
 }
 
@@ -85,22 +86,7 @@ void ukr_f32_indirect(int64_t kc, const float* base, const int64_t* roff, const 
   int64_t off[kMr];
   start_tile(acc, off, t, 0);
   for (int r = 0; r < kMr; ++r) off[r] = roff[std::min(r, t.m - 1)];
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16), b2 = _mm512_load_ps(b + 32),
-                 b3 = _mm512_load_ps(b + 48);
-    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr + 32), _MM_HINT_T0);
-    b += kNr;
-    const float* a = base + koff[k];
-#pragma GCC unroll 6
-    for (int r = 0; r < kMr; ++r) {
-      const __m512 x = _mm512_set1_ps(a[off[r]]);
-      acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
-      acc[r][2] = _mm512_fmadd_ps(x, b2, acc[r][2]);
-      acc[r][3] = _mm512_fmadd_ps(x, b3, acc[r][3]);
-    }
-  }
+  for (int64_t k = 0; k < kc; ++k, b += kNr) fma_step(acc, base + koff[k], off, b);
   store_tile(acc, t);
 }
 

@@ -664,15 +664,19 @@ void onednn_backward_data(const Conv2dParams& p, const void* dy, const void* w, 
 // do (the data gradient stays on oneDNN either way). The first call of a geometry and direction (in a network,
 // the fused layer's) measures both on its own operands, each warmed up, then five alternating rounds; the best
 // time decides.
+// An auto|on|off policy from the environment variable `var` (unset or empty: auto).
+template <typename Policy>
+Policy policy_from_env(const char* var) {
+  const char* s = std::getenv(var);
+  if (s == nullptr || *s == '\0' || std::strcmp(s, "auto") == 0) return Policy::kAuto;
+  if (std::strcmp(s, "on") == 0) return Policy::kOn;
+  if (std::strcmp(s, "off") == 0) return Policy::kOff;
+  DEMI_CHECK(false, var, " must be auto, on or off, got \"", s, "\"");
+  return Policy::kAuto;
+}
+
 std::atomic<ConvDirectPolicy>& direct_policy_slot() {
-  static std::atomic<ConvDirectPolicy> p{[] {
-    const char* s = std::getenv("DEMI_CONV_DIRECT");
-    if (s == nullptr || *s == '\0' || std::strcmp(s, "auto") == 0) return ConvDirectPolicy::kAuto;
-    if (std::strcmp(s, "on") == 0) return ConvDirectPolicy::kOn;
-    if (std::strcmp(s, "off") == 0) return ConvDirectPolicy::kOff;
-    DEMI_CHECK(false, "DEMI_CONV_DIRECT must be auto, on or off, got \"", s, "\"");
-    return ConvDirectPolicy::kAuto;
-  }()};
+  static std::atomic<ConvDirectPolicy> p{policy_from_env<ConvDirectPolicy>("DEMI_CONV_DIRECT")};
   return p;
 }
 
@@ -727,14 +731,7 @@ bool direct_chosen(const Conv2dParams& p, ConvDirection dir, const std::function
 // For the geometries the direct kernels do not take (or where oneDNN beat them): the forward, plain or fused
 // with ReLU -> MaxPool2d, measured as the direct choice is; one choice per geometry and input dtype.
 std::atomic<ConvGemmPolicy>& gemm_policy_slot() {
-  static std::atomic<ConvGemmPolicy> p{[] {
-    const char* s = std::getenv("DEMI_CONV_GEMM");
-    if (s == nullptr || *s == '\0' || std::strcmp(s, "auto") == 0) return ConvGemmPolicy::kAuto;
-    if (std::strcmp(s, "on") == 0) return ConvGemmPolicy::kOn;
-    if (std::strcmp(s, "off") == 0) return ConvGemmPolicy::kOff;
-    DEMI_CHECK(false, "DEMI_CONV_GEMM must be auto, on or off, got \"", s, "\"");
-    return ConvGemmPolicy::kAuto;
-  }()};
+  static std::atomic<ConvGemmPolicy> p{policy_from_env<ConvGemmPolicy>("DEMI_CONV_GEMM")};
   return p;
 }
 

@@ -39,6 +39,14 @@ using kernels::testing::params_of;
 
 const kernels::testing::ConvKernels kOnednn{conv2d_forward, conv2d_backward_data, conv2d_backward_weights};
 
+// A choice file's lines.
+std::vector<std::string> file_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
 void check_all_directions(const Fixture& f, DType in, DType out, ConvLayout layout, bool accumulate) {
   kernels::testing::check_all_directions(kOnednn, f, in, out, layout, accumulate);
 }
@@ -221,12 +229,7 @@ TEST(OnednnConv, Bf16ChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
   p.x_dtype = p.w_dtype = p.y_dtype = p.bias_dtype = BF16;
   Operand x = cast_operand(f.x, BF16), w = cast_operand(f.w, BF16), b = cast_operand(f.bias, BF16);
   Operand y = cast_operand(f.dy, BF16);
-  auto lines = [&] {
-    std::ifstream in(path);
-    std::vector<std::string> out;
-    for (std::string line; std::getline(in, line);) out.push_back(line);
-    return out;
-  };
+  auto lines = [&] { return file_lines(path); };
   conv2d_forward(p, x.data(), w.data(), b.data(), y.data());
   const std::vector<std::string> first = lines();
   ASSERT_EQ(first.size(), 1u);
@@ -252,12 +255,7 @@ TEST(OnednnConv, DirectChoiceIsMeasuredOncePerDirectionAndKeptInTheChoiceFile) {
   set_conv_direct_cache_dir(dir);
   const std::string path = conv_direct_cache_path();
   ASSERT_NE(path, "");
-  auto lines = [&] {
-    std::ifstream in(path);
-    std::vector<std::string> out;
-    for (std::string line; std::getline(in, line);) out.push_back(line);
-    return out;
-  };
+  auto lines = [&] { return file_lines(path); };
   Fixture f(kGeometries[0]);  // model A's 3 -> 32 k3
   Conv2dParams p = f.p;
   Operand x = cast_operand(f.x, F32), w = cast_operand(f.w, F32), b = cast_operand(f.bias, F32);
@@ -355,12 +353,7 @@ TEST(OnednnConv, GemmChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
   set_conv_gemm_cache_dir(dir);
   const std::string path = conv_gemm_cache_path();
   ASSERT_NE(path, "");
-  auto lines = [&] {
-    std::ifstream in(path);
-    std::vector<std::string> out;
-    for (std::string line; std::getline(in, line);) out.push_back(line);
-    return out;
-  };
+  auto lines = [&] { return file_lines(path); };
   Fixture f(kGeometries[2]);  // model B's 32 -> 64 k3p1: K = 288, not a direct geometry
   Conv2dParams p = f.p;
   p.x_dtype = p.w_dtype = F16;
