@@ -4,7 +4,7 @@ O0 / O2-bf16 / O2-fp16 (demi) and fp32 / bf16 autocast (PyTorch). Several repeti
 median of each setting's samples/s and the ratios; every measurement is also appended to
 bench/results/compare.jsonl so runs can be compared over time.
 
-    bench/compare.py [--reps 3] [--models A,B,C] [--demi build/release/tools/demi/demi] [--torch-python PY]
+    bench/compare.py [--reps 3] [--models A,B,C] [--demi build/release/tools/demi/demi] [--torch-python PY ...]
 """
 import argparse
 import datetime
@@ -66,18 +66,37 @@ def ceilings(build):
     return (float(m.group(1)), float(m.group(2))) if m else None
 
 
-# The Python that runs the PyTorch twins: Debian's (1.13, python3-torch) by default, or a venv's with the
-# newest PyPI torch (--torch-python /path/to/venv/bin/python).
-TORCH_PYTHON = ["/usr/bin/python3"]
+# The Pythons that run the PyTorch twins: Debian's (1.13, python3-torch) and the venv with the newest PyPI torch
+# that `scripts/setup --bench` makes (build/torch-venv), each where it exists; --torch-python PY (repeatable)
+# names them instead.
+VENV_PYTHON = os.path.join(ROOT, "build", "torch-venv", "bin", "python")
 
 
-def torch_run(model, precision):
+def torch_peers(pythons):
+    """[(label, python)] for each Python that imports torch; the label carries its torch version."""
+    if not pythons:
+        pythons = ["/usr/bin/python3"] + ([VENV_PYTHON] if os.path.exists(VENV_PYTHON) else [])
+    peers = []
+    for py in pythons:
+        out = subprocess.run([py, "-c", "import torch; print(torch.__version__.split('+')[0])"],
+                             capture_output=True, text=True, check=False)
+        if out.returncode == 0:
+            peers.append((f"torch {out.stdout.strip()}", py))
+        else:
+            sys.stderr.write(f"no torch in {py}: skipped as a peer\n")
+    return peers
+
+
+def torch_run(python, label, model, precision):
     _, steps = SIZES[model]
     env = dict(os.environ, **TORCH_ENV)
     if precision == "fp32" and model in ("C", "D"):
         env["OMP_WAIT_POLICY"] = "PASSIVE"
-    return run_json([TORCH_PYTHON[0], os.path.join(ROOT, "bench", "torch_models.py"), "--model", model,
-                     "--precision", precision, "--steps", str(steps)], env)
+    r = run_json([python, os.path.join(ROOT, "bench", "torch_models.py"), "--model", model,
+                  "--precision", precision, "--steps", str(steps)], env)
+    if r is not None:
+        r["framework"] = label
+    return r
 
 
 def main():
@@ -85,9 +104,10 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--models", default="A,B,C")
     ap.add_argument("--demi", default=os.path.join(ROOT, "build", "release", "tools", "demi", "demi"))
-    ap.add_argument("--torch-python", default=TORCH_PYTHON[0], help="the Python with torch (a venv's for PyPI torch)")
+    ap.add_argument("--torch-python", action="append", default=[],
+                    help="a Python with torch (repeatable; default: Debian's and build/torch-venv's)")
     args = ap.parse_args()
-    TORCH_PYTHON[0] = args.torch_python
+    peers = torch_peers(args.torch_python)
     models = args.models.split(",")
     results = {}
     stamp = datetime.datetime.utcnow().isoformat(timespec="seconds")
@@ -100,9 +120,11 @@ def main():
         if c:
             peaks.append(c)
         for m in models:
-            runs = [lambda: demi_run(args.demi, m, "O0", "bf16"), lambda: torch_run(m, "fp32"),
-                    lambda: demi_run(args.demi, m, "O2", "bf16"), lambda: torch_run(m, "bf16"),
-                    lambda: demi_run(args.demi, m, "O2", "fp16")]
+            runs = [lambda: demi_run(args.demi, m, "O0", "bf16")]
+            runs += [lambda py=py, label=label: torch_run(py, label, m, "fp32") for label, py in peers]
+            runs += [lambda: demi_run(args.demi, m, "O2", "bf16")]
+            runs += [lambda py=py, label=label: torch_run(py, label, m, "bf16") for label, py in peers]
+            runs += [lambda: demi_run(args.demi, m, "O2", "fp16")]
             for run in runs:
                 r = run()
                 if r is None:
@@ -110,7 +132,7 @@ def main():
                 r["rep"], r["time"] = rep, stamp
                 log.write(json.dumps(r) + "\n")
                 results.setdefault((m, r["framework"], r["setting"]), []).append(r)
-                print(f"  rep {rep} {m} {r['framework']:7s} {r['setting']:8s} {r['samples_per_second']:9.0f} samples/s",
+                print(f"  rep {rep} {m} {r['framework']:12s} {r['setting']:8s} {r['samples_per_second']:9.0f} samples/s",
                       file=sys.stderr)
     log.close()
 
@@ -119,31 +141,29 @@ def main():
         return statistics.median(r[key] for r in rs) if rs else float("nan")
 
     print(f"\ndemi vs PyTorch {stamp} — median of {args.reps} interleaved repetitions, samples/s (peak RSS MiB)\n")
-    print(f"{'model':5} {'torch fp32':>16} {'torch bf16':>16} {'demi O0':>16} {'demi O2-bf16':>16} {'demi O2-fp16':>16}"
-          f" {'O0/t32':>7} {'bf16/tbf':>8} {'O2b/O0':>7} {'O2h/O0':>7}")
+    columns = [(label, p) for label, _ in peers for p in ("fp32", "bf16")]
+    columns += [("demi", "O0"), ("demi", "O2-bf16"), ("demi", "O2-fp16")]
+    ratios = [(f"O0/{label.split()[1]}", ("demi", "O0"), (label, "fp32")) for label, _ in peers]
+    ratios += [(f"bf16/{label.split()[1]}", ("demi", "O2-bf16"), (label, "bf16")) for label, _ in peers]
+    ratios += [("O2b/O0", ("demi", "O2-bf16"), ("demi", "O0")), ("O2h/O0", ("demi", "O2-fp16"), ("demi", "O0"))]
+    print(f"{'model':5} " + " ".join(f"{fw + ' ' + s:>19}" for fw, s in columns) + " "
+          + " ".join(f"{name:>12}" for name, _, _ in ratios))
     for m in models:
-        cells = []
-        for fw, s in [("pytorch", "fp32"), ("pytorch", "bf16"), ("demi", "O0"), ("demi", "O2-bf16"), ("demi", "O2-fp16")]:
-            cells.append(f"{med(m, fw, s):8.0f} ({med(m, fw, s, 'peak_rss') / 2**20:5.0f})")
-        r1 = med(m, "demi", "O0") / med(m, "pytorch", "fp32")
-        r2 = med(m, "demi", "O2-bf16") / med(m, "pytorch", "bf16")
-        r3 = med(m, "demi", "O2-bf16") / med(m, "demi", "O0")
-        r4 = med(m, "demi", "O2-fp16") / med(m, "demi", "O0")
-        print(f"{m:5} " + " ".join(f"{c:>16}" for c in cells) + f" {r1:6.2f}x {r2:7.2f}x {r3:6.2f}x {r4:6.2f}x")
+        cells = [f"{med(m, fw, s):8.0f} ({med(m, fw, s, 'peak_rss') / 2**20:5.0f})" for fw, s in columns]
+        rs = [med(m, *a) / med(m, *b) for _, a, b in ratios]
+        print(f"{m:5} " + " ".join(f"{c:>19}" for c in cells) + " " + " ".join(f"{r:11.2f}x" for r in rs))
     if peaks:
         fma, bf16 = statistics.median(p[0] for p in peaks), statistics.median(p[1] for p in peaks)
         print(f"\nshare of the hardware ceiling measured in this run (f32 FMA {fma:.0f} GFLOP/s, bf16 vdpbf16ps"
               f" {bf16:.0f}): training FLOPs per sample x samples/s / the ceiling of the setting's arithmetic"
               " (fp32 and fp16 products run FMAs on f32, bf16 ones vdpbf16ps)")
-        print(f"{'model':5} {'torch fp32':>11} {'torch bf16':>11} {'demi O0':>9} {'O2-bf16':>9} {'O2-fp16':>9}")
+        print(f"{'model':5} " + " ".join(f"{fw + ' ' + s:>19}" for fw, s in columns))
         for m in models:
             f = FLOPS_PER_SAMPLE.get(m)
             if f is None:
                 continue
-            share = lambda fw, st, peak: 100 * f * med(m, fw, st) / (peak * 1e9)
-            print(f"{m:5} {share('pytorch', 'fp32', fma):10.0f}% {share('pytorch', 'bf16', bf16):10.0f}%"
-                  f" {share('demi', 'O0', fma):8.0f}% {share('demi', 'O2-bf16', bf16):8.0f}%"
-                  f" {share('demi', 'O2-fp16', fma):8.0f}%")
+            share = lambda fw, st: 100 * f * med(m, fw, st) / ((bf16 if st.endswith("bf16") else fma) * 1e9)
+            print(f"{m:5} " + " ".join(f"{share(fw, s):18.0f}%" for fw, s in columns))
     print("\ndemi tracked peak memory O2-bf16 / O0: all tracked memory; training (all but the data set held in"
           " memory); activations")
     for m in models:

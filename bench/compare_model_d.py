@@ -13,7 +13,7 @@ import os
 import statistics
 import sys
 
-from compare import ROOT, TORCH_ENV, run_json_lines as run_json
+from compare import ROOT, TORCH_ENV, run_json_lines as run_json, torch_peers
 
 
 def main():
@@ -22,15 +22,18 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "release", "bench", "transformer_bench"))
     ap.add_argument("--no-torch-fp32", action="store_true", help="skip PyTorch fp32 (slow without an optimised BLAS)")
-    ap.add_argument("--torch-python", default="/usr/bin/python3", help="the Python with torch (a venv's for PyPI torch)")
+    ap.add_argument("--torch-python", action="append", default=[],
+                    help="a Python with torch (repeatable; default: Debian's and build/torch-venv's)")
     args = ap.parse_args()
+    peers = torch_peers(args.torch_python)
     env = dict(os.environ, **TORCH_ENV)
     results = {}
     stamp = datetime.datetime.utcnow().isoformat(timespec="seconds")
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
     log = open(os.path.join(ROOT, "bench", "results", "compare.jsonl"), "a")
     for rep in range(args.reps):
-        runs = [("demi", ["O0"]), ("torch", "fp32"), ("demi", ["O2-bf16"]), ("torch", "bf16"), ("demi", ["O2-fp16"])]
+        runs = [("demi", ["O0"])] + [(peer, "fp32") for peer in peers] + [("demi", ["O2-bf16"])]
+        runs += [(peer, "bf16") for peer in peers] + [("demi", ["O2-fp16"])]
         for fw, setting in runs:
             if fw == "demi":
                 rows = run_json([args.bench, "--settings", ",".join(setting), "--steps", str(args.steps)])
@@ -38,13 +41,15 @@ def main():
                 if setting == "fp32" and args.no_torch_fp32:
                     continue
                 e = dict(env, OMP_WAIT_POLICY="PASSIVE") if setting == "fp32" else env
-                rows = run_json([args.torch_python, os.path.join(ROOT, "bench", "torch_model_d.py"), "--precision",
+                rows = run_json([fw[1], os.path.join(ROOT, "bench", "torch_model_d.py"), "--precision",
                                  setting, "--steps", str(args.steps)], e)
+                for r in rows:
+                    r["framework"] = fw[0]
             for r in rows:
                 r["rep"], r["time"], r["model"] = rep, stamp, "D"
                 log.write(json.dumps(r) + "\n")
                 results.setdefault((r["framework"], r["setting"]), []).append(r)
-                print(f"  rep {rep} {r['framework']:7s} {r['setting']:8s} {r['samples_per_second']:8.1f} samples/s",
+                print(f"  rep {rep} {r['framework']:12s} {r['setting']:8s} {r['samples_per_second']:8.1f} samples/s",
                       file=sys.stderr)
 
     def med(fw, s, key="samples_per_second"):
@@ -53,10 +58,12 @@ def main():
 
     log.close()
     print(f"model D, median of {args.reps} interleaved repetitions, samples/s")
-    for fw, s in [("pytorch", "fp32"), ("pytorch", "bf16"), ("demi", "O0"), ("demi", "O2-bf16"), ("demi", "O2-fp16")]:
-        print(f"  {fw:8s} {s:8s} {med(fw, s):8.1f}")
-    print(f"  demi O0 / PyTorch fp32:           {med('demi', 'O0') / med('pytorch', 'fp32'):.2f}x")
-    print(f"  demi O2-bf16 / PyTorch bf16:      {med('demi', 'O2-bf16') / med('pytorch', 'bf16'):.2f}x")
+    columns = [(label, p) for label, _ in peers for p in ("fp32", "bf16")]
+    for fw, s in columns + [("demi", "O0"), ("demi", "O2-bf16"), ("demi", "O2-fp16")]:
+        print(f"  {fw:12s} {s:8s} {med(fw, s):8.1f}")
+    for label, _ in peers:
+        print(f"  demi O0 / {label} fp32:{' ' * (18 - len(label))}{med('demi', 'O0') / med(label, 'fp32'):.2f}x")
+        print(f"  demi O2-bf16 / {label} bf16:{' ' * (13 - len(label))}{med('demi', 'O2-bf16') / med(label, 'bf16'):.2f}x")
     print(f"  demi O2-bf16 / demi O0:           {med('demi', 'O2-bf16') / med('demi', 'O0'):.2f}x")
     print(f"  demi O2-fp16 / demi O0:           {med('demi', 'O2-fp16') / med('demi', 'O0'):.2f}x")
     print(f"  demi tracked peak O2 / O0:        {med('demi', 'O2-bf16', 'peak_tracked') / med('demi', 'O0', 'peak_tracked'):.3f}"
