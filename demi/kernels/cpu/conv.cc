@@ -1,6 +1,7 @@
 #include "demi/kernels/cpu/conv.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "demi/core/convert.h"
@@ -127,23 +128,78 @@ bool indirect_fits(const Conv2dParams& p, const Geometry& g) {
          static_cast<size_t>(g.c * hp * wp) * sizeof(float) <= kMaxPaddedImageBytes;
 }
 
+// bf16 image and weights, where the level has the pair kernel (AVX512-BF16): the product runs vdpbf16ps on
+// pairs of channels (two channels' values at one tap are one k pair), twice the FMA kernel's rate, instead
+// of f32 FMAs on widened values. The pairs' sums are exact products of the bf16 values accumulated in f32,
+// as demi's bf16 GEMM (denormal bf16 inputs read as zero, as vdpbf16ps does).
+bool uses_pairs(const Conv2dParams& p) {
+  return p.x_dtype == DType::kBF16 && p.w_dtype == DType::kBF16 && cpu_internal::gemm_kernels().bf16_indirect;
+}
+
+// image x (C, H, W) bf16 -> dst (ceil(C / 2), Hp, Wp, 2) bf16 with p's padding: channels 2cp and 2cp + 1
+// side by side (an odd C's last partner +0), zero around.
+void pad_image_pairs(const Conv2dParams& p, const Geometry& g, const BFloat16* x, int64_t hp, int64_t wp,
+                     BFloat16* dst) {
+  const int64_t cp = (g.c + 1) / 2;
+  std::fill(dst, dst + cp * hp * wp * 2, BFloat16{});
+  for (int64_t c = 0; c < g.c; c += 2)
+    for (int64_t iy = 0; iy < g.h; ++iy) {
+      const BFloat16* lo = x + (c * g.h + iy) * g.w;
+      const BFloat16* hi = c + 1 < g.c ? lo + g.h * g.w : nullptr;
+      BFloat16* out = dst + (((c / 2) * hp + iy + p.pad_top) * wp + p.pad_left) * 2;
+      for (int64_t ix = 0; ix < g.w; ++ix) {  // one 32-bit pair per column
+        const uint32_t v = uint32_t{lo[ix].bits} | (hi ? uint32_t{hi[ix].bits} << 16 : 0u);
+        std::memcpy(static_cast<void*>(out + 2 * ix), &v, sizeof v);
+      }
+    }
+}
+
+// image x (C, H, W) bf16 -> dst (C, Hp, Wp) bf16 with p's padding, zero around.
+void pad_image_bf16(const Conv2dParams& p, const Geometry& g, const BFloat16* x, int64_t hp, int64_t wp,
+                    BFloat16* dst) {
+  std::fill(dst, dst + g.c * hp * wp, BFloat16{});
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t iy = 0; iy < g.h; ++iy)
+      std::memcpy(dst + (c * hp + iy + p.pad_top) * wp + p.pad_left, x + (c * g.h + iy) * g.w,
+                  static_cast<size_t>(g.w) * sizeof(BFloat16));
+}
+
 // The indirect forward where indirect_fits; false (nothing done) otherwise.
 bool indirect_forward(const Conv2dParams& p, const Geometry& g, const void* x, const void* w, const float* bias32,
                       void* y, bool accumulate = false) {
   if (!indirect_fits(p, g)) return false;
   const cpu_internal::GemmKernels& gk = cpu_internal::gemm_kernels();
-  const int64_t K = g.rows(), P = g.cols(), OC = g.oc, NR = gk.nr, MR = gk.mr;
+  const bool pairs = uses_pairs(p);
+  // K: the product's k steps, f32 values or (pairs) channel pairs at a tap, in (channel, tap) order.
+  const int64_t taps = g.kh * g.kw, cp = (g.c + 1) / 2, K = pairs ? cp * taps : g.rows();
+  const int64_t P = g.cols(), OC = g.oc, NR = gk.nr, MR = gk.mr;
   const int64_t hp = g.h + p.pad_top + p.pad_bottom, wp = g.w + p.pad_left + p.pad_right;
   const int64_t panels = (OC + NR - 1) / NR;
-  const size_t wbytes = static_cast<size_t>(panels * K * NR) * sizeof(float);
-  const size_t ibytes = static_cast<size_t>(g.c * hp * wp) * sizeof(float);
-  Workspace wpack(wbytes), koff(static_cast<size_t>(K) * sizeof(int64_t));
-  gk.pack_b_f32(w, p.w_dtype, /*trans=*/true, /*ld=*/K, 0, K, 0, OC, wpack.f32(), K * NR);
+  const int64_t panel_elems = pairs ? 2 * K * NR : K * NR;  // f32 [K][NR] or bf16 [K][NR][2]
+  const size_t value_bytes = pairs ? sizeof(BFloat16) : sizeof(float);
+  const size_t ibytes = static_cast<size_t>(pairs ? cp * hp * wp * 2 : g.c * hp * wp) * value_bytes;
+  Workspace wpack(static_cast<size_t>(panels * panel_elems) * value_bytes);
+  Workspace koff(static_cast<size_t>(K) * sizeof(int64_t));
   auto* ko = reinterpret_cast<int64_t*>(koff.f32());
-  for (int64_t c = 0; c < g.c; ++c)
+  auto* wpairs = reinterpret_cast<BFloat16*>(wpack.f32());
+  if (pairs) {  // W (OC, C, KH, KW) -> (OC, cp, KH, KW, 2): each k pair two channels at one tap; then packed
+    Workspace wp2(static_cast<size_t>(OC * 2 * K) * sizeof(BFloat16));
+    auto* v = reinterpret_cast<BFloat16*>(wp2.f32());
+    const auto* wb = static_cast<const BFloat16*>(w);
+    std::fill(v, v + OC * 2 * K, BFloat16{});
+    for (int64_t o = 0; o < OC; ++o)
+      for (int64_t c = 0; c < g.c; ++c)
+        for (int64_t t = 0; t < taps; ++t) v[(o * cp + c / 2) * taps * 2 + t * 2 + c % 2] = wb[(o * g.c + c) * taps + t];
+    gk.pack_b_bf16(v, /*trans=*/true, /*ld=*/2 * K, 0, 2 * K, 0, OC, wpairs, panel_elems);
+  } else {
+    gk.pack_b_f32(w, p.w_dtype, /*trans=*/true, /*ld=*/K, 0, K, 0, OC, wpack.f32(), panel_elems);
+  }
+  // Offsets in the padded image's values (the pair image (cp, Hp, Wp, 2): twice its pair offsets).
+  const int64_t unit = pairs ? 2 : 1;
+  for (int64_t c = 0; c < (pairs ? cp : g.c); ++c)
     for (int64_t i = 0; i < g.kh; ++i)
       for (int64_t j = 0; j < g.kw; ++j)
-        ko[(c * g.kh + i) * g.kw + j] = (c * hp + i * p.dilation_h) * wp + j * p.dilation_w;
+        ko[(c * g.kh + i) * g.kw + j] = unit * ((c * hp + i * p.dilation_h) * wp + j * p.dilation_w);
   const int64_t blocks = (P + kMaxBlockPositions - 1) / kMaxBlockPositions;
   const int64_t mb = (P + blocks - 1) / blocks;
   parallel_for(0, p.n * blocks, 1, [&](int64_t t0, int64_t t1) {
@@ -152,7 +208,11 @@ bool indirect_forward(const Conv2dParams& p, const Geometry& g, const void* x, c
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t n = task / blocks, p0 = task % blocks * mb, count = std::min(mb, P - p0);
       if (padded != n) {
-        pad_image(p, g, element_at(x, n * g.c * g.h * g.w, p.x_dtype), p.x_dtype, hp, wp, image.f32());
+        const void* xn = element_at(x, n * g.c * g.h * g.w, p.x_dtype);
+        if (pairs)
+          pad_image_pairs(p, g, static_cast<const BFloat16*>(xn), hp, wp, reinterpret_cast<BFloat16*>(image.f32()));
+        else
+          pad_image(p, g, xn, p.x_dtype, hp, wp, image.f32());
         padded = n;
       }
       for (int64_t pn = 0; pn < panels; ++pn) {
@@ -164,10 +224,13 @@ bool indirect_forward(const Conv2dParams& p, const Geometry& g, const void* x, c
           int64_t roff[8];
           for (int r = 0; r < s.m; ++r) {
             const int64_t q = p0 + ir + r, oy = q / g.ow, ox = q % g.ow;
-            roff[r] = oy * p.stride_h * wp + ox * p.stride_w;
+            roff[r] = unit * (oy * p.stride_h * wp + ox * p.stride_w);
           }
           s.c = sums.f32() + ir * NR;
-          gk.f32_indirect(K, image.f32(), roff, ko, wpack.f32() + pn * K * NR, s);
+          if (pairs)
+            gk.bf16_indirect(K, reinterpret_cast<const BFloat16*>(image.f32()), roff, ko, wpairs + pn * panel_elems, s);
+          else
+            gk.f32_indirect(K, image.f32(), roff, ko, wpack.f32() + pn * panel_elems, s);
         }
         cpu_internal::GemmTile o;  // into y[n]: rows = this panel's channels, columns = the positions
         o.c = element_at(y, (n * OC + pn * NR) * P + p0, p.y_dtype);
@@ -201,7 +264,8 @@ Conv2dParams data_gradient_as_forward(const Conv2dParams& p) {
   q.pad_left = (p.kw - 1) * p.dilation_w - p.pad_left;
   q.pad_right = (p.kw - 1) * p.dilation_w - p.pad_right;
   q.x_dtype = p.y_dtype;
-  q.w_dtype = DType::kF32;  // the flipped copy
+  // The flipped copy: bf16 where dy and the weights are (so that the pair kernel runs it), else f32.
+  q.w_dtype = p.y_dtype == DType::kBF16 && p.w_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
   q.y_dtype = p.x_dtype;
   q.bias_dtype = DType::kF32;
   q.relu = q.accumulate = false;
@@ -228,7 +292,9 @@ void store_sum(const float* sum, void* dst, DType t, int64_t count, bool accumul
 // its offsets swapped (a tile's rows are 6 of the K (channel, tap) offsets, its k runs over the output
 // positions), dy[n]^T packed per image (f16|bf16 converted as it is packed), each thread summing its run of
 // images into its own f32 partial; the partials are added in thread order (the sum depends on the thread
-// count only, as the per-image path's).
+// count only, as the per-image path's). With bf16 x and dy, stride 1 across and an even output width, the
+// k pairs are two neighbouring positions of an output row, whose inputs sit side by side in a plain bf16
+// padded image: the pair kernel runs it (dy^T packed as VNNI-2 pairs of positions).
 constexpr size_t kMaxPartialBytes = size_t{2} << 20;  // a thread's K x OC f32 partial sums
 constexpr int64_t kMaxPositionBlock = 1024;           // positions per packed panel of dy^T
 
@@ -247,6 +313,9 @@ void indirect_backward_weights(const Conv2dParams& p, const Geometry& g, const v
   const int64_t K = g.rows(), P = g.cols(), OC = g.oc, NR = gk.nr, MR = gk.mr;
   const int64_t hp = g.h + p.pad_top + p.pad_bottom, wp = g.w + p.pad_left + p.pad_right;
   const int64_t panels = (OC + NR - 1) / NR, oc_pad = panels * NR, pb = std::min(P, kMaxPositionBlock);
+  const bool pairs = p.x_dtype == DType::kBF16 && p.y_dtype == DType::kBF16 && gk.bf16_indirect != nullptr &&
+                     p.stride_w == 1 && g.ow % 2 == 0;  // (then P and pb are even)
+  const size_t value_bytes = pairs ? sizeof(BFloat16) : sizeof(float);
   Workspace offsets(static_cast<size_t>(K + P) * sizeof(int64_t));
   auto* ko = reinterpret_cast<int64_t*>(offsets.f32());  // (channel, tap) -> offset in the padded image
   int64_t* po = ko + K;                                  // position -> offset
@@ -255,26 +324,37 @@ void indirect_backward_weights(const Conv2dParams& p, const Geometry& g, const v
       for (int64_t j = 0; j < g.kw; ++j)
         ko[(c * g.kh + i) * g.kw + j] = (c * hp + i * p.dilation_h) * wp + j * p.dilation_w;
   for (int64_t q = 0; q < P; ++q) po[q] = q / g.ow * p.stride_h * wp + q % g.ow * p.stride_w;
+  if (pairs)  // a pair's offset is its first position's
+    for (int64_t q = 0; q < P / 2; ++q) po[q] = po[2 * q];
   const int threads = std::max(1, std::min<int>(num_threads(), static_cast<int>(p.n)));
   const int64_t part = K * oc_pad + OC;  // a thread's dW^T sums, then its bias sums
   Workspace partial(static_cast<size_t>(threads * part) * sizeof(float));
   std::fill(partial.f32(), partial.f32() + threads * part, 0.0f);
   const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(cpu_level());
   parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
-    Workspace image(static_cast<size_t>(g.c * hp * wp) * sizeof(float)),
-        panel(static_cast<size_t>(pb * NR) * sizeof(float)), row(db ? static_cast<size_t>(P) * sizeof(float) : 0);
+    Workspace image(static_cast<size_t>(g.c * hp * wp) * value_bytes),
+        panel(static_cast<size_t>(pb * NR) * value_bytes), row(db ? static_cast<size_t>(P) * sizeof(float) : 0);
     for (int64_t t = t0; t < t1; ++t) {
       float* sums = partial.f32() + t * part;
       float* bsums = sums + K * oc_pad;
       for (int64_t n = t * p.n / threads; n < (t + 1) * p.n / threads; ++n) {
-        pad_image(p, g, element_at(x, n * g.c * g.h * g.w, p.x_dtype), p.x_dtype, hp, wp, image.f32());
+        const void* xn = element_at(x, n * g.c * g.h * g.w, p.x_dtype);
+        if (pairs)
+          pad_image_bf16(p, g, static_cast<const BFloat16*>(xn), hp, wp, reinterpret_cast<BFloat16*>(image.f32()));
+        else
+          pad_image(p, g, xn, p.x_dtype, hp, wp, image.f32());
         const void* dyn = element_at(dy, n * OC * P, p.y_dtype);
         for (int64_t q0 = 0; q0 < P; q0 += pb) {
           const int64_t qc = std::min(pb, P - q0);
           for (int64_t pn = 0; pn < panels; ++pn) {
             // dy[n]^T rows q0 .. q0 + qc, channels pn * NR ...: b stored (OC, P), read transposed
-            gk.pack_b_f32(dyn, p.y_dtype, /*trans=*/true, /*ld=*/P, q0, qc, pn * NR, std::min(NR, OC - pn * NR),
-                          panel.f32(), qc * NR);
+            const int64_t nc = std::min(NR, OC - pn * NR);
+            auto* bpairs = reinterpret_cast<BFloat16*>(panel.f32());
+            if (pairs)
+              gk.pack_b_bf16(static_cast<const BFloat16*>(dyn), /*trans=*/true, /*ld=*/P, q0, qc, pn * NR, nc, bpairs,
+                             qc * NR);
+            else
+              gk.pack_b_f32(dyn, p.y_dtype, /*trans=*/true, /*ld=*/P, q0, qc, pn * NR, nc, panel.f32(), qc * NR);
             cpu_internal::GemmTile s;
             s.ldc = oc_pad;
             s.n = static_cast<int>(std::min(NR, OC - pn * NR));
@@ -282,7 +362,11 @@ void indirect_backward_weights(const Conv2dParams& p, const Geometry& g, const v
             for (int64_t k0 = 0; k0 < K; k0 += MR) {
               s.m = static_cast<int>(std::min(MR, K - k0));
               s.c = sums + k0 * oc_pad + pn * NR;
-              gk.f32_indirect(qc, image.f32(), ko + k0, po + q0, panel.f32(), s);
+              if (pairs)
+                gk.bf16_indirect(qc / 2, reinterpret_cast<const BFloat16*>(image.f32()), ko + k0, po + q0 / 2, bpairs,
+                                 s);
+              else
+                gk.f32_indirect(qc, image.f32(), ko + k0, po + q0, panel.f32(), s);
             }
           }
         }
@@ -358,14 +442,24 @@ void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, 
   const Geometry g = geometry(p);
   if (data_gradient_indirect(p)) {
     const Conv2dParams q = data_gradient_as_forward(p);
-    Workspace flipped(static_cast<size_t>(p.w_numel()) * sizeof(float)), row(static_cast<size_t>(g.rows()) * sizeof(float));
-    float* wf = flipped.f32();
+    const size_t value_bytes = q.w_dtype == DType::kBF16 ? sizeof(BFloat16) : sizeof(float);
+    Workspace flipped(static_cast<size_t>(p.w_numel()) * value_bytes);
+    Workspace row(q.w_dtype == DType::kF32 ? static_cast<size_t>(g.rows()) * sizeof(float) : 0);
     const int64_t taps = p.kh * p.kw;
     for (int64_t o = 0; o < p.oc; ++o) {
-      convert(element_at(w, o * g.rows(), p.w_dtype), p.w_dtype, row.f32(), DType::kF32, g.rows());
+      // Row o of W in q.w_dtype (bf16 values copied as they are).
+      const void* src = element_at(w, o * g.rows(), p.w_dtype);
+      if (q.w_dtype == DType::kF32) convert(src, p.w_dtype, row.f32(), DType::kF32, g.rows());
       for (int64_t c = 0; c < p.c; ++c)
-        for (int64_t t = 0; t < taps; ++t) wf[(c * p.oc + o) * taps + (taps - 1 - t)] = row.f32()[c * taps + t];
+        for (int64_t t = 0; t < taps; ++t) {
+          const int64_t to = (c * p.oc + o) * taps + (taps - 1 - t), from = c * taps + t;
+          if (q.w_dtype == DType::kF32)
+            flipped.f32()[to] = row.f32()[from];
+          else
+            reinterpret_cast<BFloat16*>(flipped.f32())[to] = static_cast<const BFloat16*>(src)[from];
+        }
     }
+    const void* wf = flipped.f32();
     if (indirect_forward(q, geometry(q), dy, wf, nullptr, dx, p.accumulate)) return;
   }
   MatmulParams mp;  // col (CKK, P) = W^T (CKK, OC) . dy[n] (OC, P)

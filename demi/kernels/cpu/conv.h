@@ -12,6 +12,8 @@
 //   backward-weights  dW = sum_n dy[n] . col(x[n])^T, db = sum dy       (per-thread f32 partials, added;
 //                     where conv2d_backward_weights_indirect_supported: dW^T = col . dy^T, col read through
 //                     offsets into each padded image)
+// bf16 operands where the CPU has AVX512-BF16 run the indirect products on vdpbf16ps pairs (channel pairs
+// at a tap in the forward and the stride-1 data gradient; neighbouring positions in the weight gradient).
 #pragma once
 
 #include "demi/kernels/conv_params.h"

@@ -53,6 +53,31 @@ void ukr_bf16(int64_t kc, const BFloat16* a, int64_t rs, int64_t cs, const BFloa
   store_tile(acc, t);
 }
 
+// The indirect pair tile (GemmKernels::bf16_indirect): row r's pair kp at base + roff[r] + koff[kp].
+void ukr_bf16_indirect(int64_t pairs, const BFloat16* base, const int64_t* roff, const int64_t* koff,
+                       const BFloat16* b, const GemmTile& t) {
+  Acc acc;
+  int64_t off[kMr];
+  start_tile(acc, off, t, 0);
+  for (int r = 0; r < kMr; ++r) off[r] = roff[std::min(r, t.m - 1)];
+  for (int64_t p = 0; p < pairs; ++p, b += 2 * kNr) {
+    const __m512bh b0 = as_bh(_mm512_load_si512(b)), b1 = as_bh(_mm512_load_si512(b + 32)),
+                   b2 = as_bh(_mm512_load_si512(b + 64)), b3 = as_bh(_mm512_load_si512(b + 96));
+    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * 2 * kNr), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * 2 * kNr + 64), _MM_HINT_T0);
+    const BFloat16* a = base + koff[p];
+#pragma GCC unroll 6
+    for (int r = 0; r < kMr; ++r) {
+      const __m512bh x = as_bh(_mm512_set1_epi32(pair_at(a + off[r])));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
+      acc[r][2] = _mm512_dpbf16_ps(acc[r][2], x, b2);
+      acc[r][3] = _mm512_dpbf16_ps(acc[r][3], x, b3);
+    }
+  }
+  store_tile(acc, t);
+}
+
 // Pairs (x[i], y[i]) for i < total, 32-bit each, into dst; pairs at i >= valid, and y where y is null,
 // are +0. 32 columns at a time: unpack lo/hi interleaves within 128-bit lanes, the permute restores
 // column order.
@@ -127,6 +152,7 @@ const GemmKernels& gemm_kernels_avx512bf16() {
     GemmKernels g = gemm_kernels_avx512();
     g.name = "avx512_bf16";
     g.bf16 = ukr_bf16;
+    g.bf16_indirect = ukr_bf16_indirect;
     g.pack_b_bf16 = pack_b_bf16;
     g.pack_a_pairs = pack_a_pairs;
     return g;

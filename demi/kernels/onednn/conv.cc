@@ -736,7 +736,7 @@ std::atomic<ConvGemmPolicy>& gemm_policy_slot() {
 }
 
 kernels::internal::ChoiceCache& gemm_choices() {
-  static auto& c = *new kernels::internal::ChoiceCache("conv-gemm-v1", {"onednn", "demi-gemm"});  // never destroyed
+  static auto& c = *new kernels::internal::ChoiceCache("conv-gemm-v2", {"onednn", "demi-gemm"});  // never destroyed
   return c;
 }
 
@@ -755,14 +755,15 @@ bool gemm_chosen(const Conv2dParams& p, ConvDirection dir, const std::function<v
   const DType in = forward ? p.x_dtype : p.y_dtype;
   kernels::internal::ChoiceCache::Key key{static_cast<int64_t>(cpu_level()) | int64_t{num_threads()} << 8 |
                                               static_cast<int64_t>(in) << 24 | static_cast<int64_t>(dir) << 32 |
-                                              static_cast<int64_t>(p.x_dtype) << 40,
+                                              static_cast<int64_t>(p.x_dtype) << 40 |
+                                              static_cast<int64_t>(p.w_dtype) << 48,
                                           p.n, p.c, p.h, p.w, p.oc, p.kh, p.kw,
                                           p.pad_top, p.pad_bottom, p.pad_left, p.pad_right,
                                           p.stride_h, p.stride_w, p.dilation_h, p.dilation_w};
   auto text = [&] {
     return str_cat(cpu_level_name(cpu_level()), " t", num_threads(),
                    forward ? " fwd " : weights ? str_cat(" dw ", dtype_name(p.x_dtype), " dy ") : std::string(" dx "),
-                   dtype_name(in), " n", p.n, " c",
+                   dtype_name(in), " w ", dtype_name(p.w_dtype), " n", p.n, " c",
                    p.c, " ", p.h, "x", p.w, " oc", p.oc, " k", p.kh, "x", p.kw, " p", p.pad_top, ",", p.pad_bottom, ",",
                    p.pad_left, ",", p.pad_right, " s", p.stride_h, ",", p.stride_w, " d", p.dilation_h, ",",
                    p.dilation_w);

@@ -50,6 +50,11 @@ struct GemmKernels {
   // a(r, k) = base[roff[r] + koff[k]]; roff holds t.m offsets. nullptr where a variant has none.
   void (*f32_indirect)(int64_t kc, const float* base, const int64_t* roff, const int64_t* koff, const float* b,
                        const GemmTile& t) = nullptr;
+  // The same read indirectly in bf16 pairs, for the vdpbf16ps kernel: a(r, 2kp .. 2kp+1) is the 32-bit pair
+  // at base + roff[r] + koff[kp] (offsets in bf16 elements), b packed as VNNI-2 panels of `pairs` pairs.
+  // nullptr where a variant has none.
+  void (*bf16_indirect)(int64_t pairs, const BFloat16* base, const int64_t* roff, const int64_t* koff,
+                        const BFloat16* b, const GemmTile& t) = nullptr;
   // The bf16 pair product (nullptr where the CPU has no AVX512-BF16).
   void (*bf16)(int64_t kc, const BFloat16* a, int64_t rs, int64_t cs, const BFloat16* b, const GemmTile& t) = nullptr;
 
