@@ -172,7 +172,10 @@ bool indirect_forward(const Conv2dParams& p, const Geometry& g, const void* x, c
   const bool pairs = uses_pairs(p);
   // K: the product's k steps, f32 values or (pairs) channel pairs at a tap, in (channel, tap) order.
   const int64_t taps = g.kh * g.kw, cp = (g.c + 1) / 2, K = pairs ? cp * taps : g.rows();
-  const int64_t P = g.cols(), OC = g.oc, NR = gk.nr, MR = gk.mr;
+  const int64_t P = g.cols(), OC = g.oc, NR = gk.nr;
+  // At most half a panel of channels (the data gradient of a 32 -> 64 layer): the narrow tile.
+  const bool narrow = OC <= NR / 2 && (pairs ? gk.bf16_indirect_narrow != nullptr : gk.f32_indirect_narrow != nullptr);
+  const int64_t MR = narrow ? gk.narrow_mr : gk.mr;
   const int64_t hp = g.h + p.pad_top + p.pad_bottom, wp = g.w + p.pad_left + p.pad_right;
   const int64_t panels = (OC + NR - 1) / NR;
   const int64_t panel_elems = pairs ? 2 * K * NR : K * NR;  // f32 [K][NR] or bf16 [K][NR][2]
@@ -189,7 +192,8 @@ bool indirect_forward(const Conv2dParams& p, const Geometry& g, const void* x, c
     std::fill(v, v + OC * 2 * K, BFloat16{});
     for (int64_t o = 0; o < OC; ++o)
       for (int64_t c = 0; c < g.c; ++c)
-        for (int64_t t = 0; t < taps; ++t) v[(o * cp + c / 2) * taps * 2 + t * 2 + c % 2] = wb[(o * g.c + c) * taps + t];
+        for (int64_t t = 0; t < taps; ++t)
+          v[(o * cp + c / 2) * taps * 2 + t * 2 + c % 2] = wb[(o * g.c + c) * taps + t];
     gk.pack_b_bf16(v, /*trans=*/true, /*ld=*/2 * K, 0, 2 * K, 0, OC, wpairs, panel_elems);
   } else {
     gk.pack_b_f32(w, p.w_dtype, /*trans=*/true, /*ld=*/K, 0, K, 0, OC, wpack.f32(), panel_elems);
@@ -221,16 +225,18 @@ bool indirect_forward(const Conv2dParams& p, const Geometry& g, const void* x, c
         s.n = static_cast<int>(std::min(NR, OC - pn * NR));
         for (int64_t ir = 0; ir < count; ir += MR) {
           s.m = static_cast<int>(std::min(MR, count - ir));
-          int64_t roff[8];
+          int64_t roff[16];
           for (int r = 0; r < s.m; ++r) {
             const int64_t q = p0 + ir + r, oy = q / g.ow, ox = q % g.ow;
             roff[r] = unit * (oy * p.stride_h * wp + ox * p.stride_w);
           }
           s.c = sums.f32() + ir * NR;
+          const auto* bimage = reinterpret_cast<const BFloat16*>(image.f32());
+          const int64_t at = pn * panel_elems;  // this panel's packed weights
           if (pairs)
-            gk.bf16_indirect(K, reinterpret_cast<const BFloat16*>(image.f32()), roff, ko, wpairs + pn * panel_elems, s);
+            (narrow ? gk.bf16_indirect_narrow : gk.bf16_indirect)(K, bimage, roff, ko, wpairs + at, s);
           else
-            gk.f32_indirect(K, image.f32(), roff, ko, wpack.f32() + pn * panel_elems, s);
+            (narrow ? gk.f32_indirect_narrow : gk.f32_indirect)(K, image.f32(), roff, ko, wpack.f32() + at, s);
         }
         cpu_internal::GemmTile o;  // into y[n]: rows = this panel's channels, columns = the positions
         o.c = element_at(y, (n * OC + pn * NR) * P + p0, p.y_dtype);
@@ -310,11 +316,13 @@ bool weight_gradient_indirect(const Conv2dParams& p, const Geometry& g) {
 void indirect_backward_weights(const Conv2dParams& p, const Geometry& g, const void* x, const void* dy, void* dw,
                                void* db) {
   const cpu_internal::GemmKernels& gk = cpu_internal::gemm_kernels();
-  const int64_t K = g.rows(), P = g.cols(), OC = g.oc, NR = gk.nr, MR = gk.mr;
+  const int64_t K = g.rows(), P = g.cols(), OC = g.oc, NR = gk.nr;
   const int64_t hp = g.h + p.pad_top + p.pad_bottom, wp = g.w + p.pad_left + p.pad_right;
   const int64_t panels = (OC + NR - 1) / NR, oc_pad = panels * NR, pb = std::min(P, kMaxPositionBlock);
   const bool pairs = p.x_dtype == DType::kBF16 && p.y_dtype == DType::kBF16 && gk.bf16_indirect != nullptr &&
                      p.stride_w == 1 && g.ow % 2 == 0;  // (then P and pb are even)
+  const bool narrow = OC <= NR / 2 && (pairs ? gk.bf16_indirect_narrow != nullptr : gk.f32_indirect_narrow != nullptr);
+  const int64_t MR = narrow ? gk.narrow_mr : gk.mr;
   const size_t value_bytes = pairs ? sizeof(BFloat16) : sizeof(float);
   Workspace offsets(static_cast<size_t>(K + P) * sizeof(int64_t));
   auto* ko = reinterpret_cast<int64_t*>(offsets.f32());  // (channel, tap) -> offset in the padded image
@@ -363,10 +371,10 @@ void indirect_backward_weights(const Conv2dParams& p, const Geometry& g, const v
               s.m = static_cast<int>(std::min(MR, K - k0));
               s.c = sums + k0 * oc_pad + pn * NR;
               if (pairs)
-                gk.bf16_indirect(qc / 2, reinterpret_cast<const BFloat16*>(image.f32()), ko + k0, po + q0 / 2, bpairs,
-                                 s);
+                (narrow ? gk.bf16_indirect_narrow : gk.bf16_indirect)(
+                    qc / 2, reinterpret_cast<const BFloat16*>(image.f32()), ko + k0, po + q0 / 2, bpairs, s);
               else
-                gk.f32_indirect(qc, image.f32(), ko + k0, po + q0, panel.f32(), s);
+                (narrow ? gk.f32_indirect_narrow : gk.f32_indirect)(qc, image.f32(), ko + k0, po + q0, panel.f32(), s);
             }
           }
         }

@@ -90,6 +90,26 @@ void ukr_f32_indirect(int64_t kc, const float* base, const int64_t* roff, const 
   store_tile(acc, t);
 }
 
+// The narrow indirect tile: 12 rows, b's first 32 columns (2 vectors of the 64-wide panel row).
+void ukr_f32_indirect_narrow(int64_t kc, const float* base, const int64_t* roff, const int64_t* koff, const float* b,
+                             const GemmTile& t) {
+  NarrowAcc acc;
+  int64_t off[kNarrowMr];
+  start_narrow(acc, off, roff, t);
+  for (int64_t k = 0; k < kc; ++k, b += kNr) {
+    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr), _MM_HINT_T0);
+    const float* a = base + koff[k];
+#pragma GCC unroll 12
+    for (int r = 0; r < kNarrowMr; ++r) {
+      const __m512 x = _mm512_set1_ps(a[off[r]]);
+      acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+    }
+  }
+  store_narrow(acc, t);
+}
+
 // What a packer stores for a loaded vector: the value, or (kRoundF16: an f32 b read as f16) the value
 // rounded to f16 and back by vcvtps2ph (to nearest even) and vcvtph2ps, the instructions of demi's own
 // f32 -> f16 -> f32 conversions (core/convert_avx512.cc), so bit for bit a product of the cast b.
@@ -192,6 +212,8 @@ const GemmKernels& gemm_kernels_avx512() {
     g.nr = kNr;
     g.f32 = ukr_f32;
     g.f32_indirect = ukr_f32_indirect;
+    g.narrow_mr = kNarrowMr;
+    g.f32_indirect_narrow = ukr_f32_indirect_narrow;
     g.store_f32_transposed = store_f32_transposed;
     g.pack_b_f32 = pack_b_f32;
     g.pack_b_f32_as_f16 = pack_b_f32_as_f16;

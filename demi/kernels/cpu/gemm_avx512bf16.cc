@@ -78,6 +78,26 @@ void ukr_bf16_indirect(int64_t pairs, const BFloat16* base, const int64_t* roff,
   store_tile(acc, t);
 }
 
+// The narrow indirect pair tile: 12 rows, b's first 32 columns (2 vectors of pairs of the 64-wide panel row).
+void ukr_bf16_indirect_narrow(int64_t pairs, const BFloat16* base, const int64_t* roff, const int64_t* koff,
+                              const BFloat16* b, const GemmTile& t) {
+  NarrowAcc acc;
+  int64_t off[kNarrowMr];
+  start_narrow(acc, off, roff, t);
+  for (int64_t p = 0; p < pairs; ++p, b += 2 * kNr) {
+    const __m512bh b0 = as_bh(_mm512_load_si512(b)), b1 = as_bh(_mm512_load_si512(b + 32));
+    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * 2 * kNr), _MM_HINT_T0);
+    const BFloat16* a = base + koff[p];
+#pragma GCC unroll 12
+    for (int r = 0; r < kNarrowMr; ++r) {
+      const __m512bh x = as_bh(_mm512_set1_epi32(pair_at(a + off[r])));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
+    }
+  }
+  store_narrow(acc, t);
+}
+
 // Pairs (x[i], y[i]) for i < total, 32-bit each, into dst; pairs at i >= valid, and y where y is null,
 // are +0. 32 columns at a time: unpack lo/hi interleaves within 128-bit lanes, the permute restores
 // column order.
@@ -153,6 +173,7 @@ const GemmKernels& gemm_kernels_avx512bf16() {
     g.name = "avx512_bf16";
     g.bf16 = ukr_bf16;
     g.bf16_indirect = ukr_bf16_indirect;
+    g.bf16_indirect_narrow = ukr_bf16_indirect_narrow;
     g.pack_b_bf16 = pack_b_bf16;
     g.pack_a_pairs = pack_a_pairs;
     return g;

@@ -134,4 +134,29 @@ inline void store_tile(Acc& acc, const GemmTile& t) {
   for (int i = 0; i < 16; ++i) r[i] = t[i];
 }
 
+// The narrow indirect tile (GemmKernels::*_indirect_narrow): 12 rows x 32 columns, the same 24 accumulators
+// as the 6 x 64 tile, for products with at most 32 columns (half of a 64-wide panel would be zeros).
+inline constexpr int kNarrowMr = 2 * kMr;
+using NarrowAcc = __m512[kNarrowMr][2];
+
+inline void start_narrow(NarrowAcc& acc, int64_t (&off)[kNarrowMr], const int64_t* roff, const GemmTile& t) {
+#pragma GCC unroll 12
+  for (int r = 0; r < kNarrowMr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int r = 0; r < kNarrowMr; ++r) off[r] = roff[std::min(r, t.m - 1)];
+}
+
+// The f32 sums of a narrow tile into t.c (f32; + c with load_c; no bias or ReLU).
+inline void store_narrow(NarrowAcc& acc, const GemmTile& t) {
+  using V = VecAvx512;
+  auto* c = static_cast<float*>(t.c);
+  for (int r = 0; r < t.m; ++r)
+    for (int v = 0; v < 2 && v * 16 < t.n; ++v) {
+      float* dst = c + r * t.ldc + v * 16;
+      const int w = std::min(16, t.n - v * 16);
+      __m512 x = acc[r][v];
+      if (t.load_c) x = _mm512_add_ps(x, V::load_n(dst, w));
+      V::store_n(dst, x, w);
+    }
+}
+
 }  // namespace demi::kernels::cpu_internal::gemm512

@@ -55,6 +55,14 @@ struct GemmKernels {
   // nullptr where a variant has none.
   void (*bf16_indirect)(int64_t pairs, const BFloat16* base, const int64_t* roff, const int64_t* koff,
                         const BFloat16* b, const GemmTile& t) = nullptr;
+  // Narrow forms of the two indirect kernels, for products of at most nr / 2 columns: a narrow_mr x nr / 2
+  // tile (narrow_mr = 2 mr: the same accumulators), b read from the first nr / 2 columns of the usual
+  // panels. The tile is f32 sums only (t.c f32, + c with load_c; no bias or ReLU). nullptr where none.
+  int narrow_mr = 0;
+  void (*f32_indirect_narrow)(int64_t kc, const float* base, const int64_t* roff, const int64_t* koff, const float* b,
+                              const GemmTile& t) = nullptr;
+  void (*bf16_indirect_narrow)(int64_t pairs, const BFloat16* base, const int64_t* roff, const int64_t* koff,
+                               const BFloat16* b, const GemmTile& t) = nullptr;
   // The bf16 pair product (nullptr where the CPU has no AVX512-BF16).
   void (*bf16)(int64_t kc, const BFloat16* a, int64_t rs, int64_t cs, const BFloat16* b, const GemmTile& t) = nullptr;
 
