@@ -62,8 +62,8 @@ def main():
     for fw, s in columns + [("demi", "O0"), ("demi", "O2-bf16"), ("demi", "O2-fp16")]:
         print(f"  {fw:12s} {s:8s} {med(fw, s):8.1f}")
     for label, _ in peers:
-        print(f"  demi O0 / {label} fp32:{' ' * (18 - len(label))}{med('demi', 'O0') / med(label, 'fp32'):.2f}x")
-        print(f"  demi O2-bf16 / {label} bf16:{' ' * (13 - len(label))}{med('demi', 'O2-bf16') / med(label, 'bf16'):.2f}x")
+        print(f"  {f'demi O0 / {label} fp32:':34s}{med('demi', 'O0') / med(label, 'fp32'):.2f}x")
+        print(f"  {f'demi O2-bf16 / {label} bf16:':34s}{med('demi', 'O2-bf16') / med(label, 'bf16'):.2f}x")
     print(f"  demi O2-bf16 / demi O0:           {med('demi', 'O2-bf16') / med('demi', 'O0'):.2f}x")
     print(f"  demi O2-fp16 / demi O0:           {med('demi', 'O2-fp16') / med('demi', 'O0'):.2f}x")
     print(f"  demi tracked peak O2 / O0:        {med('demi', 'O2-bf16', 'peak_tracked') / med('demi', 'O0', 'peak_tracked'):.3f}"
