@@ -684,16 +684,30 @@ std::atomic<ConvDirectPolicy>& direct_policy_slot() {
 constexpr double kWorkspaceMargin = 1.1;
 
 kernels::internal::ChoiceCache& direct_choices() {
-  static auto& c = *new kernels::internal::ChoiceCache("conv-direct-v2", {"onednn", "demi-direct"});  // never destroyed
+  static auto& c = *new kernels::internal::ChoiceCache("conv-direct-v3", {"onednn", "demi-direct"});  // never destroyed
   return c;
 }
 
+// Workspace a candidate may hold at once and still be chosen, where the other holds no more (as the
+// matmul's widening paths): oneDNN's f16 paths widen whole chunks and unpooled gradients to f32.
+constexpr int64_t kMaxChoiceWorkspace = int64_t{2} << 20;
+
 // 1 where run(true) (demi's kernel) measures faster than run(false) (oneDNN's) by kWorkspaceMargin, else 0.
+// Whatever the times, oneDNN is not chosen where its first run held more than kMaxChoiceWorkspace of
+// workspace at once and demi's no more than that (model A's f16 first-layer weight gradient: oneDNN's
+// widened copies, 4.39 MiB, were 74% of its O2-fp16 training peak, for no measurable speed).
 int demi_measures_faster(const std::function<void(bool)>& run) {
   // The two are often within 10-20% of each other, and this machine's noise is of that order: each
   // measurement repeats the call to about a millisecond, and five alternating rounds keep the best.
-  const double warm = kernels::internal::seconds_of([&] { run(false); }) +
-                      kernels::internal::seconds_of([&] { run(true); });
+  double warm = 0;
+  int64_t workspace[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const int64_t before = mem_stats().cur(MemCategory::kWorkspace);
+    ScopedPeak peak;
+    warm += kernels::internal::seconds_of([&] { run(i == 1); });
+    workspace[i] = peak.peak().pk(MemCategory::kWorkspace) - before;
+  }
+  if (workspace[0] > kMaxChoiceWorkspace && workspace[1] <= kMaxChoiceWorkspace) return 1;  // (no times needed)
   const int reps = std::clamp(static_cast<int>(2e-3 / std::max(warm, 1e-9)), 1, 20);
   double best[2] = {1e30, 1e30};
   for (int r = 0; r < 5; ++r)
@@ -702,7 +716,7 @@ int demi_measures_faster(const std::function<void(bool)>& run) {
   // oneDNN holds a chunk of images' reordered, converted or unpooled activations in workspace (up to
   // kChunkBytes: on model A at O2-bf16 the training peak's largest part), demi's kernels little or none;
   // like the matmul's widening paths, it has to be clearly faster to be worth that memory.
-  return best[1] < best[0] * kWorkspaceMargin ? 1 : 0;
+  return demi_kernel_preferred(best[1], best[0], workspace[1], workspace[0]) ? 1 : 0;
 }
 
 // run(direct) makes the call with the direct kernel or with oneDNN's; the choice is measured on the call's
@@ -736,7 +750,7 @@ std::atomic<ConvGemmPolicy>& gemm_policy_slot() {
 }
 
 kernels::internal::ChoiceCache& gemm_choices() {
-  static auto& c = *new kernels::internal::ChoiceCache("conv-gemm-v2", {"onednn", "demi-gemm"});  // never destroyed
+  static auto& c = *new kernels::internal::ChoiceCache("conv-gemm-v3", {"onednn", "demi-gemm"});  // never destroyed
   return c;
 }
 
@@ -772,6 +786,12 @@ bool gemm_chosen(const Conv2dParams& p, ConvDirection dir, const std::function<v
 }
 
 }  // namespace
+
+bool demi_kernel_preferred(double demi_seconds, double onednn_seconds, int64_t demi_workspace,
+                           int64_t onednn_workspace) {
+  if (onednn_workspace > kMaxChoiceWorkspace && demi_workspace <= kMaxChoiceWorkspace) return true;
+  return demi_seconds < onednn_seconds * kWorkspaceMargin;
+}
 
 void set_conv_gemm_policy(ConvGemmPolicy policy) { gemm_policy_slot().store(policy); }
 ConvGemmPolicy conv_gemm_policy() { return gemm_policy_slot().load(); }

@@ -286,6 +286,42 @@ TEST(OnednnConv, DirectChoiceIsMeasuredOncePerDirectionAndKeptInTheChoiceFile) {
   std::filesystem::remove_all(dir);
 }
 
+// oneDNN's f16 paths widen to f32: on model A's first layer at batch 32 the fused backward held 4.39 MiB of
+// widened copies (74% of the O2-fp16 training peak). Past 2 MiB of workspace, with the direct kernel
+// holding less, the choice is the direct kernel whatever the times.
+TEST(OnednnConv, AChoiceNeverTakesOnednnWorkspaceOverTwoMiB) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  EXPECT_TRUE(demi_kernel_preferred(2.0, 1.0, 0, 4 * kMiB));        // oneDNN twice as fast, but 4 MiB
+  EXPECT_FALSE(demi_kernel_preferred(2.0, 1.0, 0, 2 * kMiB));       // at 2 MiB: by the times
+  EXPECT_FALSE(demi_kernel_preferred(2.0, 1.0, 3 * kMiB, 4 * kMiB));  // both over: by the times
+  EXPECT_TRUE(demi_kernel_preferred(1.05, 1.0, 0, 0));              // within the 10% margin: demi's
+  EXPECT_FALSE(demi_kernel_preferred(1.2, 1.0, 0, 0));
+  // On model A's first layer the fused f16 backward's choice is recorded as the direct kernel.
+  const std::string dir = ::testing::TempDir() + "/demi-conv-workspace-choices-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const ConvDirectPolicy saved = conv_direct_policy();
+  set_conv_direct_policy(ConvDirectPolicy::kAuto);
+  set_conv_direct_cache_dir(dir);
+  Conv2dParams p;  // model A: 3 -> 32, k3, valid, on 32 x 32 images, batch 32, f16
+  p.n = 32, p.c = 3, p.h = p.w = 32, p.oc = 32, p.kh = p.kw = 3;
+  p.x_dtype = p.w_dtype = F16;
+  p.y_dtype = p.bias_dtype = F32;  // the fused op's convolution output for f16 storage
+  const Pool2dParams pool = make_pool2d_params(p.n, p.oc, p.out_h(), p.out_w(), 2, 2, 2, 2, PadMode::kValid);
+  Operand x = random_operand(F16, p.x_numel(), 1), w = random_operand(F16, p.w_numel(), 2);
+  Operand dy = random_operand(F16, pool.y_numel(), 3);
+  std::vector<uint8_t> argmax(static_cast<size_t>(pool.y_numel()), 0);
+  Operand dw = random_operand(F32, p.w_numel(), 4), db = random_operand(F32, p.oc, 5);
+  conv2d_relu_max_pool2d_backward(p, pool, x.data(), w.data(), F16, dy.data(), argmax.data(), nullptr, dw.data(),
+                                  F32, db.data(), F32);
+  const std::vector<std::string> lines = file_lines(conv_direct_cache_path());
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find(" dw float16 "), std::string::npos) << lines[0];
+  EXPECT_TRUE(lines[0].ends_with(" = demi-direct")) << lines[0];
+  set_conv_direct_cache_dir("");
+  set_conv_direct_policy(saved);
+  std::filesystem::remove_all(dir);
+}
+
 // A weight gradient that accumulates (gradient accumulation) and is the geometry's first: the measurement
 // runs each candidate into scratch, so dw and db take the sum once, whichever kernel wins.
 TEST(OnednnConv, DirectChoiceMeasuredOnAnAccumulatingCallAddsOnce) {
