@@ -136,6 +136,21 @@ bool uses_pairs(const Conv2dParams& p) {
   return p.x_dtype == DType::kBF16 && p.w_dtype == DType::kBF16 && cpu_internal::gemm_kernels().bf16_indirect;
 }
 
+// The indirect micro-kernel for a product of oc columns, f32 or bf16 pairs, and its rows per tile: the
+// narrow tile where at most half of a panel's columns would be filled (the data gradient of a 32 -> 64
+// layer), else the full one.
+struct IndirectKernel {
+  int64_t mr;
+  decltype(cpu_internal::GemmKernels::f32_indirect) f32;
+  decltype(cpu_internal::GemmKernels::bf16_indirect) bf16;
+};
+
+IndirectKernel indirect_kernel(const cpu_internal::GemmKernels& gk, int64_t oc, bool pairs) {
+  const bool has_narrow = pairs ? gk.bf16_indirect_narrow != nullptr : gk.f32_indirect_narrow != nullptr;
+  if (has_narrow && oc <= gk.nr / 2) return {gk.narrow_mr, gk.f32_indirect_narrow, gk.bf16_indirect_narrow};
+  return {gk.mr, gk.f32_indirect, gk.bf16_indirect};
+}
+
 // image x (C, H, W) bf16 -> dst (ceil(C / 2), Hp, Wp, 2) bf16 with p's padding: channels 2cp and 2cp + 1
 // side by side (an odd C's last partner +0), zero around.
 void pad_image_pairs(const Conv2dParams& p, const Geometry& g, const BFloat16* x, int64_t hp, int64_t wp,
@@ -173,9 +188,8 @@ bool indirect_forward(const Conv2dParams& p, const Geometry& g, const void* x, c
   // K: the product's k steps, f32 values or (pairs) channel pairs at a tap, in (channel, tap) order.
   const int64_t taps = g.kh * g.kw, cp = (g.c + 1) / 2, K = pairs ? cp * taps : g.rows();
   const int64_t P = g.cols(), OC = g.oc, NR = gk.nr;
-  // At most half a panel of channels (the data gradient of a 32 -> 64 layer): the narrow tile.
-  const bool narrow = OC <= NR / 2 && (pairs ? gk.bf16_indirect_narrow != nullptr : gk.f32_indirect_narrow != nullptr);
-  const int64_t MR = narrow ? gk.narrow_mr : gk.mr;
+  const IndirectKernel ik = indirect_kernel(gk, OC, pairs);
+  const int64_t MR = ik.mr;
   const int64_t hp = g.h + p.pad_top + p.pad_bottom, wp = g.w + p.pad_left + p.pad_right;
   const int64_t panels = (OC + NR - 1) / NR;
   const int64_t panel_elems = pairs ? 2 * K * NR : K * NR;  // f32 [K][NR] or bf16 [K][NR][2]
@@ -234,9 +248,9 @@ bool indirect_forward(const Conv2dParams& p, const Geometry& g, const void* x, c
           const auto* bimage = reinterpret_cast<const BFloat16*>(image.f32());
           const int64_t at = pn * panel_elems;  // this panel's packed weights
           if (pairs)
-            (narrow ? gk.bf16_indirect_narrow : gk.bf16_indirect)(K, bimage, roff, ko, wpairs + at, s);
+            ik.bf16(K, bimage, roff, ko, wpairs + at, s);
           else
-            (narrow ? gk.f32_indirect_narrow : gk.f32_indirect)(K, image.f32(), roff, ko, wpack.f32() + at, s);
+            ik.f32(K, image.f32(), roff, ko, wpack.f32() + at, s);
         }
         cpu_internal::GemmTile o;  // into y[n]: rows = this panel's channels, columns = the positions
         o.c = element_at(y, (n * OC + pn * NR) * P + p0, p.y_dtype);
@@ -321,8 +335,8 @@ void indirect_backward_weights(const Conv2dParams& p, const Geometry& g, const v
   const int64_t panels = (OC + NR - 1) / NR, oc_pad = panels * NR, pb = std::min(P, kMaxPositionBlock);
   const bool pairs = p.x_dtype == DType::kBF16 && p.y_dtype == DType::kBF16 && gk.bf16_indirect != nullptr &&
                      p.stride_w == 1 && g.ow % 2 == 0;  // (then P and pb are even)
-  const bool narrow = OC <= NR / 2 && (pairs ? gk.bf16_indirect_narrow != nullptr : gk.f32_indirect_narrow != nullptr);
-  const int64_t MR = narrow ? gk.narrow_mr : gk.mr;
+  const IndirectKernel ik = indirect_kernel(gk, OC, pairs);
+  const int64_t MR = ik.mr;
   const size_t value_bytes = pairs ? sizeof(BFloat16) : sizeof(float);
   Workspace offsets(static_cast<size_t>(K + P) * sizeof(int64_t));
   auto* ko = reinterpret_cast<int64_t*>(offsets.f32());  // (channel, tap) -> offset in the padded image
@@ -371,10 +385,9 @@ void indirect_backward_weights(const Conv2dParams& p, const Geometry& g, const v
               s.m = static_cast<int>(std::min(MR, K - k0));
               s.c = sums + k0 * oc_pad + pn * NR;
               if (pairs)
-                (narrow ? gk.bf16_indirect_narrow : gk.bf16_indirect)(
-                    qc / 2, reinterpret_cast<const BFloat16*>(image.f32()), ko + k0, po + q0 / 2, bpairs, s);
+                ik.bf16(qc / 2, reinterpret_cast<const BFloat16*>(image.f32()), ko + k0, po + q0 / 2, bpairs, s);
               else
-                (narrow ? gk.f32_indirect_narrow : gk.f32_indirect)(qc, image.f32(), ko + k0, po + q0, panel.f32(), s);
+                ik.f32(qc, image.f32(), ko + k0, po + q0, panel.f32(), s);
             }
           }
         }

@@ -27,29 +27,32 @@ inline int32_t pair_at(const BFloat16* p) {
 
 inline int32_t single_at(const BFloat16* p) { return static_cast<int32_t>(p->bits); }  // partner +0
 
+// One k pair of the 6 x 64 tile: 4 vectors of packed b pairs (the next ones prefetched), row r's pair
+// load_a(a + off[r]) broadcast.
+template <typename LoadA>
+[[gnu::always_inline]] inline void dpbf16_step(Acc& acc, const BFloat16* a, const int64_t (&off)[kMr],
+                                               const BFloat16* b, LoadA load_a) {
+  const __m512bh b0 = as_bh(_mm512_load_si512(b)), b1 = as_bh(_mm512_load_si512(b + 32)),
+                 b2 = as_bh(_mm512_load_si512(b + 64)), b3 = as_bh(_mm512_load_si512(b + 96));
+  _mm_prefetch(reinterpret_cast<const char*>(b + 8 * 2 * kNr), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(b + 8 * 2 * kNr + 64), _MM_HINT_T0);
+#pragma GCC unroll 6
+  for (int r = 0; r < kMr; ++r) {
+    const __m512bh x = as_bh(_mm512_set1_epi32(load_a(a + off[r])));
+    acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);
+    acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
+    acc[r][2] = _mm512_dpbf16_ps(acc[r][2], x, b2);
+    acc[r][3] = _mm512_dpbf16_ps(acc[r][3], x, b3);
+  }
+}
+
 void ukr_bf16(int64_t kc, const BFloat16* a, int64_t rs, int64_t cs, const BFloat16* b, const GemmTile& t) {
   Acc acc;
   int64_t off[kMr];
   start_tile(acc, off, t, rs);
   const int64_t pairs = kc / 2;
-  auto step = [&](auto load_a) {
-    const __m512bh b0 = as_bh(_mm512_load_si512(b)), b1 = as_bh(_mm512_load_si512(b + 32)),
-                   b2 = as_bh(_mm512_load_si512(b + 64)), b3 = as_bh(_mm512_load_si512(b + 96));
-    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * 2 * kNr), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * 2 * kNr + 64), _MM_HINT_T0);
-    b += 2 * kNr;
-#pragma GCC unroll 6
-    for (int r = 0; r < kMr; ++r) {
-      const __m512bh x = as_bh(_mm512_set1_epi32(load_a(a + off[r])));
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
-      acc[r][2] = _mm512_dpbf16_ps(acc[r][2], x, b2);
-      acc[r][3] = _mm512_dpbf16_ps(acc[r][3], x, b3);
-    }
-    a += cs;
-  };
-  for (int64_t p = 0; p < pairs; ++p) step(pair_at);
-  if (kc & 1) step(single_at);
+  for (int64_t p = 0; p < pairs; ++p, a += cs, b += 2 * kNr) dpbf16_step(acc, a, off, b, pair_at);
+  if (kc & 1) dpbf16_step(acc, a, off, b, single_at);
   store_tile(acc, t);
 }
 
@@ -60,21 +63,7 @@ void ukr_bf16_indirect(int64_t pairs, const BFloat16* base, const int64_t* roff,
   int64_t off[kMr];
   start_tile(acc, off, t, 0);
   for (int r = 0; r < kMr; ++r) off[r] = roff[std::min(r, t.m - 1)];
-  for (int64_t p = 0; p < pairs; ++p, b += 2 * kNr) {
-    const __m512bh b0 = as_bh(_mm512_load_si512(b)), b1 = as_bh(_mm512_load_si512(b + 32)),
-                   b2 = as_bh(_mm512_load_si512(b + 64)), b3 = as_bh(_mm512_load_si512(b + 96));
-    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * 2 * kNr), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * 2 * kNr + 64), _MM_HINT_T0);
-    const BFloat16* a = base + koff[p];
-#pragma GCC unroll 6
-    for (int r = 0; r < kMr; ++r) {
-      const __m512bh x = as_bh(_mm512_set1_epi32(pair_at(a + off[r])));
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
-      acc[r][2] = _mm512_dpbf16_ps(acc[r][2], x, b2);
-      acc[r][3] = _mm512_dpbf16_ps(acc[r][3], x, b3);
-    }
-  }
+  for (int64_t p = 0; p < pairs; ++p, b += 2 * kNr) dpbf16_step(acc, base + koff[p], off, b, pair_at);
   store_tile(acc, t);
 }
 

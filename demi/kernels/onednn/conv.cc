@@ -692,6 +692,11 @@ kernels::internal::ChoiceCache& direct_choices() {
 // matmul's widening paths): oneDNN's f16 paths widen whole chunks and unpooled gradients to f32.
 constexpr int64_t kMaxChoiceWorkspace = int64_t{2} << 20;
 
+// Whether the workspace alone rules oneDNN's candidate out.
+bool onednn_holds_too_much(int64_t demi_workspace, int64_t onednn_workspace) {
+  return onednn_workspace > kMaxChoiceWorkspace && demi_workspace <= kMaxChoiceWorkspace;
+}
+
 // 1 where run(true) (demi's kernel) measures faster than run(false) (oneDNN's) by kWorkspaceMargin, else 0.
 // Whatever the times, oneDNN is not chosen where its first run held more than kMaxChoiceWorkspace of
 // workspace at once and demi's no more than that (model A's f16 first-layer weight gradient: oneDNN's
@@ -707,7 +712,7 @@ int demi_measures_faster(const std::function<void(bool)>& run) {
     warm += kernels::internal::seconds_of([&] { run(i == 1); });
     workspace[i] = peak.peak().pk(MemCategory::kWorkspace) - before;
   }
-  if (workspace[0] > kMaxChoiceWorkspace && workspace[1] <= kMaxChoiceWorkspace) return 1;  // (no times needed)
+  if (onednn_holds_too_much(workspace[1], workspace[0])) return 1;  // (no times needed)
   const int reps = std::clamp(static_cast<int>(2e-3 / std::max(warm, 1e-9)), 1, 20);
   double best[2] = {1e30, 1e30};
   for (int r = 0; r < 5; ++r)
@@ -789,8 +794,7 @@ bool gemm_chosen(const Conv2dParams& p, ConvDirection dir, const std::function<v
 
 bool demi_kernel_preferred(double demi_seconds, double onednn_seconds, int64_t demi_workspace,
                            int64_t onednn_workspace) {
-  if (onednn_workspace > kMaxChoiceWorkspace && demi_workspace <= kMaxChoiceWorkspace) return true;
-  return demi_seconds < onednn_seconds * kWorkspaceMargin;
+  return onednn_holds_too_much(demi_workspace, onednn_workspace) || demi_seconds < onednn_seconds * kWorkspaceMargin;
 }
 
 void set_conv_gemm_policy(ConvGemmPolicy policy) { gemm_policy_slot().store(policy); }
