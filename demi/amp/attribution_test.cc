@@ -106,7 +106,9 @@ TEST(OverflowAttribution, TheReRunPeaksNoHigherThanAStep) {
   const auto [rerun, found] = peak_of(*overflowing);
   EXPECT_FALSE(plain_rerun);
   ASSERT_TRUE(found) << "the overflowing step was re-run";
-  EXPECT_LE(rerun, plain + 16 * 1024) << "bytes of the re-run's peak against a plain step's";
+  // (A widened activation would add 512 KiB; the margin is for the scan's chunk over a product's packing
+  // workspace, which depends on the kernels this machine chose under its load: 18 KiB more was seen.)
+  EXPECT_LE(rerun, plain + 64 * 1024) << "bytes of the re-run's peak against a plain step's";
 }
 
 TEST(OverflowAttribution, TheReRunChangesNothing) {

@@ -438,9 +438,11 @@ const void* pooled_gradient(CallContext& ctx, const InputPlan& plan, const Pool2
     max_pool2d_backward_strided(pool, dy_dtype, dy, argmax, ct, buf, *l, static_cast<int64_t>(md.get_size()));
     return buf;
   }
-  const int64_t bytes = pool.x_numel() * static_cast<int64_t>(dtype_size(ct));
+  // (NCHW in the caller's dtype, which the plan reorders: bf16 where a widened primitive reads f32)
+  const DType ut = md_dtype(plan.user_md);
+  const int64_t bytes = pool.x_numel() * static_cast<int64_t>(dtype_size(ut));
   void* buf = ctx.scratch_buffer(static_cast<size_t>(bytes));
-  max_pool2d_backward_strided(pool, dy_dtype, dy, argmax, ct, buf, StridedLayout4::nchw(pool.c, pool.h, pool.w),
+  max_pool2d_backward_strided(pool, dy_dtype, dy, argmax, ut, buf, StridedLayout4::nchw(pool.c, pool.h, pool.w),
                               bytes);
   return ctx.input(plan, buf, pool.x_numel());
 }
@@ -565,6 +567,29 @@ void fused_backward_impl(const Conv2dParams& p, bool widen, const Pool2dParams& 
     ctx.release_to(mark);
   });
   sum.finish(ctx);
+}
+
+// The fused layer's data gradient on oneDNN without the whole batch's dense gradient: a chunk of images at
+// a time (the chunks backward_data_impl takes), the pool's gradient written per chunk into the layout the
+// primitive reads. p is the fused call's (its output f32 or bf16, as the pooled gradient's layout wants);
+// the primitive is the separate call's, whose f16 gradient it would widen to the same f32 values.
+void pooled_backward_data_impl(const Conv2dParams& p, bool widen, const Pool2dParams& pool, const void* w,
+                               DType dy_dtype, const void* dy, const uint8_t* argmax, void* dx) {
+  CallContext ctx(0);
+  PreparedWeights ws;
+  const int64_t pooled = pool.c * pool.oh * pool.ow;  // per image
+  for_each_chunk(p, chunk_images(p, widen), [&](const Conv2dParams& q, int64_t n0) {
+    auto e = entry_for(q, ConvDirection::kBackwardData, false, widen);
+    ctx.ensure_scratch(e->scratch_bytes);
+    const void* w_prim = ws.get(ctx, e->in1, w, p.w_numel());
+    const size_t mark = ctx.mark();
+    Pool2dParams qp = pool;
+    qp.n = q.n;
+    const void* dys = pooled_gradient(ctx, e->in0, qp, dy_dtype, element_at(dy, n0 * pooled, dy_dtype),
+                                      argmax + n0 * pooled);
+    run_backward_data(ctx, *e, q, dys, w_prim, element_at(dx, n0 * p.c * p.h * p.w, p.x_dtype));
+    ctx.release_to(mark);
+  });
 }
 
 // ---- bf16 compute or f32 on widened operands, chosen per call shape by measurement ----
@@ -1000,58 +1025,62 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
                                      DType dy_dtype, const void* dy, const uint8_t* argmax, void* dx, void* dw,
                                      DType dw_dtype, void* db, DType db_dtype) {
   check_fused(p, pool, "conv2d + relu + max_pool2d backward");
+  // The gradients are computed as the separate calls compute them: from the pool's dense gradient in dy's
+  // dtype (the separate convolution's output dtype; for f16 storage the fused forward kept its output in
+  // f32, but the gradient's values are dy's, exact in f16), with the separate calls' choices, keyed by it.
+  Conv2dParams pd = p;  // the data gradient's call
+  pd.y_dtype = dy_dtype;
+  Conv2dParams pw = pd;  // the weight gradient's call
+  pw.w_dtype = dw_dtype;
+  pw.bias_dtype = db ? db_dtype : DType::kF32;
+  // The whole batch's dense gradient, made only for a kernel that reads it (or to measure one), freed once
+  // the last one has run: oneDNN's calls pool a chunk at a time instead.
+  std::optional<internal::Workspace> dz;
+  auto dense = [&] {
+    if (!dz) {
+      dz.emplace(static_cast<size_t>(p.y_numel()) * dtype_size(dy_dtype));
+      max_pool2d_backward(pool, dy_dtype, dy, argmax, dz->get());
+    }
+    return dz->get();
+  };
+  // Whether the separate data gradient would be demi's indirect product.
+  auto demi_data_gradient = [&] {
+    return dx && gemm_chosen(pd, ConvDirection::kBackwardData, [&](bool d) {
+             d ? cpu::conv2d_backward_data(pd, dense(), w, dx) : onednn_backward_data(pd, dense(), w, dx);
+           });
+  };
+  // oneDNN's data gradient, as the separate call's, from dy a chunk at a time.
+  auto onednn_data_gradient = [&] {
+    try {
+      auto call = [&](bool wd) { pooled_backward_data_impl(p, wd, pool, w, dy_dtype, dy, argmax, dx); };
+      call(widens(pd, pd.y_dtype, pd.w_dtype, call));
+    } catch (const dnnl::error& err) {
+      rethrow_dnnl(err, pd, ConvDirection::kBackwardData);
+    }
+  };
   void* dx_fused = dx;  // the data gradient the fused primitive computes (nullptr: computed apart, below)
   auto onednn_run = [&](bool wd) {
     fused_backward_impl(p, wd, pool, x, w, dy_dtype, dy, argmax, dx_fused, dw, dw_dtype, db, db_dtype);
   };
   // Nothing accumulates here (check_fused): tuning writes dx, dw and db, which the chosen run overwrites.
   auto run = [&](bool direct) {
-    if (direct) {
-      // As the separate calls: the data gradient from the pool's dense gradient (in dy's dtype) on oneDNN.
-      if (dx) {
-        internal::Workspace dz(static_cast<size_t>(p.y_numel()) * dtype_size(dy_dtype));
-        max_pool2d_backward(pool, dy_dtype, dy, argmax, dz.get());
-        Conv2dParams q = p;
-        q.y_dtype = dy_dtype;
-        conv2d_backward_data(q, dz.get(), w, dx);
-      }
-      return cpu::direct_conv2d_relu_max_pool2d_backward_weights(p, pool, x, dy_dtype, dy, argmax, dw, dw_dtype, db,
-                                                                 db_dtype);
-    }
-    // Where demi's indirect product is a gradient's choice (as the separate call measures it: from the
-    // pool's gradient in the convolution's dtype), that gradient is computed as the separate calls compute
-    // it: dx apart, the fused primitive then making the weight gradient only; the weight gradient by the
-    // separate calls altogether.
-    dx_fused = dx;
-    std::optional<internal::Workspace> dz;  // made only to measure, or where demi's is a choice
-    auto pooled_gradient = [&] {
-      if (!dz) {
-        internal::Workspace dyc(static_cast<size_t>(pool.y_numel()) * dtype_size(p.y_dtype));
-        convert(dy, dy_dtype, dyc.get(), p.y_dtype, pool.y_numel());
-        dz.emplace(static_cast<size_t>(p.y_numel()) * dtype_size(p.y_dtype));
-        max_pool2d_backward(pool, p.y_dtype, dyc.get(), argmax, dz->get());
-      }
-      return dz->get();
-    };
-    Conv2dParams pw = p;  // the weight gradient's call
-    pw.w_dtype = dw_dtype;
-    pw.bias_dtype = db ? db_dtype : DType::kF32;
-    if (cpu::conv2d_backward_weights_indirect_supported(pw) &&
-        gemm_chosen(pw, ConvDirection::kBackwardWeights, [&](bool d) {
-          d ? cpu::conv2d_backward_weights(pw, x, pooled_gradient(), dw, db)
-            : onednn_backward_weights(pw, x, pooled_gradient(), dw, db);
-        })) {
-      if (dx) conv2d_backward_data(p, pooled_gradient(), w, dx);
-      return cpu::conv2d_backward_weights(pw, x, pooled_gradient(), dw, db);
-    }
-    if (dx && cpu::conv2d_backward_data_indirect_supported(p)) {
-      const bool demi_dx = gemm_chosen(p, ConvDirection::kBackwardData, [&](bool d) {
-        d ? cpu::conv2d_backward_data(p, pooled_gradient(), w, dx) : onednn_backward_data(p, pooled_gradient(), w, dx);
-      });
-      if (demi_dx) {
-        cpu::conv2d_backward_data(p, pooled_gradient(), w, dx);
-        dx_fused = nullptr;
-      }
+    const bool demi_dx = demi_data_gradient();
+    if (demi_dx) cpu::conv2d_backward_data(pd, dense(), w, dx);
+    dx_fused = demi_dx ? nullptr : dx;
+    // The weight gradient: the direct kernel (from dy, unpooled as it goes), demi's indirect product on
+    // the dense gradient, or oneDNN's fused primitive (the data gradient with it, unless demi's is chosen).
+    const bool demi_dw =
+        !direct && gemm_chosen(pw, ConvDirection::kBackwardWeights, [&](bool d) {
+          d ? cpu::conv2d_backward_weights(pw, x, dense(), dw, db) : onednn_backward_weights(pw, x, dense(), dw, db);
+        });
+    if (demi_dw) cpu::conv2d_backward_weights(pw, x, dense(), dw, db);
+    dz.reset();
+    if (direct || demi_dw) {
+      if (dx_fused) onednn_data_gradient();
+      if (direct)
+        cpu::direct_conv2d_relu_max_pool2d_backward_weights(p, pool, x, dy_dtype, dy, argmax, dw, dw_dtype, db,
+                                                            db_dtype);
+      return;
     }
     try {
       onednn_run(widens(p, p.x_dtype,

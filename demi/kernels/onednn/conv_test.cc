@@ -431,11 +431,17 @@ TEST(OnednnConv, GemmChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
   std::filesystem::remove_all(dir);
 }
 
+// Every path of the fused backward: oneDNN's fused primitive; the direct weight gradient with oneDNN's data
+// gradient (pooled a chunk at a time) or demi's; demi's indirect products for both (on the dense gradient).
 TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
   const ConvGemmPolicy saved_gemm = conv_gemm_policy();
-  for (ConvGemmPolicy gemm : {ConvGemmPolicy::kOff, ConvGemmPolicy::kOn}) {  // oneDNN's forward, then demi's
+  const ConvDirectPolicy saved_direct = conv_direct_policy();
+  for (ConvGemmPolicy gemm : {ConvGemmPolicy::kOff, ConvGemmPolicy::kOn})  // oneDNN's forward, then demi's
+  for (ConvDirectPolicy direct : {ConvDirectPolicy::kOff, ConvDirectPolicy::kOn}) {
   set_conv_gemm_policy(gemm);
-  SCOPED_TRACE(gemm == ConvGemmPolicy::kOn ? "demi's indirect forward" : "oneDNN's forward");
+  set_conv_direct_policy(direct);
+  SCOPED_TRACE(std::string(gemm == ConvGemmPolicy::kOn ? "demi's indirect products" : "oneDNN's products") +
+               (direct == ConvDirectPolicy::kOn ? ", the direct kernels" : ""));
   struct Case {
     Geometry g;
     DType in, conv;  // x and w; the convolution's output (compute) dtype
@@ -501,6 +507,41 @@ TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
   }
   }
   set_conv_gemm_policy(saved_gemm);
+  set_conv_direct_policy(saved_direct);
+}
+
+// The fused backward for f16 storage (its forward kept the convolution's output in f32) never holds the
+// whole batch's dense gradient in f32: on model B's second layer (6.1 MiB of it in f32) its workspace is
+// at most the dense gradient in f16 (3.1 MiB, where a kernel reads it whole) and one chunk of images, on
+// every path.
+TEST(OnednnConv, FusedF16BackwardHoldsNoF32DenseGradient) {
+  const ConvGemmPolicy saved_gemm = conv_gemm_policy();
+  const ConvDirectPolicy saved_direct = conv_direct_policy();
+  Conv2dParams p;  // model B: 32 -> 64, k3, pad 1, on 14 x 14, batch 128
+  p.n = 128, p.c = 32, p.h = p.w = 14, p.oc = 64, p.kh = p.kw = 3;
+  p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 1;
+  p.x_dtype = p.w_dtype = F16;
+  p.y_dtype = p.bias_dtype = F32;
+  const Pool2dParams pool = make_pool2d_params(p.n, p.oc, p.out_h(), p.out_w(), 2, 2, 2, 2, PadMode::kValid);
+  Operand x = random_operand(F16, p.x_numel(), 1), w = random_operand(F16, p.w_numel(), 2);
+  Operand dy = random_operand(F16, pool.y_numel(), 3), dx = random_operand(F16, p.x_numel(), 4);
+  Operand dw = random_operand(BF16, p.w_numel(), 5), db = random_operand(F32, p.oc, 6);
+  std::vector<uint8_t> argmax(static_cast<size_t>(pool.y_numel()), 3);
+  const int64_t dense_f16 = p.y_numel() * 2, bound = dense_f16 + (int64_t{2} << 20);
+  ASSERT_LT(bound, p.y_numel() * 4);  // below the f32 dense gradient alone
+  for (ConvGemmPolicy gemm : {ConvGemmPolicy::kOff, ConvGemmPolicy::kOn})
+    for (ConvDirectPolicy direct : {ConvDirectPolicy::kOff, ConvDirectPolicy::kOn}) {
+      set_conv_gemm_policy(gemm);
+      set_conv_direct_policy(direct);
+      ScopedPeak peak;
+      conv2d_relu_max_pool2d_backward(p, pool, x.data(), w.data(), F16, dy.data(), argmax.data(), dx.data(),
+                                      dw.data(), BF16, db.data(), F32);
+      EXPECT_LE(peak.peak().pk(MemCategory::kWorkspace), bound)
+          << (gemm == ConvGemmPolicy::kOn ? "demi's products" : "oneDNN's products")
+          << (direct == ConvDirectPolicy::kOn ? ", the direct kernels" : "");
+    }
+  set_conv_gemm_policy(saved_gemm);
+  set_conv_direct_policy(saved_direct);
 }
 
 TEST(OnednnConv, FusedReluMaxPoolRefusesAPoolThatDoesNotFit) {
