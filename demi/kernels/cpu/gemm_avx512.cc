@@ -29,11 +29,13 @@ using V = VecAvx512;
 }
 
 void ukr_f32(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b, const GemmTile& t) {
-  Acc acc;
-  int64_t off[kMr];
-  start_tile(acc, off, t, rs);
-  for (int64_t k = 0; k < kc; ++k, b += kNr, a += cs) fma_step(acc, a, off, b);
-  store_tile(acc, t);
+  fill_and_store(t, [&](Acc& acc) __attribute__((always_inline)) {
+    int64_t off[kMr];
+    start_tile(acc, off, t, rs);
+    const float* ak = a;
+    const float* bk = b;
+    for (int64_t k = 0; k < kc; ++k, bk += kNr, ak += cs) fma_step(acc, ak, off, bk);
+  });
 }
 
 template <typename T>
@@ -82,12 +84,13 @@ void store_f32_transposed(const float* src, int64_t sld, const GemmTile& t) {
 // The indirect tile (GemmKernels::f32_indirect): row r at base + roff[r], its k-th value koff[k] further.
 void ukr_f32_indirect(int64_t kc, const float* base, const int64_t* roff, const int64_t* koff, const float* b,
                       const GemmTile& t) {
-  Acc acc;
-  int64_t off[kMr];
-  start_tile(acc, off, t, 0);
-  for (int r = 0; r < kMr; ++r) off[r] = roff[std::min(r, t.m - 1)];
-  for (int64_t k = 0; k < kc; ++k, b += kNr) fma_step(acc, base + koff[k], off, b);
-  store_tile(acc, t);
+  fill_and_store(t, [&](Acc& acc) __attribute__((always_inline)) {
+    int64_t off[kMr];
+    start_tile(acc, off, t, 0);
+    for (int r = 0; r < kMr; ++r) off[r] = roff[std::min(r, t.m - 1)];
+    const float* bk = b;
+    for (int64_t k = 0; k < kc; ++k, bk += kNr) fma_step(acc, base + koff[k], off, bk);
+  });
 }
 
 // The narrow indirect tile: 12 rows, b's first 32 columns (2 vectors of the 64-wide panel row).

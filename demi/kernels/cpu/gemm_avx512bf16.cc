@@ -47,24 +47,27 @@ template <typename LoadA>
 }
 
 void ukr_bf16(int64_t kc, const BFloat16* a, int64_t rs, int64_t cs, const BFloat16* b, const GemmTile& t) {
-  Acc acc;
-  int64_t off[kMr];
-  start_tile(acc, off, t, rs);
-  const int64_t pairs = kc / 2;
-  for (int64_t p = 0; p < pairs; ++p, a += cs, b += 2 * kNr) dpbf16_step(acc, a, off, b, pair_at);
-  if (kc & 1) dpbf16_step(acc, a, off, b, single_at);
-  store_tile(acc, t);
+  fill_and_store(t, [&](Acc& acc) __attribute__((always_inline)) {
+    int64_t off[kMr];
+    start_tile(acc, off, t, rs);
+    const int64_t pairs = kc / 2;
+    const BFloat16* ak = a;
+    const BFloat16* bk = b;
+    for (int64_t p = 0; p < pairs; ++p, ak += cs, bk += 2 * kNr) dpbf16_step(acc, ak, off, bk, pair_at);
+    if (kc & 1) dpbf16_step(acc, ak, off, bk, single_at);
+  });
 }
 
 // The indirect pair tile (GemmKernels::bf16_indirect): row r's pair kp at base + roff[r] + koff[kp].
 void ukr_bf16_indirect(int64_t pairs, const BFloat16* base, const int64_t* roff, const int64_t* koff,
                        const BFloat16* b, const GemmTile& t) {
-  Acc acc;
-  int64_t off[kMr];
-  start_tile(acc, off, t, 0);
-  for (int r = 0; r < kMr; ++r) off[r] = roff[std::min(r, t.m - 1)];
-  for (int64_t p = 0; p < pairs; ++p, b += 2 * kNr) dpbf16_step(acc, base + koff[p], off, b, pair_at);
-  store_tile(acc, t);
+  fill_and_store(t, [&](Acc& acc) __attribute__((always_inline)) {
+    int64_t off[kMr];
+    start_tile(acc, off, t, 0);
+    for (int r = 0; r < kMr; ++r) off[r] = roff[std::min(r, t.m - 1)];
+    const BFloat16* bk = b;
+    for (int64_t p = 0; p < pairs; ++p, bk += 2 * kNr) dpbf16_step(acc, base + koff[p], off, bk, pair_at);
+  });
 }
 
 // The narrow indirect pair tile: 12 rows, b's first 32 columns (2 vectors of pairs of the 64-wide panel row).
