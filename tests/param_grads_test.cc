@@ -62,7 +62,10 @@ Batch batch(uint64_t seed) {
   return {x, from_vector(l, {8})};
 }
 
-// Within one rounding of the low dtype (the two runs' products may sum in different orders).
+// Within one rounding of the low dtype (the two runs' products may sum in different orders), or 1e-4 of
+// the tensor's largest value: the runs' kernel choices differ by the gradient's dtype, and where they sum
+// in different orders a low-precision activation gradient can round one unit apart, which a sum that
+// cancels (a bias gradient of 1e-7 among values up to 2e-4) carries into more than its own rounding.
 void expect_rounded_from(const Tensor& low, const Tensor& wide, const std::string& what) {
   ASSERT_EQ(low.numel(), wide.numel()) << what;
   const double eps = low.dtype() == DType::kF16 ? 1.0 / 1024 : 1.0 / 128;
@@ -71,7 +74,7 @@ void expect_rounded_from(const Tensor& low, const Tensor& wide, const std::strin
   for (int64_t i = 0; i < wide.numel(); ++i) scale = std::max(scale, std::abs(static_cast<double>(wide.get(i))));
   for (int64_t i = 0; i < wide.numel(); ++i) {
     const double a = l.get(i), b = wide.get(i);
-    ASSERT_LE(std::abs(a - b), eps * std::abs(b) + 1e-5 * scale)
+    ASSERT_LE(std::abs(a - b), eps * std::abs(b) + 1e-4 * scale)
         << what << " element " << i << ": " << a << " vs " << b;
   }
 }
