@@ -12,29 +12,40 @@ namespace {
 using namespace gemm512;
 using V = VecAvx512;
 
-// One k of the tile: 4 vectors of packed b (the next ones prefetched), a broadcast of a[off[r]] per row.
+// One k of the tile: the first kV (of 4) vectors of packed b (the next ones prefetched), a broadcast of
+// a[off[r]] per row.
+template <int kV = kVecs>
 [[gnu::always_inline]] inline void fma_step(Acc& acc, const float* a, const int64_t (&off)[kMr], const float* b) {
-  const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16), b2 = _mm512_load_ps(b + 32),
-               b3 = _mm512_load_ps(b + 48);
+  __m512 bv[kV];
+#pragma GCC unroll 4
+  for (int v = 0; v < kV; ++v) bv[v] = _mm512_load_ps(b + 16 * v);
   _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr + 32), _MM_HINT_T0);
+  if constexpr (kV > 2) _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr + 32), _MM_HINT_T0);
 #pragma GCC unroll 6
   for (int r = 0; r < kMr; ++r) {
     const __m512 x = _mm512_set1_ps(a[off[r]]);
-    acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
-    acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
-    acc[r][2] = _mm512_fmadd_ps(x, b2, acc[r][2]);
-    acc[r][3] = _mm512_fmadd_ps(x, b3, acc[r][3]);
+#pragma GCC unroll 4
+    for (int v = 0; v < kV; ++v) acc[r][v] = _mm512_fmadd_ps(x, bv[v], acc[r][v]);
   }
+}
+
+// The k loop over the tile's first kV vectors of columns (the rest of the accumulators stay zero).
+template <int kV>
+[[gnu::always_inline]] inline void fma_loop(Acc& acc, int64_t kc, const float* a, int64_t cs,
+                                            const int64_t (&off)[kMr], const float* b) {
+  for (int64_t k = 0; k < kc; ++k, b += kNr, a += cs) fma_step<kV>(acc, a, off, b);
 }
 
 void ukr_f32(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b, const GemmTile& t) {
   fill_and_store(t, [&](Acc& acc) __attribute__((always_inline)) {
     int64_t off[kMr];
     start_tile(acc, off, t, rs);
-    const float* ak = a;
-    const float* bk = b;
-    for (int64_t k = 0; k < kc; ++k, bk += kNr, ak += cs) fma_step(acc, ak, off, bk);
+    // A panel's last tile of a product whose N is not a multiple of 64 (model C's 784) multiplies only the
+    // vectors it has columns in: 16 columns took the FMAs of 64.
+    if (t.n > 48) return fma_loop<4>(acc, kc, a, cs, off, b);
+    if (t.n > 32) return fma_loop<3>(acc, kc, a, cs, off, b);
+    if (t.n > 16) return fma_loop<2>(acc, kc, a, cs, off, b);
+    fma_loop<1>(acc, kc, a, cs, off, b);
   });
 }
 

@@ -27,34 +27,42 @@ inline int32_t pair_at(const BFloat16* p) {
 
 inline int32_t single_at(const BFloat16* p) { return static_cast<int32_t>(p->bits); }  // partner +0
 
-// One k pair of the 6 x 64 tile: 4 vectors of packed b pairs (the next ones prefetched), row r's pair
-// load_a(a + off[r]) broadcast.
-template <typename LoadA>
+// One k pair of the 6 x 64 tile: the first kV (of 4) vectors of packed b pairs (the next ones prefetched),
+// row r's pair load_a(a + off[r]) broadcast.
+template <int kV = kVecs, typename LoadA>
 [[gnu::always_inline]] inline void dpbf16_step(Acc& acc, const BFloat16* a, const int64_t (&off)[kMr],
                                                const BFloat16* b, LoadA load_a) {
-  const __m512bh b0 = as_bh(_mm512_load_si512(b)), b1 = as_bh(_mm512_load_si512(b + 32)),
-                 b2 = as_bh(_mm512_load_si512(b + 64)), b3 = as_bh(_mm512_load_si512(b + 96));
+  __m512bh bv[kV];
+#pragma GCC unroll 4
+  for (int v = 0; v < kV; ++v) bv[v] = as_bh(_mm512_load_si512(b + 32 * v));
   _mm_prefetch(reinterpret_cast<const char*>(b + 8 * 2 * kNr), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(b + 8 * 2 * kNr + 64), _MM_HINT_T0);
+  if constexpr (kV > 2) _mm_prefetch(reinterpret_cast<const char*>(b + 8 * 2 * kNr + 64), _MM_HINT_T0);
 #pragma GCC unroll 6
   for (int r = 0; r < kMr; ++r) {
     const __m512bh x = as_bh(_mm512_set1_epi32(load_a(a + off[r])));
-    acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);
-    acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
-    acc[r][2] = _mm512_dpbf16_ps(acc[r][2], x, b2);
-    acc[r][3] = _mm512_dpbf16_ps(acc[r][3], x, b3);
+#pragma GCC unroll 4
+    for (int v = 0; v < kV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], x, bv[v]);
   }
+}
+
+// The k pairs over the tile's first kV vectors of columns (the rest of the accumulators stay zero).
+template <int kV>
+[[gnu::always_inline]] inline void dpbf16_loop(Acc& acc, int64_t kc, const BFloat16* a, int64_t cs,
+                                               const int64_t (&off)[kMr], const BFloat16* b) {
+  const int64_t pairs = kc / 2;
+  for (int64_t p = 0; p < pairs; ++p, a += cs, b += 2 * kNr) dpbf16_step<kV>(acc, a, off, b, pair_at);
+  if (kc & 1) dpbf16_step<kV>(acc, a, off, b, single_at);
 }
 
 void ukr_bf16(int64_t kc, const BFloat16* a, int64_t rs, int64_t cs, const BFloat16* b, const GemmTile& t) {
   fill_and_store(t, [&](Acc& acc) __attribute__((always_inline)) {
     int64_t off[kMr];
     start_tile(acc, off, t, rs);
-    const int64_t pairs = kc / 2;
-    const BFloat16* ak = a;
-    const BFloat16* bk = b;
-    for (int64_t p = 0; p < pairs; ++p, ak += cs, bk += 2 * kNr) dpbf16_step(acc, ak, off, bk, pair_at);
-    if (kc & 1) dpbf16_step(acc, ak, off, bk, single_at);
+    // (A panel's last tile multiplies only the vectors it has columns in, as the f32 kernel's.)
+    if (t.n > 48) return dpbf16_loop<4>(acc, kc, a, cs, off, b);
+    if (t.n > 32) return dpbf16_loop<3>(acc, kc, a, cs, off, b);
+    if (t.n > 16) return dpbf16_loop<2>(acc, kc, a, cs, off, b);
+    dpbf16_loop<1>(acc, kc, a, cs, off, b);
   });
 }
 

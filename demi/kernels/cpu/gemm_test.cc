@@ -50,7 +50,9 @@ struct Mnk {
   int64_t m, n, k;
 };
 // Below, at and past the tiles (MR 4 or 6, NR 16 or 64) and the test's blocks (MC 12, KC 10, NC 128).
-const Mnk kShapes[] = {{1, 1, 1}, {1, 10, 3}, {7, 65, 17}, {33, 1, 31}, {6, 64, 10}, {13, 129, 21}, {25, 200, 9}};
+// (N's last 64-column panel 1 to 64 wide: each count of 16-column vectors a short tile multiplies)
+const Mnk kShapes[] = {{1, 1, 1},     {1, 10, 3},    {7, 65, 17},  {33, 1, 31}, {6, 64, 10},
+                       {13, 129, 21}, {25, 200, 9},  {9, 90, 11},  {14, 105, 12}, {5, 123, 7}};
 
 MatmulParams params(const Mnk& s, int t, int64_t batch, const Dtypes& d) {
   MatmulParams p;
