@@ -25,28 +25,12 @@ inline void start_tile(Acc& acc, int64_t (&off)[kMr], const GemmTile& t, int64_t
   for (int r = 0; r < kMr; ++r) off[r] = std::min(r, t.m - 1) * rs;
 }
 
+// Any tile's rows (a full one goes through store_full, from fill_and_store).
 template <typename T>
 inline void store_rows(Acc& acc, const GemmTile& t) {
   using V = VecAvx512;
   T* c = static_cast<T*>(t.c);
   const __m512 zero = _mm512_setzero_ps();
-  if (t.m == kMr && t.n == kNr) {
-    // A full tile: every index known at compile time, so the accumulators are stored from registers
-    // (the general loop below indexes them at run time).
-#pragma GCC unroll 6
-    for (int r = 0; r < kMr; ++r) {
-      T* row = c + r * t.ldc;
-#pragma GCC unroll 4
-      for (int v = 0; v < kVecs; ++v) {
-        __m512 x = acc[r][v];
-        if (t.load_c) x = _mm512_add_ps(x, V::load(row + v * 16));
-        if (t.bias) x = _mm512_add_ps(x, t.bias_rows ? _mm512_set1_ps(t.bias[r]) : _mm512_loadu_ps(t.bias + v * 16));
-        if (t.relu) x = _mm512_max_ps(x, zero);
-        V::store(row + v * 16, x);
-      }
-    }
-    return;
-  }
   for (int r = 0; r < t.m; ++r) {
     T* row = c + r * t.ldc;
     for (int v = 0; v < kVecs; ++v) {
