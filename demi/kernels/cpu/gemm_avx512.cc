@@ -40,12 +40,7 @@ void ukr_f32(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b,
   fill_and_store(t, [&](Acc& acc) __attribute__((always_inline)) {
     int64_t off[kMr];
     start_tile(acc, off, t, rs);
-    // A panel's last tile of a product whose N is not a multiple of 64 (model C's 784) multiplies only the
-    // vectors it has columns in: 16 columns took the FMAs of 64.
-    if (t.n > 48) return fma_loop<4>(acc, kc, a, cs, off, b);
-    if (t.n > 32) return fma_loop<3>(acc, kc, a, cs, off, b);
-    if (t.n > 16) return fma_loop<2>(acc, kc, a, cs, off, b);
-    fma_loop<1>(acc, kc, a, cs, off, b);
+    with_vectors(t.n, [&](auto v) __attribute__((always_inline)) { fma_loop<v()>(acc, kc, a, cs, off, b); });
   });
 }
 

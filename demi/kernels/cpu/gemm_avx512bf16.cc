@@ -58,11 +58,7 @@ void ukr_bf16(int64_t kc, const BFloat16* a, int64_t rs, int64_t cs, const BFloa
   fill_and_store(t, [&](Acc& acc) __attribute__((always_inline)) {
     int64_t off[kMr];
     start_tile(acc, off, t, rs);
-    // (A panel's last tile multiplies only the vectors it has columns in, as the f32 kernel's.)
-    if (t.n > 48) return dpbf16_loop<4>(acc, kc, a, cs, off, b);
-    if (t.n > 32) return dpbf16_loop<3>(acc, kc, a, cs, off, b);
-    if (t.n > 16) return dpbf16_loop<2>(acc, kc, a, cs, off, b);
-    dpbf16_loop<1>(acc, kc, a, cs, off, b);
+    with_vectors(t.n, [&](auto v) __attribute__((always_inline)) { dpbf16_loop<v()>(acc, kc, a, cs, off, b); });
   });
 }
 

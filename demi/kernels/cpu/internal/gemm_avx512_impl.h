@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 
 #include "demi/kernels/cpu/internal/gemm_kernels.h"
 #include "demi/kernels/cpu/internal/vec_avx512.h"
@@ -113,6 +114,17 @@ template <typename T>
       V::store(row + v * 16, x);
     }
   }
+}
+
+// run(std::integral_constant<int, V>{}) with V the 16-column vectors (1 to 4) a tile of n columns has in:
+// a panel's last tile of a product whose N is not a multiple of 64 (model C's 784) multiplies only those
+// (its last 16 columns took the FMAs of 64).
+template <typename Run>
+[[gnu::always_inline]] inline void with_vectors(int n, Run run) {
+  if (n > 48) return run(std::integral_constant<int, 4>{});
+  if (n > 32) return run(std::integral_constant<int, 3>{});
+  if (n > 16) return run(std::integral_constant<int, 2>{});
+  run(std::integral_constant<int, 1>{});
 }
 
 // A micro-kernel's body: fill(acc) runs its k loop into zeroed accumulators, then the tile is stored. A
