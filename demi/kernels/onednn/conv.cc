@@ -466,7 +466,11 @@ void forward_impl(const Conv2dParams& p, bool widen, const void* x, const void* 
   });
 }
 
-void backward_data_impl(const Conv2dParams& p, bool widen, const void* dy, const void* w, void* dx) {
+// The data gradient a chunk of images at a time; dy_of(ctx, plan, q, n0) gives the chunk's dy (images n0 ...
+// n0 + q.n) as plan.prim_md lays it out.
+using ChunkInput = std::function<const void*(CallContext&, const InputPlan&, const Conv2dParams&, int64_t)>;
+
+void backward_data_chunks(const Conv2dParams& p, bool widen, const void* w, void* dx, const ChunkInput& dy_of) {
   CallContext ctx(0);
   PreparedWeights ws;
   for_each_chunk(p, chunk_images(p, widen), [&](const Conv2dParams& q, int64_t n0) {
@@ -474,9 +478,16 @@ void backward_data_impl(const Conv2dParams& p, bool widen, const void* dy, const
     ctx.ensure_scratch(e->scratch_bytes);
     const void* w_prim = ws.get(ctx, e->in1, w, p.w_numel());
     const size_t mark = ctx.mark();
-    const void* dys = ctx.input(e->in0, element_at(dy, n0 * p.oc * p.out_h() * p.out_w(), p.y_dtype), q.y_numel());
+    const void* dys = dy_of(ctx, e->in0, q, n0);
     run_backward_data(ctx, *e, q, dys, w_prim, element_at(dx, n0 * p.c * p.h * p.w, p.x_dtype));
     ctx.release_to(mark);
+  });
+}
+
+void backward_data_impl(const Conv2dParams& p, bool widen, const void* dy, const void* w, void* dx) {
+  backward_data_chunks(p, widen, w, dx, [&](CallContext& ctx, const InputPlan& plan, const Conv2dParams& q,
+                                            int64_t n0) {
+    return ctx.input(plan, element_at(dy, n0 * p.oc * p.out_h() * p.out_w(), p.y_dtype), q.y_numel());
   });
 }
 
@@ -575,20 +586,12 @@ void fused_backward_impl(const Conv2dParams& p, bool widen, const Pool2dParams& 
 // the primitive is the separate call's, whose f16 gradient it would widen to the same f32 values.
 void pooled_backward_data_impl(const Conv2dParams& p, bool widen, const Pool2dParams& pool, const void* w,
                                DType dy_dtype, const void* dy, const uint8_t* argmax, void* dx) {
-  CallContext ctx(0);
-  PreparedWeights ws;
   const int64_t pooled = pool.c * pool.oh * pool.ow;  // per image
-  for_each_chunk(p, chunk_images(p, widen), [&](const Conv2dParams& q, int64_t n0) {
-    auto e = entry_for(q, ConvDirection::kBackwardData, false, widen);
-    ctx.ensure_scratch(e->scratch_bytes);
-    const void* w_prim = ws.get(ctx, e->in1, w, p.w_numel());
-    const size_t mark = ctx.mark();
+  backward_data_chunks(p, widen, w, dx, [&](CallContext& ctx, const InputPlan& plan, const Conv2dParams& q,
+                                            int64_t n0) {
     Pool2dParams qp = pool;
     qp.n = q.n;
-    const void* dys = pooled_gradient(ctx, e->in0, qp, dy_dtype, element_at(dy, n0 * pooled, dy_dtype),
-                                      argmax + n0 * pooled);
-    run_backward_data(ctx, *e, q, dys, w_prim, element_at(dx, n0 * p.c * p.h * p.w, p.x_dtype));
-    ctx.release_to(mark);
+    return pooled_gradient(ctx, plan, qp, dy_dtype, element_at(dy, n0 * pooled, dy_dtype), argmax + n0 * pooled);
   });
 }
 
