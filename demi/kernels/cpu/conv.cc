@@ -17,7 +17,9 @@ namespace demi::kernels::cpu {
 namespace {
 
 using cpu_internal::element_at;
+using cpu_internal::PartScratch;
 using cpu_internal::Workspace;
+using cpu_internal::for_each_part;
 
 struct Geometry {
   int64_t c, h, w, oc, kh, kw, oh, ow;
@@ -220,17 +222,22 @@ bool indirect_forward(const Conv2dParams& p, const Geometry& g, const void* x, c
         ko[(c * g.kh + i) * g.kw + j] = unit * ((c * hp + i * p.dilation_h) * wp + j * p.dilation_w);
   const int64_t blocks = (P + kMaxBlockPositions - 1) / kMaxBlockPositions;
   const int64_t mb = (P + blocks - 1) / blocks;
-  parallel_for(0, p.n * blocks, 1, [&](int64_t t0, int64_t t1) {
-    Workspace image(ibytes), sums(static_cast<size_t>(mb * NR) * sizeof(float));
+  // (Each part's padded image and sums taken at once, before the threads start: PartScratch.)
+  const int64_t tasks = p.n * blocks, parts = cpu_internal::parts_for(tasks);
+  const size_t image_bytes = cpu_internal::bytes64(ibytes);
+  PartScratch scratch(parts, image_bytes + static_cast<size_t>(mb * NR) * sizeof(float));
+  for_each_part(parts, tasks, [&](int64_t part, int64_t t0, int64_t t1) {
+    auto* image = reinterpret_cast<float*>(scratch.part(part));
+    auto* sums = reinterpret_cast<float*>(scratch.part(part) + image_bytes);
     int64_t padded = -1;  // the image in `image` (a thread's tasks run in order: an image's blocks in a row)
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t n = task / blocks, p0 = task % blocks * mb, count = std::min(mb, P - p0);
       if (padded != n) {
         const void* xn = element_at(x, n * g.c * g.h * g.w, p.x_dtype);
         if (pairs)
-          pad_image_pairs(p, g, static_cast<const BFloat16*>(xn), hp, wp, reinterpret_cast<BFloat16*>(image.f32()));
+          pad_image_pairs(p, g, static_cast<const BFloat16*>(xn), hp, wp, reinterpret_cast<BFloat16*>(image));
         else
-          pad_image(p, g, xn, p.x_dtype, hp, wp, image.f32());
+          pad_image(p, g, xn, p.x_dtype, hp, wp, image);
         padded = n;
       }
       for (int64_t pn = 0; pn < panels; ++pn) {
@@ -244,13 +251,13 @@ bool indirect_forward(const Conv2dParams& p, const Geometry& g, const void* x, c
             const int64_t q = p0 + ir + r, oy = q / g.ow, ox = q % g.ow;
             roff[r] = unit * (oy * p.stride_h * wp + ox * p.stride_w);
           }
-          s.c = sums.f32() + ir * NR;
-          const auto* bimage = reinterpret_cast<const BFloat16*>(image.f32());
+          s.c = sums + ir * NR;
+          const auto* bimage = reinterpret_cast<const BFloat16*>(image);
           const int64_t at = pn * panel_elems;  // this panel's packed weights
           if (pairs)
             ik.bf16(K, bimage, roff, ko, wpairs + at, s);
           else
-            ik.f32(K, image.f32(), roff, ko, wpack.f32() + at, s);
+            ik.f32(K, image, roff, ko, wpack.f32() + at, s);
         }
         cpu_internal::GemmTile o;  // into y[n]: rows = this panel's channels, columns = the positions
         o.c = element_at(y, (n * OC + pn * NR) * P + p0, p.y_dtype);
@@ -262,7 +269,7 @@ bool indirect_forward(const Conv2dParams& p, const Geometry& g, const void* x, c
         o.bias_rows = true;
         o.relu = p.relu;
         o.load_c = accumulate;
-        gk.store_f32_transposed(sums.f32(), NR, o);
+        gk.store_f32_transposed(sums, NR, o);
       }
     }
   });
@@ -353,30 +360,35 @@ void indirect_backward_weights(const Conv2dParams& p, const Geometry& g, const v
   Workspace partial(static_cast<size_t>(threads * part) * sizeof(float));
   std::fill(partial.f32(), partial.f32() + threads * part, 0.0f);
   const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(cpu_level());
+  // (Each thread's padded image, packed panel and bias row taken at once, before the threads start.)
+  const size_t image_bytes = cpu_internal::bytes64(static_cast<size_t>(g.c * hp * wp) * value_bytes);
+  const size_t panel_bytes = cpu_internal::bytes64(static_cast<size_t>(pb * NR) * value_bytes);
+  PartScratch scratch(threads, image_bytes + panel_bytes + (db ? static_cast<size_t>(P) * sizeof(float) : 0));
   parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
-    Workspace image(static_cast<size_t>(g.c * hp * wp) * value_bytes),
-        panel(static_cast<size_t>(pb * NR) * value_bytes), row(db ? static_cast<size_t>(P) * sizeof(float) : 0);
     for (int64_t t = t0; t < t1; ++t) {
+      auto* image = reinterpret_cast<float*>(scratch.part(t));
+      auto* panel = reinterpret_cast<float*>(scratch.part(t) + image_bytes);
+      auto* row = reinterpret_cast<float*>(scratch.part(t) + image_bytes + panel_bytes);
       float* sums = partial.f32() + t * part;
       float* bsums = sums + K * oc_pad;
       for (int64_t n = t * p.n / threads; n < (t + 1) * p.n / threads; ++n) {
         const void* xn = element_at(x, n * g.c * g.h * g.w, p.x_dtype);
         if (pairs)
-          pad_image_bf16(p, g, static_cast<const BFloat16*>(xn), hp, wp, reinterpret_cast<BFloat16*>(image.f32()));
+          pad_image_bf16(p, g, static_cast<const BFloat16*>(xn), hp, wp, reinterpret_cast<BFloat16*>(image));
         else
-          pad_image(p, g, xn, p.x_dtype, hp, wp, image.f32());
+          pad_image(p, g, xn, p.x_dtype, hp, wp, image);
         const void* dyn = element_at(dy, n * OC * P, p.y_dtype);
         for (int64_t q0 = 0; q0 < P; q0 += pb) {
           const int64_t qc = std::min(pb, P - q0);
           for (int64_t pn = 0; pn < panels; ++pn) {
             // dy[n]^T rows q0 .. q0 + qc, channels pn * NR ...: b stored (OC, P), read transposed
             const int64_t nc = std::min(NR, OC - pn * NR);
-            auto* bpairs = reinterpret_cast<BFloat16*>(panel.f32());
+            auto* bpairs = reinterpret_cast<BFloat16*>(panel);
             if (pairs)
               gk.pack_b_bf16(static_cast<const BFloat16*>(dyn), /*trans=*/true, /*ld=*/P, q0, qc, pn * NR, nc, bpairs,
                              qc * NR);
             else
-              gk.pack_b_f32(dyn, p.y_dtype, /*trans=*/true, /*ld=*/P, q0, qc, pn * NR, nc, panel.f32(), qc * NR);
+              gk.pack_b_f32(dyn, p.y_dtype, /*trans=*/true, /*ld=*/P, q0, qc, pn * NR, nc, panel, qc * NR);
             cpu_internal::GemmTile s;
             s.ldc = oc_pad;
             s.n = static_cast<int>(std::min(NR, OC - pn * NR));
@@ -385,17 +397,17 @@ void indirect_backward_weights(const Conv2dParams& p, const Geometry& g, const v
               s.m = static_cast<int>(std::min(MR, K - k0));
               s.c = sums + k0 * oc_pad + pn * NR;
               if (pairs)
-                ik.bf16(qc / 2, reinterpret_cast<const BFloat16*>(image.f32()), ko + k0, po + q0 / 2, bpairs, s);
+                ik.bf16(qc / 2, reinterpret_cast<const BFloat16*>(image), ko + k0, po + q0 / 2, bpairs, s);
               else
-                ik.f32(qc, image.f32(), ko + k0, po + q0, panel.f32(), s);
+                ik.f32(qc, image, ko + k0, po + q0, panel, s);
             }
           }
         }
         if (db)
           for (int64_t o = 0; o < OC; ++o) {
-            to_f32(cvt, p.y_dtype, element_at(dyn, o * P, p.y_dtype), row.f32(), P);
+            to_f32(cvt, p.y_dtype, element_at(dyn, o * P, p.y_dtype), row, P);
             float acc = 0;
-            for (int64_t i = 0; i < P; ++i) acc += row.f32()[i];
+            for (int64_t i = 0; i < P; ++i) acc += row[i];
             bsums[o] += acc;
           }
       }
@@ -444,11 +456,13 @@ void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const v
   Workspace bias32(bias ? static_cast<size_t>(g.oc) * sizeof(float) : 0);  // per output channel: a row bias
   if (bias) convert(bias, p.bias_dtype, bias32.f32(), DType::kF32, g.oc);
   if (indirect_forward(p, g, x, w, bias ? bias32.f32() : nullptr, y)) return;
-  parallel_for(0, p.n, 1, [&](int64_t n0, int64_t n1) {  // images over the threads
-    Workspace col(static_cast<size_t>(g.rows() * g.cols()) * sizeof(float));
+  const int64_t parts = cpu_internal::parts_for(p.n);  // images over the threads
+  PartScratch scratch(parts, static_cast<size_t>(g.rows() * g.cols()) * sizeof(float));
+  for_each_part(parts, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
+    auto* col = reinterpret_cast<float*>(scratch.part(t));
     for (int64_t n = n0; n < n1; ++n) {
-      im2col(p, g, element_at(x, n * g.c * g.h * g.w, p.x_dtype), p.x_dtype, col.f32());
-      gemm_row_bias(mp, w, col.f32(), element_at(y, n * g.oc * g.cols(), p.y_dtype),
+      im2col(p, g, element_at(x, n * g.c * g.h * g.w, p.x_dtype), p.x_dtype, col);
+      gemm_row_bias(mp, w, col, element_at(y, n * g.oc * g.cols(), p.y_dtype),
                     bias ? bias32.f32() : nullptr, GemmPath::kF32);
     }
   });
@@ -492,18 +506,21 @@ void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, 
   mp.b_dtype = p.y_dtype;
   mp.c_dtype = DType::kF32;
   const int64_t image = g.c * g.h * g.w;
-  parallel_for(0, p.n, 1, [&](int64_t n0, int64_t n1) {  // images over the threads
-    Workspace col(static_cast<size_t>(g.rows() * g.cols()) * sizeof(float));
-    Workspace img(static_cast<size_t>(image) * sizeof(float));
+  const int64_t parts = cpu_internal::parts_for(p.n);  // images over the threads
+  const size_t col_bytes = cpu_internal::bytes64(static_cast<size_t>(g.rows() * g.cols()) * sizeof(float));
+  PartScratch scratch(parts, col_bytes + static_cast<size_t>(image) * sizeof(float));
+  for_each_part(parts, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
+    auto* col = reinterpret_cast<float*>(scratch.part(t));
+    auto* img = reinterpret_cast<float*>(scratch.part(t) + col_bytes);
     for (int64_t n = n0; n < n1; ++n) {
-      gemm(mp, w, element_at(dy, n * g.oc * g.cols(), p.y_dtype), col.f32(), GemmPath::kF32);
+      gemm(mp, w, element_at(dy, n * g.oc * g.cols(), p.y_dtype), col, GemmPath::kF32);
       void* out = element_at(dx, n * image, p.x_dtype);
       if (p.accumulate)
-        convert(out, p.x_dtype, img.f32(), DType::kF32, image);
+        convert(out, p.x_dtype, img, DType::kF32, image);
       else
-        std::fill(img.f32(), img.f32() + image, 0.0f);
-      col2im_add(p, g, col.f32(), img.f32());
-      convert(img.f32(), DType::kF32, out, p.x_dtype, image);
+        std::fill(img, img + image, 0.0f);
+      col2im_add(p, g, col, img);
+      convert(img, DType::kF32, out, p.x_dtype, image);
     }
   });
 }
@@ -532,24 +549,26 @@ void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* d
   float* parts = partial.f32();
   std::fill(parts, parts + threads * (wn + g.oc), 0.0f);
   const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(cpu_level());
+  const size_t col_bytes = cpu_internal::bytes64(static_cast<size_t>(g.rows() * g.cols()) * sizeof(float));
+  PartScratch scratch(threads, col_bytes + (db ? static_cast<size_t>(g.cols()) * sizeof(float) : 0));
   parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
-    Workspace col(static_cast<size_t>(g.rows() * g.cols()) * sizeof(float));
-    Workspace row(db ? static_cast<size_t>(g.cols()) * sizeof(float) : 0);
     for (int64_t t = t0; t < t1; ++t) {
+      auto* col = reinterpret_cast<float*>(scratch.part(t));
+      auto* row = reinterpret_cast<float*>(scratch.part(t) + col_bytes);
       float* pw = parts + t * (wn + g.oc);
       float* pb = pw + wn;
       const int64_t n0 = t * p.n / threads, n1 = (t + 1) * p.n / threads;
       for (int64_t n = n0; n < n1; ++n) {
         const void* dyn = element_at(dy, n * g.oc * g.cols(), p.y_dtype);
-        im2col(p, g, element_at(x, n * g.c * g.h * g.w, p.x_dtype), p.x_dtype, col.f32());
+        im2col(p, g, element_at(x, n * g.c * g.h * g.w, p.x_dtype), p.x_dtype, col);
         MatmulParams q = mp;
         q.accumulate = n > n0;
-        gemm(q, dyn, col.f32(), pw, GemmPath::kF32);
+        gemm(q, dyn, col, pw, GemmPath::kF32);
         if (db)
           for (int64_t o = 0; o < g.oc; ++o) {
-            to_f32(cvt, p.y_dtype, element_at(dyn, o * g.cols(), p.y_dtype), row.f32(), g.cols());
+            to_f32(cvt, p.y_dtype, element_at(dyn, o * g.cols(), p.y_dtype), row, g.cols());
             float s = 0;
-            for (int64_t i = 0; i < g.cols(); ++i) s += row.f32()[i];
+            for (int64_t i = 0; i < g.cols(); ++i) s += row[i];
             pb[o] += s;
           }
       }
