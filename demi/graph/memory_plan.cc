@@ -4,12 +4,16 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
+#include <random>
 
 #include "demi/core/error.h"
 
 namespace demi::graph {
 
 namespace {
+
+constexpr int64_t kSearchWork = 6'000'000;
+constexpr int64_t kMaxSearchSteps = 4000;
 
 int64_t aligned(size_t bytes) {
   return static_cast<int64_t>((bytes + kAlignment - 1) / kAlignment * kAlignment);
@@ -92,6 +96,20 @@ ArenaPlan plan_arena(const std::vector<AllocationEvent>& events, PlanSummary* su
   }
   s.planned = static_cast<int64_t>(planned.size());
 
+  // The lower bound: the most bytes of planned blocks alive at one tick.
+  std::vector<std::pair<int64_t, int64_t>> deltas;  // (tick, +bytes at a begin / -bytes at an end)
+  deltas.reserve(2 * planned.size());
+  for (size_t i : planned) {
+    deltas.emplace_back(events[i].begin, aligned(events[i].bytes));
+    deltas.emplace_back(events[i].end, -aligned(events[i].bytes));
+  }
+  std::sort(deltas.begin(), deltas.end());
+  int64_t live = 0;
+  for (const auto& [tick, d] : deltas) {
+    live += d;
+    s.lower_bound = std::max(s.lower_bound, live);
+  }
+
   // Best fit in three orders, the smallest arena kept: by size (the largest first; the usual winner),
   // by allocation order, and by size x lifetime. No one order is best on every step (a greedy
   // placement is a heuristic: the exact problem is NP-hard); trying three costs little.
@@ -100,7 +118,7 @@ ArenaPlan plan_arena(const std::vector<AllocationEvent>& events, PlanSummary* su
     std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return key(x) > key(y); });
     return order;
   };
-  const std::vector<size_t> orders[] = {
+  std::vector<size_t> orders[] = {
       by([&](size_t b) { return aligned(events[b].bytes); }),
       planned,
       by([&](size_t b) { return static_cast<double>(aligned(events[b].bytes)) *
@@ -108,9 +126,36 @@ ArenaPlan plan_arena(const std::vector<AllocationEvent>& events, PlanSummary* su
   };
   std::vector<int64_t> offsets(n, -1);
   int64_t best_arena = -1;
-  for (const std::vector<size_t>& order : orders) {
-    const int64_t arena = place_best_fit(events, order, offsets);
+  std::vector<size_t> order;  // the best so far
+  for (std::vector<size_t>& candidate : orders) {
+    const int64_t arena = place_best_fit(events, candidate, offsets);
     if (best_arena < 0 || arena < best_arena) {
+      best_arena = arena;
+      plan.offsets = offsets;
+      order = std::move(candidate);
+    }
+  }
+  // Above the lower bound, a local search over the order: swap two blocks' places in it, keep the swap
+  // when the arena grows no larger (so the search walks across equal arenas), until the lower bound or
+  // the budget. Model A's O2-fp16 step (24 blocks) was 1.152 x the bound in all three orders and
+  // reaches it in a few dozen swaps. The budget is work, not time (plans do not depend on the machine's
+  // speed): about kSearchWork block pairs visited, at most kMaxSearchSteps swaps.
+  const int64_t m = static_cast<int64_t>(order.size());
+  const int64_t steps = m < 2 ? 0 : std::min(kMaxSearchSteps, kSearchWork / (m * m));
+  std::mt19937_64 rng(m);  // the sequence is the standard's: the same plan on every platform
+  int64_t current = best_arena;
+  for (int64_t step = 0; step < steps && best_arena > s.lower_bound; ++step) {
+    const size_t i = static_cast<size_t>(rng() % static_cast<uint64_t>(m));
+    const size_t j = static_cast<size_t>(rng() % static_cast<uint64_t>(m));
+    if (i == j) continue;
+    std::swap(order[i], order[j]);
+    const int64_t arena = place_best_fit(events, order, offsets);
+    if (arena > current) {
+      std::swap(order[i], order[j]);
+      continue;
+    }
+    current = arena;
+    if (arena < best_arena) {
       best_arena = arena;
       plan.offsets = offsets;
     }
@@ -130,19 +175,6 @@ ArenaPlan plan_arena(const std::vector<AllocationEvent>& events, PlanSummary* su
     }
   }
 
-  // The lower bound: the most bytes of planned blocks alive at one tick.
-  std::vector<std::pair<int64_t, int64_t>> deltas;  // (tick, +bytes at a begin / -bytes at an end)
-  deltas.reserve(2 * planned.size());
-  for (size_t i : planned) {
-    deltas.emplace_back(events[i].begin, aligned(events[i].bytes));
-    deltas.emplace_back(events[i].end, -aligned(events[i].bytes));
-  }
-  std::sort(deltas.begin(), deltas.end());
-  int64_t live = 0;
-  for (const auto& [tick, d] : deltas) {
-    live += d;
-    s.lower_bound = std::max(s.lower_bound, live);
-  }
   if (summary) *summary = s;
   return plan;
 }

@@ -6,7 +6,8 @@
 // XLA's heap simulator (../shared/research/graph-mode.md): blocks taken one by one, each put into the
 // smallest gap between the blocks already placed that live at the same time as it, or above them all;
 // in three orders (decreasing size, allocation order, decreasing size x lifetime), the smallest arena
-// kept. Blocks that outlive the step (the optimizer state a first update creates, a loss the caller
+// kept; above the lower bound, a local search over the order (swaps kept when the arena grows no larger),
+// within a budget of work, so that a plan depends on the recording only. Blocks that outlive the step (the optimizer state a first update creates, a loss the caller
 // keeps) are not planned: the caching allocator serves them as in eager mode.
 //
 //   std::vector<AllocationEvent> events = ...;   // one recorded step
