@@ -105,7 +105,10 @@ namespace {
 using cpu_internal::GemmKernels;
 using cpu_internal::GemmTile;
 using cpu_internal::element_at;
+using cpu_internal::PartScratch;
 using cpu_internal::Workspace;
+using cpu_internal::bytes64;
+using cpu_internal::for_each_part;
 
 const GemmKernels& kernels() { return cpu_internal::gemm_kernels(); }
 
@@ -237,6 +240,30 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
                                     : static_cast<size_t>(kc * mc) * sizeof(float);
   const bool stage_tiles = swapped && g.store_f32_transposed != nullptr;
   Workspace ashared(column_split && N > NR ? a_block_bytes : 0);  // the row block the threads share (shared_a)
+  // Each thread's scratch, taken here before the threads start (PartScratch): a block of a (unless the
+  // threads share one), the swapped tiles' staging block (cstage, below), and kRoundRows rows of a
+  // transposed f32 a read rounded to bf16. Taken by the workers themselves, the blocks alive at once
+  // would depend on whether the threads' parts overlapped in time, and so would the tracked peak.
+  const size_t low_bytes = bf16 && p.trans_a && a_round != DType::kF32
+                               ? static_cast<size_t>(kRoundRows * mc) * sizeof(BFloat16)
+                               : 0;
+  // (A column block of one panel is not shared: one task multiplies it, with its own block of a.)
+  const int64_t last_nc = N - (ceil_div(N, nc_max) - 1) * nc_max;
+  const bool every_block_shared = ashared.f32() != nullptr && nc_max > NR && last_nc > NR;
+  const size_t ablock_bytes = every_block_shared ? 0 : bytes64(a_block_bytes);
+  const size_t cstage_bytes = stage_tiles ? bytes64(static_cast<size_t>(mc * NR) * sizeof(float)) : 0;
+  const int64_t thread_parts = in_parallel_region() ? 1 : threads;
+  PartScratch scratch(thread_parts, ablock_bytes + cstage_bytes + bytes64(low_bytes));
+  struct PartBuffers {
+    void* ablock;
+    float* cstage;
+    BFloat16* low;
+  };
+  const auto buffers = [&](int64_t part) {
+    char* base = scratch.part(part);
+    return PartBuffers{base, reinterpret_cast<float*>(base + ablock_bytes),
+                       reinterpret_cast<BFloat16*>(base + ablock_bytes + cstage_bytes)};
+  };
 
   for (int64_t jc = 0; jc < N; jc += nc_max) {
     const int64_t nc = std::min(nc_max, N - jc), panels = ceil_div(nc, NR);
@@ -350,9 +377,6 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
         if (bf16) return p.trans_a ? std::pair<int64_t, int64_t>{2, 2 * mcur} : std::pair<int64_t, int64_t>{kc_pad, 2};
         return p.trans_a ? std::pair<int64_t, int64_t>{1, mcur} : std::pair<int64_t, int64_t>{kcur, 1};
       };
-      const size_t low_bytes = bf16 && p.trans_a && a_round != DType::kF32
-                                   ? static_cast<size_t>(kRoundRows * mc) * sizeof(BFloat16)
-                                   : 0;
       // One row block split by columns: each task packs the panels it alone multiplies, one at a time into
       // its own slot, so a thread reads what it wrote itself while it is in L1 (measured on model A's
       // 7200 -> 10 products: the threads sharing every packed panel scaled 1.1x on 2 cores; oneDNN's 1.8x).
@@ -362,29 +386,19 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
       // whole block, the threads did the same work twice: 18% of model B's 128 x 128 x 3136 forward).
       const bool shared_a = pack_in_task;
       if (shared_a)
-        parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
-          Workspace low(low_bytes);
-          for (int64_t part = t0; part < t1; ++part)
-            prepare_a(0, M, ashared.f32(), reinterpret_cast<BFloat16*>(low.f32()), part, threads);
+        for_each_part(thread_parts, thread_parts, [&](int64_t part, int64_t, int64_t) {
+          prepare_a(0, M, ashared.f32(), buffers(part).low, part, thread_parts);
         });
 
-      parallel_for(0, tasks, threads > 1 ? 1 : tasks, [&](int64_t t0, int64_t t1) {
-        Workspace ablock(shared_a ? 0 : a_block_bytes);
-        // Swapped, a panel's tiles are stored as they are (c^T: mc rows, NR columns) into this block, and
-        // the block goes to c transposed 16 x 16 in registers, with the epilogue, 16 rows of c at a time.
-        // Each tile stored transposed straight into c wrote 6 values into each of NR rows ldc apart (often
-        // a multiple of 4 KiB: one cache set): 13% of model C's 256 x 1024 x 1024 forward on one thread
-        // of a Zen 5, against 4% through the block.
-        Workspace cstage(stage_tiles ? static_cast<size_t>(mc * NR) * sizeof(float) : 0);
-        // A transposed f32 a read rounded to bf16: kRoundRows rows of the block rounded at a time.
-        Workspace around(shared_a ? 0 : low_bytes);
+      for_each_part(std::min(thread_parts, tasks), tasks, [&](int64_t part, int64_t t0, int64_t t1) {
+        const PartBuffers own = buffers(part);
         for (int64_t task = t0; task < t1; ++task) {
           const int64_t ib = task / n_split, ns = task % n_split;
           const int64_t i0 = ib * mc, mcur = std::min(mc, M - i0);
           const int64_t pn0 = ns * panels / n_split, pn1 = (ns + 1) * panels / n_split;
           // The block's a: pointer and strides (elements) as the micro-kernel reads it.
-          const void* ap = shared_a ? ashared.f32() : ablock.f32();
-          if (!shared_a) prepare_a(i0, mcur, ablock.f32(), reinterpret_cast<BFloat16*>(around.f32()), 0, 1);
+          const void* ap = shared_a ? ashared.f32() : own.ablock;
+          if (!shared_a) prepare_a(i0, mcur, own.ablock, own.low, 0, 1);
           const auto [rs, cs] = a_strides(mcur);
           // The tile of the block's rows ir ... ir + MR against `panel` (set below, per panel).
           const char* panel = nullptr;
@@ -411,11 +425,16 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
               pack_to(pn, pn + 1, slot);
               panel = slot;
             }
-            if (stage_tiles) {  // every tile stored into the block, then the block into c (see cstage)
+            // Swapped, a panel's tiles are stored as they are (c^T: mc rows, NR columns) into a block, and
+            // the block goes to c transposed 16 x 16 in registers, with the epilogue, 16 rows of c at a
+            // time. Each tile stored transposed straight into c wrote 6 values into each of NR rows ldc
+            // apart (often a multiple of 4 KiB: one cache set): 13% of model C's 256 x 1024 x 1024 forward
+            // on one thread of a Zen 5, against 4% through the block.
+            if (stage_tiles) {
               GemmTile s;
               s.ldc = NR;
               s.n = t.n;
-              float* block = cstage.f32();
+              float* block = own.cstage;
               for (int64_t ir = 0; ir < mcur; ir += MR) {
                 s.m = static_cast<int>(std::min(MR, mcur - ir));
                 s.c = block + ir * NR;

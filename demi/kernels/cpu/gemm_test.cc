@@ -192,6 +192,41 @@ TEST(Gemm, ThreadedProductsMatch) {
   check(params({17, 33, 20}, 2, 40, {F16, F16, F16}), false, seed + 1);
 }
 
+// Every scratch block of a threaded product is taken on the calling thread before the threads start:
+// blocks a worker took for itself would be missed by graph mode's recording of the step (it records the
+// stepping thread's allocations) and make the tracked peak depend on whether the threads' parts
+// overlapped in time (a forecast that differs from the training it forecasts).
+TEST(Gemm, ThreadedProductsTakeTheirScratchOnTheCallingThread) {
+  const int saved_threads = num_threads();
+  set_num_threads(2);
+  struct Case {
+    Mnk s;
+    int t;
+    DType a, round, c;
+  };
+  // Split by rows; few rows split by columns (the shared block of a); swapped (tiles staged, then stored
+  // transposed); swapped with a transposed f32 a read rounded to bf16 (its rows staged per thread).
+  const Case cases[] = {{{256, 300, 129}, 0, F32, F32, F32}, {{10, 3000, 32}, 1, F16, F32, F32},
+                        {{20, 500, 1700}, 2, F16, F16, F16},  {{70, 190, 300}, 3, BF16, BF16, BF16},
+                        {{300, 260, 600}, 2, BF16, BF16, F32}, {{128, 600, 256}, 0, F16, F16, F32}};
+  uint64_t seed = 31000;
+  for (const Case& k : cases)
+    for (GemmPath path : {GemmPath::kBf16Dot, GemmPath::kF32}) {
+      MatmulParams p = params(k.s, k.t, 1, {k.a, F32, k.c});
+      p.b_round = k.round;
+      SCOPED_TRACE(describe(p));
+      auto a = kernels::testing::random_operand(k.a, p.m * p.k, seed += 10);
+      auto b = kernels::testing::random_operand(F32, p.k * p.n, seed + 1);
+      std::vector<char> c(static_cast<size_t>(p.m * p.n) * dtype_size(k.c));
+      const int64_t allocs = mem_stats().allocs;
+      ASSERT_TRUE(mem_record_begin());
+      gemm(p, a.data(), b.data(), c.data(), path);
+      const std::vector<AllocationEvent> recorded = mem_record_end();
+      EXPECT_EQ(static_cast<int64_t>(recorded.size()), mem_stats().allocs - allocs);
+    }
+  set_num_threads(saved_threads);
+}
+
 // An f32 b read rounded to bf16|f16 (MatmulParams::b_round: AMP's master weights) is rounded as it is
 // packed: bit for bit the product of the cast b, on either micro-kernel, in every layout — including
 // products whose operands are swapped (b then packed as a, in both orientations), several K blocks,
