@@ -166,103 +166,144 @@ constexpr int64_t kRoundElems = 16384;  // bf16 values staged at a time (32 KiB 
 static_assert(kRoundElems % (64 * 32) == 0, "a transposed panel's k steps are whole blocks of 32");
 
 
-// One (batch-1) product. bias is f32 (converted by the caller) or null; c is p.c_dtype.
-void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const void* a_in, const void* b_in,
-             void* c, const float* bias, bool bias_per_row, bool may_parallel) {
-  // Swapped, the product's rows are c's columns: tiles are stored transposed, bias runs down their rows.
-  const bool swapped = swap_operands(p_in);
-  MatmulParams p = p_in;
-  const void* a = a_in;
-  const void* b = b_in;
+// How one (batch-1) product is computed: which way round, its blocks, and the bytes of scratch it takes,
+// all from its parameters and thread count (a product's scratch is taken before it runs, by its caller:
+// a batch of products run one per thread takes every thread's at once).
+struct Layout {
+  bool swapped = false;  // computed as c^T = op(b)^T op(a)^T: tiles stored transposed, bias down their rows
+  MatmulParams p;        // as computed (swapped: b's dims and layout as a's and a's as b's); p.b_round unused
   // The dtype an f32 operand is read rounded to (kF32: read as stored); swapped, b's is a's.
-  DType a_round = DType::kF32, b_round = p_in.b_round;
+  DType a_round = DType::kF32, b_round = DType::kF32;
+  int threads = 1;
+  int64_t kc = 0, kc_pad = 0, nk = 0, nc_max = 0, mc = 0;
+  size_t panel_elems = 0, panel_bytes = 0;
+  bool staged = false, column_split = false, stage_tiles = false;
+  size_t a_block_bytes = 0, low_bytes = 0;
+  // The scratch, one block carved in this order: c staged in f32, the packed panels of b, the block of a
+  // the threads share, then each thread's part (its block of a, its staged tiles, its rounding rows).
+  size_t stage_bytes = 0, bpack_bytes = 0, ashared_bytes = 0;
+  size_t ablock_bytes = 0, cstage_bytes = 0;
+  int64_t thread_parts = 1;
+  size_t part_bytes() const { return ablock_bytes + cstage_bytes + bytes64(low_bytes); }
+  size_t scratch_bytes() const {
+    return bytes64(stage_bytes) + bytes64(bpack_bytes) + bytes64(ashared_bytes) +
+           static_cast<size_t>(thread_parts) * part_bytes();
+  }
+};
+
+// `threads`: the threads the product may run on (1 when it runs on one, as one of a batch's).
+Layout layout(const MatmulParams& p_in, const GemmKernels& g, bool bf16, int threads_available) {
+  Layout L;
+  L.swapped = swap_operands(p_in);
+  MatmulParams& p = L.p;
+  p = p_in;
+  L.b_round = p_in.b_round;
   p.b_round = DType::kF32;
-  if (swapped) {
+  if (L.swapped) {
     std::swap(p.m, p.n);
     std::swap(p.a_dtype, p.b_dtype);
-    std::swap(a_round, b_round);
+    std::swap(L.a_round, L.b_round);
     p.trans_a = !p_in.trans_b;
     p.trans_b = !p_in.trans_a;
-    std::swap(a, b);
   }
   const GemmBlocking blk = gemm_blocking();
   const int64_t M = p.m, N = p.n, K = p.k, MR = g.mr, NR = g.nr;
-  const int64_t lda = p.trans_a ? M : K, ldb = p.trans_b ? K : N;
-  const int64_t ldc = p_in.n;  // c's row stride (c is p_in's (M, N) whichever way it is computed)
-  const int threads = may_parallel && M * N * K >= kParallelMacs ? num_threads() : 1;
+  const int threads = M * N * K >= kParallelMacs ? threads_available : 1;
+  L.threads = threads;
 
   // A bf16|f16 output takes K in one block up to kLongKc, so that it is rounded once without an f32
   // staging buffer (past that it is staged); so does a swapped product, whose transposed tile stores
   // cost more than row stores and are best paid once.
-  const int64_t kc_max = p.c_dtype == DType::kF32 && !swapped ? blk.kc : std::max(blk.kc, kLongKc);
-  const int64_t nk = ceil_div(K, std::max<int64_t>(2, kc_max));
-  int64_t kc = ceil_div(K, nk);
-  if (bf16 && nk > 1) kc = round_up(kc, 2);  // every block but the last starts at an even k
+  const int64_t kc_max = p.c_dtype == DType::kF32 && !L.swapped ? blk.kc : std::max(blk.kc, kLongKc);
+  L.nk = ceil_div(K, std::max<int64_t>(2, kc_max));
+  L.kc = ceil_div(K, L.nk);
+  if (bf16 && L.nk > 1) L.kc = round_up(L.kc, 2);  // every block but the last starts at an even k
   // The packed panel of b is workspace, so it is held to kMaxPanelBytes as well as to NC: a product with a
   // long K (a low-precision output takes up to kLongKc in one block) would otherwise pack a whole f32
   // copy of a large b, twice the bytes of the f16|bf16 weight it converts (measured on model C at
   // O2-fp16: a 4 MiB panel was the training peak's largest workspace; 2 MiB ran at the same speed).
-  const int64_t kc_pad = round_up(kc, 2);
-  const size_t panel_elems = static_cast<size_t>(kc_pad * NR);  // per packed panel (bf16 pairs: same count)
-  const size_t panel_bytes = panel_elems * (bf16 ? sizeof(BFloat16) : sizeof(float));
-  const int64_t nc_cap = std::max<int64_t>(1, static_cast<int64_t>(kMaxPanelBytes / panel_bytes)) * NR;
+  L.kc_pad = round_up(L.kc, 2);
+  L.panel_elems = static_cast<size_t>(L.kc_pad * NR);  // per packed panel (bf16 pairs: same count)
+  L.panel_bytes = L.panel_elems * (bf16 ? sizeof(BFloat16) : sizeof(float));
+  const int64_t nc_cap = std::max<int64_t>(1, static_cast<int64_t>(kMaxPanelBytes / L.panel_bytes)) * NR;
   // A short K packs short panels: NC grows so that a block of b holds about KC x NC elements (fewer
   // column blocks, each a fork and join of the threads: model A's K = 10 and 32 products ran N = 7200 in
   // four blocks), within the panel cap.
   // (Block sizes are positive: set_gemm_blocking checks them; kc_pad >= 2.)
-  const int64_t nc_wide = blk.nc * std::max<int64_t>(1, blk.kc / kc_pad);
-  const int64_t nc_max = std::min(round_up(nc_wide, NR), nc_cap);
+  const int64_t nc_wide = blk.nc * std::max<int64_t>(1, blk.kc / L.kc_pad);
+  L.nc_max = std::min(round_up(nc_wide, NR), nc_cap);
   // Row blocks of at most MC, as many as a multiple of the threads (equal shares), each a multiple of MR.
   // Few rows (under kMinRowsPerThread a thread) are not split: the threads split the columns instead,
-  // each packing the panels of b it multiplies (see below).
+  // each packing the panels of b it multiplies (see product()).
   const int64_t ic_min = ceil_div(M, std::max<int64_t>(MR, blk.mc));
   const bool split_rows = threads > 1 && M >= threads * kMinRowsPerThread;
   const int64_t ic_target = split_rows ? round_up(ic_min, threads) : ic_min;
-  const int64_t mc = round_up(ceil_div(M, ic_target), MR);
+  L.mc = round_up(ceil_div(M, ic_target), MR);
 
   // Several K blocks into a low-precision c: accumulate in f32, round once at the end.
-  const bool staged = nk > 1 && p.c_dtype != DType::kF32;
-  Workspace stage(staged ? static_cast<size_t>(M * N) * sizeof(float) : 0);
-  if (staged && p.accumulate) convert(c, p.c_dtype, stage.f32(), DType::kF32, M * N);  // (M * N = c's size)
-  void* target = staged ? static_cast<void*>(stage.f32()) : c;
-  const DType target_dtype = staged ? DType::kF32 : p.c_dtype;
-
+  L.staged = L.nk > 1 && p.c_dtype != DType::kF32;
+  L.stage_bytes = L.staged ? static_cast<size_t>(M * N) * sizeof(float) : 0;
   // The packed panels of b: a block's worth, shared by its row blocks; or, where one row block is split by
-  // columns (below), one panel per task, packed just before it is multiplied (each panel is read once:
-  // a weight gradient's M = 10 with N = 7200 held a packed copy of all of b, 0.9 MiB at f16 on model A).
-  const bool column_split = ceil_div(M, mc) == 1 && threads > 1;
-  Workspace bpack(static_cast<size_t>(column_split ? threads : ceil_div(std::min(N, nc_max), NR)) * panel_bytes);
-
+  // columns, one panel per task, packed just before it is multiplied (each panel is read once: a weight
+  // gradient's M = 10 with N = 7200 held a packed copy of all of b, 0.9 MiB at f16 on model A).
+  L.column_split = ceil_div(M, L.mc) == 1 && threads > 1;
+  L.bpack_bytes =
+      static_cast<size_t>(L.column_split ? threads : ceil_div(std::min(N, L.nc_max), NR)) * L.panel_bytes;
   // a is always copied a block at a time into compact rows (or, transposed, columns): read in place its
   // rows would be lda apart, often a multiple of 4 KiB, which maps a micro-panel's rows onto the same
   // cache sets (measured: the in-place f32 block ran 0.7x the converted f16 one on model C's shapes).
-  const size_t a_block_bytes = bf16 ? static_cast<size_t>(kc_pad * mc) * sizeof(BFloat16)
-                                    : static_cast<size_t>(kc * mc) * sizeof(float);
-  const bool stage_tiles = swapped && g.store_f32_transposed != nullptr;
-  Workspace ashared(column_split && N > NR ? a_block_bytes : 0);  // the row block the threads share (shared_a)
-  // Each thread's scratch, taken here before the threads start (PartScratch): a block of a (unless the
-  // threads share one), the swapped tiles' staging block (cstage, below), and kRoundRows rows of a
-  // transposed f32 a read rounded to bf16. Taken by the workers themselves, the blocks alive at once
-  // would depend on whether the threads' parts overlapped in time, and so would the tracked peak.
-  const size_t low_bytes = bf16 && p.trans_a && a_round != DType::kF32
-                               ? static_cast<size_t>(kRoundRows * mc) * sizeof(BFloat16)
-                               : 0;
+  L.a_block_bytes = bf16 ? static_cast<size_t>(L.kc_pad * L.mc) * sizeof(BFloat16)
+                         : static_cast<size_t>(L.kc * L.mc) * sizeof(float);
+  L.stage_tiles = L.swapped && g.store_f32_transposed != nullptr;
+  L.ashared_bytes = L.column_split && N > NR ? L.a_block_bytes : 0;  // the row block the threads share
+  // Each thread's part: a block of a (unless the threads share one), the swapped tiles' staging block
+  // (cstage), and kRoundRows rows of a transposed f32 a read rounded to bf16. Taken by the workers
+  // themselves, the blocks alive at once would depend on whether the threads' parts overlapped in time,
+  // and graph mode's recording (the stepping thread's allocations) would miss them.
+  L.low_bytes = bf16 && p.trans_a && L.a_round != DType::kF32 ? static_cast<size_t>(kRoundRows * L.mc) * sizeof(BFloat16)
+                                                              : 0;
   // (A column block of one panel is not shared: one task multiplies it, with its own block of a.)
-  const int64_t last_nc = N - (ceil_div(N, nc_max) - 1) * nc_max;
-  const bool every_block_shared = ashared.f32() != nullptr && nc_max > NR && last_nc > NR;
-  const size_t ablock_bytes = every_block_shared ? 0 : bytes64(a_block_bytes);
-  const size_t cstage_bytes = stage_tiles ? bytes64(static_cast<size_t>(mc * NR) * sizeof(float)) : 0;
-  const int64_t thread_parts = in_parallel_region() ? 1 : threads;
-  PartScratch scratch(thread_parts, ablock_bytes + cstage_bytes + bytes64(low_bytes));
+  const int64_t last_nc = N - (ceil_div(N, L.nc_max) - 1) * L.nc_max;
+  const bool every_block_shared = L.ashared_bytes > 0 && L.nc_max > NR && last_nc > NR;
+  L.ablock_bytes = every_block_shared ? 0 : bytes64(L.a_block_bytes);
+  L.cstage_bytes = L.stage_tiles ? bytes64(static_cast<size_t>(L.mc * NR) * sizeof(float)) : 0;
+  L.thread_parts = in_parallel_region() ? 1 : threads;
+  return L;
+}
+
+// One (batch-1) product laid out by `L`, in `scratch` (L.scratch_bytes(), 64-byte aligned). bias is f32
+// (converted by the caller) or null; c is p.c_dtype.
+void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in, const void* b_in, void* c,
+             const float* bias, bool bias_per_row, char* scratch) {
+  const bool swapped = L.swapped;
+  const MatmulParams& p = L.p;
+  const void* a = swapped ? b_in : a_in;
+  const void* b = swapped ? a_in : b_in;
+  const DType a_round = L.a_round, b_round = L.b_round;
+  const int64_t M = p.m, N = p.n, K = p.k, MR = g.mr, NR = g.nr;
+  const int64_t lda = p.trans_a ? M : K, ldb = p.trans_b ? K : N;
+  const int64_t ldc = swapped ? M : N;  // c's row stride (c is the caller's (M, N) whichever way it is computed)
+  const int threads = L.threads;
+  const int64_t kc = L.kc, kc_pad = L.kc_pad, nc_max = L.nc_max, mc = L.mc, thread_parts = L.thread_parts;
+  const size_t panel_elems = L.panel_elems, panel_bytes = L.panel_bytes;
+  const bool staged = L.staged, stage_tiles = L.stage_tiles;
+
+  float* stage = reinterpret_cast<float*>(scratch);
+  char* bpack = scratch + bytes64(L.stage_bytes);
+  void* ashared = L.ashared_bytes ? bpack + bytes64(L.bpack_bytes) : nullptr;
+  char* parts_base = bpack + bytes64(L.bpack_bytes) + bytes64(L.ashared_bytes);
+  if (staged && p.accumulate) convert(c, p.c_dtype, stage, DType::kF32, M * N);  // (M * N = c's size)
+  void* target = staged ? static_cast<void*>(stage) : c;
+  const DType target_dtype = staged ? DType::kF32 : p.c_dtype;
   struct PartBuffers {
     void* ablock;
     float* cstage;
     BFloat16* low;
   };
   const auto buffers = [&](int64_t part) {
-    char* base = scratch.part(part);
-    return PartBuffers{base, reinterpret_cast<float*>(base + ablock_bytes),
-                       reinterpret_cast<BFloat16*>(base + ablock_bytes + cstage_bytes)};
+    char* base = parts_base + static_cast<size_t>(part) * L.part_bytes();
+    return PartBuffers{base, reinterpret_cast<float*>(base + L.ablock_bytes),
+                       reinterpret_cast<BFloat16*>(base + L.ablock_bytes + L.cstage_bytes)};
   };
 
   for (int64_t jc = 0; jc < N; jc += nc_max) {
@@ -270,7 +311,7 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
     for (int64_t pc = 0; pc < K; pc += kc) {
       const int64_t kcur = std::min(kc, K - pc);
       const bool first = pc == 0, last = pc + kcur == K;
-      char* bp = static_cast<char*>(static_cast<void*>(bpack.f32()));
+      char* bp = bpack;
       // Panels [p0, p1) of an f32 b read rounded to b_round.
       const auto pack_rounded = [&](int64_t p0, int64_t p1, char* dst) {
         const int64_t stride = static_cast<int64_t>(panel_elems);
@@ -387,7 +428,7 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
       const bool shared_a = pack_in_task;
       if (shared_a)
         for_each_part(thread_parts, thread_parts, [&](int64_t part, int64_t, int64_t) {
-          prepare_a(0, M, ashared.f32(), buffers(part).low, part, thread_parts);
+          prepare_a(0, M, ashared, buffers(part).low, part, thread_parts);
         });
 
       for_each_part(std::min(thread_parts, tasks), tasks, [&](int64_t part, int64_t t0, int64_t t1) {
@@ -397,7 +438,7 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
           const int64_t i0 = ib * mc, mcur = std::min(mc, M - i0);
           const int64_t pn0 = ns * panels / n_split, pn1 = (ns + 1) * panels / n_split;
           // The block's a: pointer and strides (elements) as the micro-kernel reads it.
-          const void* ap = shared_a ? ashared.f32() : own.ablock;
+          const void* ap = shared_a ? ashared : own.ablock;
           if (!shared_a) prepare_a(i0, mcur, own.ablock, own.low, 0, 1);
           const auto [rs, cs] = a_strides(mcur);
           // The tile of the block's rows ir ... ir + MR against `panel` (set below, per panel).
@@ -467,7 +508,7 @@ void product(const MatmulParams& p_in, const GemmKernels& g, bool bf16, const vo
       });
     }
   }
-  if (staged) convert(stage.f32(), DType::kF32, c, p.c_dtype, M * N);
+  if (staged) convert(stage, DType::kF32, c, p.c_dtype, M * N);
 }
 
 bool uses_bf16(const MatmulParams& p, const GemmKernels& g, GemmPath path) {
@@ -509,20 +550,19 @@ void gemm_row_bias(const MatmulParams& p, const void* a, const void* b, void* c,
   const bool per_row = row_bias != nullptr;
   if (per_row) bias = row_bias;
   const int64_t sa = p.m * p.k, sb = p.k * p.n, sc = p.m * p.n;
-  if (p.batch == 1) return product(p, g, bf16, a, b, c, bias, per_row, true);
-  // Many small products: one per thread at a time. Few large ones: each across the threads.
-  const bool per_item = p.batch >= 4 * num_threads() || p.m * p.n * p.k < kParallelMacs;
+  // Many small products: one per thread at a time, each thread with its own scratch (taken here, before
+  // the threads start). Few large ones: each across the threads, one after another in one scratch.
+  const bool per_item = p.batch > 1 && (p.batch >= 4 * num_threads() || p.m * p.n * p.k < kParallelMacs);
   MatmulParams q = p;
   q.batch = 1;
-  auto run = [&](int64_t i0, int64_t i1) {
+  const Layout L = layout(q, g, bf16, per_item ? 1 : num_threads());
+  const int64_t parts = per_item && !in_parallel_region() ? cpu_internal::parts_for(p.batch) : 1;
+  PartScratch scratch(parts, L.scratch_bytes());
+  for_each_part(parts, p.batch, [&](int64_t part, int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i)
-      product(q, g, bf16, element_at(a, i * sa, p.a_dtype), element_at(b, i * sb, p.b_dtype),
-              element_at(c, i * sc, p.c_dtype), bias, per_row, !per_item);
-  };
-  if (per_item)
-    parallel_for(0, p.batch, 1, run);
-  else
-    run(0, p.batch);
+      product(L, g, bf16, element_at(a, i * sa, p.a_dtype), element_at(b, i * sb, p.b_dtype),
+              element_at(c, i * sc, p.c_dtype), bias, per_row, scratch.part(part));
+  });
 }
 
 std::string gemm_implementation(const MatmulParams& p, GemmPath path) {

@@ -202,22 +202,27 @@ TEST(Gemm, ThreadedProductsTakeTheirScratchOnTheCallingThread) {
   struct Case {
     Mnk s;
     int t;
+    int64_t batch;
     DType a, round, c;
   };
   // Split by rows; few rows split by columns (the shared block of a); swapped (tiles staged, then stored
-  // transposed); swapped with a transposed f32 a read rounded to bf16 (its rows staged per thread).
-  const Case cases[] = {{{256, 300, 129}, 0, F32, F32, F32}, {{10, 3000, 32}, 1, F16, F32, F32},
-                        {{20, 500, 1700}, 2, F16, F16, F16},  {{70, 190, 300}, 3, BF16, BF16, BF16},
-                        {{300, 260, 600}, 2, BF16, BF16, F32}, {{128, 600, 256}, 0, F16, F16, F32}};
+  // transposed); swapped with a transposed f32 a read rounded to bf16 (its rows staged per thread); a
+  // batch of small products run one per thread (attention's products); a batch of large ones in turn.
+  const Case cases[] = {{{256, 300, 129}, 0, 1, F32, F32, F32},  {{10, 3000, 32}, 1, 1, F16, F32, F32},
+                        {{20, 500, 1700}, 2, 1, F16, F16, F16},  {{70, 190, 300}, 3, 1, BF16, BF16, BF16},
+                        {{300, 260, 600}, 2, 1, BF16, BF16, F32}, {{128, 600, 256}, 0, 1, F16, F16, F32},
+                        {{17, 33, 20}, 2, 40, F16, F32, F16},    {{64, 64, 300}, 1, 12, BF16, F32, BF16},
+                        {{200, 300, 100}, 0, 2, F32, F32, F32}};
   uint64_t seed = 31000;
   for (const Case& k : cases)
     for (GemmPath path : {GemmPath::kBf16Dot, GemmPath::kF32}) {
-      MatmulParams p = params(k.s, k.t, 1, {k.a, F32, k.c});
+      MatmulParams p = params(k.s, k.t, k.batch, {k.a, F32, k.c});
       p.b_round = k.round;
       SCOPED_TRACE(describe(p));
-      auto a = kernels::testing::random_operand(k.a, p.m * p.k, seed += 10);
-      auto b = kernels::testing::random_operand(F32, p.k * p.n, seed + 1);
-      std::vector<char> c(static_cast<size_t>(p.m * p.n) * dtype_size(k.c));
+      const int64_t na = p.batch * p.m * p.k, nb = p.batch * p.k * p.n, nc = p.batch * p.m * p.n;
+      auto a = kernels::testing::random_operand(k.a, na, seed += 10);
+      auto b = kernels::testing::random_operand(F32, nb, seed + 1);
+      std::vector<char> c(static_cast<size_t>(nc) * dtype_size(k.c));
       const int64_t allocs = mem_stats().allocs;
       ASSERT_TRUE(mem_record_begin());
       gemm(p, a.data(), b.data(), c.data(), path);
