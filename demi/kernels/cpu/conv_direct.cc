@@ -88,6 +88,12 @@ using cpu_internal::Workspace;
 // Channels of the weight gradient's dz built and multiplied at a time (a multiple of the dot kernels' 4-row
 // tiles): the dz a thread holds is kDzChannels rows, not OC.
 constexpr int64_t kDzChannels = 8;
+// The weight gradient's columns of every input channel are built at once, once per image, up to this many
+// bytes per thread; past it one input channel's at a time. Model A's first layer (27 taps x 900 positions):
+// 48.6 KB in bf16, its backward 0.40 -> 0.28 ms a step at O2-bf16 with the training peak unchanged; its f32
+// columns (97.2 KB, at O0 and O2-fp16) stay one channel at a time: held whole they made the backward 18-25%
+// faster but raised O2-fp16's training peak 6.6%, whose peak is that kernel's scratch (measured on a Zen 4).
+constexpr size_t kAllColumnsBytes = size_t{64} << 10;
 
 const DirectConvKernels& kernels() {
   static const cpu_internal::KernelTable<DirectConvKernels> table{
@@ -185,13 +191,20 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
   const bool bf16 = kern.dot_rows_bf16 && p.x_dtype == DType::kBF16 && dz_dtype == DType::kBF16;
   const int64_t positions = g.oh * g.ow, threads = parts_for(p.n);
   const int64_t part = (p.oc * g.k + p.oc) * 16;  // one thread's lanes for dw and db
-  // The columns of one input channel at a time (its KH * KW taps): a (oc, k) lane's sum is the same
-  // whichever taps share a call, and model A's 3-channel first layer held 3x the f32 columns per thread.
+  // The columns of every input channel at once, built once per image, where they fit kAllColumnsBytes;
+  // else of one input channel at a time (its KH * KW taps), built again for each chunk of output channels.
+  // A (oc, k) lane's sum is the same whichever taps share a call. (Model A's 3-channel first layer built
+  // its bf16 columns 12 times per image, one channel per chunk of 8 output channels: columns took as long
+  // as the dot products.)
+  const size_t value_bytes = bf16 ? sizeof(BFloat16) : sizeof(float);
+  const bool all_channels = static_cast<size_t>(g.k * positions) * value_bytes <= kAllColumnsBytes;
   DirectGeom gc = g;
-  gc.c = 1;
-  gc.k = g.kh * g.kw;
+  if (!all_channels) {
+    gc.c = 1;
+    gc.k = g.kh * g.kw;
+  }
   const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)),
-               col_bytes = bytes64(static_cast<size_t>(gc.k * positions) * (bf16 ? sizeof(BFloat16) : sizeof(float))),
+               col_bytes = bytes64(static_cast<size_t>(gc.k * positions) * value_bytes),
                rows_bytes = bytes64(tmp_bytes(std::min(p.oc, kDzChannels), bf16)),
                lane_bytes = bytes64(static_cast<size_t>(part) * sizeof(float));
   PartScratch scratch(threads, xp_bytes + col_bytes + rows_bytes + lane_bytes);
@@ -203,8 +216,8 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
     auto* lanes = reinterpret_cast<float*>(base + xp_bytes + col_bytes + rows_bytes);
     float* db_lanes = lanes + p.oc * g.k * 16;
     std::fill(lanes, lanes + part, 0.0f);
-    // Channel c's columns from the padded image (its plane c); with one input channel they are built once
-    // per image, with more once per image, channel and chunk of output channels.
+    // The columns of gc's channels from the padded image, from plane c: every channel's (all_channels) or
+    // channel c's. Built once per image, or once per image, channel and chunk of output channels.
     const auto columns = [&](int64_t c) {
       const float* plane = xp + c * g.hp * g.wp;
       if (bf16)
@@ -212,14 +225,15 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
       else
         kern.columns(gc, plane, col);
     };
+    const int64_t calls = g.c / gc.c;  // dot products per chunk: one over every channel, or one per channel
     for (int64_t n = n0; n < n1; ++n) {
       pad_image(p, g, x, n, xp);
-      if (g.c == 1) columns(0);
+      if (calls == 1) columns(0);
       for (int64_t o0 = 0; o0 < p.oc; o0 += kDzChannels) {
         const int64_t on = std::min(kDzChannels, p.oc - o0);
         const void* dz = rows(n, o0, on, tmp, bf16);
-        for (int64_t c = 0; c < g.c; ++c) {
-          if (g.c > 1) columns(c);
+        for (int64_t c = 0; c < calls; ++c) {
+          if (calls > 1) columns(c);
           float* l = lanes + (o0 * g.k + c * gc.k) * 16;
           float* dbl = c == 0 ? db_lanes + o0 * 16 : nullptr;  // the bias sums once
           if (bf16)

@@ -126,35 +126,40 @@ TEST(DirectConv, FusedReluMaxPoolEqualsItsSeparateKernelsBitForBit) {
 // Each (oc, c, i, j) of the weight gradient sums its positions in one fixed order whatever else the call
 // computes: a 3-channel convolution's gradient is, bit for bit, the three 1-channel convolutions' gradients
 // on its channels (so taking the columns a channel at a time changes no bit), and the bias gradient too.
+// Small images take every channel's columns at once (11 x 11 positions x 27 taps, in either dtype), large
+// ones one channel's at a time (62 x 62 x 27: past 64 KiB); either way each channel's weights are bit for bit
+// the one-channel convolution's.
 TEST(DirectConv, WeightGradientPerInputChannelIsTheOneChannelConvolutionsBitForBit) {
   for (CpuLevel level : supported_cpu_levels()) {
     ScopedCpuLevel scoped(level);
-    for (DType t : {F32, BF16}) {
-      SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << dtype_name(t));
-      Conv2dParams p;
-      p.n = 3, p.c = 3, p.h = 11, p.w = 13, p.oc = 10, p.kh = 3, p.kw = 2;
-      p.pad_top = p.pad_bottom = 1;
-      p.x_dtype = p.y_dtype = t;
-      p.w_dtype = p.bias_dtype = F32;
-      Operand x = random_operand(t, p.x_numel(), 1), dz = random_operand(t, p.y_numel(), 2);
-      std::vector<float> dw(static_cast<size_t>(p.w_numel())), db(static_cast<size_t>(p.oc));
-      direct_conv2d_backward_weights(p, x.data(), dz.data(), dw.data(), db.data());
-      const int64_t taps = p.kh * p.kw, plane = p.h * p.w;
-      for (int64_t c = 0; c < p.c; ++c) {
-        Conv2dParams q = p;
-        q.c = 1;
-        Operand xc = random_operand(t, q.x_numel(), 3);
-        for (int64_t n = 0; n < p.n; ++n)
-          std::memcpy(static_cast<char*>(xc.data()) + n * plane * dtype_size(t),
-                      static_cast<const char*>(x.data()) + (n * p.c + c) * plane * dtype_size(t),
-                      static_cast<size_t>(plane) * dtype_size(t));
-        std::vector<float> dwc(static_cast<size_t>(q.w_numel())), dbc(static_cast<size_t>(q.oc));
-        direct_conv2d_backward_weights(q, xc.data(), dz.data(), dwc.data(), dbc.data());
-        for (int64_t oc = 0; oc < p.oc; ++oc)
-          for (int64_t i = 0; i < taps; ++i)
-            ASSERT_EQ(dw[static_cast<size_t>((oc * p.c + c) * taps + i)], dwc[static_cast<size_t>(oc * taps + i)])
-                << "oc " << oc << " channel " << c << " tap " << i;
-        EXPECT_EQ(db, dbc);
+    for (int64_t size : {11, 62}) {
+      for (DType t : {F32, BF16}) {
+        SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << dtype_name(t) << " size " << size);
+        Conv2dParams p;
+        p.n = size > 11 ? 2 : 3, p.c = 3, p.h = size, p.w = size + 2, p.oc = 10, p.kh = 3, p.kw = 3;
+        p.pad_top = p.pad_bottom = 1;
+        p.x_dtype = p.y_dtype = t;
+        p.w_dtype = p.bias_dtype = F32;
+        Operand x = random_operand(t, p.x_numel(), 1), dz = random_operand(t, p.y_numel(), 2);
+        std::vector<float> dw(static_cast<size_t>(p.w_numel())), db(static_cast<size_t>(p.oc));
+        direct_conv2d_backward_weights(p, x.data(), dz.data(), dw.data(), db.data());
+        const int64_t taps = p.kh * p.kw, plane = p.h * p.w;
+        for (int64_t c = 0; c < p.c; ++c) {
+          Conv2dParams q = p;
+          q.c = 1;
+          Operand xc = random_operand(t, q.x_numel(), 3);
+          for (int64_t n = 0; n < p.n; ++n)
+            std::memcpy(static_cast<char*>(xc.data()) + n * plane * dtype_size(t),
+                        static_cast<const char*>(x.data()) + (n * p.c + c) * plane * dtype_size(t),
+                        static_cast<size_t>(plane) * dtype_size(t));
+          std::vector<float> dwc(static_cast<size_t>(q.w_numel())), dbc(static_cast<size_t>(q.oc));
+          direct_conv2d_backward_weights(q, xc.data(), dz.data(), dwc.data(), dbc.data());
+          for (int64_t oc = 0; oc < p.oc; ++oc)
+            for (int64_t i = 0; i < taps; ++i)
+              ASSERT_EQ(dw[static_cast<size_t>((oc * p.c + c) * taps + i)], dwc[static_cast<size_t>(oc * taps + i)])
+                  << "oc " << oc << " channel " << c << " tap " << i;
+          EXPECT_EQ(db, dbc);
+        }
       }
     }
   }
@@ -164,8 +169,8 @@ TEST(DirectConv, WeightGradientPerInputChannelIsTheOneChannelConvolutionsBitForB
 // columns and bf16 dz; with an f16 gradient, f32 dz and the widened pooled gradient; dz for 8 channels at a
 // time (model A's first layer: the f32-sized scratch of before, 0.76 MiB at O2-bf16, was its training
 // peak's largest part). Each bound is below the f32-sized scratch (2 x OC x P floats of dz, K x P of columns).
-// The columns are one input channel's at a time (model A's f16 first layer held all three channels' f32
-// columns per thread, 0.39 MiB of its O2-fp16 training peak).
+// The f32 columns are one input channel's at a time (model A's f16 first layer held all three channels' f32
+// columns per thread, 0.39 MiB of its O2-fp16 training peak); the bf16 ones every channel's, within 64 KiB.
 TEST(DirectConv, WeightGradientScratchIsSizedByThePathsDtypes) {
   const int saved_threads = num_threads();
   set_num_threads(2);
@@ -190,8 +195,9 @@ TEST(DirectConv, WeightGradientScratchIsSizedByThePathsDtypes) {
       const int64_t scratch = peak.peak().pk(MemCategory::kWorkspace) - mem_stats().cur(MemCategory::kWorkspace);
       const bool bf16_dot = t == BF16 && level >= CpuLevel::kAvx512Bf16;
       const int64_t dz_rows = 8;                // channels of dz at a time
-      const int64_t taps = p.kh * p.kw;         // the columns of one input channel at a time
-      const int64_t per_thread = bf16_dot ? xp + taps * positions * 2 + dz_rows * positions * 2 + lanes
+      const int64_t taps = p.kh * p.kw;         // the columns of one input channel at a time (f32)
+      // bf16: the columns of every input channel (48.6 KB, within the 64 KiB for building them once per image)
+      const int64_t per_thread = bf16_dot ? xp + k * positions * 2 + dz_rows * positions * 2 + lanes
                                           : xp + taps * positions * 4 + dz_rows * positions * 4 +
                                                 dz_rows * pool.oh * pool.ow * 4 + lanes;
       EXPECT_LE(scratch, 2 * (per_thread + 5 * 64)) << "bytes of scratch";
