@@ -91,6 +91,7 @@ struct Run {
   std::vector<Tensor> weights;
   graph::StepGraphs::Stats stats;
   std::vector<std::pair<std::string, graph::PlanSummary>> plans;
+  int64_t parallel_allocs = 0;  // allocations by the threads of parallel loops during the steps
 };
 
 Run train(const std::function<std::shared_ptr<nn::Cell>()>& make, const Batches& b, Setting s, ExecMode mode) {
@@ -104,11 +105,13 @@ Run train(const std::function<std::shared_ptr<nn::Cell>()>& make, const Batches&
   auto step = amp::build_train_network(net, opt, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"),
                                        s.level, o);
   Run r;
+  const int64_t parallel_allocs = mem_stats().parallel_allocs;
   for (size_t i = 0; i < b.x.size(); ++i) {
     amp::StepResult res = (*step)(b.x[i], b.y[i]);
     r.losses.push_back(res.loss);
     r.skipped.push_back(res.skipped ? 1 : 0);
   }
+  r.parallel_allocs = mem_stats().parallel_allocs - parallel_allocs;
   for (const Tensor& p : net->trainable_params()) r.weights.push_back(p.clone());
   r.stats = step->graphs().stats();
   r.plans = step->graphs().plans();
@@ -130,6 +133,10 @@ void expect_graph_equals_pynative(const std::string& what, const std::function<s
   for (size_t k = 0; k < eager.weights.size(); ++k)
     EXPECT_EQ(std::memcmp(eager.weights[k].raw_data(), graph.weights[k].raw_data(), eager.weights[k].nbytes()), 0)
         << "parameter " << k;
+  // Every allocation of a step is made by the stepping thread (the recording sees it all): the kernels take
+  // their threads' scratch before the threads start.
+  EXPECT_EQ(eager.parallel_allocs, 0);
+  EXPECT_EQ(graph.parallel_allocs, 0);
   // PYNATIVE made no plan; GRAPH replayed most steps from the arena.
   EXPECT_EQ(eager.stats.traced_steps + eager.stats.replayed_steps, 0);
   int64_t skipped = 0;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "demi/core/error.h"
+#include "demi/core/parallel.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -340,9 +341,11 @@ void* mem_allocate(size_t bytes, MemCategory cat) {
   Allocator& a = allocator();
   void* p = nullptr;
   bool from_arena = false;
+  const bool in_parallel = in_parallel_region();
   {
     std::lock_guard<std::mutex> lock(a.mu);
     ++a.stats.allocs;
+    if (in_parallel) ++a.stats.parallel_allocs;
     auto& list = a.free_lists[sc.index];
     if (t_replaying && (p = a.replay_next(bytes, cat)) != nullptr) {
       from_arena = true;  // its block is exactly `bytes` long

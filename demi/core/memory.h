@@ -47,6 +47,11 @@ struct MemStats {
   int64_t cache_hits = 0;       // allocate() calls served from the cache
   int64_t arena = 0;            // bytes reserved for graph mode's static plans (part of `reserved`)
   int64_t arena_allocs = 0;     // allocate() calls served from that arena
+  // allocate() calls made inside a parallel region (by the threads of a parallel loop). demi's kernels make
+  // none: they take every thread's scratch before the threads start, so that graph mode's recording of a
+  // step (the stepping thread's allocations) sees all of it, and the blocks alive at once do not depend on
+  // how the threads' parts overlap in time.
+  int64_t parallel_allocs = 0;
 
   int64_t cur(MemCategory c) const { return current[static_cast<int>(c)]; }
   int64_t pk(MemCategory c) const { return peak[static_cast<int>(c)]; }

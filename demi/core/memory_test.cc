@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "demi/core/error.h"
+#include "demi/core/parallel.h"
 
 namespace demi {
 namespace {
@@ -242,6 +243,26 @@ TEST(Memory, ConcurrentAllocFreeKeepsCountsExact) {
   EXPECT_EQ(after.cur(kAct), before.cur(kAct));
   EXPECT_EQ(after.total_current, before.total_current);
   EXPECT_EQ(after.reserved - after.cached_free, before.reserved - before.cached_free);
+}
+
+// Allocations made by the threads of a parallel loop are counted apart (MemStats::parallel_allocs), so that
+// tests can hold every kernel to taking its threads' scratch before the threads start.
+TEST(Memory, AllocationsInsideAParallelRegionAreCounted) {
+  const int saved_threads = num_threads();
+  set_num_threads(2);
+  const MemStats before = mem_stats();
+  void* outside = mem_allocate(1000, kAct);
+  mem_free(outside, 1000, kAct);
+  EXPECT_EQ(mem_stats().parallel_allocs, before.parallel_allocs);
+  parallel_for(0, 2, 1, [](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      void* p = mem_allocate(1000, kAct);
+      mem_free(p, 1000, kAct);
+    }
+  });
+  EXPECT_EQ(mem_stats().parallel_allocs - before.parallel_allocs, 2);
+  EXPECT_EQ(mem_stats().allocs - before.allocs, 3);
+  set_num_threads(saved_threads);
 }
 
 // The reason the allocator exists: after warm-up, a step that allocates, touches and frees the same
