@@ -61,7 +61,7 @@ void store_transposed(const float* src, int64_t sld, const GemmTile& t) {
         const float* s = src + (j0 + i) * sld + r0;
         r[i] = i >= w ? zero : h == 16 ? _mm512_loadu_ps(s) : V::load_n(s, h);
       }
-      transpose16(r);
+      VecAvx512::transpose16(r);
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i) {
         if (i == h) break;
@@ -159,7 +159,7 @@ void pack_b_trans(const T* b, int64_t ld, int64_t k0, int64_t kc, int64_t j0, in
         const T* src = b + (j0 + jg + i) * ld + k0 + k;
         r[i] = i >= cols ? _mm512_setzero_ps() : stored<kRoundF16>(w == 16 ? V::load(src) : V::load_n(src, w));
       }
-      transpose16(r);
+      VecAvx512::transpose16(r);
       for (int64_t i = 0; i < w; ++i) _mm512_store_ps(panel + (k + i) * kNr, r[i]);
     }
   }

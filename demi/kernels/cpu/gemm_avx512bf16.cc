@@ -146,7 +146,7 @@ void pack_b_bf16(const BFloat16* b, bool trans, int64_t ld, int64_t k0, int64_t 
       for (int i = 0; i < 16; ++i)
         r[i] = i >= cols ? _mm512_setzero_ps()
                          : _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, b + (j0 + jg + i) * ld + k0 + k));
-      if (cols > 0) transpose16(r);
+      if (cols > 0) VecAvx512::transpose16(r);
       const int64_t np = std::min<int64_t>(16, pairs - p);
       for (int64_t i = 0; i < np; ++i) _mm512_store_ps(reinterpret_cast<float*>(panel + (p + i) * 2 * kNr), r[i]);
     }

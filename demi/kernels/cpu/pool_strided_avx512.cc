@@ -13,7 +13,9 @@ namespace {
 using V = VecAvx512;
 
 // Tiles of 16 channels x 16 output columns move between the conv layout (16 channels per vector) and
-// NCHW (16 columns per vector) through a transpose by gathers from an L1-resident tile.
+// NCHW (16 columns per vector) through a transpose: in registers in the forward (where 32 gathers a tile,
+// values and window indices, took most of model A's pooling after oneDNN's bf16 convolution), by gathers
+// from an L1-resident tile in the backward.
 const __m512i kRowIndex = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
 
 template <typename TX, typename TY>
@@ -21,8 +23,9 @@ void forward_rows(const Pool2dParams& p, const TX* x, const StridedLayout4& xl, 
                   int64_t r1) {
   const int64_t plane = p.oh * p.ow, kk = p.kh * p.kw;
   const __m512i none = _mm512_set1_epi32(kArgmaxNone);
-  alignas(64) float tv[256];    // [ox][channel]
-  alignas(64) int32_t ta[256];  // [ox][channel]
+  __m512 tv[16];  // [ox] = the 16 channels' values at column ox of the tile
+  __m512 ta[16];  // [ox] = their window indices (int32 lanes)
+  for (int j = 0; j < 16; ++j) tv[j] = ta[j] = _mm512_setzero_ps();  // (columns past `cols` are not stored)
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t n = r / p.oh, oy = r % p.oh;
     for (int64_t c0 = 0; c0 < p.c; c0 += 16) {
@@ -44,19 +47,21 @@ void forward_rows(const Pool2dParams& p, const TX* x, const StridedLayout4& xl, 
           }
           const __mmask16 pos = _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_GT_OQ);
           const __mmask16 neg = _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_LT_OQ);
-          _mm512_store_ps(tv + 16 * j, _mm512_mask_blend_ps(neg, best, _mm512_setzero_ps()));
-          _mm512_store_si512(ta + 16 * j, _mm512_mask_blend_epi32(pos, none, at));
+          tv[j] = _mm512_mask_blend_ps(neg, best, _mm512_setzero_ps());
+          ta[j] = _mm512_castsi512_ps(_mm512_mask_blend_epi32(pos, none, at));
         }
-        // Transpose: channel l's row of `cols` outputs is column l of the tiles.
+        // Transpose: channel l's row of `cols` outputs is column l of the tile.
         const int64_t o = (n * p.c + c0) * plane + oy * p.ow + ox0;
-        for (int l = 0; l < 16; ++l) {
-          const __m512 v = _mm512_i32gather_ps(kRowIndex, tv + l, 4);
-          V::store_n(y + o + l * plane, v, cols);
-          if (argmax) {
-            const __m512i a = _mm512_i32gather_epi32(kRowIndex, ta + l, 4);
+        __m512 rows[16];
+        for (int j = 0; j < 16; ++j) rows[j] = tv[j];
+        V::transpose16(rows);
+        for (int l = 0; l < 16; ++l) V::store_n(y + o + l * plane, rows[l], cols);
+        if (argmax) {
+          for (int j = 0; j < 16; ++j) rows[j] = ta[j];
+          V::transpose16(rows);
+          for (int l = 0; l < 16; ++l)
             _mm_mask_storeu_epi8(argmax + o + l * plane, static_cast<__mmask16>((1u << cols) - 1u),
-                                 _mm512_cvtepi32_epi8(a));
-          }
+                                 _mm512_cvtepi32_epi8(_mm512_castps_si512(rows[l])));
         }
       }
     }

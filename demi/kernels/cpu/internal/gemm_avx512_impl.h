@@ -54,7 +54,6 @@ inline void store_rows(Acc& acc, const GemmTile& t) {
   }
 }
 
-[[gnu::always_inline]] inline void transpose16(__m512 r[16]);
 
 // The transposed tile: each 16 columns transposed in registers into 16 rows of c of t.m (<= 6) values.
 template <typename T>
@@ -66,7 +65,7 @@ inline void store_columns(Acc& acc, const GemmTile& t) {
   __m512 r[16];
   for (int v = 0; v < kVecs && v * 16 < t.n; ++v) {
     for (int i = 0; i < 16; ++i) r[i] = i < kMr ? acc[i][v] : zero;
-    transpose16(r);
+    VecAvx512::transpose16(r);
     const int cols = std::min(16, t.n - v * 16);
     for (int jj = 0; jj < cols; ++jj) {
       T* dst = c + (v * 16 + jj) * t.ldc;
@@ -145,37 +144,6 @@ template <typename Fill>
   Acc acc;
   fill(acc);
   store_tile(acc, t);
-}
-
-// r[i] (16 lanes each) <- column i of the 16 x 16 matrix whose rows are r[0..15].
-[[gnu::always_inline]] inline void transpose16(__m512 r[16]) {
-  __m512 t[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  // Within each 128-bit lane L: r[4g + j] = column 4L + j of rows 4g .. 4g+3.
-#pragma GCC unroll 4
-  for (int g = 0; g < 4; ++g) {
-    r[4 * g + 0] = _mm512_shuffle_ps(t[4 * g + 0], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * g + 1] = _mm512_shuffle_ps(t[4 * g + 0], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    r[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    const __m512 u0 = _mm512_shuffle_f32x4(r[j], r[4 + j], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512 u1 = _mm512_shuffle_f32x4(r[j], r[4 + j], _MM_SHUFFLE(3, 2, 3, 2));
-    const __m512 v0 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512 v1 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], _MM_SHUFFLE(3, 2, 3, 2));
-    t[j] = _mm512_shuffle_f32x4(u0, v0, _MM_SHUFFLE(2, 0, 2, 0));
-    t[4 + j] = _mm512_shuffle_f32x4(u0, v0, _MM_SHUFFLE(3, 1, 3, 1));
-    t[8 + j] = _mm512_shuffle_f32x4(u1, v1, _MM_SHUFFLE(2, 0, 2, 0));
-    t[12 + j] = _mm512_shuffle_f32x4(u1, v1, _MM_SHUFFLE(3, 1, 3, 1));
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) r[i] = t[i];
 }
 
 // The narrow indirect tile (GemmKernels::*_indirect_narrow): 12 rows x 32 columns, the same 24 accumulators

@@ -194,6 +194,38 @@ struct VecAvx512 {
   }
   // b (16, bf16 bits) -> (16, f32), exact.
   static F widen_bf16(__m256i b) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)); }
+
+  // r[i] (16 lanes each) <- column i of the 16 x 16 matrix whose rows are r[0..15]; moves bits only (a
+  // NaN's payload stays; int32 lanes may go through it cast).
+  [[gnu::always_inline]] static void transpose16(F r[16]) {
+    F t[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    // Within each 128-bit lane L: r[4g + j] = column 4L + j of rows 4g .. 4g+3.
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      r[4 * g + 0] = _mm512_shuffle_ps(t[4 * g + 0], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      r[4 * g + 1] = _mm512_shuffle_ps(t[4 * g + 0], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+      r[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+      r[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const F u0 = _mm512_shuffle_f32x4(r[j], r[4 + j], _MM_SHUFFLE(1, 0, 1, 0));
+      const F u1 = _mm512_shuffle_f32x4(r[j], r[4 + j], _MM_SHUFFLE(3, 2, 3, 2));
+      const F v0 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], _MM_SHUFFLE(1, 0, 1, 0));
+      const F v1 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], _MM_SHUFFLE(3, 2, 3, 2));
+      t[j] = _mm512_shuffle_f32x4(u0, v0, _MM_SHUFFLE(2, 0, 2, 0));
+      t[4 + j] = _mm512_shuffle_f32x4(u0, v0, _MM_SHUFFLE(3, 1, 3, 1));
+      t[8 + j] = _mm512_shuffle_f32x4(u1, v1, _MM_SHUFFLE(2, 0, 2, 0));
+      t[12 + j] = _mm512_shuffle_f32x4(u1, v1, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) r[i] = t[i];
+  }
 };
 
 }  // namespace demi::kernels::cpu_internal
