@@ -13,10 +13,8 @@ namespace {
 using V = VecAvx512;
 
 // Tiles of 16 channels x 16 output columns move between the conv layout (16 channels per vector) and
-// NCHW (16 columns per vector) through a transpose: in registers in the forward (where 32 gathers a tile,
-// values and window indices, took most of model A's pooling after oneDNN's bf16 convolution), by gathers
-// from an L1-resident tile in the backward.
-const __m512i kRowIndex = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+// NCHW (16 columns per vector) through a transpose in registers (VecAvx512::transpose16): 32 gathers a
+// tile, values and window indices, took most of model A's pooling after oneDNN's bf16 convolution.
 
 template <typename TX, typename TY>
 void forward_rows(const Pool2dParams& p, const TX* x, const StridedLayout4& xl, TY* y, uint8_t* argmax, int64_t r0,
@@ -72,8 +70,8 @@ template <typename TDY, typename TDX>
 void backward_rows(const Pool2dParams& p, const TDY* dy, const uint8_t* argmax, TDX* dx, const StridedLayout4& dxl,
                    bool tiles, int64_t r0, int64_t r1) {
   const int64_t plane = p.oh * p.ow, kk = p.kh * p.kw;
-  alignas(64) float tg[256];    // [channel][ox]
-  alignas(64) int32_t ta[256];  // [channel][ox]
+  __m512 tg[16];  // [channel] = dy's 16 columns of the tile, then (transposed) [ox] = the 16 channels' dy
+  __m512 ta[16];  // the same of the window indices (int32 lanes)
   alignas(64) float g[16];
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t n = r / p.oh, oy = r % p.oh;
@@ -83,13 +81,15 @@ void backward_rows(const Pool2dParams& p, const TDY* dy, const uint8_t* argmax, 
         const __mmask16 m = static_cast<__mmask16>((1u << cols) - 1u);
         const int64_t o = (n * p.c + c0) * plane + oy * p.ow + ox0;
         for (int l = 0; l < 16; ++l) {
-          _mm512_store_ps(tg + 16 * l, V::load_n(dy + o + l * plane, cols));
-          _mm512_store_si512(ta + 16 * l, _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, argmax + o + l * plane)));
+          tg[l] = V::load_n(dy + o + l * plane, cols);
+          ta[l] = _mm512_castsi512_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, argmax + o + l * plane)));
         }
+        V::transpose16(tg);
+        V::transpose16(ta);
         for (int64_t j = 0; j < cols; ++j) {
           const int64_t ox = ox0 + j;
-          const __m512 gv = _mm512_i32gather_ps(kRowIndex, tg + j, 4);
-          const __m512i av = _mm512_i32gather_epi32(kRowIndex, ta + j, 4);
+          const __m512 gv = tg[j];
+          const __m512i av = _mm512_castps_si512(ta[j]);
           TDX* base = dx + dxl.offset(n, c0, oy * p.sh, ox * p.sw);
           for (int64_t k = 0; k < kk; ++k) {
             const __mmask16 sel = _mm512_cmpeq_epi32_mask(av, _mm512_set1_epi32(static_cast<int>(k)));
