@@ -34,14 +34,14 @@ void forward_rows(const Pool2dParams& p, const TX* x, const StridedLayout4& xl, 
           const TX* base = x + xl.offset(n, c0, oy * p.sh, ox * p.sw);
           __m512 best = V::load(base);
           __m512i at = _mm512_setzero_si512();
+          // A later value wins where it is not <= the best so far (greater, or NaN) and the best is not NaN.
+          __mmask16 best_ordered = _mm512_cmp_ps_mask(best, best, _CMP_ORD_Q);
           for (int64_t k = 1; k < kk; ++k) {
             const __m512 v = V::load(base + (k / p.kw) * xl.sh + (k % p.kw) * xl.sw);
-            const __mmask16 nan_v = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-            const __mmask16 nan_b = _mm512_cmp_ps_mask(best, best, _CMP_UNORD_Q);
-            const __mmask16 take =
-                _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | (nan_v & static_cast<__mmask16>(~nan_b));
-            best = _mm512_mask_blend_ps(take, best, v);
-            at = _mm512_mask_blend_epi32(take, at, _mm512_set1_epi32(static_cast<int>(k)));
+            const __mmask16 take = _mm512_mask_cmp_ps_mask(best_ordered, v, best, _CMP_NLE_UQ);
+            best = _mm512_mask_mov_ps(best, take, v);
+            at = _mm512_mask_mov_epi32(at, take, _mm512_set1_epi32(static_cast<int>(k)));
+            best_ordered = _mm512_cmp_ps_mask(best, best, _CMP_ORD_Q);
           }
           const __mmask16 pos = _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_GT_OQ);
           const __mmask16 neg = _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_LT_OQ);
