@@ -89,10 +89,11 @@ using cpu_internal::Workspace;
 // tiles): the dz a thread holds is kDzChannels rows, not OC.
 constexpr int64_t kDzChannels = 8;
 // The weight gradient's columns of every input channel are built at once, once per image, up to this many
-// bytes per thread; past it one input channel's at a time. Model A's first layer (27 taps x 900 positions):
-// 48.6 KB in bf16, its backward 0.40 -> 0.28 ms a step at O2-bf16 with the training peak unchanged; its f32
-// columns (97.2 KB, at O0 and O2-fp16) stay one channel at a time: held whole they made the backward 18-25%
-// faster but raised O2-fp16's training peak 6.6%, whose peak is that kernel's scratch (measured on a Zen 4).
+// bytes per thread; past it one input channel's at a time. Model A's first layer (27 taps x 900 positions),
+// measured on a Zen 4: in bf16, 48.6 KB, its backward 0.40 -> 0.28 ms a step at O2-bf16, the training peak
+// unchanged; in f16 (O2-fp16), 48.6 KB, 0.61 -> 0.53 ms (median of 6), the training peak +28 KB (+1.5%:
+// the peak is that kernel's scratch there); in f32 (O0), 97.2 KB, one channel at a time (held whole in f32
+// at O2-fp16, they had raised its peak 6.6%).
 constexpr size_t kAllColumnsBytes = size_t{64} << 10;
 
 const DirectConvKernels& kernels() {
@@ -196,7 +197,9 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
   // A (oc, k) lane's sum is the same whichever taps share a call. (Model A's 3-channel first layer built
   // its bf16 columns 12 times per image, one channel per chunk of 8 output channels: columns took as long
   // as the dot products.)
-  const size_t value_bytes = bf16 ? sizeof(BFloat16) : sizeof(float);
+  // An f16 image's columns in f16 where the level has them (dz stays f32: its products are FMAs on f32).
+  const bool f16_columns = !bf16 && kern.dot_rows_f16 && p.x_dtype == DType::kF16;
+  const size_t value_bytes = bf16 || f16_columns ? size_t{2} : sizeof(float);
   const bool all_channels = static_cast<size_t>(g.k * positions) * value_bytes <= kAllColumnsBytes;
   DirectGeom gc = g;
   if (!all_channels) {
@@ -222,6 +225,8 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
       const float* plane = xp + c * g.hp * g.wp;
       if (bf16)
         kern.columns_bf16(gc, plane, reinterpret_cast<BFloat16*>(col));
+      else if (f16_columns)
+        kern.columns_f16(gc, plane, reinterpret_cast<Half*>(col));
       else
         kern.columns(gc, plane, col);
     };
@@ -239,6 +244,9 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
           if (bf16)
             kern.dot_rows_bf16(static_cast<const BFloat16*>(dz), reinterpret_cast<const BFloat16*>(col), on, gc.k,
                                positions, l, g.k, dbl);
+          else if (f16_columns)
+            kern.dot_rows_f16(static_cast<const float*>(dz), reinterpret_cast<const Half*>(col), on, gc.k, positions,
+                              l, g.k, dbl);
           else
             kern.dot_rows(static_cast<const float*>(dz), col, on, gc.k, positions, l, g.k, dbl);
         }

@@ -170,9 +170,31 @@ void columns(const DirectGeom& g, const float* xp, float* col) {
       }
 }
 
+// col in f16 from a padded image whose f32 values are widened f16 (exact both ways).
+void columns_f16(const DirectGeom& g, const float* xp, Half* col) {
+  int64_t k = 0;
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j, ++k) {
+        Half* dst = col + k * g.oh * g.ow;
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          const float* src = xp + (c * g.hp + oy + i) * g.wp + j;
+          Half* out = dst + oy * g.ow;
+          for (int64_t ox = 0; ox < g.ow; ox += 16) {
+            const int64_t n = std::min<int64_t>(16, g.ow - ox);
+            VecAvx512::store_n(out + ox, _mm512_maskz_loadu_ps(VecAvx512::tail_mask(n), src + ox), n);
+          }
+        }
+      }
+}
+
+// 16 positions of a column from p on (m: those that exist; the others 0).
+inline __m512 load_col(const float* col, __mmask16 m) { return _mm512_maskz_loadu_ps(m, col); }
+inline __m512 load_col(const Half* col, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, col)); }
+
 // A tile of 4 output channels x KB taps: 4 + KB loads per 4 * KB FMAs, over the positions in 16-lane vectors.
-template <int KB>
-void dot_tile(const float* dz, const float* col, int64_t positions, float* lanes, int64_t k) {
+template <int KB, typename TC>
+void dot_tile(const float* dz, const TC* col, int64_t positions, float* lanes, int64_t k) {
   // Every loop over acc by constant bounds and unrolled, so that it lives in registers only.
   __m512 acc[4][KB];
 #pragma GCC unroll 4
@@ -187,7 +209,7 @@ void dot_tile(const float* dz, const float* col, int64_t positions, float* lanes
     for (int o = 0; o < 4; ++o) d[o] = _mm512_maskz_loadu_ps(m, dz + o * positions + p);
 #pragma GCC unroll 6
     for (int t = 0; t < KB; ++t) {
-      const __m512 x = _mm512_maskz_loadu_ps(m, col + t * positions + p);
+      const __m512 x = load_col(col + t * positions + p, m);
 #pragma GCC unroll 4
       for (int o = 0; o < 4; ++o) acc[o][t] = _mm512_fmadd_ps(d[o], x, acc[o][t]);
     }
@@ -198,12 +220,12 @@ void dot_tile(const float* dz, const float* col, int64_t positions, float* lanes
     for (int t = 0; t < KB; ++t) _mm512_storeu_ps(lanes + (o * k + t) * 16, acc[o][t]);
 }
 
-using DotTile = void (*)(const float*, const float*, int64_t, float*, int64_t);
-constexpr DotTile kDotTiles[7] = {nullptr,     dot_tile<1>, dot_tile<2>, dot_tile<3>,
-                                  dot_tile<4>, dot_tile<5>, dot_tile<6>};
-
-void dot_rows(const float* dz, const float* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
-              int64_t lanes_k, float* db_lanes) {
+template <typename TC>
+void dot_rows_t(const float* dz, const TC* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
+                int64_t lanes_k, float* db_lanes) {
+  using DotTile = void (*)(const float*, const TC*, int64_t, float*, int64_t);
+  constexpr DotTile kDotTiles[7] = {nullptr,         dot_tile<1, TC>, dot_tile<2, TC>, dot_tile<3, TC>,
+                                    dot_tile<4, TC>, dot_tile<5, TC>, dot_tile<6, TC>};
   int64_t o = 0;
   for (; o + 4 <= oc; o += 4)
     for (int64_t t = 0; t < k; t += 6)
@@ -215,8 +237,8 @@ void dot_rows(const float* dz, const float* col, int64_t oc, int64_t k, int64_t 
       for (int64_t p = 0; p < positions; p += 16) {
         const __mmask16 m = positions - p >= 16 ? static_cast<__mmask16>(0xFFFF)
                                                 : static_cast<__mmask16>((1u << (positions - p)) - 1u);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, dz + o * positions + p),
-                              _mm512_maskz_loadu_ps(m, col + t * positions + p), acc);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, dz + o * positions + p), load_col(col + t * positions + p, m),
+                              acc);
       }
       _mm512_storeu_ps(lanes + (o * lanes_k + t) * 16, acc);
     }
@@ -232,10 +254,25 @@ void dot_rows(const float* dz, const float* col, int64_t oc, int64_t k, int64_t 
   }
 }
 
+void dot_rows(const float* dz, const float* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
+              int64_t lanes_k, float* db_lanes) {
+  dot_rows_t(dz, col, oc, k, positions, lanes, lanes_k, db_lanes);
+}
+
+void dot_rows_f16(const float* dz, const Half* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
+                  int64_t lanes_k, float* db_lanes) {
+  dot_rows_t(dz, col, oc, k, positions, lanes, lanes_k, db_lanes);
+}
+
 }  // namespace
 
 const DirectConvKernels& direct_conv_kernels_avx512() {
-  static const DirectConvKernels k{"avx512", forward, columns, dot_rows, forward_pool2x2};
+  static const DirectConvKernels k = [] {
+    DirectConvKernels t{"avx512", forward, columns, dot_rows, forward_pool2x2};
+    t.columns_f16 = columns_f16;
+    t.dot_rows_f16 = dot_rows_f16;
+    return t;
+  }();
   return k;
 }
 

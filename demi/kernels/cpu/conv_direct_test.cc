@@ -133,7 +133,7 @@ TEST(DirectConv, WeightGradientPerInputChannelIsTheOneChannelConvolutionsBitForB
   for (CpuLevel level : supported_cpu_levels()) {
     ScopedCpuLevel scoped(level);
     for (int64_t size : {11, 62}) {
-      for (DType t : {F32, BF16}) {
+      for (DType t : {F32, BF16, F16}) {
         SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << dtype_name(t) << " size " << size);
         Conv2dParams p;
         p.n = size > 11 ? 2 : 3, p.c = 3, p.h = size, p.w = size + 2, p.oc = 10, p.kh = 3, p.kw = 3;
@@ -161,6 +161,34 @@ TEST(DirectConv, WeightGradientPerInputChannelIsTheOneChannelConvolutionsBitForB
           EXPECT_EQ(db, dbc);
         }
       }
+    }
+  }
+}
+
+// An f16 image's weight gradient takes f16 columns where the level has them: bit for bit the f32 columns'
+// sums (the same image and dz given in f32), whether every channel's columns are held or one's (size 62).
+TEST(DirectConv, F16ColumnsGiveTheF32ColumnsSumsBitForBit) {
+  for (CpuLevel level : supported_cpu_levels()) {
+    ScopedCpuLevel scoped(level);
+    for (int64_t size : {11, 62}) {
+      SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " size " << size);
+      Conv2dParams p;
+      p.n = 3, p.c = 3, p.h = size, p.w = size + 3, p.oc = 13, p.kh = 3, p.kw = 3;
+      p.pad_left = p.pad_right = 1;
+      p.x_dtype = p.y_dtype = F16;
+      p.w_dtype = p.bias_dtype = F32;
+      Operand x = random_operand(F16, p.x_numel(), 5), dz = random_operand(F16, p.y_numel(), 6);
+      std::vector<float> dw(static_cast<size_t>(p.w_numel())), db(static_cast<size_t>(p.oc));
+      direct_conv2d_backward_weights(p, x.data(), dz.data(), dw.data(), db.data());
+      Conv2dParams q = p;
+      q.x_dtype = q.y_dtype = F32;
+      std::vector<float> x32(static_cast<size_t>(p.x_numel())), dz32(static_cast<size_t>(p.y_numel()));
+      convert(x.data(), F16, x32.data(), F32, p.x_numel());
+      convert(dz.data(), F16, dz32.data(), F32, p.y_numel());
+      std::vector<float> dw32(dw.size()), db32(db.size());
+      direct_conv2d_backward_weights(q, x32.data(), dz32.data(), dw32.data(), db32.data());
+      EXPECT_EQ(dw, dw32);
+      EXPECT_EQ(db, db32);
     }
   }
 }
@@ -194,11 +222,14 @@ TEST(DirectConv, WeightGradientScratchIsSizedByThePathsDtypes) {
                                                      db.data(), F32);
       const int64_t scratch = peak.peak().pk(MemCategory::kWorkspace) - mem_stats().cur(MemCategory::kWorkspace);
       const bool bf16_dot = t == BF16 && level >= CpuLevel::kAvx512Bf16;
+      const bool f16_columns = t == F16 && level >= CpuLevel::kAvx512;
       const int64_t dz_rows = 8;                // channels of dz at a time
       const int64_t taps = p.kh * p.kw;         // the columns of one input channel at a time (f32)
-      // bf16: the columns of every input channel (48.6 KB, within the 64 KiB for building them once per image)
-      const int64_t per_thread = bf16_dot ? xp + k * positions * 2 + dz_rows * positions * 2 + lanes
-                                          : xp + taps * positions * 4 + dz_rows * positions * 4 +
+      // bf16 and f16 columns: every input channel's (48.6 KB, within the 64 KiB for building them once per
+      // image); f32: one channel's
+      const int64_t columns = bf16_dot || f16_columns ? k * positions * 2 : taps * positions * 4;
+      const int64_t per_thread = bf16_dot ? xp + columns + dz_rows * positions * 2 + lanes
+                                          : xp + columns + dz_rows * positions * 4 +
                                                 dz_rows * pool.oh * pool.ow * 4 + lanes;
       EXPECT_LE(scratch, 2 * (per_thread + 5 * 64)) << "bytes of scratch";
       EXPECT_LT(scratch, 2 * (xp + k * positions * 4 + 2 * p.oc * positions * 4 + lanes)) << "the f32-sized scratch";

@@ -56,6 +56,12 @@ struct DirectConvKernels {
   void (*columns_bf16)(const DirectGeom& g, const float* xp, BFloat16* col) = nullptr;
   void (*dot_rows_bf16)(const BFloat16* dz, const BFloat16* col, int64_t oc, int64_t k, int64_t positions,
                         float* lanes, int64_t lanes_k, float* db_lanes) = nullptr;
+  // Where the image is f16 (nullptr where a level has none: the driver then takes f32 columns): col in f16
+  // (the image's values, exactly: half the bytes of f32 columns), and dot_rows reading them widened, in
+  // dot_rows' order: the same sums, bit for bit.
+  void (*columns_f16)(const DirectGeom& g, const float* xp, Half* col) = nullptr;
+  void (*dot_rows_f16)(const float* dz, const Half* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
+                       int64_t lanes_k, float* db_lanes) = nullptr;
 };
 
 const DirectConvKernels& direct_conv_kernels_scalar();
