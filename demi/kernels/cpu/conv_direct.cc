@@ -89,12 +89,12 @@ using cpu_internal::Workspace;
 // tiles): the dz a thread holds is kDzChannels rows, not OC.
 constexpr int64_t kDzChannels = 8;
 // The weight gradient's columns of every input channel are built at once, once per image, up to this many
-// bytes per thread; past it one input channel's at a time. Model A's first layer (27 taps x 900 positions),
-// measured on a Zen 4: in bf16, 48.6 KB, its backward 0.40 -> 0.28 ms a step at O2-bf16, the training peak
-// unchanged; in f16 (O2-fp16), 48.6 KB, 0.61 -> 0.53 ms (median of 6), the training peak +28 KB (+1.5%:
-// the peak is that kernel's scratch there); in f32 (O0), 97.2 KB, one channel at a time (held whole in f32
-// at O2-fp16, they had raised its peak 6.6%).
-constexpr size_t kAllColumnsBytes = size_t{64} << 10;
+// bytes per thread; past it one input channel's at a time, again for each chunk of output channels. Model
+// A's first layer (27 taps x 900 positions), measured on a Zen 4: in bf16 (48.6 KB) its backward 0.40 ->
+// 0.28 ms a step at O2-bf16; in f32 (97.2 KB) at O0 0.57-0.67 -> 0.46-0.53 ms; both training peaks
+// unchanged. In f16 (48.6 KB; f32 columns held whole at O2-fp16 had raised its peak 6.6%) 0.61 -> 0.53 ms,
+// the training peak +28 KB (+1.5%: the peak is that kernel's scratch there).
+constexpr size_t kAllColumnsBytes = size_t{100} << 10;
 
 const DirectConvKernels& kernels() {
   static const cpu_internal::KernelTable<DirectConvKernels> table{

@@ -126,8 +126,8 @@ TEST(DirectConv, FusedReluMaxPoolEqualsItsSeparateKernelsBitForBit) {
 // Each (oc, c, i, j) of the weight gradient sums its positions in one fixed order whatever else the call
 // computes: a 3-channel convolution's gradient is, bit for bit, the three 1-channel convolutions' gradients
 // on its channels (so taking the columns a channel at a time changes no bit), and the bias gradient too.
-// Small images take every channel's columns at once (11 x 11 positions x 27 taps, in either dtype), large
-// ones one channel's at a time (62 x 62 x 27: past 64 KiB); either way each channel's weights are bit for bit
+// Small images take every channel's columns at once (11 x 11 positions x 27 taps, in any dtype), large ones
+// one channel's at a time (62 x 62 x 27: past 100 KiB); either way each channel's weights are bit for bit
 // the one-channel convolution's.
 TEST(DirectConv, WeightGradientPerInputChannelIsTheOneChannelConvolutionsBitForBit) {
   for (CpuLevel level : supported_cpu_levels()) {
@@ -197,8 +197,9 @@ TEST(DirectConv, F16ColumnsGiveTheF32ColumnsSumsBitForBit) {
 // columns and bf16 dz; with an f16 gradient, f32 dz and the widened pooled gradient; dz for 8 channels at a
 // time (model A's first layer: the f32-sized scratch of before, 0.76 MiB at O2-bf16, was its training
 // peak's largest part). Each bound is below the f32-sized scratch (2 x OC x P floats of dz, K x P of columns).
-// The f32 columns are one input channel's at a time (model A's f16 first layer held all three channels' f32
-// columns per thread, 0.39 MiB of its O2-fp16 training peak); the bf16 ones every channel's, within 64 KiB.
+// The columns are every input channel's where they fit 100 KiB a thread (else one channel's at a time), in
+// bf16 or f16 where the level has kernels for them (model A's f16 first layer held all three channels' f32
+// columns per thread: 0.39 MiB of its O2-fp16 training peak with the f32-sized dz of before).
 TEST(DirectConv, WeightGradientScratchIsSizedByThePathsDtypes) {
   const int saved_threads = num_threads();
   set_num_threads(2);
@@ -223,11 +224,10 @@ TEST(DirectConv, WeightGradientScratchIsSizedByThePathsDtypes) {
       const int64_t scratch = peak.peak().pk(MemCategory::kWorkspace) - mem_stats().cur(MemCategory::kWorkspace);
       const bool bf16_dot = t == BF16 && level >= CpuLevel::kAvx512Bf16;
       const bool f16_columns = t == F16 && level >= CpuLevel::kAvx512;
-      const int64_t dz_rows = 8;                // channels of dz at a time
-      const int64_t taps = p.kh * p.kw;         // the columns of one input channel at a time (f32)
-      // bf16 and f16 columns: every input channel's (48.6 KB, within the 64 KiB for building them once per
-      // image); f32: one channel's
-      const int64_t columns = bf16_dot || f16_columns ? k * positions * 2 : taps * positions * 4;
+      const int64_t dz_rows = 8;  // channels of dz at a time
+      // Every input channel's columns (within the 100 KiB for building them once per image): 48.6 KB in
+      // bf16 or f16, 97.2 KB in f32 (an f16 image on a level without f16 columns)
+      const int64_t columns = k * positions * (bf16_dot || f16_columns ? 2 : 4);
       const int64_t per_thread = bf16_dot ? xp + columns + dz_rows * positions * 2 + lanes
                                           : xp + columns + dz_rows * positions * 4 +
                                                 dz_rows * pool.oh * pool.ow * 4 + lanes;
