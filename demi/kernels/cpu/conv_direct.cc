@@ -38,13 +38,9 @@ void forward_scalar(const DirectGeom& g, const float* xp, const float* wp, const
 }
 
 void columns_scalar(const DirectGeom& g, const float* xp, float* col) {
-  int64_t k = 0;
-  for (int64_t c = 0; c < g.c; ++c)
-    for (int64_t i = 0; i < g.kh; ++i)
-      for (int64_t j = 0; j < g.kw; ++j, ++k)
-        for (int64_t oy = 0; oy < g.oh; ++oy)
-          for (int64_t ox = 0; ox < g.ow; ++ox)
-            col[(k * g.oh + oy) * g.ow + ox] = xp[(c * g.hp + oy + i) * g.wp + ox + j];
+  cpu_internal::for_each_column_row(g, xp, col, [&](const float* src, float* out) {
+    for (int64_t ox = 0; ox < g.ow; ++ox) out[ox] = src[ox];
+  });
 }
 
 void dot_rows_scalar(const float* dz, const float* col, int64_t oc, int64_t k, int64_t positions, float* lanes,

@@ -152,40 +152,24 @@ void forward_pool2x2(const DirectGeom& g, const float* xp, const float* wp, cons
 }
 
 void columns(const DirectGeom& g, const float* xp, float* col) {
-  int64_t k = 0;
-  for (int64_t c = 0; c < g.c; ++c)
-    for (int64_t i = 0; i < g.kh; ++i)
-      for (int64_t j = 0; j < g.kw; ++j, ++k) {
-        float* dst = col + k * g.oh * g.ow;
-        for (int64_t oy = 0; oy < g.oh; ++oy) {
-          const float* src = xp + (c * g.hp + oy + i) * g.wp + j;
-          float* out = dst + oy * g.ow;
-          int64_t ox = 0;
-          for (; ox + 16 <= g.ow; ox += 16) _mm512_storeu_ps(out + ox, _mm512_loadu_ps(src + ox));
-          if (ox < g.ow) {
-            const __mmask16 m = static_cast<__mmask16>((1u << (g.ow - ox)) - 1u);
-            _mm512_mask_storeu_ps(out + ox, m, _mm512_maskz_loadu_ps(m, src + ox));
-          }
-        }
-      }
+  for_each_column_row(g, xp, col, [&](const float* src, float* out) {
+    int64_t ox = 0;
+    for (; ox + 16 <= g.ow; ox += 16) _mm512_storeu_ps(out + ox, _mm512_loadu_ps(src + ox));
+    if (ox < g.ow) {
+      const __mmask16 m = static_cast<__mmask16>((1u << (g.ow - ox)) - 1u);
+      _mm512_mask_storeu_ps(out + ox, m, _mm512_maskz_loadu_ps(m, src + ox));
+    }
+  });
 }
 
 // col in f16 from a padded image whose f32 values are widened f16 (exact both ways).
 void columns_f16(const DirectGeom& g, const float* xp, Half* col) {
-  int64_t k = 0;
-  for (int64_t c = 0; c < g.c; ++c)
-    for (int64_t i = 0; i < g.kh; ++i)
-      for (int64_t j = 0; j < g.kw; ++j, ++k) {
-        Half* dst = col + k * g.oh * g.ow;
-        for (int64_t oy = 0; oy < g.oh; ++oy) {
-          const float* src = xp + (c * g.hp + oy + i) * g.wp + j;
-          Half* out = dst + oy * g.ow;
-          for (int64_t ox = 0; ox < g.ow; ox += 16) {
-            const int64_t n = std::min<int64_t>(16, g.ow - ox);
-            VecAvx512::store_n(out + ox, _mm512_maskz_loadu_ps(VecAvx512::tail_mask(n), src + ox), n);
-          }
-        }
-      }
+  for_each_column_row(g, xp, col, [&](const float* src, Half* out) {
+    for (int64_t ox = 0; ox < g.ow; ox += 16) {
+      const int64_t n = std::min<int64_t>(16, g.ow - ox);
+      VecAvx512::store_n(out + ox, _mm512_maskz_loadu_ps(VecAvx512::tail_mask(n), src + ox), n);
+    }
+  });
 }
 
 // 16 positions of a column from p on (m: those that exist; the others 0).
@@ -254,23 +238,13 @@ void dot_rows_t(const float* dz, const TC* col, int64_t oc, int64_t k, int64_t p
   }
 }
 
-void dot_rows(const float* dz, const float* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
-              int64_t lanes_k, float* db_lanes) {
-  dot_rows_t(dz, col, oc, k, positions, lanes, lanes_k, db_lanes);
-}
-
-void dot_rows_f16(const float* dz, const Half* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
-                  int64_t lanes_k, float* db_lanes) {
-  dot_rows_t(dz, col, oc, k, positions, lanes, lanes_k, db_lanes);
-}
-
 }  // namespace
 
 const DirectConvKernels& direct_conv_kernels_avx512() {
   static const DirectConvKernels k = [] {
-    DirectConvKernels t{"avx512", forward, columns, dot_rows, forward_pool2x2};
+    DirectConvKernels t{"avx512", forward, columns, dot_rows_t<float>, forward_pool2x2};
     t.columns_f16 = columns_f16;
-    t.dot_rows_f16 = dot_rows_f16;
+    t.dot_rows_f16 = dot_rows_t<Half>;
     return t;
   }();
   return k;

@@ -35,23 +35,14 @@ void columns_bf16(const DirectGeom& g, const float* xp, BFloat16* col) {
                                                           23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
                                                           45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
   const __m512i top = _mm512_load_si512(kTopHalves);
-  int64_t k = 0;
-  for (int64_t c = 0; c < g.c; ++c)
-    for (int64_t i = 0; i < g.kh; ++i)
-      for (int64_t j = 0; j < g.kw; ++j, ++k) {
-        BFloat16* dst = col + k * g.oh * g.ow;
-        for (int64_t oy = 0; oy < g.oh; ++oy) {
-          const float* src = xp + (c * g.hp + oy + i) * g.wp + j;
-          BFloat16* out = dst + oy * g.ow;
-          for (int64_t ox = 0; ox < g.ow; ox += 32) {
-            const int64_t n = std::min<int64_t>(32, g.ow - ox);
-            const __mmask32 m = pair_mask(n);
-            const __m512i lo = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(m), src + ox);
-            const __m512i hi = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(m >> 16), src + ox + 16);
-            _mm512_mask_storeu_epi16(out + ox, m, _mm512_permutex2var_epi16(lo, top, hi));
-          }
-        }
-      }
+  for_each_column_row(g, xp, col, [&](const float* src, BFloat16* out) {
+    for (int64_t ox = 0; ox < g.ow; ox += 32) {
+      const __mmask32 m = pair_mask(g.ow - ox);
+      const __m512i lo = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(m), src + ox);
+      const __m512i hi = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(m >> 16), src + ox + 16);
+      _mm512_mask_storeu_epi16(out + ox, m, _mm512_permutex2var_epi16(lo, top, hi));
+    }
+  });
 }
 
 template <int KB>

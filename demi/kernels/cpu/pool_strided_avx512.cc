@@ -50,16 +50,14 @@ void forward_rows(const Pool2dParams& p, const TX* x, const StridedLayout4& xl, 
         }
         // Transpose: channel l's row of `cols` outputs is column l of the tile.
         const int64_t o = (n * p.c + c0) * plane + oy * p.ow + ox0;
-        __m512 rows[16];
-        for (int j = 0; j < 16; ++j) rows[j] = tv[j];
-        V::transpose16(rows);
-        for (int l = 0; l < 16; ++l) V::store_n(y + o + l * plane, rows[l], cols);
+        // (In place: a later tile overwrites only its `cols` columns; the rest reach only lanes not stored.)
+        V::transpose16(tv);
+        for (int l = 0; l < 16; ++l) V::store_n(y + o + l * plane, tv[l], cols);
         if (argmax) {
-          for (int j = 0; j < 16; ++j) rows[j] = ta[j];
-          V::transpose16(rows);
+          V::transpose16(ta);
           for (int l = 0; l < 16; ++l)
             _mm_mask_storeu_epi8(argmax + o + l * plane, static_cast<__mmask16>((1u << cols) - 1u),
-                                 _mm512_cvtepi32_epi8(_mm512_castps_si512(rows[l])));
+                                 _mm512_cvtepi32_epi8(_mm512_castps_si512(ta[l])));
         }
       }
     }

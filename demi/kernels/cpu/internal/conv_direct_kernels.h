@@ -29,6 +29,18 @@ struct DirectGeom {
   int64_t k = 0;                  // C * KH * KW
 };
 
+// row(src, out) for each output row of each column row k = (c, i, j): src = xp[c, oy + i, j ...], out = the
+// row's OW values at col + (k * OH + oy) * OW. The columns kernels differ only in how they copy a row.
+template <typename T, typename Row>
+inline void for_each_column_row(const DirectGeom& g, const float* xp, T* col, Row&& row) {
+  int64_t k = 0;
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j, ++k)
+        for (int64_t oy = 0; oy < g.oh; ++oy)
+          row(xp + (c * g.hp + oy + i) * g.wp + j, col + (k * g.oh + oy) * g.ow);
+}
+
 struct DirectConvKernels {
   const char* name = nullptr;
   // y (ocn, OH, OW) f32, y's channel planes OH * OW apart, = act(conv(xp, wp) + bias) for the tile's first ocn
