@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """demi against PyTorch on this machine, interleaved (BENCHMARKS.md protocol), models A, B, C at
-O0 / O2-bf16 / O2-fp16 (demi) and fp32 / bf16 autocast (PyTorch). Several repetitions; the table shows the
+O0 / O2-bf16 / O2-fp16 (demi; and O2-fp16bp: O2-fp16 with `--f16-products bf16`, its matrix products' f16
+values rounded to bf16 on the pair kernel, where the CPU has AVX512-BF16) and fp32 / bf16 autocast (PyTorch). Several repetitions; the table shows the
 median of each setting's samples/s and the ratios; every measurement is also appended to
 bench/results/compare.jsonl so runs can be compared over time.
 
@@ -39,14 +40,16 @@ def run_json(cmd, env=None):
     return None
 
 
-def demi_run(demi, model, amp, dtype):
+def demi_run(demi, model, amp, dtype, bf16_products=False):
     samples, _ = SIZES[model]
     d = run_json([demi, "train", "--json", "--model", model, "--data", "synthetic", "--amp", amp, "--dtype", dtype,
-                  "--epochs", "2", "--train-samples", str(samples)])
+                  "--epochs", "2", "--train-samples", str(samples)]
+                 + (["--f16-products", "bf16"] if bf16_products else []))
     if d is None:
         return None
     batch = {"A": 32, "B": 128, "C": 256}[model]
-    return {"framework": "demi", "model": model, "setting": "O0" if amp == "O0" else f"{amp}-{dtype}",
+    setting = "O0" if amp == "O0" else f"{amp}-{dtype}" + ("bp" if bf16_products else "")
+    return {"framework": "demi", "model": model, "setting": setting,
             "samples_per_second": batch / (d["median_step_ms"] / 1e3), "median_step_ms": d["median_step_ms"],
             "peak_rss": d["peak_rss"], "peak_tracked": d["peak_total"], "peak_train": d["peak_train"],
             "peak_activation": d["peak_activation"], "system_allocs_per_step": d["system_allocs_per_step"],
@@ -108,6 +111,8 @@ def main():
                     help="a Python with torch (repeatable; default: Debian's and build/torch-venv's)")
     args = ap.parse_args()
     peers = torch_peers(args.torch_python)
+    info = subprocess.run([args.demi, "info"], capture_output=True, text=True, check=False).stdout
+    bf16_products = "avx512_bf16" in info.split("(not:")[0]  # --f16-products bf16 needs the pair kernel
     models = args.models.split(",")
     results = {}
     stamp = datetime.datetime.utcnow().isoformat(timespec="seconds")
@@ -125,6 +130,8 @@ def main():
             runs += [lambda: demi_run(args.demi, m, "O2", "bf16")]
             runs += [lambda py=py, label=label: torch_run(py, label, m, "bf16") for label, py in peers]
             runs += [lambda: demi_run(args.demi, m, "O2", "fp16")]
+            if bf16_products:
+                runs += [lambda: demi_run(args.demi, m, "O2", "fp16", bf16_products=True)]
             for run in runs:
                 r = run()
                 if r is None:
@@ -143,9 +150,11 @@ def main():
     print(f"\ndemi vs PyTorch {stamp} — median of {args.reps} interleaved repetitions, samples/s (peak RSS MiB)\n")
     columns = [(label, p) for label, _ in peers for p in ("fp32", "bf16")]
     columns += [("demi", "O0"), ("demi", "O2-bf16"), ("demi", "O2-fp16")]
+    columns += [("demi", "O2-fp16bp")] if bf16_products else []
     ratios = [(f"O0/{label.split()[1]}", ("demi", "O0"), (label, "fp32")) for label, _ in peers]
     ratios += [(f"bf16/{label.split()[1]}", ("demi", "O2-bf16"), (label, "bf16")) for label, _ in peers]
     ratios += [("O2b/O0", ("demi", "O2-bf16"), ("demi", "O0")), ("O2h/O0", ("demi", "O2-fp16"), ("demi", "O0"))]
+    ratios += [("O2hbp/O0", ("demi", "O2-fp16bp"), ("demi", "O0"))] if bf16_products else []
     print(f"{'model':5} " + " ".join(f"{fw + ' ' + s:>19}" for fw, s in columns) + " "
           + " ".join(f"{name:>12}" for name, _, _ in ratios))
     for m in models:
@@ -156,13 +165,13 @@ def main():
         fma, bf16 = statistics.median(p[0] for p in peaks), statistics.median(p[1] for p in peaks)
         print(f"\nshare of the hardware ceiling measured in this run (f32 FMA {fma:.0f} GFLOP/s, bf16 vdpbf16ps"
               f" {bf16:.0f}): training FLOPs per sample x samples/s / the ceiling of the setting's arithmetic"
-              " (fp32 and fp16 products run FMAs on f32, bf16 ones vdpbf16ps)")
+              " (fp32 and fp16 products run FMAs on f32, bf16 ones and O2-fp16bp's vdpbf16ps)")
         print(f"{'model':5} " + " ".join(f"{fw + ' ' + s:>19}" for fw, s in columns))
         for m in models:
             f = FLOPS_PER_SAMPLE.get(m)
             if f is None:
                 continue
-            share = lambda fw, st: 100 * f * med(m, fw, st) / ((bf16 if st.endswith("bf16") else fma) * 1e9)
+            share = lambda fw, st: 100 * f * med(m, fw, st) / ((bf16 if st.endswith(("bf16", "bp")) else fma) * 1e9)
             print(f"{m:5} " + " ".join(f"{share(fw, s):18.0f}%" for fw, s in columns))
     print("\ndemi tracked peak memory O2-bf16 / O0: all tracked memory; training (all but the data set held in"
           " memory); activations")
@@ -174,7 +183,7 @@ def main():
     print("\ndemi steady-state steps (after the warm-up epoch): system allocations / page faults per step")
     for m in models:
         cells = [f"{s} {med(m, 'demi', s, 'system_allocs_per_step'):.2f} / {med(m, 'demi', s, 'page_faults_per_step'):.2f}"
-                 for s in ("O0", "O2-bf16", "O2-fp16")]
+                 for s in ("O0", "O2-bf16", "O2-fp16") + (("O2-fp16bp",) if bf16_products else ())]
         print(f"  {m}: " + ",  ".join(cells))
 
 

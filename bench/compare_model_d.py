@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Model D (BENCHMARKS.md), demi against PyTorch, interleaved: demi O0, PyTorch fp32, demi O2-bf16, PyTorch bf16
-autocast, demi O2-fp16, repeated; prints the median samples/s of each, the ratios, and demi's tracked peak memory
+autocast, demi O2-fp16 (and O2-fp16bp: its f16 matrix products rounded to bf16, `--f16-products bf16`, where the
+CPU has AVX512-BF16), repeated; prints the median samples/s of each, the ratios, and demi's tracked peak memory
 O2 / O0. Every measurement is appended to bench/results/compare.jsonl, as bench/compare.py does.
 
     /usr/bin/python3 bench/compare_model_d.py [--reps 3] [--steps 8] [--bench build/release/bench/transformer_bench]
@@ -11,6 +12,7 @@ import datetime
 import json
 import os
 import statistics
+import subprocess
 import sys
 
 from compare import ROOT, TORCH_ENV, run_json_lines as run_json, torch_peers
@@ -26,6 +28,9 @@ def main():
                     help="a Python with torch (repeatable; default: Debian's and build/torch-venv's)")
     args = ap.parse_args()
     peers = torch_peers(args.torch_python)
+    demi = os.path.join(ROOT, "build", "release", "tools", "demi", "demi")
+    info = subprocess.run([demi, "info"], capture_output=True, text=True, check=False).stdout
+    bf16_products = "avx512_bf16" in info.split("(not:")[0]  # --f16-products bf16 needs the pair kernel
     env = dict(os.environ, **TORCH_ENV)
     results = {}
     stamp = datetime.datetime.utcnow().isoformat(timespec="seconds")
@@ -34,6 +39,7 @@ def main():
     for rep in range(args.reps):
         runs = [("demi", ["O0"])] + [(peer, "fp32") for peer in peers] + [("demi", ["O2-bf16"])]
         runs += [(peer, "bf16") for peer in peers] + [("demi", ["O2-fp16"])]
+        runs += [("demi", ["O2-fp16bp"])] if bf16_products else []
         for fw, setting in runs:
             if fw == "demi":
                 rows = run_json([args.bench, "--settings", ",".join(setting), "--steps", str(args.steps)])
@@ -59,13 +65,16 @@ def main():
     log.close()
     print(f"model D, median of {args.reps} interleaved repetitions, samples/s")
     columns = [(label, p) for label, _ in peers for p in ("fp32", "bf16")]
-    for fw, s in columns + [("demi", "O0"), ("demi", "O2-bf16"), ("demi", "O2-fp16")]:
+    demi_settings = ["O0", "O2-bf16", "O2-fp16"] + (["O2-fp16bp"] if bf16_products else [])
+    for fw, s in columns + [("demi", s) for s in demi_settings]:
         print(f"  {fw:12s} {s:8s} {med(fw, s):8.1f}")
     for label, _ in peers:
         print(f"  {f'demi O0 / {label} fp32:':34s}{med('demi', 'O0') / med(label, 'fp32'):.2f}x")
         print(f"  {f'demi O2-bf16 / {label} bf16:':34s}{med('demi', 'O2-bf16') / med(label, 'bf16'):.2f}x")
     print(f"  demi O2-bf16 / demi O0:           {med('demi', 'O2-bf16') / med('demi', 'O0'):.2f}x")
     print(f"  demi O2-fp16 / demi O0:           {med('demi', 'O2-fp16') / med('demi', 'O0'):.2f}x")
+    if bf16_products:
+        print(f"  demi O2-fp16bp / demi O0:         {med('demi', 'O2-fp16bp') / med('demi', 'O0'):.2f}x")
     print(f"  demi tracked peak O2 / O0:        {med('demi', 'O2-bf16', 'peak_tracked') / med('demi', 'O0', 'peak_tracked'):.3f}"
           f" (activations {med('demi', 'O2-bf16', 'peak_activation') / med('demi', 'O0', 'peak_activation'):.3f};"
           f" O2-fp16 / O0 {med('demi', 'O2-fp16', 'peak_tracked') / med('demi', 'O0', 'peak_tracked'):.3f})")

@@ -17,6 +17,7 @@
 #include "demi/core/memory.h"
 #include "demi/core/parallel.h"
 #include "demi/core/rng.h"
+#include "demi/kernels/matmul.h"
 #include "demi/nn/models.h"
 #include "demi/ops/dispatch.h"
 
@@ -28,18 +29,21 @@ struct Setting {
   std::string name;
   amp::Level level;
   DType low;
+  bool bf16_products = false;  // O2-fp16bp: f16 matrix products rounded to bf16 (kernels::F16Products::kBf16)
 };
 
 Setting parse_setting(const std::string& s) {
   if (s == "O0") return {s, amp::Level::kO0, DType::kBF16};
   if (s == "O2-bf16") return {s, amp::Level::kO2, DType::kBF16};
   if (s == "O2-fp16") return {s, amp::Level::kO2, DType::kF16};
+  if (s == "O2-fp16bp") return {s, amp::Level::kO2, DType::kF16, true};
   if (s == "O3-bf16") return {s, amp::Level::kO3, DType::kBF16};
-  std::fprintf(stderr, "unknown setting '%s' (O0, O2-bf16, O2-fp16, O3-bf16)\n", s.c_str());
+  std::fprintf(stderr, "unknown setting '%s' (O0, O2-bf16, O2-fp16, O2-fp16bp, O3-bf16)\n", s.c_str());
   std::exit(2);
 }
 
 void run(const Setting& s, int steps, int warmup, int64_t batch, bool profile) {
+  kernels::set_f16_products(s.bf16_products ? kernels::F16Products::kBf16 : kernels::F16Products::kExact);
   set_seed(0);
   auto net = std::make_shared<nn::TransformerClassifier>();
   auto opt = std::make_shared<optim::Momentum>(net->trainable_params(), 0.01, 0.9);

@@ -145,18 +145,24 @@ void convert_bf16_to_f32(const BFloat16* src, float* dst, int64_t n) {
 void round_f32(const float* src, float* dst, int64_t n, DType to) {
   DEMI_CHECK(to == DType::kBF16 || to == DType::kF16, "round_f32: rounds to bfloat16 or float16, got ",
              dtype_name(to));
+  // Through an L1-sized chunk of the low dtype, the variant's kernels called directly (a GEMM rounds a
+  // packed panel of a few hundred values at a time: the bulk conversions' splitting cost more than the
+  // rounding there), chunks split across threads for a large array.
   constexpr int64_t kChunk = 1024;
-  alignas(64) uint16_t low[kChunk];
-  for (int64_t i = 0; i < n; i += kChunk) {
-    const int64_t c = std::min(kChunk, n - i);
-    if (to == DType::kBF16) {
-      convert_f32_to_bf16(src + i, reinterpret_cast<BFloat16*>(low), c);
-      convert_bf16_to_f32(reinterpret_cast<const BFloat16*>(low), dst + i, c);
-    } else {
-      convert_f32_to_f16(src + i, reinterpret_cast<Half*>(low), c);
-      convert_f16_to_f32(reinterpret_cast<const Half*>(low), dst + i, c);
+  const internal::ConvertKernels& k = internal::convert_kernels(cpu_level());
+  parallel_for(0, (n + kChunk - 1) / kChunk, kConvertGrain / kChunk, [&](int64_t c0, int64_t c1) {
+    alignas(64) uint16_t low[kChunk];
+    for (int64_t i = c0 * kChunk; i < std::min(n, c1 * kChunk); i += kChunk) {
+      const int64_t c = std::min(kChunk, n - i);
+      if (to == DType::kBF16) {
+        k.f32_to_bf16(src + i, reinterpret_cast<BFloat16*>(low), c);
+        k.bf16_to_f32(reinterpret_cast<const BFloat16*>(low), dst + i, c);
+      } else {
+        k.f32_to_f16(src + i, reinterpret_cast<Half*>(low), c);
+        k.f16_to_f32(reinterpret_cast<const Half*>(low), dst + i, c);
+      }
     }
-  }
+  });
 }
 
 void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n) {

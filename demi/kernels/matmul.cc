@@ -51,6 +51,36 @@ std::atomic<MatmulPolicy>& policy_slot() {
   return p;
 }
 
+void check_f16_products(F16Products mode) {
+  DEMI_CHECK(mode == F16Products::kExact || cpu::gemm_has_bf16_dot(),
+             "f16 products in bf16 need the bfloat16 pair kernel (AVX512-BF16); this CPU runs demi's ",
+             cpu_level_name(cpu_level()), " kernels: use exact f16 products, or bfloat16 as the low dtype");
+}
+
+F16Products f16_products_from_env() {
+  const char* s = std::getenv("DEMI_F16_PRODUCTS");
+  if (s == nullptr || *s == '\0' || std::strcmp(s, "exact") == 0) return F16Products::kExact;
+  DEMI_CHECK(std::strcmp(s, "bf16") == 0, "DEMI_F16_PRODUCTS must be exact or bf16, got \"", s, "\"");
+  check_f16_products(F16Products::kBf16);
+  return F16Products::kBf16;
+}
+
+std::atomic<F16Products>& f16_products_slot() {
+  static std::atomic<F16Products> m{f16_products_from_env()};
+  return m;
+}
+
+// p as computed under the f16-products setting: with kBf16, a product of f16|bf16 values with an f16 one
+// among them multiplies its f16 values as bf16.
+MatmulParams with_f16_products(const MatmulParams& p) {
+  MatmulParams q = p;
+  if (f16_products() != F16Products::kBf16) return q;
+  const DType a = p.a_dtype, b = b_value_dtype(p);
+  const auto low = [](DType t) { return t == DType::kF16 || t == DType::kBF16; };
+  q.bf16_products = q.bf16_products || (low(a) && low(b) && (a == DType::kF16 || b == DType::kF16));
+  return q;
+}
+
 // What decides the fastest kernel: the product's sizes, layout, dtypes and epilogue, where it runs, and
 // whether oneDNN is a candidate. Packed into integers for the lookup every call makes; the text form
 // (key_of, the cache file's) is built only when a product is not in memory yet.
@@ -58,7 +88,7 @@ internal::ChoiceCache::Key key_of_params(const MatmulParams& p) {
   const int64_t flags = static_cast<int64_t>(cpu_level()) | int64_t{num_threads()} << 8 |
                         int64_t{p.trans_a} << 24 | int64_t{p.trans_b} << 25 | int64_t{p.bias != nullptr} << 26 |
                         int64_t{p.relu} << 27 | int64_t{p.accumulate} << 28 |
-                        int64_t{matmul_policy() == MatmulPolicy::kDemi} << 29 |
+                        int64_t{matmul_policy() == MatmulPolicy::kDemi} << 29 | int64_t{p.bf16_products} << 30 |
                         static_cast<int64_t>(p.a_dtype) << 32 | static_cast<int64_t>(p.b_dtype) << 40 |
                         static_cast<int64_t>(p.c_dtype) << 48 | static_cast<int64_t>(p.b_round) << 56;
   return {p.batch, p.m, p.n, p.k, flags};
@@ -69,7 +99,8 @@ std::string key_of(const MatmulParams& p) {
                  num_threads(), " b", p.batch, " ", p.m, "x", p.n, "x", p.k, p.trans_a ? " ta" : " a",
                  p.trans_b ? " tb" : " b", " ", dtype_name(p.a_dtype), ",", dtype_name(p.b_dtype),
                  p.b_round != DType::kF32 ? str_cat(":", dtype_name(p.b_round)) : "", "->",
-                 dtype_name(p.c_dtype), p.bias ? " bias" : "", p.relu ? " relu" : "", p.accumulate ? " acc" : "");
+                 dtype_name(p.c_dtype), p.bias ? " bias" : "", p.relu ? " relu" : "", p.accumulate ? " acc" : "",
+                 p.bf16_products ? " f16-as-bf16" : "");
 }
 
 internal::ChoiceCache& choices() {
@@ -130,11 +161,16 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
     }
   }
   std::vector<Kernel> cand;
-  if (matmul_policy() != MatmulPolicy::kDemi) cand.push_back(Kernel::kOnednn);
-  cand.push_back(Kernel::kDemiF32);
-  const bool bf16 = p.a_dtype == DType::kBF16 && b_value_dtype(p) == DType::kBF16;
-  if (bf16 && cpu::gemm_has_bf16_dot()) cand.push_back(Kernel::kDemiBf16);
-  if (bf16 && matmul_policy() != MatmulPolicy::kDemi) cand.push_back(Kernel::kOnednnF32);
+  if (p.bf16_products) {  // demi's kernels, which round f16 values to bf16: the pair kernel first
+    cand.push_back(Kernel::kDemiBf16);
+    cand.push_back(Kernel::kDemiF32);
+  } else {
+    if (matmul_policy() != MatmulPolicy::kDemi) cand.push_back(Kernel::kOnednn);
+    cand.push_back(Kernel::kDemiF32);
+    const bool bf16 = p.a_dtype == DType::kBF16 && b_value_dtype(p) == DType::kBF16;
+    if (bf16 && cpu::gemm_has_bf16_dot()) cand.push_back(Kernel::kDemiBf16);
+    if (bf16 && matmul_policy() != MatmulPolicy::kDemi) cand.push_back(Kernel::kOnednnF32);
+  }
   if (cpu::gemm_dot_supported(p)) cand.push_back(Kernel::kDemiDot);
   if (cand.size() == 1) return cand[0];
   // Output: c itself unless the product reads it (accumulate): the chosen kernel's run overwrites it after.
@@ -179,8 +215,9 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
 }
 
 // The kernel for p: from memory, else from the cache file, else tuned now and recorded.
+// (f16 values multiplied as bf16 run on demi's kernels that compute them so, whatever the policy.)
 Kernel choose(const MatmulParams& p, const void* a, const void* b, void* out) {
-  if (matmul_policy() == MatmulPolicy::kOnednn) return Kernel::kOnednn;
+  if (matmul_policy() == MatmulPolicy::kOnednn && !p.bf16_products) return Kernel::kOnednn;
   return static_cast<Kernel>(choices().choose(
       key_of_params(p), [&] { return key_of(p); }, [&] { return static_cast<int>(tune(p, a, b, out)); }));
 }
@@ -190,19 +227,28 @@ Kernel choose(const MatmulParams& p, const void* a, const void* b, void* out) {
 void set_matmul_policy(MatmulPolicy policy) { policy_slot().store(policy); }
 MatmulPolicy matmul_policy() { return policy_slot().load(); }
 
-void matmul(const MatmulParams& p, const void* a, const void* b, void* c) {
-  check_matmul_params(p, "matmul");
-  if (p.c_dtype == DType::kF64) return ref::matmul(p, a, b, c);
+void set_f16_products(F16Products mode) {
+  check_f16_products(mode);
+  f16_products_slot().store(mode);
+}
+F16Products f16_products() { return f16_products_slot().load(); }
+const char* f16_products_name(F16Products mode) { return mode == F16Products::kBf16 ? "bf16" : "exact"; }
+
+void matmul(const MatmulParams& p_in, const void* a, const void* b, void* c) {
+  check_matmul_params(p_in, "matmul");
+  if (p_in.c_dtype == DType::kF64) return ref::matmul(p_in, a, b, c);
+  const MatmulParams p = with_f16_products(p_in);
   run(choose(p, a, b, c), p, a, b, c);
 }
 
 bool matmul_picks_onednn(const MatmulParams& p, const void* a, const void* b) {
   check_matmul_params(p, "matmul");
-  return p.c_dtype != DType::kF64 && choose(p, a, b, nullptr) == Kernel::kOnednn;
+  return p.c_dtype != DType::kF64 && choose(with_f16_products(p), a, b, nullptr) == Kernel::kOnednn;
 }
 
-std::string matmul_kernel(const MatmulParams& p) {
-  check_matmul_params(p, "matmul");
+std::string matmul_kernel(const MatmulParams& p_in) {
+  check_matmul_params(p_in, "matmul");
+  const MatmulParams p = with_f16_products(p_in);
   if (p.c_dtype == DType::kF64) return "reference";
   const Kernel k = choose(p, nullptr, nullptr, nullptr);
   MatmulParams widened = p;  // what oneDNN runs: a rounded b's copy (see run()), or (onednn-f32) widened operands

@@ -41,6 +41,20 @@ enum class MatmulPolicy { kAuto, kDemi, kOnednn };
 void set_matmul_policy(MatmulPolicy policy);
 MatmulPolicy matmul_policy();
 
+// How products of f16 values are computed (an explicit choice, never made silently): kExact multiplies the
+// f16 values themselves (demi's GEMM converts them to f32 in packing; the f32 FMA rate on a CPU without fp16
+// arithmetic); kBf16 rounds them to bf16 (8 significant bits instead of 11) and runs the bf16 pair kernel
+// (or demi's f32 kernel or demi-dot on the rounded values, where those measure faster: short K, few output
+// columns), about twice as fast where vdpbf16ps exists, with other numbers (MatmulParams::bf16_products);
+// oneDNN, which multiplies f16 values exactly, is never chosen for them. It applies to every matmul() of
+// f16|bf16 operands with at least one f16 value (Dense, MatMul, BatchMatMul and their gradients, attention's
+// products); convolutions keep exact f16 products. kBf16 needs AVX512-BF16 (else a demi::Error). Process-
+// wide; from DEMI_F16_PRODUCTS=exact|bf16 at start (default exact), `demi train --f16-products`.
+enum class F16Products { kExact, kBf16 };
+void set_f16_products(F16Products mode);
+F16Products f16_products();
+const char* f16_products_name(F16Products mode);  // "exact", "bf16"
+
 // The kernel a product runs (tuning it now if it has not run yet; a and b are then read from scratch
 // operands): "onednn (brg:avx512_core)", "demi-f32 (demi:avx512_bf16:f32)", "reference".
 std::string matmul_kernel(const MatmulParams& p);

@@ -17,6 +17,7 @@ std::string describe(const MatmulParams& p) {
   if (p.bias) s += str_cat(", bias(", p.n, ") ", dtype_name(p.bias_dtype));
   if (p.relu) s += ", relu";
   if (p.accumulate) s += ", accumulate";
+  if (p.bf16_products) s += ", float16 values multiplied as bfloat16";
   return s;
 }
 
@@ -38,6 +39,10 @@ void check_matmul_params(const MatmulParams& p, const char* op) {
   DEMI_CHECK(p.b_round == DType::kF32 || ((p.b_round == DType::kBF16 || p.b_round == DType::kF16) &&
                                           p.b_dtype == DType::kF32),
              op, ": b can be read rounded to bfloat16 or float16 only from float32, got ", describe(p));
+  auto low = [](DType t) { return t == DType::kBF16 || t == DType::kF16; };
+  DEMI_CHECK(!p.bf16_products || (low(p.a_dtype) && low(b_value_dtype(p))), op,
+             ": float16 values are multiplied as bfloat16 only in a product of float16|bfloat16 operands, got ",
+             describe(p));
 }
 
 }  // namespace demi::kernels

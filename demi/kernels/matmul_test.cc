@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "demi/core/convert.h"
+#include "demi/core/error.h"
+#include "demi/kernels/cpu/gemm.h"
 #include "demi/kernels/internal/matmul_conv_test_util.h"
 #include "demi/kernels/reference/matmul.h"
 #include "demi/kernels/tolerance.h"
@@ -82,6 +84,50 @@ TEST(Matmul, AnF32OperandReadRoundedIsTheCastOperandsProductUnderEveryPolicy) {
           EXPECT_EQ(c.bytes, c_cast.bytes);
         }
       }
+  set_matmul_policy(MatmulPolicy::kAuto);
+}
+
+// F16Products::kBf16 (an explicit opt-in): every product with f16 values among f16|bf16 operands runs one
+// of demi's kernels, which round them to bf16 (the pair kernel; the f32 one on rounded panels or demi-dot
+// where those measure faster), under every policy, and is the reference's product of those values rounded to bf16
+// (ref::matmul honours MatmulParams::bf16_products: the reference twin); f32 and bf16 x bf16 products are
+// untouched. Without AVX512-BF16 the setting is refused.
+TEST(Matmul, F16ProductsInBf16RunThePairKernelOnBf16RoundedValues) {
+  if (!cpu::gemm_has_bf16_dot()) {
+    EXPECT_THROW(set_f16_products(F16Products::kBf16), Error);
+    EXPECT_EQ(f16_products(), F16Products::kExact);
+    return;
+  }
+  set_f16_products(F16Products::kBf16);
+  for (MatmulPolicy policy : {MatmulPolicy::kAuto, MatmulPolicy::kDemi, MatmulPolicy::kOnednn})
+    for (int shape = 0; shape < 4; ++shape) {
+      set_matmul_policy(policy);
+      MatmulParams p = product(37, shape == 3 ? 10 : 70, 45, DType::kF16);
+      if (shape == 1) p.c_dtype = DType::kF32;              // a weight gradient's f32 sums
+      if (shape == 2) p.b_dtype = DType::kF32, p.b_round = DType::kF16;  // the master weight read as f16
+      SCOPED_TRACE(describe(p) + " -> " + matmul_kernel(p));
+      EXPECT_EQ(matmul_kernel(p).rfind("demi-", 0), 0u);  // never oneDNN's, which multiplies f16 exactly
+      Operand a = random_operand(p.a_dtype, p.m * p.k, 1), b = random_operand(p.b_dtype, p.n * p.k, 2);
+      std::vector<float> want(static_cast<size_t>(p.m * p.n)), exact(want.size());
+      MatmulParams r = p;
+      r.bf16_products = true;
+      r.c_dtype = DType::kF32;
+      ref::matmul(r, a.data(), b.data(), want.data());
+      r.bf16_products = false;
+      ref::matmul(r, a.data(), b.data(), exact.data());
+      EXPECT_NE(want, exact);  // the setting changes the numbers
+      Operand c = random_operand(p.c_dtype, p.m * p.n, 3);
+      matmul(p, a.data(), b.data(), c.data());
+      EXPECT_TRUE(all_close(c.data(), p.c_dtype, widen(want.data(), DType::kF32, c.n),
+                            tolerance_for_sum(p.c_dtype, p.k, 1.0)));
+    }
+  set_matmul_policy(MatmulPolicy::kOnednn);
+  EXPECT_EQ(matmul_kernel(product(8, 8, 8, DType::kF32)).rfind("onednn (", 0), 0u);
+  EXPECT_EQ(matmul_kernel(product(8, 8, 8, DType::kBF16)).rfind("onednn (", 0), 0u);
+  set_matmul_policy(MatmulPolicy::kAuto);
+  set_f16_products(F16Products::kExact);
+  set_matmul_policy(MatmulPolicy::kOnednn);
+  EXPECT_EQ(matmul_kernel(product(8, 8, 8, DType::kF16)).rfind("onednn (", 0), 0u);
   set_matmul_policy(MatmulPolicy::kAuto);
 }
 

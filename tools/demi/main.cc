@@ -31,6 +31,7 @@
 #include "demi/core/tensor.h"
 #include "demi/ops/ops.h"
 #include "demi/dist/dist.h"
+#include "demi/kernels/matmul.h"
 #include "tools/demi/args.h"
 
 #ifndef DEMI_VERSION
@@ -94,6 +95,8 @@ void print_info() {
               ctx.device_id);
   std::printf("oneDNN:     %d.%d.%d (%s runtime)\n", dnnl->major, dnnl->minor, dnnl->patch,
               runtime_name(dnnl->cpu_runtime));
+  std::printf("f16 products: %s (DEMI_F16_PRODUCTS, demi train --f16-products: exact or bf16)\n",
+              kernels::f16_products_name(kernels::f16_products()));
   std::printf("\n%s", mem_report().c_str());
 }
 

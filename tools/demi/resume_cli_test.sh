@@ -39,19 +39,40 @@ check damaged 0 "skips a checkpoint that does not load, kept as .*modelC-1_4.saf
 grep -q "resumed from .*modelC-1_2.safetensors" "$work/damaged.log" || { echo "damaged: did not resume from 1_2"; exit 1; }
 cmp -s "$work/damaged.copy" "$newest.damaged" || { echo "damaged: the damaged checkpoint was not kept as it was"; exit 1; }
 [[ -f $newest ]] || { echo "damaged: the resumed run did not write its own modelC-1_4 again"; exit 1; }
+summary() { grep '"kind":"summary"' "$1" | grep -o '"\(final_loss\|test_accuracy\)":[^,}]*' | tr '\n' ' '; }
+# resumes_exactly NAME TRAIN...: TRAIN run for 2 epochs, and for 1 then resumed for the second (from the
+# epoch's end), end at the same loss and accuracy, bit for bit; the runs' folders are $work/NAME.*.
+resumes_exactly() {
+  local name=$1
+  shift
+  "$@" --epochs 2 --ckpt-dir "$work/$name.full" > "$work/$name.full.log" 2>&1
+  "$@" --epochs 1 --ckpt-dir "$work/$name.half" > "$work/$name.half1.log" 2>&1
+  "$@" --epochs 2 --ckpt-dir "$work/$name.half" --resume > "$work/$name.half2.log" 2>&1
+  local full half
+  full=$(summary "$work/$name.full.log")
+  half=$(summary "$work/$name.half2.log")
+  [[ -n $full && $full == "$half" ]] || { echo "$name: the resumed run ends at $half, the uninterrupted one at $full"; exit 1; }
+  echo "$name: OK"
+}
 # bf16 optimizer state: saved as it is, so a run resumed at an epoch's end ends bit for bit where an
 # uninterrupted one does; resuming it with another --optimizer-state is warned about.
 state=("$demi" train --model C --data synthetic --train-samples 1024 --batch-size 256 --amp O2 --dtype bf16
        --optimizer-state bf16 --json)
-"${state[@]}" --epochs 2 --ckpt-dir "$work/full" > "$work/full.log" 2>&1
-"${state[@]}" --epochs 1 --ckpt-dir "$work/half" > "$work/half1.log" 2>&1
-"${state[@]}" --epochs 2 --ckpt-dir "$work/half" --resume > "$work/half2.log" 2>&1
-summary() { grep '"kind":"summary"' "$1" | grep -o '"\(final_loss\|test_accuracy\)":[^,}]*' | tr '\n' ' '; }
-[[ -n $(summary "$work/full.log") && $(summary "$work/full.log") == $(summary "$work/half2.log") ]] || {
-  echo "bf16 state: the resumed run ends at $(summary "$work/half2.log"), the uninterrupted one at $(summary "$work/full.log")"
-  exit 1
-}
-echo "bf16_state_resume: OK"
+resumes_exactly bf16_state_resume "${state[@]}"
 check state_changed 0 "warning: resuming .*, taken with --optimizer-state bf16, with --optimizer-state fp32" \
-  "${state[@]}" --optimizer-state fp32 --epochs 3 --ckpt-dir "$work/half" --resume
+  "${state[@]}" --optimizer-state fp32 --epochs 3 --ckpt-dir "$work/bf16_state_resume.half" --resume
+# f16 products in bf16 (an option that changes the numbers, where the CPU has AVX512-BF16): the same, and the
+# run reports the setting.
+features=$("$demi" info | grep '^features:' | sed 's/(not:.*//')
+if [[ $features == *avx512_bf16* ]]; then
+  prod=("$demi" train --model C --data synthetic --train-samples 1024 --batch-size 256 --amp O2 --dtype fp16
+        --f16-products bf16 --json)
+  resumes_exactly f16_products_resume "${prod[@]}"
+  grep -q '"f16_products":"bf16"' "$work/f16_products_resume.full.log" ||
+    { echo "f16 products: the run does not report bf16"; exit 1; }
+  check products_changed 0 "warning: resuming .*, taken with --f16-products bf16, with --f16-products exact" \
+    "${prod[@]}" --f16-products exact --epochs 3 --ckpt-dir "$work/f16_products_resume.half" --resume
+else
+  echo "f16_products_resume: skipped (no AVX512-BF16: --f16-products bf16 is refused)"
+fi
 echo "resume_cli_test: all OK"

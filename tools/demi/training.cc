@@ -25,6 +25,7 @@
 #include "demi/ops/dispatch.h"
 #include "demi/dist/dist.h"
 #include "demi/io/internal/json.h"
+#include "demi/kernels/matmul.h"
 #include "demi/train/checkpoint.h"
 #include "demi/train/model.h"
 #include "demi/train/report.h"
@@ -301,7 +302,8 @@ io::Metadata run_settings(const ParsedArgs& args, const Job& job) {
           {"cli.lr", args.get("lr")},
           {"cli.seed", args.get("seed")},
           {"cli.sink-size", args.get("sink-size")},
-          {"cli.optimizer-state", args.get("optimizer-state")}};
+          {"cli.optimizer-state", args.get("optimizer-state")},
+          {"cli.f16-products", args.get("f16-products")}};
 }
 
 // A resume checks the settings the checkpoint was taken with: mid-epoch, another data set, sample count
@@ -685,6 +687,7 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
         {"system_allocs_per_step", num(s.system_allocs_per_step)},
         {"page_faults_per_step", num(s.page_faults_per_step)},
         {"mode", json_str(exec_mode_name(get_context().mode))},
+        {"f16_products", json_str(kernels::f16_products_name(kernels::f16_products()))},
         {"sink_size", num(static_cast<double>(sink_size))},
         {"graph_replayed_steps", num(static_cast<double>(s.graph.replayed_steps))},
         {"graph_diverged_steps", num(static_cast<double>(s.graph.diverged_steps))},
@@ -717,9 +720,12 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
     }
     std::printf("%s\n", json_object(f).c_str());
   } else {
-    std::printf("model %s on %s, %s %s: %lld steps, %.0f samples/s (median step %.2f ms), data wait %.2f%%\n",
+    const bool bf16_products = level != amp::Level::kO0 && low == DType::kF16 &&
+                               kernels::f16_products() == kernels::F16Products::kBf16;
+    std::printf("model %s on %s, %s %s%s: %lld steps, %.0f samples/s (median step %.2f ms), data wait %.2f%%\n",
                 job.model_key.c_str(), job.data_name.c_str(), amp::level_name(level),
                 level == amp::Level::kO0 ? "float32" : std::string(dtype_name(low)).c_str(),
+                bf16_products ? " (matrix products in bfloat16)" : "",
                 static_cast<long long>(s.steps), s.samples_per_second, s.median_step_seconds * 1e3,
                 100 * s.data_wait_fraction);
     std::printf("final train loss %.4f, test accuracy %.4f, %lld step(s) skipped, loss scale %g\n",
@@ -1030,6 +1036,10 @@ std::vector<Option> training_options() {
       int_option("seed", "S", "random seed (weights, data order, synthetic data)", "1", 0, 1e18),
       int_option("threads", "N", "threads (0: every core)", "0", 0, 4096),
       {"mode", "M", "graph (GRAPH_MODE: each update replays a static memory plan, one arena) or pynative", "graph"},
+      {"f16-products", "P", "how float16 matrix products (Dense, MatMul and their gradients) multiply: exact (the f16 "
+                            "values: the f32 FMA rate on a CPU without fp16 arithmetic) or bf16 (rounded to bfloat16 "
+                            "on the pair kernel: about twice as fast with AVX512-BF16, other numbers; convolutions "
+                            "stay exact)", "exact"},
       int_option("train-samples", "N", "use only the first N training samples (0: all)", "0", 0, 1e12),
       {"loss-scale", "S", "default (the level's), none, fixed:N or dynamic", "default"},
       {"batch-norm", "", "model B with a BatchNorm after each convolution (kept FP32 at O2: the black list)", ""},
@@ -1067,6 +1077,12 @@ void apply_thread_option(const ParsedArgs& args) {
     threads = hardware;
   }
   ctx.num_threads = static_cast<int>(threads);
+  if (args.has("f16-products")) {
+    const std::string products = args.get("f16-products");
+    if (products != "exact" && products != "bf16")
+      throw UsageError("--f16-products expects exact or bf16, got '" + products + "'");
+    kernels::set_f16_products(products == "bf16" ? kernels::F16Products::kBf16 : kernels::F16Products::kExact);
+  }
   if (args.has("mode")) {
     const std::string mode = args.get("mode");
     if (mode == "graph") {

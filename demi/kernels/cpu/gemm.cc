@@ -165,6 +165,30 @@ constexpr int64_t kRoundRows = 32;      // even: whole pairs
 constexpr int64_t kRoundElems = 16384;  // bf16 values staged at a time (32 KiB of stack)
 static_assert(kRoundElems % (64 * 32) == 0, "a transposed panel's k steps are whole blocks of 32");
 
+// n values of an operand stored in t (bf16, f16 or f32; an f32 one read as `round`: f32, bf16 or f16) into
+// bf16, for the pair kernel: copied, or rounded to bf16 (an f16 value or one read as f16 widened exactly to
+// f32 first, so one rounding: MatmulParams::bf16_products).
+// (Called on the threads, a row of a block at a time: the variant's one-pass kernel where it has one, else
+// the conversion kernels directly, through an L1 chunk.)
+void to_bf16(const GemmKernels& g, const void* src, DType t, DType round, BFloat16* dst, int64_t n) {
+  if (t == DType::kBF16) return static_cast<void>(std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(BFloat16)));
+  const internal::ConvertKernels& k = internal::convert_kernels(cpu_level());
+  if (t == DType::kF32 && round != DType::kF16) return k.f32_to_bf16(static_cast<const float*>(src), dst, n);
+  if (g.f16_to_bf16 != nullptr) return g.f16_to_bf16(src, t, dst, n);
+  constexpr int64_t kChunk = 512;
+  alignas(64) float wide[kChunk];
+  alignas(64) Half half[kChunk];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t c = std::min(kChunk, n - i);
+    const Half* h = static_cast<const Half*>(src) + i;
+    if (t == DType::kF32) {  // read as f16: rounded to f16 first
+      k.f32_to_f16(static_cast<const float*>(src) + i, half, c);
+      h = half;
+    }
+    k.f16_to_f32(h, wide, c);
+    k.f32_to_bf16(wide, dst + i, c);
+  }
+}
 
 // How one (batch-1) product is computed: which way round, its blocks, and the bytes of scratch it takes,
 // all from its parameters and thread count (a product's scratch is taken before it runs, by its caller:
@@ -260,8 +284,9 @@ Layout layout(const MatmulParams& p_in, const GemmKernels& g, bool bf16, int thr
   // (cstage), and kRoundRows rows of a transposed f32 a read rounded to bf16. Taken by the workers
   // themselves, the blocks alive at once would depend on whether the threads' parts overlapped in time,
   // and graph mode's recording (the stepping thread's allocations) would miss them.
-  L.low_bytes = bf16 && p.trans_a && L.a_round != DType::kF32 ? static_cast<size_t>(kRoundRows * L.mc) * sizeof(BFloat16)
-                                                              : 0;
+  L.low_bytes = bf16 && p.trans_a && p.a_dtype != DType::kBF16
+                    ? static_cast<size_t>(kRoundRows * L.mc) * sizeof(BFloat16)
+                    : 0;
   // (A column block of one panel is not shared: one task multiplies it, with its own block of a.)
   const int64_t last_nc = N - (ceil_div(N, L.nc_max) - 1) * L.nc_max;
   const bool every_block_shared = L.ashared_bytes > 0 && L.nc_max > NR && last_nc > NR;
@@ -287,6 +312,10 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
   const int64_t kc = L.kc, kc_pad = L.kc_pad, nc_max = L.nc_max, mc = L.mc, thread_parts = L.thread_parts;
   const size_t panel_elems = L.panel_elems, panel_bytes = L.panel_bytes;
   const bool staged = L.staged, stage_tiles = L.stage_tiles;
+  // MatmulParams::bf16_products on the f32 path: the f16 values (stored, or an f32 operand read as f16),
+  // exact in f32 once converted, are rounded once more, to bf16, in the packed panels and blocks.
+  const bool a_to_bf16_f32 = !bf16 && p.bf16_products && (p.a_dtype == DType::kF16 || a_round == DType::kF16);
+  const bool b_to_bf16_f32 = !bf16 && p.bf16_products && (p.b_dtype == DType::kF16 || b_round == DType::kF16);
 
   float* stage = reinterpret_cast<float*>(scratch);
   char* bpack = scratch + bytes64(L.stage_bytes);
@@ -337,7 +366,8 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
             const int64_t j = jc + q0 * NR, w = std::min(N, jc + std::min(p1, q0 + group) * NR) - j;
             for (int64_t k0 = 0; k0 < kcur; k0 += kRoundRows) {
               const int64_t kk = std::min(kRoundRows, kcur - k0);
-              for (int64_t r = 0; r < kk; ++r) convert_f32_to_bf16(src + (pc + k0 + r) * ldb + j, low + r * w, w);
+              for (int64_t r = 0; r < kk; ++r)
+                to_bf16(g, element_at(b, (pc + k0 + r) * ldb + j, p.b_dtype), p.b_dtype, b_round, low + r * w, w);
               g.pack_b_bf16(low, false, w, 0, kk, 0, w, out + (q0 - p0) * stride + k0 * NR, stride);
             }
           }
@@ -349,7 +379,7 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
           for (int64_t k0 = 0; k0 < kcur; k0 += kstep) {
             const int64_t kk = std::min(kstep, kcur - k0);
             for (int64_t col = 0; col < w; ++col)
-              convert_f32_to_bf16(src + (j + col) * ldb + pc + k0, low + col * kk, kk);
+              to_bf16(g, element_at(b, (j + col) * ldb + pc + k0, p.b_dtype), p.b_dtype, b_round, low + col * kk, kk);
             g.pack_b_bf16(low, true, kk, 0, kk, 0, w, out + (q - p0) * stride + k0 * NR, stride);
           }
         }
@@ -357,14 +387,23 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
       // Panels [p0, p1) of the block into consecutive panels from dst.
       const auto pack_to = [&](int64_t p0, int64_t p1, char* dst) {
         if (p0 >= p1) return;
-        if (b_round != DType::kF32) return pack_rounded(p0, p1, dst);
-        const int64_t j = jc + p0 * NR, w = std::min(N, jc + p1 * NR) - j;
         const int64_t stride = static_cast<int64_t>(panel_elems);
-        if (bf16)
-          g.pack_b_bf16(static_cast<const BFloat16*>(b), p.trans_b, ldb, pc, kcur, j, w,
-                        reinterpret_cast<BFloat16*>(dst), stride);
-        else
-          g.pack_b_f32(b, p.b_dtype, p.trans_b, ldb, pc, kcur, j, w, reinterpret_cast<float*>(dst), stride);
+        // (An f16 b on the pair kernel, MatmulParams::bf16_products, is rounded to bf16 there too.)
+        if (b_round != DType::kF32 || (bf16 && p.b_dtype != DType::kBF16)) {
+          pack_rounded(p0, p1, dst);
+        } else {
+          const int64_t j = jc + p0 * NR, w = std::min(N, jc + p1 * NR) - j;
+          if (bf16)
+            g.pack_b_bf16(static_cast<const BFloat16*>(b), p.trans_b, ldb, pc, kcur, j, w,
+                          reinterpret_cast<BFloat16*>(dst), stride);
+          else
+            g.pack_b_f32(b, p.b_dtype, p.trans_b, ldb, pc, kcur, j, w, reinterpret_cast<float*>(dst), stride);
+        }
+        if (b_to_bf16_f32)  // f16 values in f32 panels, rounded once more, to bf16
+          for (int64_t q = 0; q < p1 - p0; ++q) {
+            float* f = reinterpret_cast<float*>(dst) + q * stride;
+            round_f32(f, f, kcur * NR, DType::kBF16);
+          }
       };
       const auto pack = [&](int64_t p0, int64_t p1) { pack_to(p0, p1, bp + p0 * panel_bytes); };
       const int64_t ic_blocks = ceil_div(M, mc);
@@ -375,23 +414,18 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
       // a read rounded is rounded here. Part `part` of `parts` (rows, or transposed, runs of k) only, so that
       // threads can share one block; `low` holds kRoundRows x mcur bf16 (a transposed a read rounded to bf16).
       const auto prepare_a = [&](int64_t i0, int64_t mcur, void* dst, BFloat16* low, int64_t part, int64_t parts) {
-        const auto* a32 = static_cast<const float*>(a);  // (when a_round is set)
         if (!p.trans_a) {  // rows [r0, r1)
           const int64_t r0 = mcur * part / parts, r1 = mcur * (part + 1) / parts;
           if (bf16) {
             auto* out = static_cast<BFloat16*>(dst);
-            for (int64_t i = r0; i < r1; ++i) {
-              if (a_round != DType::kF32)
-                convert_f32_to_bf16(a32 + (i0 + i) * lda + pc, out + i * kc_pad, kcur);
-              else
-                std::memcpy(out + i * kc_pad, element_at(a, (i0 + i) * lda + pc, p.a_dtype),
-                            static_cast<size_t>(kcur) * sizeof(BFloat16));
-            }
+            for (int64_t i = r0; i < r1; ++i)
+              to_bf16(g, element_at(a, (i0 + i) * lda + pc, p.a_dtype), p.a_dtype, a_round, out + i * kc_pad, kcur);
             return;
           }
           float* out = static_cast<float*>(dst) + r0 * kcur;
           g.to_f32(element_at(a, (i0 + r0) * lda + pc, p.a_dtype), p.a_dtype, lda, r1 - r0, kcur, out, kcur);
           if (a_round != DType::kF32) round_f32(out, out, (r1 - r0) * kcur, a_round);
+          if (a_to_bf16_f32) round_f32(out, out, (r1 - r0) * kcur, DType::kBF16);
           return;
         }
         // Transposed: runs of k [k0, k1), whole kRoundRows blocks (even: whole pairs) but for the last.
@@ -403,14 +437,16 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
           float* out = static_cast<float*>(dst) + k0 * mcur;
           g.to_f32(element_at(a, (pc + k0) * lda + i0, p.a_dtype), p.a_dtype, lda, k1 - k0, mcur, out, mcur);
           if (a_round != DType::kF32) round_f32(out, out, (k1 - k0) * mcur, a_round);
+          if (a_to_bf16_f32) round_f32(out, out, (k1 - k0) * mcur, DType::kBF16);
           return;
         }
         auto* out = static_cast<BFloat16*>(dst);  // pairs from an even k: at k * mcur
-        if (a_round == DType::kF32)
+        if (p.a_dtype == DType::kBF16)
           return g.pack_a_pairs(static_cast<const BFloat16*>(a), lda, pc + k0, k1 - k0, i0, mcur, out + k0 * mcur);
         for (int64_t kb = k0; kb < k1; kb += kRoundRows) {
           const int64_t kk = std::min(kRoundRows, k1 - kb);
-          for (int64_t r = 0; r < kk; ++r) convert_f32_to_bf16(a32 + (pc + kb + r) * lda + i0, low + r * mcur, mcur);
+          for (int64_t r = 0; r < kk; ++r)
+            to_bf16(g, element_at(a, (pc + kb + r) * lda + i0, p.a_dtype), p.a_dtype, a_round, low + r * mcur, mcur);
           g.pack_a_pairs(low, mcur, 0, kk, 0, mcur, out + kb * mcur);
         }
       };
@@ -512,8 +548,8 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
 }
 
 bool uses_bf16(const MatmulParams& p, const GemmKernels& g, GemmPath path) {
-  return path == GemmPath::kBf16Dot && g.bf16 != nullptr && p.a_dtype == DType::kBF16 &&
-         b_value_dtype(p) == DType::kBF16;
+  return path == GemmPath::kBf16Dot && g.bf16 != nullptr && a_product_dtype(p) == DType::kBF16 &&
+         b_product_dtype(p) == DType::kBF16;
 }
 
 }  // namespace

@@ -161,6 +161,29 @@ void pack_a_pairs(const BFloat16* a, int64_t ld, int64_t k0, int64_t kc, int64_t
   }
 }
 
+// n f16 values (t = f16), or f32 ones read as f16 (t = f32: rounded to f16 first), into bf16 in one pass in
+// registers: bit for bit the chain through the conversion kernels (f32 -> f16 -> f32 -> bf16, each rounding
+// to nearest even), since a value widened from f16 is never an f32 denormal, the one case where
+// vcvtne2ps2bf16 needs a fix-up (it flushes them).
+inline __m512 f16_lanes(const void* src, DType t, int64_t i, __mmask16 m) {
+  if (t == DType::kF32)
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, static_cast<const float*>(src) + i),
+                                           _MM_FROUND_TO_NEAREST_INT));
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, static_cast<const Half*>(src) + i));
+}
+
+void f16_to_bf16(const void* src, DType t, BFloat16* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 lo = f16_lanes(src, t, i, 0xffff), hi = f16_lanes(src, t, i + 16, 0xffff);
+    _mm512_storeu_si512(dst + i, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));  // lo's first
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 m = static_cast<__mmask16>((1u << std::min<int64_t>(16, n - i)) - 1u);
+    _mm256_mask_storeu_epi16(dst + i, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(f16_lanes(src, t, i, m))));
+  }
+}
+
 }  // namespace
 
 const GemmKernels& gemm_kernels_avx512bf16() {
@@ -172,6 +195,7 @@ const GemmKernels& gemm_kernels_avx512bf16() {
     g.bf16_indirect_narrow = ukr_bf16_indirect_narrow;
     g.pack_b_bf16 = pack_b_bf16;
     g.pack_a_pairs = pack_a_pairs;
+    g.f16_to_bf16 = f16_to_bf16;
     return g;
   }();
   return k;

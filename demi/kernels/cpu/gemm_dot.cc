@@ -60,6 +60,10 @@ void product(const MatmulParams& p, const void* a, const void* b, void* c, const
   Workspace b32(p.b_dtype == DType::kF32 && !rounded ? 0 : static_cast<size_t>(N * K) * sizeof(float));
   // (Across the threads: model A's 32 x 7200 x 10 f16 forward on its FP32 master weight ran at 120-130
   // GFLOP/s with one thread rounding, 120-142 with two, on a Zen 5.)
+  // MatmulParams::bf16_products: f16 values (exact in f32) are then rounded once more, to bf16; the sums of
+  // their products run in f32 as any other's.
+  const bool b_to_bf16 = p.bf16_products && b_value_dtype(p) == DType::kF16;
+  const bool a_to_bf16 = p.bf16_products && p.a_dtype == DType::kF16;
   const float* bf = static_cast<const float*>(b);
   if (rounded || p.b_dtype != DType::kF32) {
     float* dst = b32.f32();
@@ -68,6 +72,7 @@ void product(const MatmulParams& p, const void* a, const void* b, void* c, const
         round_f32(bf + e0, dst + e0, e1 - e0, p.b_round);
       else
         convert(element_at(b, e0, p.b_dtype), p.b_dtype, dst + e0, DType::kF32, e1 - e0);
+      if (b_to_bf16) round_f32(dst + e0, dst + e0, e1 - e0, DType::kBF16);
     });
     bf = dst;
   }
@@ -84,6 +89,7 @@ void product(const MatmulParams& p, const void* a, const void* b, void* c, const
       if (p.a_dtype != DType::kF32) {
         auto* rows = reinterpret_cast<float*>(a32.part(t));
         convert(element_at(a, i0 * K, p.a_dtype), p.a_dtype, rows, DType::kF32, mr * K);
+        if (a_to_bf16) round_f32(rows, rows, mr * K, DType::kBF16);
         af = rows;
       }
       for (int64_t j0 = 0; j0 < N; j0 += kDotTileN) {

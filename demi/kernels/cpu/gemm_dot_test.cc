@@ -11,6 +11,7 @@
 #include "demi/core/convert.h"
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/core/half.h"
 #include "demi/kernels/internal/matmul_conv_test_util.h"
 #include "demi/kernels/reference/matmul.h"
 #include "demi/kernels/tolerance.h"
@@ -99,6 +100,58 @@ TEST(GemmDot, AnF32OperandReadRoundedIsBitForBitTheCastOperand) {
       cast.b_round = F32;
       gemm_dot(cast, a.data(), b_low.data(), want.data());
       EXPECT_EQ(got, want);
+    }
+  }
+}
+
+// MatmulParams::bf16_products: f16 values (an f16 a or b, an f32 b read as f16) rounded to bf16 are bit for
+// bit the product of operands cast to bf16 first, at every level; and not the exact f16 product.
+TEST(GemmDot, F16ValuesMultipliedAsBf16AreBitForBitTheProductOfBf16CastOperands) {
+  struct Mix {
+    DType a, b, round, c;
+  };
+  const Mix mixes[] = {{F16, F16, F32, F16}, {F16, F16, F32, F32}, {F16, BF16, F32, F16}, {BF16, F16, F32, BF16},
+                       {F16, F32, F16, F16}};
+  uint64_t seed = 90;
+  for (CpuLevel level : supported_cpu_levels()) {
+    ScopedCpuLevel scoped(level);
+    for (const Mix& mix : mixes) {
+      MatmulParams p;
+      p.batch = 2;
+      p.m = 7;
+      p.n = 13;
+      p.k = 7200 / 16 + 3;
+      p.trans_b = true;
+      p.a_dtype = mix.a;
+      p.b_dtype = mix.b;
+      p.b_round = mix.round;
+      p.c_dtype = mix.c;
+      p.bf16_products = true;
+      SCOPED_TRACE(describe(p) + " at " + std::string(cpu_level_name(level)));
+      Operand a = kernels::testing::random_operand(mix.a, p.batch * p.m * p.k, seed += 3);
+      Operand b = kernels::testing::random_operand(mix.b, p.batch * p.n * p.k, seed + 1);
+      std::vector<BFloat16> a16(static_cast<size_t>(a.n)), b16(static_cast<size_t>(b.n));
+      convert(a.data(), mix.a, a16.data(), BF16, a.n);
+      std::vector<Half> b_half(static_cast<size_t>(b.n));
+      if (mix.round == F16) {
+        convert(b.data(), F32, b_half.data(), F16, b.n);
+        convert(b_half.data(), F16, b16.data(), BF16, b.n);
+      } else {
+        convert(b.data(), mix.b, b16.data(), BF16, b.n);
+      }
+      std::vector<char> got(static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(mix.c)), want(got.size()),
+          exact(got.size());
+      gemm_dot(p, a.data(), b.data(), got.data());
+      MatmulParams cast = p;
+      cast.a_dtype = cast.b_dtype = BF16;
+      cast.b_round = F32;
+      cast.bf16_products = false;
+      gemm_dot(cast, a16.data(), b16.data(), want.data());
+      EXPECT_EQ(got, want);
+      MatmulParams plain = p;
+      plain.bf16_products = false;
+      gemm_dot(plain, a.data(), b.data(), exact.data());
+      EXPECT_NE(got, exact);
     }
   }
 }

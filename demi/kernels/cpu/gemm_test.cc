@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "demi/core/convert.h"
@@ -232,6 +233,28 @@ TEST(Gemm, ThreadedProductsTakeTheirScratchOnTheCallingThread) {
   set_num_threads(saved_threads);
 }
 
+// Runs check(shape, transposes, path, level) over both blockings (the default, and one that crosses every
+// block), every CPU level, every shape, the four transposes and both micro-kernel paths, on 2 threads.
+template <typename Check>
+void for_each_layout(const std::vector<Mnk>& shapes, Check check) {
+  const int saved_threads = num_threads();
+  set_num_threads(2);
+  for (GemmBlocking blk : {GemmBlocking{}, GemmBlocking{12, 10, 128}}) {
+    ScopedBlocking scoped_blk(blk);
+    for (CpuLevel level : supported_cpu_levels()) {
+      ScopedCpuLevel scoped(level);
+      for (const Mnk& s : shapes)
+        for (int t = 0; t < 4; ++t)
+          for (GemmPath path : {GemmPath::kBf16Dot, GemmPath::kF32}) check(s, t, path, level);
+    }
+  }
+  set_num_threads(saved_threads);
+}
+
+std::string where(const MatmulParams& p, CpuLevel level, GemmPath path) {
+  return describe(p) + " at " + std::string(cpu_level_name(level)) + (path == GemmPath::kF32 ? " (f32 path)" : "");
+}
+
 // An f32 b read rounded to bf16|f16 (MatmulParams::b_round: AMP's master weights) is rounded as it is
 // packed: bit for bit the product of the cast b, on either micro-kernel, in every layout — including
 // products whose operands are swapped (b then packed as a, in both orientations), several K blocks,
@@ -242,40 +265,81 @@ TEST(Gemm, AnF32OperandReadRoundedIsBitForBitTheCastOperand) {
   };
   const Mix mixes[] = {{BF16, BF16, F32}, {BF16, BF16, BF16}, {F16, F16, F32}, {F16, F16, F16}, {F32, BF16, F32}};
   // ({70, 190, 300}: swapped, then too few rows to split: the threads share the rounded block of a.)
-  const Mnk shapes[] = {{7, 65, 17}, {13, 129, 21}, {5, 300, 300}, {40, 70, 600}, {300, 5, 260}, {10, 3000, 32},
-                        {70, 190, 300}};
-  const int saved_threads = num_threads();
-  set_num_threads(2);
+  const std::vector<Mnk> shapes = {{7, 65, 17},   {13, 129, 21}, {5, 300, 300}, {40, 70, 600},
+                                   {300, 5, 260}, {10, 3000, 32}, {70, 190, 300}};
   uint64_t seed = 20000;
-  for (GemmBlocking blk : {GemmBlocking{}, GemmBlocking{12, 10, 128}}) {
-    ScopedBlocking scoped_blk(blk);
-    for (CpuLevel level : supported_cpu_levels()) {
-      ScopedCpuLevel scoped(level);
-      for (const Mix& mix : mixes)
-        for (const Mnk& s : shapes)
-          for (int t = 0; t < 4; ++t)
-            for (GemmPath path : {GemmPath::kBf16Dot, GemmPath::kF32}) {
-              MatmulParams p = params(s, t, s.m == 7 ? 2 : 1, {mix.a, F32, mix.c});
-              p.b_round = mix.round;
-              SCOPED_TRACE(describe(p) + " at " + std::string(cpu_level_name(level)) +
-                           (path == GemmPath::kF32 ? " (f32 path)" : ""));
-              const int64_t na = p.batch * p.m * p.k, nb = p.batch * p.k * p.n, nc = p.batch * p.m * p.n;
-              auto a = kernels::testing::random_operand(mix.a, na, seed += 10);
-              auto b = kernels::testing::random_operand(F32, nb, seed + 1);
-              static_cast<float*>(b.data())[nb / 2] = 70000.0f;  // inf in f16
-              std::vector<char> b_low(static_cast<size_t>(nb) * dtype_size(mix.round));
-              convert(b.data(), F32, b_low.data(), mix.round, nb);
-              std::vector<char> got(static_cast<size_t>(nc) * dtype_size(mix.c)), want(got.size());
-              gemm(p, a.data(), b.data(), got.data(), path);
-              MatmulParams cast = p;
-              cast.b_dtype = mix.round;
-              cast.b_round = F32;
-              gemm(cast, a.data(), b_low.data(), want.data(), path);
-              ASSERT_EQ(got, want);
-            }
-    }
-  }
-  set_num_threads(saved_threads);
+  for (const Mix& mix : mixes)
+    for_each_layout(shapes, [&](const Mnk& s, int t, GemmPath path, CpuLevel level) {
+      MatmulParams p = params(s, t, s.m == 7 ? 2 : 1, {mix.a, F32, mix.c});
+      p.b_round = mix.round;
+      SCOPED_TRACE(where(p, level, path));
+      const int64_t na = p.batch * p.m * p.k, nb = p.batch * p.k * p.n, nc = p.batch * p.m * p.n;
+      auto a = kernels::testing::random_operand(mix.a, na, seed += 10);
+      auto b = kernels::testing::random_operand(F32, nb, seed + 1);
+      static_cast<float*>(b.data())[nb / 2] = 70000.0f;  // inf in f16
+      std::vector<char> b_low(static_cast<size_t>(nb) * dtype_size(mix.round));
+      convert(b.data(), F32, b_low.data(), mix.round, nb);
+      std::vector<char> got(static_cast<size_t>(nc) * dtype_size(mix.c)), want(got.size());
+      gemm(p, a.data(), b.data(), got.data(), path);
+      MatmulParams cast = p;
+      cast.b_dtype = mix.round;
+      cast.b_round = F32;
+      gemm(cast, a.data(), b_low.data(), want.data(), path);
+      ASSERT_EQ(got, want);
+    });
+}
+
+// MatmulParams::bf16_products: the f16 values (an f16 a or b, an f32 b read as f16) multiplied rounded to
+// bf16 give bit for bit the bf16 product of operands cast to bf16 first (f32 -> f16 -> bf16 for a b read as
+// f16), over K blocks, swapped products, column splits, transposes and output dtypes, on both paths (the
+// pair kernel, and the f32 FMA kernel on rounded panels, at every level); and it is not the exact product.
+TEST(Gemm, F16ValuesMultipliedAsBf16AreBitForBitTheProductOfBf16CastOperands) {
+  struct Mix {
+    DType a, b, round, c;
+  };
+  const Mix mixes[] = {{F16, F16, F32, F32},  {F16, F16, F32, F16},  {F16, BF16, F32, F32},
+                       {BF16, F16, F32, BF16}, {F16, F32, F16, F32}, {F16, F32, F16, F16}};
+  const std::vector<Mnk> shapes = {{7, 65, 17},   {13, 129, 21}, {5, 300, 300},
+                                   {40, 70, 600}, {300, 5, 260}, {70, 190, 300}};
+  uint64_t seed = 30000;
+  int differs_from_exact = 0, products = 0;
+  for (const Mix& mix : mixes)
+    for_each_layout(shapes, [&](const Mnk& s, int t, GemmPath path, CpuLevel level) {
+      MatmulParams p = params(s, t, s.m == 7 ? 2 : 1, {mix.a, mix.b, mix.c});
+      p.b_round = mix.round;
+      p.bf16_products = true;
+      SCOPED_TRACE(where(p, level, path));
+      const int64_t na = p.batch * p.m * p.k, nb = p.batch * p.k * p.n, nc = p.batch * p.m * p.n;
+      auto a = kernels::testing::random_operand(mix.a, na, seed += 10);
+      auto b = kernels::testing::random_operand(mix.b, nb, seed + 1);
+      // An f16 subnormal (a normal f32 once widened) and, read as f16, an f32 past f16's range (inf).
+      if (mix.a == F16) static_cast<Half*>(a.data())[na / 3] = Half(3e-6f);
+      if (mix.b == F32) static_cast<float*>(b.data())[nb / 2] = 70000.0f;
+      std::vector<char> got(static_cast<size_t>(nc) * dtype_size(mix.c)), want(got.size()), exact(got.size());
+      gemm(p, a.data(), b.data(), got.data(), path);
+      // The operands cast to bf16 first: an f16 value widened exactly, then rounded once.
+      std::vector<BFloat16> a16(static_cast<size_t>(na)), b16(static_cast<size_t>(nb));
+      convert(a.data(), mix.a, a16.data(), BF16, na);
+      std::vector<Half> b_half(mix.round == F16 ? static_cast<size_t>(nb) : 0);
+      if (mix.round == F16) {
+        convert(b.data(), F32, b_half.data(), F16, nb);
+        convert(b_half.data(), F16, b16.data(), BF16, nb);
+      } else {
+        convert(b.data(), mix.b, b16.data(), BF16, nb);
+      }
+      MatmulParams cast = p;
+      cast.a_dtype = cast.b_dtype = BF16;
+      cast.b_round = F32;
+      cast.bf16_products = false;
+      gemm(cast, a16.data(), b16.data(), want.data(), path);
+      ASSERT_EQ(got, want);
+      MatmulParams plain = p;
+      plain.bf16_products = false;
+      gemm(plain, a.data(), b.data(), exact.data(), path);
+      differs_from_exact += exact != got;
+      ++products;
+    });
+  EXPECT_EQ(differs_from_exact, products);  // random f16 values: 11 significant bits make other sums
 }
 
 TEST(Gemm, RejectsFloat64AndBadSizes) {

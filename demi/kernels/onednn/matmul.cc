@@ -304,8 +304,18 @@ bool f16_matmul_splits(const MatmulParams& p) {
   return onednn_has_amx() && p.m >= 1024 && p.n >= 32 && p.k <= 512 && !p.trans_a;
 }
 
+// oneDNN multiplies f16 values exactly (widened to f32): a product whose f16 values are to be multiplied as
+// bf16 (MatmulParams::bf16_products) is demi's pair kernel's, never silently computed the other way.
+namespace {
+void check_exact(const MatmulParams& p) {
+  DEMI_CHECK(!p.bf16_products, "oneDNN's matmul multiplies float16 values exactly; ", describe(p),
+             " runs on demi's bfloat16 pair kernel (kernels::matmul)");
+}
+}  // namespace
+
 void matmul(const MatmulParams& p, const void* a, const void* b, void* c) {
   check_matmul_params(p, "matmul");
+  check_exact(p);
   try {
     if (p.c_dtype == DType::kF64) return ref::matmul(p, a, b, c);
     if (p.a_dtype == DType::kF16 || p.b_dtype == DType::kF16) return matmul_widening(p, Widening{}, a, b, c);
@@ -317,6 +327,7 @@ void matmul(const MatmulParams& p, const void* a, const void* b, void* c) {
 
 void matmul_widened(const MatmulParams& p, const void* a, const void* b, void* c) {
   check_matmul_params(p, "matmul");
+  check_exact(p);
   try {
     if (p.c_dtype == DType::kF64) return ref::matmul(p, a, b, c);
     matmul_widening(p, Widening{.bf16 = true}, a, b, c);

@@ -19,6 +19,12 @@ void matmul_impl(const MatmulParams& p, const void* a, const void* b, void* c) {
     if (p.b_round == DType::kBF16) v = static_cast<Acc>(static_cast<float>(BFloat16(static_cast<float>(v))));
     if (p.b_round == DType::kF16) v = static_cast<Acc>(static_cast<float>(Half(static_cast<float>(v))));
   }
+  // bf16_products: the f16 values multiplied as bf16 (f16 -> f32 is exact, then one rounding).
+  const auto as_bf16 = [](std::vector<Acc>& values) {
+    for (Acc& v : values) v = static_cast<Acc>(static_cast<float>(BFloat16(static_cast<float>(v))));
+  };
+  if (p.bf16_products && p.a_dtype == DType::kF16) as_bf16(A);
+  if (p.bf16_products && b_value_dtype(p) == DType::kF16) as_bf16(B);
   std::vector<Acc> bias =
       p.bias ? internal::widen<Acc>(p.bias, p.bias_dtype, N) : std::vector<Acc>(N, Acc(0));
   std::vector<Acc> old =

@@ -86,6 +86,10 @@ struct GemmKernels {
   // [ceil(kc / 2)][mc][2] (the odd last k's partner +0), read by the bf16 kernel with rs = 2, cs = 2 * mc.
   void (*pack_a_pairs)(const BFloat16* a, int64_t ld, int64_t k0, int64_t kc, int64_t i0, int64_t mc,
                        BFloat16* dst) = nullptr;
+  // n f16 values (t f16), or f32 values read as f16 (t f32), rounded to bf16 in one pass: the packing of
+  // MatmulParams::bf16_products for the pair kernel. nullptr where a variant has none (the caller goes
+  // through the conversion kernels, with the same result).
+  void (*f16_to_bf16)(const void* src, DType t, BFloat16* dst, int64_t n) = nullptr;
 };
 
 const GemmKernels& gemm_kernels_scalar();
