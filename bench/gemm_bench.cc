@@ -3,6 +3,8 @@
 // reference models' product shapes and 1024^3, per dtype and direction, interleaved in one run (each
 // pair alternates; best of the rounds), with the f32 FMA and bf16 ceilings measured in the same run.
 // f16 through oneDNN includes widening the operands (it has no f16 kernels); demi converts in packing.
+// "f16->bf16": the f16 products with their values rounded to bf16 on the pair kernel (MatmulParams::
+// bf16_products, `--f16-products bf16`: other numbers, an explicit option), where the CPU has AVX512-BF16.
 //
 //   build/release/bench/gemm_bench [--rounds N] [--filter SUBSTRING]
 #include <algorithm>
@@ -100,8 +102,8 @@ int main(int argc, char** argv) {
   const double fma = kernels::cpu::fma_peak_gflops(0.3), bf16 = kernels::cpu::bf16_peak_gflops(0.3);
   std::printf("threads %d, cpu level %s; measured ceilings: f32 FMA %.0f GFLOP/s, bf16 vdpbf16ps %.0f GFLOP/s\n",
               num_threads(), std::string(cpu_level_name(cpu_level())).c_str(), fma, bf16);
-  std::printf("%-30s %8s %8s %9s %8s %7s %7s %7s\n", "product (GFLOP/s)", "oneDNN", "demi-f32", "demi-bf16",
-              "demi-dot", "best/o", "o %pk", "best%pk");
+  std::printf("%-30s %8s %8s %9s %8s %7s %7s %7s %9s\n", "product (GFLOP/s)", "oneDNN", "demi-f32", "demi-bf16",
+              "demi-dot", "best/o", "o %pk", "best%pk", "f16->bf16");
   for (Case& c : cases) {
     if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
     const MatmulParams& p = c.p;
@@ -127,16 +129,24 @@ int main(int argc, char** argv) {
     if (pairs)
       runs.push_back([&] { kernels::cpu::gemm(q, a.data(), b.data(), out.data(), kernels::cpu::GemmPath::kBf16Dot); });
     if (dot) runs.push_back([&] { kernels::cpu::gemm_dot(q, a.data(), b.data(), out.data()); });
+    // (Last, and apart from the exact kernels' best: it computes other numbers.)
+    MatmulParams qb = q;
+    qb.bf16_products = true;
+    const bool f16_values = p.a_dtype == DType::kF16 && kernels::b_value_dtype(p) == DType::kF16;
+    const bool as_bf16 = f16_values && kernels::cpu::gemm_has_bf16_dot();
+    if (as_bf16)
+      runs.push_back([&] { kernels::cpu::gemm(qb, a.data(), b.data(), out.data(), kernels::cpu::GemmPath::kBf16Dot); });
     const std::vector<double> best = bench::best_seconds(runs, rounds);
     std::vector<double> g;
     for (double t : best) g.push_back(flops / t / 1e9);
-    const double demi_best = *std::max_element(g.begin() + 1, g.end());
+    const double demi_best = *std::max_element(g.begin() + 1, g.end() - (as_bf16 ? 1 : 0));
     // The ceiling of the fastest kernel available for the dtype: bf16 pairs where they beat the FMA rate.
     const double peak = bf16_in ? std::max(fma, bf16) : fma;
     auto column = [&](bool has, size_t i) { return has ? std::to_string(static_cast<int>(g[i])) : std::string("-"); };
-    std::printf("%-30s %8.1f %8.1f %9s %8s %7.2f %6.0f%% %6.0f%%  %s\n", c.name.c_str(), g[0], g[1],
+    std::printf("%-30s %8.1f %8.1f %9s %8s %7.2f %6.0f%% %6.0f%% %9s  %s\n", c.name.c_str(), g[0], g[1],
                 column(pairs, 2).c_str(), column(dot, pairs ? 3 : 2).c_str(), demi_best / g[0], 100 * g[0] / peak,
-                100 * demi_best / peak, kernels::onednn::matmul_implementation(qo).c_str());
+                100 * demi_best / peak, column(as_bf16, g.size() - 1).c_str(),
+                kernels::onednn::matmul_implementation(qo).c_str());
   }
   return 0;
 }
