@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "demi/core/convert.h"
+#include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/kernels/cpu/gemm.h"
 #include "demi/kernels/internal/matmul_conv_test_util.h"
@@ -93,11 +94,13 @@ TEST(Matmul, AnF32OperandReadRoundedIsTheCastOperandsProductUnderEveryPolicy) {
 // (ref::matmul honours MatmulParams::bf16_products: the reference twin); f32 and bf16 x bf16 products are
 // untouched. Without AVX512-BF16 the setting is refused.
 TEST(Matmul, F16ProductsInBf16RunThePairKernelOnBf16RoundedValues) {
-  if (!cpu::gemm_has_bf16_dot()) {
-    EXPECT_THROW(set_f16_products(F16Products::kBf16), Error);
+  for (CpuLevel level : supported_cpu_levels()) {  // refused where the pair kernel is missing, kept as it was
+    ScopedCpuLevel scoped(level);
+    if (cpu::gemm_has_bf16_dot()) continue;
+    EXPECT_THROW(set_f16_products(F16Products::kBf16), Error) << cpu_level_name(level);
     EXPECT_EQ(f16_products(), F16Products::kExact);
-    return;
   }
+  if (!cpu::gemm_has_bf16_dot()) return;
   set_f16_products(F16Products::kBf16);
   for (MatmulPolicy policy : {MatmulPolicy::kAuto, MatmulPolicy::kDemi, MatmulPolicy::kOnednn})
     for (int shape = 0; shape < 4; ++shape) {
