@@ -32,8 +32,9 @@ enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32, kDemiDot
 // before should be made again.
 // 6: demi's GEMM splits few-row products by columns, swaps only from K = 256; 7: a swapped product stores
 // its tiles through a block, a column-split one shares its block of a between the threads, and a widening
-// path holding more than kMaxWideningBytes of copies is never chosen
-constexpr int kTuneVersion = 7;
+// path holding more than kMaxWideningBytes of copies is never chosen; 8: an f32 a stored by rows is read in
+// place (no block of a), and f16 products may be computed in bf16 (F16Products)
+constexpr int kTuneVersion = 8;
 constexpr const char* kKernelNames[] = {"onednn", "demi-f32", "demi-bf16", "onednn-f32", "demi-dot"};
 static_assert(std::size(kKernelNames) == static_cast<size_t>(Kernel::kDemiDot) + 1, "a kernel needs its name");
 
@@ -204,10 +205,14 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   // kF16WidenMargin, to be worth that memory, and are not taken at all where they hold more than
   // kMaxWideningBytes at once (model C's 1024 x 784 x 256 f16 weight gradient into bf16 widened its
   // operands and f32 output whole: 4.5 MiB, 22% of its O2-fp16 training peak, for a product ~10% faster).
-  // (An f32 b read rounded to f16 is copied for oneDNN as f32 values: counted with the rest.)
+  // So do oneDNN's runs on an f32 b read rounded (AMP's master weight), which get a rounded copy of the
+  // whole b per call (run()): to bf16 too, not only to f16 (model C's 1024 x 1024 forward at O2-bf16 took
+  // oneDNN on its bf16 copy when a tuning measured it a few percent faster than demi's pair kernel, and
+  // the 2 MiB copies raised C's O2-bf16 training peak from 18.98 to 24.38 MiB).
   const bool f16 = p.a_dtype == DType::kF16 || b_value_dtype(p) == DType::kF16;
   for (size_t i = 0; i < cand.size(); ++i) {
-    const bool widens = (f16 && cand[i] == Kernel::kOnednn) || cand[i] == Kernel::kOnednnF32;
+    const bool copies = cand[i] == Kernel::kOnednn && (f16 || p.b_round != DType::kF32);
+    const bool widens = copies || cand[i] == Kernel::kOnednnF32;
     if (!widens) continue;
     best[i] = workspace[i] > kMaxWideningBytes ? std::numeric_limits<double>::infinity() : best[i] * kF16WidenMargin;
   }

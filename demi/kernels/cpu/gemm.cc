@@ -202,6 +202,7 @@ struct Layout {
   int64_t kc = 0, kc_pad = 0, nk = 0, nc_max = 0, mc = 0;
   size_t panel_elems = 0, panel_bytes = 0;
   bool staged = false, column_split = false, stage_tiles = false;
+  bool a_in_place = false;  // the micro-kernel reads an f32 a's rows where they are (no block of a)
   size_t a_block_bytes = 0, low_bytes = 0;
   // The scratch, one block carved in this order: c staged in f32, the packed panels of b, the block of a
   // the threads share, then each thread's part (its block of a, its staged tiles, its rounding rows).
@@ -273,11 +274,17 @@ Layout layout(const MatmulParams& p_in, const GemmKernels& g, bool bf16, int thr
   L.column_split = ceil_div(M, L.mc) == 1 && threads > 1;
   L.bpack_bytes =
       static_cast<size_t>(L.column_split ? threads : ceil_div(std::min(N, L.nc_max), NR)) * L.panel_bytes;
-  // a is always copied a block at a time into compact rows (or, transposed, columns): read in place its
-  // rows would be lda apart, often a multiple of 4 KiB, which maps a micro-panel's rows onto the same
-  // cache sets (measured: the in-place f32 block ran 0.7x the converted f16 one on model C's shapes).
-  L.a_block_bytes = bf16 ? static_cast<size_t>(L.kc_pad * L.mc) * sizeof(BFloat16)
-                         : static_cast<size_t>(L.kc * L.mc) * sizeof(float);
+  // An f32 a stored by rows and read as stored goes to the micro-kernel in place (rows lda apart); any
+  // other a is copied a block at a time into compact rows (or, transposed, columns), converted or rounded
+  // on the way. The copy was once kept for every a, since a stride of a multiple of 4 KiB maps a
+  // micro-panel's six rows onto one cache set; measured on a Zen 4 (gemm_bench, demi / oneDNN, three
+  // interleaved runs each way) reading in place is as fast or faster on every reference shape, 4 KiB
+  // strides included (C's 1024-wide dx 0.92-0.94 either way, 1024^3 0.94-0.95 -> 0.97), and much faster
+  // where a block of a is reused by few panels (B's 128 x 128 x 3136 forward 0.72-0.77 -> 0.92-0.94).
+  L.a_in_place = !bf16 && !p.trans_a && p.a_dtype == DType::kF32 && L.a_round == DType::kF32;
+  L.a_block_bytes = L.a_in_place ? 0
+                    : bf16       ? static_cast<size_t>(L.kc_pad * L.mc) * sizeof(BFloat16)
+                                 : static_cast<size_t>(L.kc * L.mc) * sizeof(float);
   L.stage_tiles = L.swapped && g.store_f32_transposed != nullptr;
   L.ashared_bytes = L.column_split && N > NR ? L.a_block_bytes : 0;  // the row block the threads share
   // Each thread's part: a block of a (unless the threads share one), the swapped tiles' staging block
@@ -461,7 +468,7 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
       if (!pack_in_task) parallel_for(0, panels, threads > 1 ? 1 : panels, pack);
       // Then the tasks share the one row block of a, prepared by all the threads first (each preparing the
       // whole block, the threads did the same work twice: 18% of model B's 128 x 128 x 3136 forward).
-      const bool shared_a = pack_in_task;
+      const bool shared_a = pack_in_task && !L.a_in_place;
       if (shared_a)
         for_each_part(thread_parts, thread_parts, [&](int64_t part, int64_t, int64_t) {
           prepare_a(0, M, ashared, buffers(part).low, part, thread_parts);
@@ -474,9 +481,9 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
           const int64_t i0 = ib * mc, mcur = std::min(mc, M - i0);
           const int64_t pn0 = ns * panels / n_split, pn1 = (ns + 1) * panels / n_split;
           // The block's a: pointer and strides (elements) as the micro-kernel reads it.
-          const void* ap = shared_a ? ashared : own.ablock;
-          if (!shared_a) prepare_a(i0, mcur, own.ablock, own.low, 0, 1);
-          const auto [rs, cs] = a_strides(mcur);
+          const void* ap = L.a_in_place ? element_at(a, i0 * lda + pc, DType::kF32) : shared_a ? ashared : own.ablock;
+          if (!shared_a && !L.a_in_place) prepare_a(i0, mcur, own.ablock, own.low, 0, 1);
+          const auto [rs, cs] = L.a_in_place ? std::pair<int64_t, int64_t>{lda, 1} : a_strides(mcur);
           // The tile of the block's rows ir ... ir + MR against `panel` (set below, per panel).
           const char* panel = nullptr;
           const auto multiply = [&](int64_t ir, const GemmTile& tile) {
