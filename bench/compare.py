@@ -40,6 +40,12 @@ def run_json(cmd, env=None):
     return None
 
 
+def has_bf16_products(demi):
+    """Whether this CPU takes `--f16-products bf16` (it needs AVX512-BF16, as `demi info` lists)."""
+    info = subprocess.run([demi, "info"], capture_output=True, text=True, check=False).stdout
+    return any(l.startswith("features:") and "avx512_bf16" in l.split("(not:")[0] for l in info.splitlines())
+
+
 def demi_run(demi, model, amp, dtype, bf16_products=False):
     samples, _ = SIZES[model]
     d = run_json([demi, "train", "--json", "--model", model, "--data", "synthetic", "--amp", amp, "--dtype", dtype,
@@ -111,8 +117,7 @@ def main():
                     help="a Python with torch (repeatable; default: Debian's and build/torch-venv's)")
     args = ap.parse_args()
     peers = torch_peers(args.torch_python)
-    info = subprocess.run([args.demi, "info"], capture_output=True, text=True, check=False).stdout
-    bf16_products = "avx512_bf16" in info.split("(not:")[0]  # --f16-products bf16 needs the pair kernel
+    bf16_products = has_bf16_products(args.demi)
     models = args.models.split(",")
     results = {}
     stamp = datetime.datetime.utcnow().isoformat(timespec="seconds")

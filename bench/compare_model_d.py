@@ -12,10 +12,9 @@ import datetime
 import json
 import os
 import statistics
-import subprocess
 import sys
 
-from compare import ROOT, TORCH_ENV, run_json_lines as run_json, torch_peers
+from compare import ROOT, TORCH_ENV, has_bf16_products, run_json_lines as run_json, torch_peers
 
 
 def main():
@@ -28,9 +27,7 @@ def main():
                     help="a Python with torch (repeatable; default: Debian's and build/torch-venv's)")
     args = ap.parse_args()
     peers = torch_peers(args.torch_python)
-    demi = os.path.join(ROOT, "build", "release", "tools", "demi", "demi")
-    info = subprocess.run([demi, "info"], capture_output=True, text=True, check=False).stdout
-    bf16_products = "avx512_bf16" in info.split("(not:")[0]  # --f16-products bf16 needs the pair kernel
+    bf16_products = has_bf16_products(os.path.join(ROOT, "build", "release", "tools", "demi", "demi"))
     env = dict(os.environ, **TORCH_ENV)
     results = {}
     stamp = datetime.datetime.utcnow().isoformat(timespec="seconds")

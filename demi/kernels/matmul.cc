@@ -77,8 +77,8 @@ MatmulParams with_f16_products(const MatmulParams& p) {
   MatmulParams q = p;
   if (f16_products() != F16Products::kBf16) return q;
   const DType a = p.a_dtype, b = b_value_dtype(p);
-  const auto low = [](DType t) { return t == DType::kF16 || t == DType::kBF16; };
-  q.bf16_products = q.bf16_products || (low(a) && low(b) && (a == DType::kF16 || b == DType::kF16));
+  q.bf16_products = q.bf16_products || (is_low_precision(a) && is_low_precision(b) &&
+                                        (a == DType::kF16 || b == DType::kF16));
   return q;
 }
 

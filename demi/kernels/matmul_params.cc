@@ -39,8 +39,7 @@ void check_matmul_params(const MatmulParams& p, const char* op) {
   DEMI_CHECK(p.b_round == DType::kF32 || ((p.b_round == DType::kBF16 || p.b_round == DType::kF16) &&
                                           p.b_dtype == DType::kF32),
              op, ": b can be read rounded to bfloat16 or float16 only from float32, got ", describe(p));
-  auto low = [](DType t) { return t == DType::kBF16 || t == DType::kF16; };
-  DEMI_CHECK(!p.bf16_products || (low(p.a_dtype) && low(b_value_dtype(p))), op,
+  DEMI_CHECK(!p.bf16_products || (is_low_precision(p.a_dtype) && is_low_precision(b_value_dtype(p))), op,
              ": float16 values are multiplied as bfloat16 only in a product of float16|bfloat16 operands, got ",
              describe(p));
 }

@@ -166,28 +166,14 @@ constexpr int64_t kRoundElems = 16384;  // bf16 values staged at a time (32 KiB 
 static_assert(kRoundElems % (64 * 32) == 0, "a transposed panel's k steps are whole blocks of 32");
 
 // n values of an operand stored in t (bf16, f16 or f32; an f32 one read as `round`: f32, bf16 or f16) into
-// bf16, for the pair kernel: copied, or rounded to bf16 (an f16 value or one read as f16 widened exactly to
-// f32 first, so one rounding: MatmulParams::bf16_products).
-// (Called on the threads, a row of a block at a time: the variant's one-pass kernel where it has one, else
-// the conversion kernels directly, through an L1 chunk.)
+// bf16, for the pair kernel: copied, or rounded to bf16 (an f16 value, or one read as f16, by the variant's
+// one-pass kernel: MatmulParams::bf16_products). Called on the threads, a row of a block at a time, so the
+// conversion kernel is called directly (the bulk conversion would try to split the row across threads).
 void to_bf16(const GemmKernels& g, const void* src, DType t, DType round, BFloat16* dst, int64_t n) {
   if (t == DType::kBF16) return static_cast<void>(std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(BFloat16)));
-  const internal::ConvertKernels& k = internal::convert_kernels(cpu_level());
-  if (t == DType::kF32 && round != DType::kF16) return k.f32_to_bf16(static_cast<const float*>(src), dst, n);
-  if (g.f16_to_bf16 != nullptr) return g.f16_to_bf16(src, t, dst, n);
-  constexpr int64_t kChunk = 512;
-  alignas(64) float wide[kChunk];
-  alignas(64) Half half[kChunk];
-  for (int64_t i = 0; i < n; i += kChunk) {
-    const int64_t c = std::min(kChunk, n - i);
-    const Half* h = static_cast<const Half*>(src) + i;
-    if (t == DType::kF32) {  // read as f16: rounded to f16 first
-      k.f32_to_f16(static_cast<const float*>(src) + i, half, c);
-      h = half;
-    }
-    k.f16_to_f32(h, wide, c);
-    k.f32_to_bf16(wide, dst + i, c);
-  }
+  if (t == DType::kF32 && round != DType::kF16)
+    return internal::convert_kernels(cpu_level()).f32_to_bf16(static_cast<const float*>(src), dst, n);
+  g.f16_to_bf16(src, t, dst, n);
 }
 
 // How one (batch-1) product is computed: which way round, its blocks, and the bytes of scratch it takes,
@@ -458,6 +444,7 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
         }
       };
       const auto a_strides = [&](int64_t mcur) -> std::pair<int64_t, int64_t> {
+        if (L.a_in_place) return {lda, 1};
         if (bf16) return p.trans_a ? std::pair<int64_t, int64_t>{2, 2 * mcur} : std::pair<int64_t, int64_t>{kc_pad, 2};
         return p.trans_a ? std::pair<int64_t, int64_t>{1, mcur} : std::pair<int64_t, int64_t>{kcur, 1};
       };
@@ -483,7 +470,7 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
           // The block's a: pointer and strides (elements) as the micro-kernel reads it.
           const void* ap = L.a_in_place ? element_at(a, i0 * lda + pc, DType::kF32) : shared_a ? ashared : own.ablock;
           if (!shared_a && !L.a_in_place) prepare_a(i0, mcur, own.ablock, own.low, 0, 1);
-          const auto [rs, cs] = L.a_in_place ? std::pair<int64_t, int64_t>{lda, 1} : a_strides(mcur);
+          const auto [rs, cs] = a_strides(mcur);
           // The tile of the block's rows ir ... ir + MR against `panel` (set below, per panel).
           const char* panel = nullptr;
           const auto multiply = [&](int64_t ir, const GemmTile& tile) {

@@ -87,8 +87,7 @@ struct GemmKernels {
   void (*pack_a_pairs)(const BFloat16* a, int64_t ld, int64_t k0, int64_t kc, int64_t i0, int64_t mc,
                        BFloat16* dst) = nullptr;
   // n f16 values (t f16), or f32 values read as f16 (t f32), rounded to bf16 in one pass: the packing of
-  // MatmulParams::bf16_products for the pair kernel. nullptr where a variant has none (the caller goes
-  // through the conversion kernels, with the same result).
+  // MatmulParams::bf16_products for the pair kernel. Set in every variant that sets bf16.
   void (*f16_to_bf16)(const void* src, DType t, BFloat16* dst, int64_t n) = nullptr;
 };
 
