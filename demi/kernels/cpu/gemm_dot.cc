@@ -56,45 +56,62 @@ void product(const MatmulParams& p, const void* a, const void* b, void* c, const
   const cpu_internal::GemmDotKernels& kern = kernels();
   const int64_t M = p.m, N = p.n, K = p.k;
   // b as f32 rows (N x K: few by construction), converted once — or an f32 b read as b_round, rounded once.
-  const bool rounded = p.b_round != DType::kF32;
-  Workspace b32(p.b_dtype == DType::kF32 && !rounded ? 0 : static_cast<size_t>(N * K) * sizeof(float));
-  // (Across the threads: model A's 32 x 7200 x 10 f16 forward on its FP32 master weight ran at 120-130
-  // GFLOP/s with one thread rounding, 120-142 with two, on a Zen 5.)
   // MatmulParams::bf16_products: f16 values (exact in f32) are then rounded once more, to bf16; the sums of
   // their products run in f32 as any other's.
+  const bool rounded = p.b_round != DType::kF32;
+  const bool convert_b = rounded || p.b_dtype != DType::kF32;
   const bool b_to_bf16 = p.bf16_products && b_value_dtype(p) == DType::kF16;
   const bool a_to_bf16 = p.bf16_products && p.a_dtype == DType::kF16;
-  const float* bf = static_cast<const float*>(b);
-  if (rounded || p.b_dtype != DType::kF32) {
-    float* dst = b32.f32();
-    parallel_for(0, N * K, int64_t{1} << 15, [&](int64_t e0, int64_t e1) {
-      if (rounded)
-        round_f32(bf + e0, dst + e0, e1 - e0, p.b_round);
-      else
-        convert(element_at(b, e0, p.b_dtype), p.b_dtype, dst + e0, DType::kF32, e1 - e0);
-      if (b_to_bf16) round_f32(dst + e0, dst + e0, e1 - e0, DType::kBF16);
-    });
-    bf = dst;
-  }
   const int64_t pairs = (M + 1) / 2;
   const int64_t parts = M * N * K >= (int64_t{1} << 16) ? cpu_internal::parts_for(pairs) : 1;
-  // Each part's a rows as f32 (cpu_internal::PartScratch: taken here, not by the workers).
-  cpu_internal::PartScratch a32(parts, p.a_dtype == DType::kF32 ? 0 : static_cast<size_t>(2 * K) * sizeof(float));
+  // Every tile reads all of b. Converted by the threads together, half of it sat in the other core's cache
+  // and every row pair fetched it from there: model A's 32 x 7200 x 10 f16 forward ran at 0.6x the f32
+  // product's speed on two threads, 0.95x on one (Zen 4). So while a copy fits in a core's L2, each part
+  // converts all of b for itself (a few microseconds), and the copy it reads is its own.
+  constexpr size_t kPrivateB = size_t{512} << 10;
+  const size_t b_bytes = static_cast<size_t>(N * K) * sizeof(float);
+  const bool private_b = convert_b && parts > 1 && b_bytes <= kPrivateB;
+  const auto convert_b_into = [&](float* dst, int64_t e0, int64_t e1) {
+    if (rounded)
+      round_f32(static_cast<const float*>(b) + e0, dst + e0, e1 - e0, p.b_round);
+    else
+      convert(element_at(b, e0, p.b_dtype), p.b_dtype, dst + e0, DType::kF32, e1 - e0);
+    if (b_to_bf16) round_f32(dst + e0, dst + e0, e1 - e0, DType::kBF16);
+  };
+  Workspace b32(convert_b && !private_b ? b_bytes : 0);
+  if (convert_b && !private_b)
+    parallel_for(0, N * K, int64_t{1} << 15, [&](int64_t e0, int64_t e1) { convert_b_into(b32.f32(), e0, e1); });
+  // Each part's a rows as f32 and its b (cpu_internal::PartScratch: taken here, not by the workers). A low a
+  // is widened as the tile loads it where the variant can (a_to_bf16 needs its rounding first).
+  const bool a_in_place = p.a_dtype == DType::kF32 || (kern.tile_low_a != nullptr && !a_to_bf16);
+  const size_t a_bytes = a_in_place ? 0 : static_cast<size_t>(2 * K) * sizeof(float);
+  cpu_internal::PartScratch scratch(parts, (a_bytes + 63) / 64 * 64 + (private_b ? b_bytes : 0));
   cpu_internal::for_each_part(parts, pairs, [&](int64_t t, int64_t q0, int64_t q1) {
     float out[2 * kDotTileN], vals[2][kDotMaxN], old[kDotMaxN];
+    const float* bf = static_cast<const float*>(b);
+    if (private_b) {
+      float* own = reinterpret_cast<float*>(scratch.part(t) + (a_bytes + 63) / 64 * 64);
+      convert_b_into(own, 0, N * K);
+      bf = own;
+    } else if (convert_b) {
+      bf = b32.f32();
+    }
     for (int64_t q = q0; q < q1; ++q) {
       const int64_t i0 = 2 * q;
       const int mr = static_cast<int>(std::min<int64_t>(2, M - i0));
-      const float* af = static_cast<const float*>(a) + i0 * K;
-      if (p.a_dtype != DType::kF32) {
-        auto* rows = reinterpret_cast<float*>(a32.part(t));
+      const float* af = p.a_dtype == DType::kF32 ? static_cast<const float*>(a) + i0 * K : nullptr;
+      if (!a_in_place) {
+        auto* rows = reinterpret_cast<float*>(scratch.part(t));
         convert(element_at(a, i0 * K, p.a_dtype), p.a_dtype, rows, DType::kF32, mr * K);
         if (a_to_bf16) round_f32(rows, rows, mr * K, DType::kBF16);
         af = rows;
       }
       for (int64_t j0 = 0; j0 < N; j0 += kDotTileN) {
         const int nc = static_cast<int>(std::min<int64_t>(kDotTileN, N - j0));
-        kern.tile(af, K, bf + j0 * K, K, K, mr, nc, out);
+        if (af == nullptr)
+          kern.tile_low_a(element_at(a, i0 * K, p.a_dtype), p.a_dtype, K, bf + j0 * K, K, K, mr, nc, out);
+        else
+          kern.tile(af, K, bf + j0 * K, K, K, mr, nc, out);
         for (int r = 0; r < mr; ++r)
           for (int j = 0; j < nc; ++j) vals[r][j0 + j] = out[r * nc + j];
       }

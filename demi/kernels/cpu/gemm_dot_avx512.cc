@@ -10,8 +10,15 @@
 namespace demi::kernels::cpu_internal {
 namespace {
 
-template <int MR, int NC>
-void tile_t(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, float* out) {
+// a's 16 (masked: the first lanes of m) values at p as f32.
+inline __m512 load_a(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 load_a(const Half* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+inline __m512 load_a(const BFloat16* p, __mmask16 m) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+
+template <int MR, int NC, typename A>
+void tile_t(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, float* out) {
   __m512 acc[MR][NC];
 #pragma GCC unroll 2
   for (int r = 0; r < MR; ++r)
@@ -21,7 +28,7 @@ void tile_t(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k,
     const __mmask16 m = k - kk >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (k - kk)) - 1u);
     __m512 x[MR];
 #pragma GCC unroll 2
-    for (int r = 0; r < MR; ++r) x[r] = _mm512_maskz_loadu_ps(m, a + r * lda + kk);
+    for (int r = 0; r < MR; ++r) x[r] = load_a(a + r * lda + kk, m);
 #pragma GCC unroll 12
     for (int j = 0; j < NC; ++j) {
       const __m512 w = _mm512_maskz_loadu_ps(m, b + j * ldb + kk);
@@ -35,24 +42,37 @@ void tile_t(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k,
     for (int j = 0; j < NC; ++j) out[r * NC + j] = _mm512_reduce_add_ps(acc[r][j]);
 }
 
-using Tile = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*);
+template <typename A>
+using Tile = void (*)(const A*, int64_t, const float*, int64_t, int64_t, float*);
 
-template <int MR, int... NC>
-constexpr std::array<Tile, kDotTileN + 1> tiles(std::integer_sequence<int, NC...>) {
-  return {nullptr, tile_t<MR, NC + 1>...};
+template <int MR, typename A, int... NC>
+constexpr std::array<Tile<A>, kDotTileN + 1> tiles(std::integer_sequence<int, NC...>) {
+  return {nullptr, tile_t<MR, NC + 1, A>...};
 }
 
-constexpr auto kTiles1 = tiles<1>(std::make_integer_sequence<int, kDotTileN>{});
-constexpr auto kTiles2 = tiles<2>(std::make_integer_sequence<int, kDotTileN>{});
+template <typename A>
+void tile_of(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* out) {
+  static constexpr auto kTiles1 = tiles<1, A>(std::make_integer_sequence<int, kDotTileN>{});
+  static constexpr auto kTiles2 = tiles<2, A>(std::make_integer_sequence<int, kDotTileN>{});
+  (mr == 2 ? kTiles2 : kTiles1)[static_cast<size_t>(nc)](a, lda, b, ldb, k, out);
+}
 
 void tile(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* out) {
-  (mr == 2 ? kTiles2 : kTiles1)[static_cast<size_t>(nc)](a, lda, b, ldb, k, out);
+  tile_of(a, lda, b, ldb, k, mr, nc, out);
+}
+
+void tile_low_a(const void* a, DType a_dtype, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc,
+                float* out) {
+  if (a_dtype == DType::kF16)
+    tile_of(static_cast<const Half*>(a), lda, b, ldb, k, mr, nc, out);
+  else
+    tile_of(static_cast<const BFloat16*>(a), lda, b, ldb, k, mr, nc, out);
 }
 
 }  // namespace
 
 const GemmDotKernels& gemm_dot_kernels_avx512() {
-  static const GemmDotKernels k{"avx512", tile};
+  static const GemmDotKernels k{"avx512", tile, tile_low_a};
   return k;
 }
 

@@ -12,6 +12,7 @@
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/core/half.h"
+#include "demi/core/parallel.h"
 #include "demi/kernels/internal/matmul_conv_test_util.h"
 #include "demi/kernels/reference/matmul.h"
 #include "demi/kernels/tolerance.h"
@@ -30,7 +31,10 @@ TEST(GemmDot, MatchesTheReferenceForEveryDtypeEpilogueAndLevel) {
   struct Shape {
     int64_t batch, m, n, k;
   };
-  const Shape shapes[] = {{1, 7, 10, 7200 / 16 + 3}, {2, 5, 13, 37}, {1, 1, 32, 16}, {3, 4, 1, 50}, {1, 33, 12, 129}};
+  // The last two are split across threads: {1, 9, 10, 7203} with each thread's own copy of a converted b,
+  // {1, 6, 32, 4200} with one copy (above the per-thread copy's 512 KiB).
+  const Shape shapes[] = {{1, 7, 10, 7200 / 16 + 3}, {2, 5, 13, 37}, {1, 1, 32, 16},  {3, 4, 1, 50},
+                          {1, 33, 12, 129},           {1, 9, 10, 7203}, {1, 6, 32, 4200}};
   const std::pair<DType, DType> dtypes[] = {{F32, F32}, {BF16, BF16}, {BF16, F32}, {F16, F16}, {F16, F32}};
   uint64_t seed = 40;
   for (CpuLevel level : supported_cpu_levels()) {
@@ -77,31 +81,65 @@ TEST(GemmDot, MatchesTheReferenceForEveryDtypeEpilogueAndLevel) {
 TEST(GemmDot, AnF32OperandReadRoundedIsBitForBitTheCastOperand) {
   for (CpuLevel level : supported_cpu_levels()) {
     ScopedCpuLevel scoped(level);
-    for (DType t : {BF16, F16}) {
-      MatmulParams p;
-      p.batch = 2;
-      p.m = 7;
-      p.n = 10;
-      p.k = 45;
-      p.trans_b = true;
-      p.a_dtype = p.c_dtype = t;
-      p.b_dtype = F32;
-      p.b_round = t;
-      SCOPED_TRACE(describe(p) + " at " + std::string(cpu_level_name(level)));
-      Operand a = kernels::testing::random_operand(t, p.batch * p.m * p.k, 1);
-      Operand b = kernels::testing::random_operand(F32, p.batch * p.n * p.k, 2);
-      static_cast<float*>(b.data())[5] = 70000.0f;  // inf in f16
-      std::vector<char> b_low(static_cast<size_t>(b.n) * dtype_size(t));
-      convert(b.data(), F32, b_low.data(), t, b.n);
-      std::vector<char> got(static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(t)), want(got.size());
-      gemm_dot(p, a.data(), b.data(), got.data());
-      MatmulParams cast = p;
-      cast.b_dtype = t;
-      cast.b_round = F32;
-      gemm_dot(cast, a.data(), b_low.data(), want.data());
-      EXPECT_EQ(got, want);
-    }
+    for (DType t : {BF16, F16})
+      for (int64_t k : {45, 7203}) {  // one part; two threads, each rounding b for itself
+        MatmulParams p;
+        p.batch = 2;
+        p.m = 7;
+        p.n = 10;
+        p.k = k;
+        p.trans_b = true;
+        p.a_dtype = p.c_dtype = t;
+        p.b_dtype = F32;
+        p.b_round = t;
+        SCOPED_TRACE(describe(p) + " at " + std::string(cpu_level_name(level)));
+        Operand a = kernels::testing::random_operand(t, p.batch * p.m * p.k, 1);
+        Operand b = kernels::testing::random_operand(F32, p.batch * p.n * p.k, 2);
+        static_cast<float*>(b.data())[5] = 70000.0f;  // inf in f16
+        std::vector<char> b_low(static_cast<size_t>(b.n) * dtype_size(t));
+        convert(b.data(), F32, b_low.data(), t, b.n);
+        std::vector<char> got(static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(t)), want(got.size());
+        gemm_dot(p, a.data(), b.data(), got.data());
+        MatmulParams cast = p;
+        cast.b_dtype = t;
+        cast.b_round = F32;
+        gemm_dot(cast, a.data(), b_low.data(), want.data());
+        EXPECT_EQ(got, want);
+      }
   }
+}
+
+// How a product is split across threads (parts, each part's own converted b or one shared copy, a widened
+// in registers) never changes a bit: every output's sum has one fixed order.
+TEST(GemmDot, ResultsDoNotDependOnTheThreadCount) {
+  const int saved = num_threads();
+  struct Case {
+    int64_t m, n, k;
+    DType a, b, round;
+  };
+  const Case cases[] = {{32, 10, 7200, F16, F32, F16}, {32, 10, 7200, BF16, F32, BF16}, {9, 10, 7203, F16, F16, F32},
+                        {6, 32, 4200, BF16, BF16, F32}, {7, 10, 7203, F32, F32, F32}};
+  uint64_t seed = 300;
+  for (const Case& cs : cases) {
+    MatmulParams p;
+    p.m = cs.m;
+    p.n = cs.n;
+    p.k = cs.k;
+    p.trans_b = true;
+    p.a_dtype = p.c_dtype = cs.a;
+    p.b_dtype = cs.b;
+    p.b_round = cs.round;
+    SCOPED_TRACE(describe(p));
+    Operand a = kernels::testing::random_operand(cs.a, p.m * p.k, seed += 2);
+    Operand b = kernels::testing::random_operand(cs.b, p.n * p.k, seed + 1);
+    std::vector<char> one(static_cast<size_t>(p.m * p.n) * dtype_size(cs.a)), two(one.size());
+    set_num_threads(1);
+    gemm_dot(p, a.data(), b.data(), one.data());
+    set_num_threads(2);
+    gemm_dot(p, a.data(), b.data(), two.data());
+    EXPECT_EQ(one, two);
+  }
+  set_num_threads(saved);
 }
 
 // MatmulParams::bf16_products: f16 values (an f16 a or b, an f32 b read as f16) rounded to bf16 are bit for

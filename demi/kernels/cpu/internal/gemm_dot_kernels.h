@@ -1,8 +1,11 @@
 // The per-ISA piece of the few-column dot-product GEMM (../gemm_dot.h): one tile of MR (1 or 2) rows x NC
-// (1..kDotTileN) columns, f32 operands, dot products over K in 16-lane vectors.
+// (1..kDotTileN) columns, f32 b, dot products over K in 16-lane vectors; a f32, or f16|bf16 widened as it is
+// loaded (exact: every f16 and bf16 value is an f32).
 #pragma once
 
 #include <cstdint>
+
+#include "demi/core/dtype.h"
 
 namespace demi::kernels::cpu_internal {
 
@@ -14,6 +17,10 @@ struct GemmDotKernels {
   // the kernel's fixed order (16 lanes over k, then the lanes).
   void (*tile)(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc,
                float* out) = nullptr;
+  // The same with a stored as a_dtype (f16|bf16), widened in registers: no f32 copy of a's rows. Null where
+  // the variant has none (the caller converts a's rows first).
+  void (*tile_low_a)(const void* a, DType a_dtype, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr,
+                     int nc, float* out) = nullptr;
 };
 
 const GemmDotKernels& gemm_dot_kernels_scalar();
