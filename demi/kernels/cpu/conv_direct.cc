@@ -1,6 +1,7 @@
 #include "demi/kernels/cpu/conv_direct.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -133,23 +134,44 @@ void pad_image(const Conv2dParams& p, const DirectGeom& g, const void* x, int64_
     }
 }
 
-// The forward tiles' weights [tile][K][ocb] and bias [tile][ocb], f32, zero past OC.
+// Whether the forward takes the taps in bf16 pairs (DirectConvKernels::forward_pairs): a bf16 image and bf16
+// weights on a level that has the pair tiles.
+bool forward_in_pairs(const DirectConvKernels& kern, const Conv2dParams& p) {
+  return kern.forward_pairs != nullptr && p.x_dtype == DType::kBF16 && p.w_dtype == DType::kBF16;
+}
+
+// The forward tiles' weights [tile][K][ocb] and bias [tile][ocb], f32, zero past OC; in pairs instead, the
+// weights as [tile][ceil(K / 2)][ocb] words of two bf16 (DirectConvKernels::forward_pairs).
 struct PackedWeights {
   std::vector<float> w, bias;
-  int64_t tiles = 0, ocb = 0;
+  std::vector<uint32_t> pairs;
+  int64_t tiles = 0, ocb = 0, k2 = 0;
+  const float* tile_w(int64_t t, const DirectGeom& g) const { return w.data() + t * g.k * ocb; }
+  const uint32_t* tile_pairs(int64_t t) const { return pairs.data() + t * k2 * ocb; }
 };
 
-PackedWeights pack_weights(const Conv2dParams& p, const DirectGeom& g, const void* w, const void* bias, int64_t ocb) {
+PackedWeights pack_weights(const Conv2dParams& p, const DirectGeom& g, const void* w, const void* bias, int64_t ocb,
+                           bool in_pairs) {
   PackedWeights pw;
   pw.ocb = ocb;
   pw.tiles = (p.oc + ocb - 1) / ocb;
-  pw.w.assign(static_cast<size_t>(pw.tiles * g.k * ocb), 0.0f);
-  pw.bias.assign(static_cast<size_t>(pw.tiles * ocb), 0.0f);
+  pw.k2 = (g.k + 1) / 2;
   std::vector<float> w32(static_cast<size_t>(p.oc * g.k));
   convert(w, p.w_dtype, w32.data(), DType::kF32, p.oc * g.k);
-  for (int64_t oc = 0; oc < p.oc; ++oc)
-    for (int64_t k = 0; k < g.k; ++k)
-      pw.w[static_cast<size_t>(((oc / ocb) * g.k + k) * ocb + oc % ocb)] = w32[static_cast<size_t>(oc * g.k + k)];
+  if (in_pairs) {  // a widened bf16's top half is its bits
+    pw.pairs.assign(static_cast<size_t>(pw.tiles * pw.k2 * ocb), 0u);
+    for (int64_t oc = 0; oc < p.oc; ++oc)
+      for (int64_t k = 0; k < g.k; ++k) {
+        const uint32_t bits = std::bit_cast<uint32_t>(w32[static_cast<size_t>(oc * g.k + k)]) >> 16;
+        pw.pairs[static_cast<size_t>(((oc / ocb) * pw.k2 + k / 2) * ocb + oc % ocb)] |= k % 2 ? bits << 16 : bits;
+      }
+  } else {
+    pw.w.assign(static_cast<size_t>(pw.tiles * g.k * ocb), 0.0f);
+    for (int64_t oc = 0; oc < p.oc; ++oc)
+      for (int64_t k = 0; k < g.k; ++k)
+        pw.w[static_cast<size_t>(((oc / ocb) * g.k + k) * ocb + oc % ocb)] = w32[static_cast<size_t>(oc * g.k + k)];
+  }
+  pw.bias.assign(static_cast<size_t>(pw.tiles * ocb), 0.0f);
   if (bias) convert(bias, p.bias_dtype, pw.bias.data(), DType::kF32, p.oc);  // tile t's bias starts at t * ocb
   return pw;
 }
@@ -159,8 +181,11 @@ void forward_image(const DirectConvKernels& kern, const Conv2dParams& p, const D
                    const float* xp, bool relu, float* y32) {
   for (int64_t t = 0; t < pw.tiles; ++t) {
     const int ocn = static_cast<int>(std::min<int64_t>(pw.ocb, p.oc - t * pw.ocb));
-    kern.forward(g, xp, pw.w.data() + t * g.k * pw.ocb, pw.bias.data() + t * pw.ocb, relu,
-                 y32 + t * pw.ocb * g.oh * g.ow, ocn);
+    float* y = y32 + t * pw.ocb * g.oh * g.ow;
+    if (!pw.pairs.empty())
+      kern.forward_pairs(g, xp, pw.tile_pairs(t), pw.bias.data() + t * pw.ocb, relu, y, ocn);
+    else
+      kern.forward(g, xp, pw.tile_w(t, g), pw.bias.data() + t * pw.ocb, relu, y, ocn);
   }
 }
 
@@ -300,7 +325,7 @@ void direct_conv2d_forward(const Conv2dParams& p, const void* x, const void* w, 
   check(p, "conv2d_forward (direct)");
   const DirectConvKernels& kern = kernels();
   const DirectGeom g = geometry(p);
-  const PackedWeights pw = pack_weights(p, g, w, bias, kDirectOcb);
+  const PackedWeights pw = pack_weights(p, g, w, bias, kDirectOcb, forward_in_pairs(kern, p));
   const int64_t per_image = p.oc * g.oh * g.ow;
   const int64_t parts = parts_for(p.n);
   const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float));
@@ -333,7 +358,8 @@ void direct_conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dPa
   // an f16 output of an f32 convolution is pooled in f32, rounded once.
   const DType conv_dtype = p.y_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
   if (pool.is_2x2_stride_2() && kern.forward_pool2x2) {  // pooled in registers: the output is never stored
-    const PackedWeights pw = pack_weights(p, g, w, bias, cpu_internal::kDirectPoolOcb);
+    const bool in_pairs = forward_in_pairs(kern, p) && kern.forward_pool2x2_pairs != nullptr;
+    const PackedWeights pw = pack_weights(p, g, w, bias, cpu_internal::kDirectPoolOcb, in_pairs);
     const int64_t plane = pool.oh * pool.ow;
     const int64_t parts = parts_for(p.n);
     const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float));
@@ -347,16 +373,21 @@ void direct_conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dPa
         uint8_t* am = argmax ? argmax + n * pooled : nullptr;
         for (int64_t tile = 0; tile < pw.tiles; ++tile) {
           const int ocn = static_cast<int>(std::min<int64_t>(pw.ocb, p.oc - tile * pw.ocb));
-          kern.forward_pool2x2(g, xp, pw.w.data() + tile * g.k * pw.ocb, pw.bias.data() + tile * pw.ocb,
-                               conv_dtype == DType::kBF16, dst + tile * pw.ocb * plane,
-                               am ? am + tile * pw.ocb * plane : nullptr, ocn, pool.oh, pool.ow);
+          float* out = dst + tile * pw.ocb * plane;
+          uint8_t* out_am = am ? am + tile * pw.ocb * plane : nullptr;
+          if (in_pairs)
+            kern.forward_pool2x2_pairs(g, xp, pw.tile_pairs(tile), pw.bias.data() + tile * pw.ocb,
+                                       conv_dtype == DType::kBF16, out, out_am, ocn, pool.oh, pool.ow);
+          else
+            kern.forward_pool2x2(g, xp, pw.tile_w(tile, g), pw.bias.data() + tile * pw.ocb, conv_dtype == DType::kBF16,
+                                 out, out_am, ocn, pool.oh, pool.ow);
         }
         if (y_dtype != DType::kF32) convert(dst, DType::kF32, element_at(y, n * pooled, y_dtype), y_dtype, pooled);
       }
     });
     return;
   }
-  const PackedWeights pw = pack_weights(p, g, w, bias, kDirectOcb);
+  const PackedWeights pw = pack_weights(p, g, w, bias, kDirectOcb, forward_in_pairs(kern, p));
   Pool2dParams one = pool;
   one.n = 1;
   const int64_t parts = parts_for(p.n);

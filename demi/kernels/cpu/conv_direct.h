@@ -6,7 +6,8 @@
 // fused op then re-reads to pool and, in backward, re-writes as a mostly-zero gradient. Here
 //   forward           one output row of up to 32 columns x 12 output channels stays in 24 zmm accumulators
 //                     over all K taps, read straight from a zero-padded f32 copy of the image (bf16 and f16
-//                     converted while padding: products exact, f32 sums); the fused op pools each image's
+//                     converted while padding: products exact, f32 sums; bf16 x and w on AVX512-BF16: taps in
+//                     pairs by vdpbf16ps); the fused op pools each image's
 //                     output while it is hot in L2 (cpu/pool.h) and never writes it out.
 //   backward-weights  dW[oc, k] = sum_n sum_p dz[n, oc, p] * col[n, p, k] over the nonzero dz only: after
 //                     ReLU -> 2x2 MaxPool three in four are zero. Each image's sums for a channel are a fixed

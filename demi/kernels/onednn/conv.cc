@@ -712,7 +712,7 @@ std::atomic<ConvDirectPolicy>& direct_policy_slot() {
 constexpr double kWorkspaceMargin = 1.1;
 
 kernels::internal::ChoiceCache& direct_choices() {
-  static auto& c = *new kernels::internal::ChoiceCache("conv-direct-v3", {"onednn", "demi-direct"});  // never destroyed
+  static auto& c = *new kernels::internal::ChoiceCache("conv-direct-v4", {"onednn", "demi-direct"});  // never destroyed
   return c;
 }
 

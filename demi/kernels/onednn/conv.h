@@ -85,7 +85,7 @@ std::string conv2d_implementation(const Conv2dParams& p, ConvDirection dir, bool
 // there or on oneDNN, whichever measured faster at the geometry's first call, per direction (forward, weight
 // gradient; on that call's own operands; oneDNN, which takes a chunk of activations in workspace, has to be
 // 10% faster), kept per geometry and input dtype in memory and in
-// "conv-direct-v3-<cpu>.txt" (../internal/choice_cache.h). The separate calls and the fused Conv2d -> ReLU ->
+// "conv-direct-v4-<cpu>.txt" (../internal/choice_cache.h). The separate calls and the fused Conv2d -> ReLU ->
 // MaxPool2d follow the same choices (the fused layer stays bit for bit the separate calls); the data gradient
 // is oneDNN's. DEMI_CONV_DIRECT=auto|on|off sets the policy at start-up (on: every geometry it takes).
 enum class ConvDirectPolicy { kAuto, kOn, kOff };

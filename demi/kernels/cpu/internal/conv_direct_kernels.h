@@ -71,6 +71,17 @@ struct DirectConvKernels {
   // Where the image is f16 (nullptr where a level has none: the driver then takes f32 columns): col in f16
   // (the image's values, exactly: half the bytes of f32 columns), and dot_rows reading them widened, in
   // dot_rows' order: the same sums, bit for bit.
+  // Where the image and the weights are both bf16 (AVX512-BF16 only; nullptr elsewhere): forward and
+  // forward_pool2x2 with the taps taken in pairs by vdpbf16ps (twice the FMA tile's multiply-adds per
+  // instruction). wpairs: the tile's weights as [ceil(K / 2)][ocb] words, tap 2s's bf16 in the low half and tap
+  // 2s + 1's (+0 past the last tap) in the high half. Another fixed order, the same in both: each output is
+  // dpbf16(acc, x pair, w pair) over s from +0 (products exact, sums in f32, bf16 subnormals read as 0), then
+  // + bias and the epilogue as above.
+  void (*forward_pairs)(const DirectGeom& g, const float* xp, const uint32_t* wpairs, const float* bias, bool relu,
+                        float* y, int ocn) = nullptr;
+  void (*forward_pool2x2_pairs)(const DirectGeom& g, const float* xp, const uint32_t* wpairs, const float* bias,
+                                bool round_bf16, float* pooled, uint8_t* argmax, int ocn, int64_t ph,
+                                int64_t pw) = nullptr;
   void (*columns_f16)(const DirectGeom& g, const float* xp, Half* col) = nullptr;
   void (*dot_rows_f16)(const float* dz, const Half* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
                        int64_t lanes_k, float* db_lanes) = nullptr;
