@@ -140,11 +140,22 @@ bool forward_in_pairs(const DirectConvKernels& kern, const Conv2dParams& p) {
   return kern.forward_pairs != nullptr && p.x_dtype == DType::kBF16 && p.w_dtype == DType::kBF16;
 }
 
+// The pair image (DirectConvKernels::pair_image) beside the padded image xp in a thread's scratch: xp_bytes on
+// when the forward runs in pairs, else none.
+uint32_t* pair_image_after(const DirectConvKernels& kern, const DirectGeom& g, float* xp, size_t xp_bytes,
+                           bool in_pairs) {
+  if (!in_pairs) return nullptr;
+  auto* xq = reinterpret_cast<uint32_t*>(reinterpret_cast<char*>(xp) + xp_bytes);
+  kern.pair_image(xp, static_cast<int64_t>(padded_floats(g)), xq);
+  return xq;
+}
+
 // The forward tiles' weights [tile][K][ocb] and bias [tile][ocb], f32, zero past OC; in pairs instead, the
-// weights as [tile][ceil(K / 2)][ocb] words of two bf16 (DirectConvKernels::forward_pairs).
+// weights as [tile][pairs][ocb] words of two bf16 in tap_pairs' order (DirectConvKernels::forward_pairs).
 struct PackedWeights {
   std::vector<float> w, bias;
   std::vector<uint32_t> pairs;
+  cpu_internal::PairPlan plan;  // (in pairs)
   int64_t tiles = 0, ocb = 0, k2 = 0;
   const float* tile_w(int64_t t, const DirectGeom& g) const { return w.data() + t * g.k * ocb; }
   const uint32_t* tile_pairs(int64_t t) const { return pairs.data() + t * k2 * ocb; }
@@ -155,16 +166,20 @@ PackedWeights pack_weights(const Conv2dParams& p, const DirectGeom& g, const voi
   PackedWeights pw;
   pw.ocb = ocb;
   pw.tiles = (p.oc + ocb - 1) / ocb;
-  pw.k2 = (g.k + 1) / 2;
   std::vector<float> w32(static_cast<size_t>(p.oc * g.k));
   convert(w, p.w_dtype, w32.data(), DType::kF32, p.oc * g.k);
   if (in_pairs) {  // a widened bf16's top half is its bits
+    pw.plan = cpu_internal::pair_plan(g);
+    const cpu_internal::TapPairs& tp = pw.plan.tp;
+    pw.k2 = tp.n;
     pw.pairs.assign(static_cast<size_t>(pw.tiles * pw.k2 * ocb), 0u);
+    const auto bits = [&](int64_t oc, int64_t k) {
+      return k < 0 ? 0u : std::bit_cast<uint32_t>(w32[static_cast<size_t>(oc * g.k + k)]) >> 16;
+    };
     for (int64_t oc = 0; oc < p.oc; ++oc)
-      for (int64_t k = 0; k < g.k; ++k) {
-        const uint32_t bits = std::bit_cast<uint32_t>(w32[static_cast<size_t>(oc * g.k + k)]) >> 16;
-        pw.pairs[static_cast<size_t>(((oc / ocb) * pw.k2 + k / 2) * ocb + oc % ocb)] |= k % 2 ? bits << 16 : bits;
-      }
+      for (int s = 0; s < tp.n; ++s)
+        pw.pairs[static_cast<size_t>(((oc / ocb) * pw.k2 + s) * ocb + oc % ocb)] =
+            bits(oc, tp.first[s]) | bits(oc, tp.second[s]) << 16;
   } else {
     pw.w.assign(static_cast<size_t>(pw.tiles * g.k * ocb), 0.0f);
     for (int64_t oc = 0; oc < p.oc; ++oc)
@@ -178,12 +193,12 @@ PackedWeights pack_weights(const Conv2dParams& p, const DirectGeom& g, const voi
 
 // One image's convolution into y32 (OC, OH, OW) f32; pw packed for the forward tile (kDirectOcb channels).
 void forward_image(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g, const PackedWeights& pw,
-                   const float* xp, bool relu, float* y32) {
+                   const float* xp, const uint32_t* xq, bool relu, float* y32) {
   for (int64_t t = 0; t < pw.tiles; ++t) {
     const int ocn = static_cast<int>(std::min<int64_t>(pw.ocb, p.oc - t * pw.ocb));
     float* y = y32 + t * pw.ocb * g.oh * g.ow;
     if (!pw.pairs.empty())
-      kern.forward_pairs(g, xp, pw.tile_pairs(t), pw.bias.data() + t * pw.ocb, relu, y, ocn);
+      kern.forward_pairs(g, pw.plan, xp, xq, pw.tile_pairs(t), pw.bias.data() + t * pw.ocb, relu, y, ocn);
     else
       kern.forward(g, xp, pw.tile_w(t, g), pw.bias.data() + t * pw.ocb, relu, y, ocn);
   }
@@ -325,19 +340,21 @@ void direct_conv2d_forward(const Conv2dParams& p, const void* x, const void* w, 
   check(p, "conv2d_forward (direct)");
   const DirectConvKernels& kern = kernels();
   const DirectGeom g = geometry(p);
-  const PackedWeights pw = pack_weights(p, g, w, bias, kDirectOcb, forward_in_pairs(kern, p));
+  const bool in_pairs = forward_in_pairs(kern, p);
+  const PackedWeights pw = pack_weights(p, g, w, bias, kDirectOcb, in_pairs);
   const int64_t per_image = p.oc * g.oh * g.ow;
   const int64_t parts = parts_for(p.n);
-  const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float));
+  const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)), xq_bytes = in_pairs ? xp_bytes : 0;
   const size_t y_bytes = p.y_dtype == DType::kF32 ? 0 : static_cast<size_t>(per_image) * sizeof(float);
-  PartScratch scratch(parts, xp_bytes + y_bytes);
+  PartScratch scratch(parts, xp_bytes + xq_bytes + y_bytes);
   for_each_part(parts, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
     auto* xp = reinterpret_cast<float*>(scratch.part(t));
-    auto* y32 = reinterpret_cast<float*>(scratch.part(t) + xp_bytes);
+    auto* y32 = reinterpret_cast<float*>(scratch.part(t) + xp_bytes + xq_bytes);
     for (int64_t n = n0; n < n1; ++n) {
       pad_image(p, g, x, n, xp);
+      const uint32_t* xq = pair_image_after(kern, g, xp, xp_bytes, in_pairs);
       float* out = p.y_dtype == DType::kF32 ? static_cast<float*>(y) + n * per_image : y32;
-      forward_image(kern, p, g, pw, xp, p.relu, out);
+      forward_image(kern, p, g, pw, xp, xq, p.relu, out);
       if (out != static_cast<float*>(y) + n * per_image)
         convert(out, DType::kF32, element_at(y, n * per_image, p.y_dtype), p.y_dtype, per_image);
     }
@@ -362,13 +379,15 @@ void direct_conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dPa
     const PackedWeights pw = pack_weights(p, g, w, bias, cpu_internal::kDirectPoolOcb, in_pairs);
     const int64_t plane = pool.oh * pool.ow;
     const int64_t parts = parts_for(p.n);
-    const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float));
-    PartScratch scratch(parts, xp_bytes + (y_dtype == DType::kF32 ? 0 : static_cast<size_t>(pooled) * sizeof(float)));
+    const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)), xq_bytes = in_pairs ? xp_bytes : 0;
+    PartScratch scratch(parts, xp_bytes + xq_bytes +
+                                   (y_dtype == DType::kF32 ? 0 : static_cast<size_t>(pooled) * sizeof(float)));
     for_each_part(parts, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
       auto* xp = reinterpret_cast<float*>(scratch.part(t));
-      auto* out32 = reinterpret_cast<float*>(scratch.part(t) + xp_bytes);
+      auto* out32 = reinterpret_cast<float*>(scratch.part(t) + xp_bytes + xq_bytes);
       for (int64_t n = n0; n < n1; ++n) {
         pad_image(p, g, x, n, xp);
+        const uint32_t* xq = pair_image_after(kern, g, xp, xp_bytes, in_pairs);
         float* dst = y_dtype == DType::kF32 ? static_cast<float*>(y) + n * pooled : out32;
         uint8_t* am = argmax ? argmax + n * pooled : nullptr;
         for (int64_t tile = 0; tile < pw.tiles; ++tile) {
@@ -376,7 +395,7 @@ void direct_conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dPa
           float* out = dst + tile * pw.ocb * plane;
           uint8_t* out_am = am ? am + tile * pw.ocb * plane : nullptr;
           if (in_pairs)
-            kern.forward_pool2x2_pairs(g, xp, pw.tile_pairs(tile), pw.bias.data() + tile * pw.ocb,
+            kern.forward_pool2x2_pairs(g, pw.plan, xp, xq, pw.tile_pairs(tile), pw.bias.data() + tile * pw.ocb,
                                        conv_dtype == DType::kBF16, out, out_am, ocn, pool.oh, pool.ow);
           else
             kern.forward_pool2x2(g, xp, pw.tile_w(tile, g), pw.bias.data() + tile * pw.ocb, conv_dtype == DType::kBF16,
@@ -387,23 +406,26 @@ void direct_conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dPa
     });
     return;
   }
-  const PackedWeights pw = pack_weights(p, g, w, bias, kDirectOcb, forward_in_pairs(kern, p));
+  const bool in_pairs = forward_in_pairs(kern, p);
+  const PackedWeights pw = pack_weights(p, g, w, bias, kDirectOcb, in_pairs);
   Pool2dParams one = pool;
   one.n = 1;
   const int64_t parts = parts_for(p.n);
-  const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)),
+  const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)), xq_bytes = in_pairs ? xp_bytes : 0,
                y_bytes = bytes64(static_cast<size_t>(per_image) * sizeof(float)),
                low_bytes = bytes64(static_cast<size_t>(per_image) * dtype_size(conv_dtype));
-  PartScratch scratch(parts, xp_bytes + y_bytes + low_bytes + static_cast<size_t>(pooled) * sizeof(float));
+  PartScratch scratch(parts,
+                      xp_bytes + xq_bytes + y_bytes + low_bytes + static_cast<size_t>(pooled) * sizeof(float));
   for_each_part(parts, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
     char* base = scratch.part(t);
     auto* xp = reinterpret_cast<float*>(base);
-    auto* y32 = reinterpret_cast<float*>(base + xp_bytes);
-    void* ylow = base + xp_bytes + y_bytes;
-    void* pooled_tmp = base + xp_bytes + y_bytes + low_bytes;
+    auto* y32 = reinterpret_cast<float*>(base + xp_bytes + xq_bytes);
+    void* ylow = base + xp_bytes + xq_bytes + y_bytes;
+    void* pooled_tmp = base + xp_bytes + xq_bytes + y_bytes + low_bytes;
     for (int64_t n = n0; n < n1; ++n) {
       pad_image(p, g, x, n, xp);
-      forward_image(kern, p, g, pw, xp, false, y32);
+      const uint32_t* xq = pair_image_after(kern, g, xp, xp_bytes, in_pairs);
+      forward_image(kern, p, g, pw, xp, xq, false, y32);
       const void* conv_out = y32;
       if (conv_dtype != DType::kF32) {
         convert(y32, DType::kF32, ylow, conv_dtype, per_image);

@@ -8,9 +8,9 @@
 // vdpbf16ps multiplies exactly and adds in f32, but takes bf16 subnormals (below 1.2e-38) as zero, as demi's
 // bf16 GEMM kernel does; a loss-scaled gradient is never that small.
 #include <algorithm>
+#include <cstring>
 
 #include "demi/kernels/cpu/internal/vec_avx512.h"  // first: immintrin.h under its warning pragmas
-#include "demi/kernels/cpu/conv_direct.h"
 #include "demi/kernels/cpu/internal/conv_direct_avx512_impl.h"
 #include "demi/kernels/cpu/internal/conv_direct_kernels.h"
 
@@ -111,9 +111,10 @@ void dot_rows_bf16(const BFloat16* dz, const BFloat16* col, int64_t oc, int64_t 
   }
 }
 
-// The forward's pairs of taps. A tap's 16 positions come from the padded image's f32 row, whose values are
-// widened bf16 (their top halves, exactly); a pair vector holds tap t0's bf16 in each dword's low half and
-// t1's in its high half (one shift and one word blend), a lone last tap +0 in the high half.
+// The forward's pairs of taps (tap_pairs). A tap's 16 positions come from the padded image's f32 row, whose
+// values are widened bf16 (their top halves, exactly). Neighbours in a row are one load of the pair image
+// (position q: q's bf16 in the low half, q + 1's in the high half); other pairs are built from two rows by
+// one shift and one word blend, a tap alone with +0 in the high half.
 inline __m512bh x_pair(const float* t0, const float* t1) {
   const __m512i lo = _mm512_srli_epi32(_mm512_castps_si512(_mm512_loadu_ps(t0)), 16);
   return as_bh(_mm512_mask_blend_epi16(0x55555555u, _mm512_castps_si512(_mm512_loadu_ps(t1)), lo));
@@ -121,96 +122,113 @@ inline __m512bh x_pair(const float* t0, const float* t1) {
 inline __m512bh x_single(const float* t0) {
   return as_bh(_mm512_srli_epi32(_mm512_castps_si512(_mm512_loadu_ps(t0)), 16));
 }
+inline __m512bh x_neighbours(const uint32_t* q) { return as_bh(_mm512_loadu_si512(q)); }
 inline __m512bh w_pair(uint32_t w) { return as_bh(_mm512_set1_epi32(static_cast<int>(w))); }
 
-// Tap t = (c, i, j)'s offset in the padded image from its output position: (c * HP + i) * WP + j.
-void tap_offsets(const DirectGeom& g, int64_t* off) {
-  int64_t t = 0;
-  for (int64_t c = 0; c < g.c; ++c)
-    for (int64_t i = 0; i < g.kh; ++i)
-      for (int64_t j = 0; j < g.kw; ++j) off[t++] = (c * g.hp + i) * g.wp + j;
+void pair_image(const float* xp, int64_t n, uint32_t* xq) {
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  int64_t q = 0;
+  for (; q + 17 <= n; q += 16) {
+    const __m512i lo = _mm512_srli_epi32(_mm512_castps_si512(_mm512_loadu_ps(xp + q)), 16);
+    const __m512i hi = _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(xp + q + 1)), high);
+    _mm512_storeu_si512(xq + q, _mm512_or_si512(lo, hi));
+  }
+  for (; q < n; ++q) {
+    uint32_t lo, hi = 0;
+    std::memcpy(&lo, xp + q, 4);
+    if (q + 1 < n) std::memcpy(&hi, xp + q + 1, 4);
+    xq[q] = (lo >> 16) | (hi & 0xFFFF0000u);
+  }
+}
+
+// The pairs' vectors at xb / qb (the padded and pair images at the tile's first output; + stride per output
+// row, + 16 per vector) into acc through mul(acc, x, s): the neighbours as loads of the pair image, then the
+// pairs built from two rows, then the tap alone. Three loops, so that none of them carries the others'
+// temporaries (one loop with all three cases spilled accumulators to the stack).
+template <int NV, class Mul>
+inline void pairs_loop(const PairPlan& pp, const float* xb, const uint32_t* qb, int64_t stride, Mul&& mul) {
+  const auto at = [&](int v) { return (v / 2) * stride + 16 * (v % 2); };
+  int s = 0;
+  for (; s < pp.tp.neighbours; ++s) {
+    __m512bh x[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) x[v] = x_neighbours(qb + pp.first[s] + at(v));
+    mul(x, s);
+  }
+  for (; s < pp.built_end; ++s) {
+    __m512bh x[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) x[v] = x_pair(xb + pp.first[s] + at(v), xb + pp.second[s] + at(v));
+    mul(x, s);
+  }
+  for (; s < pp.tp.n; ++s) {
+    __m512bh x[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) x[v] = x_single(xb + pp.first[s] + at(v));
+    mul(x, s);
+  }
 }
 
 template <int NV>
-void forward_row_pairs(const DirectGeom& g, const float* xp, const uint32_t* wpairs, const int64_t* off,
-                       const float* bias, bool relu, float* y, int ocn, int64_t oy, int64_t ox0, int64_t cols) {
+void forward_row_pairs(const DirectGeom& g, const PairPlan& pp, const float* xp, const uint32_t* xq,
+                       const uint32_t* wpairs, const float* bias, bool relu, float* y, int ocn, int64_t oy,
+                       int64_t ox0, int64_t cols) {
   direct_avx512::forward_row<NV>(g, bias, relu, y, ocn, oy, ox0, cols, [&](__m512 (&acc)[kDirectOcb][NV]) {
-    const float* base = xp + oy * g.wp + ox0;
-    const uint32_t* w = wpairs;
-    for (int64_t t = 0; t < g.k; t += 2, w += kDirectOcb) {
-      __m512bh x[NV];
-#pragma GCC unroll 2
-      for (int v = 0; v < NV; ++v)
-        x[v] = t + 1 < g.k ? x_pair(base + off[t] + 16 * v, base + off[t + 1] + 16 * v)
-                           : x_single(base + off[t] + 16 * v);
+    const int64_t base = oy * g.wp + ox0;
+    pairs_loop<NV>(pp, xp + base, xq + base, 0, [&](const __m512bh (&x)[NV], int s) {  // (NV <= 2: one row)
+      const uint32_t* w = wpairs + s * kDirectOcb;
 #pragma GCC unroll 12
       for (int o = 0; o < kDirectOcb; ++o) {
         const __m512bh b = w_pair(w[o]);
 #pragma GCC unroll 2
         for (int v = 0; v < NV; ++v) acc[o][v] = _mm512_dpbf16_ps(acc[o][v], x[v], b);
       }
-    }
+    });
   });
 }
 
-void forward_pairs(const DirectGeom& g, const float* xp, const uint32_t* wpairs, const float* bias, bool relu,
-                   float* y, int ocn) {
-  int64_t off[cpu::kDirectMaxK];
-  tap_offsets(g, off);
+void forward_pairs(const DirectGeom& g, const PairPlan& pp, const float* xp, const uint32_t* xq,
+                   const uint32_t* wpairs, const float* bias, bool relu, float* y, int ocn) {
   for (int64_t oy = 0; oy < g.oh; ++oy)
     for (int64_t ox0 = 0; ox0 < g.ow; ox0 += 32) {
       const int64_t cols = std::min<int64_t>(32, g.ow - ox0);
       if (cols > 16)
-        forward_row_pairs<2>(g, xp, wpairs, off, bias, relu, y, ocn, oy, ox0, cols);
+        forward_row_pairs<2>(g, pp, xp, xq, wpairs, bias, relu, y, ocn, oy, ox0, cols);
       else
-        forward_row_pairs<1>(g, xp, wpairs, off, bias, relu, y, ocn, oy, ox0, cols);
+        forward_row_pairs<1>(g, pp, xp, xq, wpairs, bias, relu, y, ocn, oy, ox0, cols);
     }
 }
 
-// The fused forward's pairs: 6 channels x 2 output rows x 32 columns, per pair of taps 8 loads, 4 shifts and
-// 4 blends, 6 broadcast weight pairs for 24 vdpbf16ps (the FMA tile: 8 loads, 12 broadcasts, 48 FMAs).
+// The fused forward's pairs: 6 channels x 2 output rows x 32 columns, per pair of taps 4 vectors (loads of
+// the pair image for neighbours; else 8 loads, 4 shifts and 4 blends) and 6 broadcast weight pairs for 24
+// vdpbf16ps (the FMA tile: 8 loads, 12 broadcasts, 48 FMAs).
 template <bool kRoundBf16>
-void forward_pool2x2_pairs_t(const DirectGeom& g, const float* xp, const uint32_t* wpairs, const float* bias,
-                             float* pooled, uint8_t* argmax, int ocn, int64_t ph, int64_t pw) {
+void forward_pool2x2_pairs_t(const DirectGeom& g, const PairPlan& pp, const float* xp, const uint32_t* xq,
+                             const uint32_t* wpairs, const float* bias, float* pooled, uint8_t* argmax, int ocn,
+                             int64_t ph, int64_t pw) {
   constexpr int kOcb = kDirectPoolOcb;
-  int64_t off[cpu::kDirectMaxK];
-  tap_offsets(g, off);
   direct_avx512::forward_pool2x2<kRoundBf16>(
       bias, pooled, argmax, ocn, ph, pw, [&](__m512 (&acc)[kOcb][2][2], int64_t py, int64_t px0) {
-        const float* base = xp + 2 * py * g.wp + 2 * px0;
-        const uint32_t* w = wpairs;
-        for (int64_t t = 0; t < g.k; t += 2, w += kOcb) {
-          __m512bh x[2][2];
-          if (t + 1 < g.k) {
-            const float* a = base + off[t];
-            const float* b = base + off[t + 1];
-            x[0][0] = x_pair(a, b);
-            x[0][1] = x_pair(a + 16, b + 16);
-            x[1][0] = x_pair(a + g.wp, b + g.wp);
-            x[1][1] = x_pair(a + g.wp + 16, b + g.wp + 16);
-          } else {
-            const float* a = base + off[t];
-            x[0][0] = x_single(a);
-            x[0][1] = x_single(a + 16);
-            x[1][0] = x_single(a + g.wp);
-            x[1][1] = x_single(a + g.wp + 16);
-          }
+        const int64_t base = 2 * py * g.wp + 2 * px0;
+        pairs_loop<4>(pp, xp + base, xq + base, g.wp, [&](const __m512bh (&x)[4], int s) {  // (row r, vector v): 2 r + v
+          const uint32_t* w = wpairs + s * kOcb;
 #pragma GCC unroll 6
           for (int o = 0; o < kOcb; ++o) {
             const __m512bh b = w_pair(w[o]);
-            acc[o][0][0] = _mm512_dpbf16_ps(acc[o][0][0], x[0][0], b);
-            acc[o][0][1] = _mm512_dpbf16_ps(acc[o][0][1], x[0][1], b);
-            acc[o][1][0] = _mm512_dpbf16_ps(acc[o][1][0], x[1][0], b);
-            acc[o][1][1] = _mm512_dpbf16_ps(acc[o][1][1], x[1][1], b);
+            acc[o][0][0] = _mm512_dpbf16_ps(acc[o][0][0], x[0], b);
+            acc[o][0][1] = _mm512_dpbf16_ps(acc[o][0][1], x[1], b);
+            acc[o][1][0] = _mm512_dpbf16_ps(acc[o][1][0], x[2], b);
+            acc[o][1][1] = _mm512_dpbf16_ps(acc[o][1][1], x[3], b);
           }
-        }
+        });
       });
 }
 
-void forward_pool2x2_pairs(const DirectGeom& g, const float* xp, const uint32_t* wpairs, const float* bias,
-                           bool round_bf16, float* pooled, uint8_t* argmax, int ocn, int64_t ph, int64_t pw) {
-  if (round_bf16) return forward_pool2x2_pairs_t<true>(g, xp, wpairs, bias, pooled, argmax, ocn, ph, pw);
-  forward_pool2x2_pairs_t<false>(g, xp, wpairs, bias, pooled, argmax, ocn, ph, pw);
+void forward_pool2x2_pairs(const DirectGeom& g, const PairPlan& pp, const float* xp, const uint32_t* xq,
+                           const uint32_t* wpairs, const float* bias, bool round_bf16, float* pooled, uint8_t* argmax,
+                           int ocn, int64_t ph, int64_t pw) {
+  if (round_bf16) return forward_pool2x2_pairs_t<true>(g, pp, xp, xq, wpairs, bias, pooled, argmax, ocn, ph, pw);
+  forward_pool2x2_pairs_t<false>(g, pp, xp, xq, wpairs, bias, pooled, argmax, ocn, ph, pw);
 }
 
 }  // namespace
@@ -221,6 +239,7 @@ const DirectConvKernels& direct_conv_kernels_avx512bf16() {
     t.name = "avx512_bf16";
     t.columns_bf16 = columns_bf16;
     t.dot_rows_bf16 = dot_rows_bf16;
+    t.pair_image = pair_image;
     t.forward_pairs = forward_pairs;
     t.forward_pool2x2_pairs = forward_pool2x2_pairs;
     return t;

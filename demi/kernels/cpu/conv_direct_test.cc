@@ -13,6 +13,7 @@
 #include "demi/core/error.h"
 #include "demi/core/memory.h"
 #include "demi/core/parallel.h"
+#include "demi/kernels/cpu/internal/conv_direct_kernels.h"
 #include "demi/kernels/cpu/pool.h"
 #include "demi/kernels/internal/conv_test_util.h"
 
@@ -54,6 +55,38 @@ TEST(DirectConv, TakesFewChannelStrideOneGeometriesOnly) {
   p = kernels::testing::params_of(kGeometries[0]);
   p.x_dtype = p.w_dtype = p.y_dtype = p.bias_dtype = DType::kF64;
   EXPECT_FALSE(direct_conv_supported(p));
+}
+
+// The bf16 forward's pairs of taps take every tap once: neighbours (t, t + 1) in one row first, then the rows'
+// last taps two at a time, one alone at the end; at most 32 pairs for any K <= kDirectMaxK.
+TEST(DirectConv, PairPlanTakesEveryTapOnce) {
+  for (int64_t c = 1; c <= 7; ++c)
+    for (int64_t kh = 1; kh <= 5; ++kh)
+      for (int64_t kw = 1; kw <= 7; ++kw) {
+        if (c * kh * kw > kDirectMaxK) continue;
+        cpu_internal::DirectGeom g;
+        g.c = c, g.kh = kh, g.kw = kw, g.hp = kh + 3, g.wp = kw + 20, g.k = c * kh * kw;
+        SCOPED_TRACE(::testing::Message() << "c " << c << " kh " << kh << " kw " << kw);
+        const cpu_internal::PairPlan pp = cpu_internal::pair_plan(g);
+        EXPECT_LE(pp.tp.n, 32);
+        EXPECT_EQ(pp.tp.n, c * kh * (kw / 2) + (c * kh * (kw % 2) + 1) / 2);
+        std::vector<int> seen(static_cast<size_t>(g.k), 0);
+        for (int s = 0; s < pp.tp.n; ++s) {
+          const int t0 = pp.tp.first[s], t1 = pp.tp.second[s];
+          ++seen[static_cast<size_t>(t0)];
+          if (t1 >= 0) ++seen[static_cast<size_t>(t1)];
+          if (s < pp.tp.neighbours) {
+            EXPECT_EQ(t1, t0 + 1);
+            EXPECT_EQ(t0 / kw, t1 / kw);  // one row
+            EXPECT_EQ(pp.second[s], pp.first[s] + 1);
+          } else {
+            EXPECT_EQ(t0 % kw, kw - 1);  // a row's last tap
+          }
+          EXPECT_EQ(t1 < 0, s >= pp.built_end);
+          EXPECT_EQ(pp.first[s], (t0 / kw / kh * g.hp + t0 / kw % kh) * g.wp + t0 % kw);
+        }
+        EXPECT_EQ(seen, std::vector<int>(static_cast<size_t>(g.k), 1));
+      }
 }
 
 TEST(DirectConv, MatchesReferenceForEveryGeometryDtypeAndLevel) {

@@ -41,6 +41,60 @@ inline void for_each_column_row(const DirectGeom& g, const float* xp, T* col, Ro
           row(xp + (c * g.hp + oy + i) * g.wp + j, col + (k * g.oh + oy) * g.ow);
 }
 
+// The forward's taps in pairs (DirectConvKernels::forward_pairs): first the neighbours of each row, (c, i, j)
+// and (c, i, j + 1) for even j, whose pair is one load of the pair image; then the rows' last taps (KW odd)
+// two at a time, built from two rows of the padded image; and one alone when those are odd in number.
+struct TapPairs {
+  int n = 0;          // pairs
+  int neighbours = 0; // the first `neighbours` pairs are (t, t + 1) within one row
+  int8_t first[32] = {}, second[32] = {};  // taps (c * KH + i) * KW + j; second -1: alone
+};
+
+inline TapPairs tap_pairs(const DirectGeom& g) {
+  TapPairs tp;
+  int8_t last[64];
+  int lasts = 0;
+  for (int64_t r = 0; r < g.c * g.kh; ++r) {
+    const int64_t t = r * g.kw;
+    int64_t j = 0;
+    for (; j + 1 < g.kw; j += 2, ++tp.n) {
+      tp.first[tp.n] = static_cast<int8_t>(t + j);
+      tp.second[tp.n] = static_cast<int8_t>(t + j + 1);
+    }
+    if (j < g.kw) last[lasts++] = static_cast<int8_t>(t + j);
+  }
+  tp.neighbours = tp.n;
+  for (int l = 0; l < lasts; l += 2, ++tp.n) {
+    tp.first[tp.n] = last[l];
+    tp.second[tp.n] = l + 1 < lasts ? last[l + 1] : static_cast<int8_t>(-1);
+  }
+  return tp;
+}
+
+// tap_pairs with each tap's offset in the padded image from its output position, (c * HP + i) * WP + j
+// (second -1: alone), and where the pairs built from two rows end (the rest: one tap alone).
+struct PairPlan {
+  TapPairs tp;
+  int built_end = 0;
+  int64_t first[32] = {}, second[32] = {};
+};
+
+inline PairPlan pair_plan(const DirectGeom& g) {
+  PairPlan pp;
+  pp.tp = tap_pairs(g);
+  const auto off = [&](int64_t t) {
+    const int64_t j = t % g.kw, ci = t / g.kw;
+    return ((ci / g.kh) * g.hp + ci % g.kh) * g.wp + j;
+  };
+  pp.built_end = pp.tp.n;
+  for (int s = 0; s < pp.tp.n; ++s) {
+    pp.first[s] = off(pp.tp.first[s]);
+    pp.second[s] = pp.tp.second[s] >= 0 ? off(pp.tp.second[s]) : -1;
+    if (pp.tp.second[s] < 0) pp.built_end = s;
+  }
+  return pp;
+}
+
 struct DirectConvKernels {
   const char* name = nullptr;
   // y (ocn, OH, OW) f32, y's channel planes OH * OW apart, = act(conv(xp, wp) + bias) for the tile's first ocn
@@ -73,15 +127,16 @@ struct DirectConvKernels {
   // dot_rows' order: the same sums, bit for bit.
   // Where the image and the weights are both bf16 (AVX512-BF16 only; nullptr elsewhere): forward and
   // forward_pool2x2 with the taps taken in pairs by vdpbf16ps (twice the FMA tile's multiply-adds per
-  // instruction). wpairs: the tile's weights as [ceil(K / 2)][ocb] words, tap 2s's bf16 in the low half and tap
-  // 2s + 1's (+0 past the last tap) in the high half. Another fixed order, the same in both: each output is
-  // dpbf16(acc, x pair, w pair) over s from +0 (products exact, sums in f32, bf16 subnormals read as 0), then
-  // + bias and the epilogue as above.
-  void (*forward_pairs)(const DirectGeom& g, const float* xp, const uint32_t* wpairs, const float* bias, bool relu,
-                        float* y, int ocn) = nullptr;
-  void (*forward_pool2x2_pairs)(const DirectGeom& g, const float* xp, const uint32_t* wpairs, const float* bias,
-                                bool round_bf16, float* pooled, uint8_t* argmax, int ocn, int64_t ph,
-                                int64_t pw) = nullptr;
+  // instruction), in plan's order (pair_plan(g)). xq: pair_image(xp). wpairs: the tile's weights as [pairs][ocb]
+  // words, the pair's first tap's bf16 in the low half and its second's (+0 for a tap alone) in the high half.
+  // Another fixed order, the same in both: each output is dpbf16(acc, x pair, w pair) over the pairs from +0
+  // (products exact, sums in f32, bf16 subnormals read as 0), then + bias and the epilogue as above.
+  void (*pair_image)(const float* xp, int64_t n, uint32_t* xq) = nullptr;
+  void (*forward_pairs)(const DirectGeom& g, const PairPlan& plan, const float* xp, const uint32_t* xq,
+                        const uint32_t* wpairs, const float* bias, bool relu, float* y, int ocn) = nullptr;
+  void (*forward_pool2x2_pairs)(const DirectGeom& g, const PairPlan& plan, const float* xp, const uint32_t* xq,
+                                const uint32_t* wpairs, const float* bias, bool round_bf16, float* pooled,
+                                uint8_t* argmax, int ocn, int64_t ph, int64_t pw) = nullptr;
   void (*columns_f16)(const DirectGeom& g, const float* xp, Half* col) = nullptr;
   void (*dot_rows_f16)(const float* dz, const Half* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
                        int64_t lanes_k, float* db_lanes) = nullptr;
