@@ -12,6 +12,7 @@
 #include "demi/amp/policy.h"
 #include "demi/amp/train_step.h"
 #include "demi/autograd/autograd.h"
+#include "demi/core/parallel.h"
 #include "demi/core/rng.h"
 #include "demi/data/mnist.h"
 #include "demi/kernels/cpu/gemm.h"
@@ -172,6 +173,35 @@ TEST(CastCache, TheOptimizerKeepsTheLowCopiesSoLaterStepsCastNoParameter) {
 bool same_bits(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.numel() == b.numel() &&
          std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.numel()) * dtype_size(a.dtype())) == 0;
+}
+
+// The optimizer writes a parameter's low copy a chunk at a time as it updates it: after every step the copy
+// is bit for bit the updated FP32 parameter cast, for a bias of 40000 values (split across two threads into
+// chunks, the last of each thread partial), with low-precision gradients (widened a chunk at a time) and with
+// FP32 ones. (Dense's weight is read rounded and keeps no copy.)
+TEST(CastCache, TheOptimizerWrittenLowCopyIsTheCastParameterAfterEveryStep) {
+  const int saved = num_threads();
+  set_num_threads(2);
+  for (DType low : {DType::kBF16, DType::kF16})
+    for (bool low_grads : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(low) << (low_grads ? " low" : " FP32") << " gradients");
+      set_seed(5);
+      auto fc = std::make_shared<nn::Dense>(4, 40000);
+      auto opt = std::make_shared<optim::Momentum>(fc->trainable_params(), 0.01, 0.9);
+      amp::TrainOptions options;
+      options.low_dtype = low;
+      options.low_precision_param_grads = low_grads;
+      auto step = amp::build_train_network(fc, opt, std::make_shared<nn::MSELoss>(), Level::kO2, options);
+      step->set_attribute_overflow(false);
+      Generator g(12);
+      for (int i = 0; i < 3; ++i) {
+        (*step)(normal({2, 4}, 0, 1, g), normal({2, 40000}, 0, 1, g));
+        const AutogradMeta& meta = *fc->bias.impl().autograd;
+        ASSERT_TRUE(meta.low_copy != nullptr && meta.low_version == meta.version) << "step " << i;
+        EXPECT_TRUE(same_bits(*meta.low_copy, fc->bias.to(low))) << "step " << i;
+      }
+    }
+  set_num_threads(saved);
 }
 
 // op(x, w) under a `low` dtype pin, given the FP32 weight w0 and given w0 cast to `low` beforehand, each

@@ -1,5 +1,6 @@
 // Direct convolution for few input channels (a network's first layers: model A's 3 -> 32 k3, K = 27; model
-// B's 1 -> 32 k3p1, K = 9), with the fused ReLU -> MaxPool2d and the weight gradient, on f32 FMAs.
+// B's 1 -> 32 k3p1, K = 9), with the fused ReLU -> MaxPool2d and the weight gradient, on f32 FMAs (bf16 on
+// vdpbf16ps where the CPU has AVX512-BF16).
 //
 // Why not a GEMM: with K = C*KH*KW this small, an im2col GEMM (or oneDNN's jit kernel) does a few dozen
 // multiply-adds per output and then stores it; the layer is bound by moving its full-size output, which the
@@ -7,13 +8,14 @@
 //   forward           one output row of up to 32 columns x 12 output channels stays in 24 zmm accumulators
 //                     over all K taps, read straight from a zero-padded f32 copy of the image (bf16 and f16
 //                     converted while padding: products exact, f32 sums; bf16 x and w on AVX512-BF16: taps in
-//                     pairs by vdpbf16ps); the fused op pools each image's
-//                     output while it is hot in L2 (cpu/pool.h) and never writes it out.
-//   backward-weights  dW[oc, k] = sum_n sum_p dz[n, oc, p] * col[n, p, k] over the nonzero dz only: after
-//                     ReLU -> 2x2 MaxPool three in four are zero. Each image's sums for a channel are a fixed
-//                     function of its list of nonzero dz in row-major order; the fused op rebuilds each
-//                     image's dz from the pool's winners (max_pool2d_backward of dy and argmax) while it is
-//                     hot, so it and the separate call see the same lists and give the same bits.
+//                     pairs by vdpbf16ps); the fused op pools each image's output while it is hot in L2
+//                     (cpu/pool.h) and never writes it out.
+//   backward-weights  dW[oc, k] = sum_n sum_p dz[n, oc, p] * col[n, k, p]: dense dot products of dz rows and the
+//                     image's columns in 4 x 6 register tiles, each (oc, k) summing its positions in one fixed
+//                     order (16 lanes, then the lanes); the fused op rebuilds each image's dz from the pool's
+//                     winners (max_pool2d_backward of dy and argmax) while it is hot, so it and the separate call
+//                     give the same bits. (Lists of the nonzero dz, three in four being zero after ReLU -> 2x2
+//                     MaxPool, came first and were slower than the dense tiles.)
 // Threads take images (each its own partial sums for the weight gradient, added in thread order).
 //
 // Serves: groups 1, stride 1, dilation 1, any padding, K <= kDirectMaxK, f32|bf16|f16 tensors. The

@@ -210,7 +210,8 @@ void forward_pool2x2_pairs_t(const DirectGeom& g, const PairPlan& pp, const floa
   direct_avx512::forward_pool2x2<kRoundBf16>(
       bias, pooled, argmax, ocn, ph, pw, [&](__m512 (&acc)[kOcb][2][2], int64_t py, int64_t px0) {
         const int64_t base = 2 * py * g.wp + 2 * px0;
-        pairs_loop<4>(pp, xp + base, xq + base, g.wp, [&](const __m512bh (&x)[4], int s) {  // (row r, vector v): 2 r + v
+        // x[2 r + v]: output row r, vector v.
+        pairs_loop<4>(pp, xp + base, xq + base, g.wp, [&](const __m512bh (&x)[4], int s) {
           const uint32_t* w = wpairs + s * kOcb;
 #pragma GCC unroll 6
           for (int o = 0; o < kOcb; ++o) {

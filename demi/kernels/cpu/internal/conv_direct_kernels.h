@@ -2,11 +2,13 @@
 // fused with ReLU -> 2x2 MaxPool2d), an image's columns and the weight gradient's dot products. Blocking,
 // padding, threading and the final sums are portable (../conv_direct.cc).
 //
-// Layouts (f32 throughout):
+// Layouts (f32 unless said):
 //   xp    one image zero-padded: (C, HP, WP), row stride WP, followed by at least kDirectSlack floats (the
 //         forward and the columns load 16 or 32 columns at a time past a row's end; those lanes are dropped);
 //   wp    one forward tile's weights: [K][kDirectOcb] (the fused one's [K][kDirectPoolOcb]), output channels
 //         past the tile's last zero;
+//   xq    the pair image (bf16 forward in pairs): xp's positions as words, each position's bf16 in the low
+//         half and the next position's in the high half;
 //   col   one image's columns: (K, OH * OW), row k = (c, i, j) holding xp[c, oy + i, ox + j] at oy * OW + ox;
 //   lanes the weight gradient's partial sums, 16 lanes per (oc, k) (and per oc for the bias), added across
 //         the lanes only at the end.
@@ -46,7 +48,7 @@ inline void for_each_column_row(const DirectGeom& g, const float* xp, T* col, Ro
 // two at a time, built from two rows of the padded image; and one alone when those are odd in number.
 struct TapPairs {
   int n = 0;          // pairs
-  int neighbours = 0; // the first `neighbours` pairs are (t, t + 1) within one row
+  int neighbours = 0;  // the first `neighbours` pairs are (t, t + 1) within one row
   int8_t first[32] = {}, second[32] = {};  // taps (c * KH + i) * KW + j; second -1: alone
 };
 
@@ -122,9 +124,6 @@ struct DirectConvKernels {
   void (*columns_bf16)(const DirectGeom& g, const float* xp, BFloat16* col) = nullptr;
   void (*dot_rows_bf16)(const BFloat16* dz, const BFloat16* col, int64_t oc, int64_t k, int64_t positions,
                         float* lanes, int64_t lanes_k, float* db_lanes) = nullptr;
-  // Where the image is f16 (nullptr where a level has none: the driver then takes f32 columns): col in f16
-  // (the image's values, exactly: half the bytes of f32 columns), and dot_rows reading them widened, in
-  // dot_rows' order: the same sums, bit for bit.
   // Where the image and the weights are both bf16 (AVX512-BF16 only; nullptr elsewhere): forward and
   // forward_pool2x2 with the taps taken in pairs by vdpbf16ps (twice the FMA tile's multiply-adds per
   // instruction), in plan's order (pair_plan(g)). xq: pair_image(xp). wpairs: the tile's weights as [pairs][ocb]
@@ -137,6 +136,9 @@ struct DirectConvKernels {
   void (*forward_pool2x2_pairs)(const DirectGeom& g, const PairPlan& plan, const float* xp, const uint32_t* xq,
                                 const uint32_t* wpairs, const float* bias, bool round_bf16, float* pooled,
                                 uint8_t* argmax, int ocn, int64_t ph, int64_t pw) = nullptr;
+  // Where the image is f16 (nullptr where a level has none: the driver then takes f32 columns): col in f16
+  // (the image's values, exactly: half the bytes of f32 columns), and dot_rows reading them widened, in
+  // dot_rows' order: the same sums, bit for bit.
   void (*columns_f16)(const DirectGeom& g, const float* xp, Half* col) = nullptr;
   void (*dot_rows_f16)(const float* dz, const Half* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
                        int64_t lanes_k, float* db_lanes) = nullptr;
