@@ -6,7 +6,8 @@
 // same way. Everything else is the AVX-512 table's.
 //
 // vdpbf16ps multiplies exactly and adds in f32, but takes bf16 subnormals (below 1.2e-38) as zero, as demi's
-// bf16 GEMM kernel does; a loss-scaled gradient is never that small.
+// bf16 GEMM kernel does: a loss-scaled gradient is never that small, and in the forward an image or weight
+// value that small counts as 0 (its products would be below 1.2e-38 times the other factor).
 #include <algorithm>
 #include <cstring>
 
@@ -141,9 +142,9 @@ void pair_image(const float* xp, int64_t n, uint32_t* xq) {
   }
 }
 
-// The pairs' vectors at xb / qb (the padded and pair images at the tile's first output; + stride per output
-// row, + 16 per vector) into acc through mul(acc, x, s): the neighbours as loads of the pair image, then the
-// pairs built from two rows, then the tap alone. Three loops, so that none of them carries the others'
+// Each pair s's vectors, read at xb / qb (the padded and pair images at the tile's first output; + stride per
+// output row, + 16 per vector), go to mul(x, s): the neighbours as loads of the pair image, then the pairs
+// built from two rows, then the tap alone. Three loops, so that none of them carries the others'
 // temporaries (one loop with all three cases spilled accumulators to the stack).
 template <int NV, class Mul>
 inline void pairs_loop(const PairPlan& pp, const float* xb, const uint32_t* qb, int64_t stride, Mul&& mul) {
