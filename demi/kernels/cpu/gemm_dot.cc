@@ -47,6 +47,7 @@ using cpu_internal::Workspace;
 const cpu_internal::GemmDotKernels& kernels() {
   static const cpu_internal::KernelTable<cpu_internal::GemmDotKernels> table{
       {CpuLevel::kScalar, cpu_internal::gemm_dot_kernels_scalar},
+      {CpuLevel::kAvx2, cpu_internal::gemm_dot_kernels_avx2},
       {CpuLevel::kAvx512, cpu_internal::gemm_dot_kernels_avx512}};
   return table.get();
 }

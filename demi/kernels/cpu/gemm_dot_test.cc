@@ -194,6 +194,17 @@ TEST(GemmDot, F16ValuesMultipliedAsBf16AreBitForBitTheProductOfBf16CastOperands)
   }
 }
 
+// Each CPU level runs its own tile: an AVX2-only CPU gets the 8-lane tile, not the portable loops.
+TEST(GemmDot, EachLevelRunsItsVariant) {
+  for (CpuLevel level : supported_cpu_levels()) {
+    ScopedCpuLevel scoped(level);
+    const std::string want = level == CpuLevel::kScalar ? "demi-dot:scalar"
+                             : level == CpuLevel::kAvx2 ? "demi-dot:avx2"
+                                                        : "demi-dot:avx512";
+    EXPECT_EQ(gemm_dot_implementation(), want) << cpu_level_name(level);
+  }
+}
+
 TEST(GemmDot, TakesFewColumnTransposedProductsOnly) {
   MatmulParams p;
   p.m = 4;

@@ -24,6 +24,7 @@ struct GemmDotKernels {
 };
 
 const GemmDotKernels& gemm_dot_kernels_scalar();
+const GemmDotKernels& gemm_dot_kernels_avx2();
 const GemmDotKernels& gemm_dot_kernels_avx512();
 
 }  // namespace demi::kernels::cpu_internal

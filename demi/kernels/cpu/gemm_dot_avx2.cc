@@ -1,0 +1,91 @@
+// The AVX2 + FMA tile of the few-column dot-product GEMM (internal/gemm_dot_kernels.h): each output's 16 lane
+// sums (lane l takes k = l, l + 16, ...) held as two 8-lane halves, so the lanes' partial sums are the
+// AVX-512 tile's, FMA for FMA; the 16 lanes are then added in this file's own order. MR (1|2) rows x up to 3
+// columns a pass (2 x 3 x 2 accumulators + 2 rows + 1 column = 15 of the 16 ymm registers); the K tail by
+// masked loads. a is f32 (a bf16|f16 a's rows are widened by the caller: no tile_low_a here).
+#include <algorithm>
+
+#include "demi/kernels/cpu/internal/vec_avx2.h"  // first: immintrin.h under its warning pragmas
+#include "demi/kernels/cpu/internal/gemm_dot_kernels.h"
+
+namespace demi::kernels::cpu_internal {
+namespace {
+
+// Lanes below n (0 <= n <= 8) set.
+inline __m256i lanes_below(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// The 16 lanes of (lo, hi): lo + hi lane by lane, then 8 -> 4 -> 2 -> 1.
+inline float lane_sum(__m256 lo, __m256 hi) {
+  const __m256 v = _mm256_add_ps(lo, hi);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// out[r * ldo + j] for r < MR, j < NC.
+template <int MR, int NC>
+void tile_t(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, float* out, int64_t ldo) {
+  __m256 lo[MR][NC], hi[MR][NC];
+#pragma GCC unroll 2
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 3
+    for (int j = 0; j < NC; ++j) lo[r][j] = hi[r][j] = _mm256_setzero_ps();
+  // One half (lanes 0-7 or 8-15 of the 16) of 16 k's: loads through `load(pointer)`.
+  const auto half = [&](__m256(&acc)[MR][NC], int64_t at, auto&& load) {
+    __m256 x[MR];
+#pragma GCC unroll 2
+    for (int r = 0; r < MR; ++r) x[r] = load(a + r * lda + at);
+#pragma GCC unroll 3
+    for (int j = 0; j < NC; ++j) {
+      const __m256 w = load(b + j * ldb + at);
+#pragma GCC unroll 2
+      for (int r = 0; r < MR; ++r) acc[r][j] = _mm256_fmadd_ps(x[r], w, acc[r][j]);
+    }
+  };
+  const auto full = [](const float* p) { return _mm256_loadu_ps(p); };
+  int64_t kk = 0;
+  for (; kk + 16 <= k; kk += 16) {
+    half(lo, kk, full);
+    half(hi, kk + 8, full);
+  }
+  if (kk < k) {  // the tail: missing k's are +0 in both operands
+    const __m256i m0 = lanes_below(std::min<int64_t>(k - kk, 8)), m1 = lanes_below(std::max<int64_t>(k - kk - 8, 0));
+    half(lo, kk, [&](const float* p) { return _mm256_maskload_ps(p, m0); });
+    if (k - kk > 8) half(hi, kk + 8, [&](const float* p) { return _mm256_maskload_ps(p, m1); });
+  }
+#pragma GCC unroll 2
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 3
+    for (int j = 0; j < NC; ++j) out[r * ldo + j] = lane_sum(lo[r][j], hi[r][j]);
+}
+
+template <int MR>
+void tile_rows(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int nc, float* out) {
+  for (int j0 = 0; j0 < nc; j0 += 3) {
+    const float* bj = b + j0 * ldb;
+    switch (std::min(3, nc - j0)) {
+      case 1: tile_t<MR, 1>(a, lda, bj, ldb, k, out + j0, nc); break;
+      case 2: tile_t<MR, 2>(a, lda, bj, ldb, k, out + j0, nc); break;
+      default: tile_t<MR, 3>(a, lda, bj, ldb, k, out + j0, nc); break;
+    }
+  }
+}
+
+void tile(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* out) {
+  if (mr == 2)
+    tile_rows<2>(a, lda, b, ldb, k, nc, out);
+  else
+    tile_rows<1>(a, lda, b, ldb, k, nc, out);
+}
+
+}  // namespace
+
+const GemmDotKernels& gemm_dot_kernels_avx2() {
+  static const GemmDotKernels k{"avx2", tile};
+  return k;
+}
+
+}  // namespace demi::kernels::cpu_internal
