@@ -2,7 +2,7 @@
 // sums (lane l takes k = l, l + 16, ...) held as two 8-lane halves, so the lanes' partial sums are the
 // AVX-512 tile's, FMA for FMA; the 16 lanes are then added in this file's own order. MR (1|2) rows x up to 3
 // columns a pass (2 x 3 x 2 accumulators + 2 rows + 1 column = 15 of the 16 ymm registers); the K tail by
-// masked loads. a is f32 (a bf16|f16 a's rows are widened by the caller: no tile_low_a here).
+// masked loads (b, an f32 a) or VecAvx2::load_n (a bf16|f16 a, widened as it is loaded).
 #include <algorithm>
 
 #include "demi/kernels/cpu/internal/vec_avx2.h"  // first: immintrin.h under its warning pragmas
@@ -25,36 +25,43 @@ inline float lane_sum(__m256 lo, __m256 hi) {
   return _mm_cvtss_f32(s);
 }
 
+// a's 8 values at p as f32 (the first n, the rest +0, for the tail).
+inline __m256 load_a(const float* p) { return _mm256_loadu_ps(p); }
+template <typename A>
+inline __m256 load_a(const A* p) { return VecAvx2::load(p); }
+inline __m256 load_a_n(const float* p, int64_t n) { return _mm256_maskload_ps(p, lanes_below(n)); }
+template <typename A>
+inline __m256 load_a_n(const A* p, int64_t n) { return VecAvx2::load_n(p, n); }
+
 // out[r * ldo + j] for r < MR, j < NC.
-template <int MR, int NC>
-void tile_t(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, float* out, int64_t ldo) {
+template <int MR, int NC, typename A>
+void tile_t(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, float* out, int64_t ldo) {
   __m256 lo[MR][NC], hi[MR][NC];
 #pragma GCC unroll 2
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 3
     for (int j = 0; j < NC; ++j) lo[r][j] = hi[r][j] = _mm256_setzero_ps();
-  // One half (lanes 0-7 or 8-15 of the 16) of 16 k's: loads through `load(pointer)`.
-  const auto half = [&](__m256(&acc)[MR][NC], int64_t at, auto&& load) {
+  // One half (lanes 0-7 or 8-15 of the 16) of 16 k's: n (<= 8) of them, the others +0 in both operands.
+  const auto half = [&](__m256(&acc)[MR][NC], int64_t at, int64_t n) {
     __m256 x[MR];
 #pragma GCC unroll 2
-    for (int r = 0; r < MR; ++r) x[r] = load(a + r * lda + at);
+    for (int r = 0; r < MR; ++r) x[r] = n == 8 ? load_a(a + r * lda + at) : load_a_n(a + r * lda + at, n);
+    const __m256i m = lanes_below(n);
 #pragma GCC unroll 3
     for (int j = 0; j < NC; ++j) {
-      const __m256 w = load(b + j * ldb + at);
+      const __m256 w = n == 8 ? _mm256_loadu_ps(b + j * ldb + at) : _mm256_maskload_ps(b + j * ldb + at, m);
 #pragma GCC unroll 2
       for (int r = 0; r < MR; ++r) acc[r][j] = _mm256_fmadd_ps(x[r], w, acc[r][j]);
     }
   };
-  const auto full = [](const float* p) { return _mm256_loadu_ps(p); };
   int64_t kk = 0;
   for (; kk + 16 <= k; kk += 16) {
-    half(lo, kk, full);
-    half(hi, kk + 8, full);
+    half(lo, kk, 8);
+    half(hi, kk + 8, 8);
   }
-  if (kk < k) {  // the tail: missing k's are +0 in both operands
-    const __m256i m0 = lanes_below(std::min<int64_t>(k - kk, 8)), m1 = lanes_below(std::max<int64_t>(k - kk - 8, 0));
-    half(lo, kk, [&](const float* p) { return _mm256_maskload_ps(p, m0); });
-    if (k - kk > 8) half(hi, kk + 8, [&](const float* p) { return _mm256_maskload_ps(p, m1); });
+  if (kk < k) {  // the tail
+    half(lo, kk, std::min<int64_t>(k - kk, 8));
+    if (k - kk > 8) half(hi, kk + 8, k - kk - 8);
   }
 #pragma GCC unroll 2
   for (int r = 0; r < MR; ++r)
@@ -62,8 +69,8 @@ void tile_t(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k,
     for (int j = 0; j < NC; ++j) out[r * ldo + j] = lane_sum(lo[r][j], hi[r][j]);
 }
 
-template <int MR>
-void tile_rows(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int nc, float* out) {
+template <int MR, typename A>
+void tile_rows(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int nc, float* out) {
   for (int j0 = 0; j0 < nc; j0 += 3) {
     const float* bj = b + j0 * ldb;
     switch (std::min(3, nc - j0)) {
@@ -74,17 +81,30 @@ void tile_rows(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t
   }
 }
 
-void tile(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* out) {
+template <typename A>
+void tile_of(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* out) {
   if (mr == 2)
     tile_rows<2>(a, lda, b, ldb, k, nc, out);
   else
     tile_rows<1>(a, lda, b, ldb, k, nc, out);
 }
 
+void tile(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* out) {
+  tile_of(a, lda, b, ldb, k, mr, nc, out);
+}
+
+void tile_low_a(const void* a, DType a_dtype, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc,
+                float* out) {
+  if (a_dtype == DType::kF16)
+    tile_of(static_cast<const Half*>(a), lda, b, ldb, k, mr, nc, out);
+  else
+    tile_of(static_cast<const BFloat16*>(a), lda, b, ldb, k, mr, nc, out);
+}
+
 }  // namespace
 
 const GemmDotKernels& gemm_dot_kernels_avx2() {
-  static const GemmDotKernels k{"avx2", tile};
+  static const GemmDotKernels k{"avx2", tile, tile_low_a};
   return k;
 }
 

@@ -33,8 +33,9 @@ TEST(GemmDot, MatchesTheReferenceForEveryDtypeEpilogueAndLevel) {
   };
   // The last two are split across threads: {1, 9, 10, 7203} with each thread's own copy of a converted b,
   // {1, 6, 32, 4200} with one copy (above the per-thread copy's 512 KiB).
+  // K's tails: 5, 5, none, 2, 1, 13 (past a half of 8), 3, 8.
   const Shape shapes[] = {{1, 7, 10, 7200 / 16 + 3}, {2, 5, 13, 37}, {1, 1, 32, 16},  {3, 4, 1, 50},
-                          {1, 33, 12, 129},           {1, 9, 10, 7203}, {1, 6, 32, 4200}};
+                          {1, 33, 12, 129},           {1, 3, 5, 29},  {1, 9, 10, 7203}, {1, 6, 32, 4200}};
   const std::pair<DType, DType> dtypes[] = {{F32, F32}, {BF16, BF16}, {BF16, F32}, {F16, F16}, {F16, F32}};
   uint64_t seed = 40;
   for (CpuLevel level : supported_cpu_levels()) {
