@@ -123,8 +123,9 @@ void Optimizer::step_param(size_t i, float low_grad_multiplier) {
   constexpr int64_t kChunk = 1024;
   parallel_for(0, p.numel(), kUpdateGrain, [&](int64_t b, int64_t e) {
     if (!chunked) {
-      for (int64_t c = b; c < e; c += low_copy ? kChunk : e - b) {
-        const int64_t n = low_copy ? std::min(kChunk, e - c) : e - b;
+      const int64_t step = low_copy ? kChunk : e - b;  // (no copy: the range in one call)
+      for (int64_t c = b; c < e; c += step) {
+        const int64_t n = std::min(step, e - c);
         float* st[kMaxSlots];
         for (size_t s = 0; s < slots; ++s) st[s] = base[s] + c;
         update(st, pp + c, gp + c, n, lr, wd);

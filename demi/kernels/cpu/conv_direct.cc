@@ -151,14 +151,14 @@ uint32_t* pair_image_after(const DirectConvKernels& kern, const DirectGeom& g, f
 }
 
 // The forward tiles' weights [tile][K][ocb] and bias [tile][ocb], f32, zero past OC; in pairs instead, the
-// weights as [tile][pairs][ocb] words of two bf16 in tap_pairs' order (DirectConvKernels::forward_pairs).
+// weights as [tile][pairs][ocb] words of two bf16 in pair_plan's order (DirectConvKernels::forward_pairs).
 struct PackedWeights {
   std::vector<float> w, bias;
   std::vector<uint32_t> pairs;
   cpu_internal::PairPlan plan;  // (in pairs)
-  int64_t tiles = 0, ocb = 0, k2 = 0;
+  int64_t tiles = 0, ocb = 0;
   const float* tile_w(int64_t t, const DirectGeom& g) const { return w.data() + t * g.k * ocb; }
-  const uint32_t* tile_pairs(int64_t t) const { return pairs.data() + t * k2 * ocb; }
+  const uint32_t* tile_pairs(int64_t t) const { return pairs.data() + t * plan.n * ocb; }
 };
 
 PackedWeights pack_weights(const Conv2dParams& p, const DirectGeom& g, const void* w, const void* bias, int64_t ocb,
@@ -170,16 +170,15 @@ PackedWeights pack_weights(const Conv2dParams& p, const DirectGeom& g, const voi
   convert(w, p.w_dtype, w32.data(), DType::kF32, p.oc * g.k);
   if (in_pairs) {  // a widened bf16's top half is its bits
     pw.plan = cpu_internal::pair_plan(g);
-    const cpu_internal::TapPairs& tp = pw.plan.tp;
-    pw.k2 = tp.n;
-    pw.pairs.assign(static_cast<size_t>(pw.tiles * pw.k2 * ocb), 0u);
+    const cpu_internal::PairPlan& pp = pw.plan;
+    pw.pairs.assign(static_cast<size_t>(pw.tiles * pp.n * ocb), 0u);
     const auto bits = [&](int64_t oc, int64_t k) {
       return k < 0 ? 0u : std::bit_cast<uint32_t>(w32[static_cast<size_t>(oc * g.k + k)]) >> 16;
     };
     for (int64_t oc = 0; oc < p.oc; ++oc)
-      for (int s = 0; s < tp.n; ++s)
-        pw.pairs[static_cast<size_t>(((oc / ocb) * pw.k2 + s) * ocb + oc % ocb)] =
-            bits(oc, tp.first[s]) | bits(oc, tp.second[s]) << 16;
+      for (int s = 0; s < pp.n; ++s)
+        pw.pairs[static_cast<size_t>(((oc / ocb) * pp.n + s) * ocb + oc % ocb)] =
+            bits(oc, pp.tap0[s]) | bits(oc, pp.tap1[s]) << 16;
   } else {
     pw.w.assign(static_cast<size_t>(pw.tiles * g.k * ocb), 0.0f);
     for (int64_t oc = 0; oc < p.oc; ++oc)

@@ -112,7 +112,7 @@ void dot_rows_bf16(const BFloat16* dz, const BFloat16* col, int64_t oc, int64_t 
   }
 }
 
-// The forward's pairs of taps (tap_pairs). A tap's 16 positions come from the padded image's f32 row, whose
+// The forward's pairs of taps (pair_plan). A tap's 16 positions come from the padded image's f32 row, whose
 // values are widened bf16 (their top halves, exactly). Neighbours in a row are one load of the pair image
 // (position q: q's bf16 in the low half, q + 1's in the high half); other pairs are built from two rows by
 // one shift and one word blend, a tap alone with +0 in the high half.
@@ -150,22 +150,22 @@ template <int NV, class Mul>
 inline void pairs_loop(const PairPlan& pp, const float* xb, const uint32_t* qb, int64_t stride, Mul&& mul) {
   const auto at = [&](int v) { return (v / 2) * stride + 16 * (v % 2); };
   int s = 0;
-  for (; s < pp.tp.neighbours; ++s) {
+  for (; s < pp.neighbours; ++s) {
     __m512bh x[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) x[v] = x_neighbours(qb + pp.first[s] + at(v));
+    for (int v = 0; v < NV; ++v) x[v] = x_neighbours(qb + pp.off0[s] + at(v));
     mul(x, s);
   }
   for (; s < pp.built_end; ++s) {
     __m512bh x[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) x[v] = x_pair(xb + pp.first[s] + at(v), xb + pp.second[s] + at(v));
+    for (int v = 0; v < NV; ++v) x[v] = x_pair(xb + pp.off0[s] + at(v), xb + pp.off1[s] + at(v));
     mul(x, s);
   }
-  for (; s < pp.tp.n; ++s) {
+  for (; s < pp.n; ++s) {
     __m512bh x[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) x[v] = x_single(xb + pp.first[s] + at(v));
+    for (int v = 0; v < NV; ++v) x[v] = x_single(xb + pp.off0[s] + at(v));
     mul(x, s);
   }
 }

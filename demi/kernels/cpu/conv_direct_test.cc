@@ -68,22 +68,22 @@ TEST(DirectConv, PairPlanTakesEveryTapOnce) {
         g.c = c, g.kh = kh, g.kw = kw, g.hp = kh + 3, g.wp = kw + 20, g.k = c * kh * kw;
         SCOPED_TRACE(::testing::Message() << "c " << c << " kh " << kh << " kw " << kw);
         const cpu_internal::PairPlan pp = cpu_internal::pair_plan(g);
-        EXPECT_LE(pp.tp.n, 32);
-        EXPECT_EQ(pp.tp.n, c * kh * (kw / 2) + (c * kh * (kw % 2) + 1) / 2);
+        EXPECT_LE(pp.n, 32);
+        EXPECT_EQ(pp.n, c * kh * (kw / 2) + (c * kh * (kw % 2) + 1) / 2);
         std::vector<int> seen(static_cast<size_t>(g.k), 0);
-        for (int s = 0; s < pp.tp.n; ++s) {
-          const int t0 = pp.tp.first[s], t1 = pp.tp.second[s];
+        for (int s = 0; s < pp.n; ++s) {
+          const int t0 = pp.tap0[s], t1 = pp.tap1[s];
           ++seen[static_cast<size_t>(t0)];
           if (t1 >= 0) ++seen[static_cast<size_t>(t1)];
-          if (s < pp.tp.neighbours) {
+          if (s < pp.neighbours) {
             EXPECT_EQ(t1, t0 + 1);
             EXPECT_EQ(t0 / kw, t1 / kw);  // one row
-            EXPECT_EQ(pp.second[s], pp.first[s] + 1);
+            EXPECT_EQ(pp.off1[s], pp.off0[s] + 1);
           } else {
             EXPECT_EQ(t0 % kw, kw - 1);  // a row's last tap
           }
           EXPECT_EQ(t1 < 0, s >= pp.built_end);
-          EXPECT_EQ(pp.first[s], (t0 / kw / kh * g.hp + t0 / kw % kh) * g.wp + t0 % kw);
+          EXPECT_EQ(pp.off0[s], (t0 / kw / kh * g.hp + t0 / kw % kh) * g.wp + t0 % kw);
         }
         EXPECT_EQ(seen, std::vector<int>(static_cast<size_t>(g.k), 1));
       }

@@ -42,6 +42,7 @@ namespace {
 using cpu_internal::element_at;
 using cpu_internal::is_f32_or_low;
 using cpu_internal::kDotTileN;
+using cpu_internal::bytes64;
 using cpu_internal::Workspace;
 
 const cpu_internal::GemmDotKernels& kernels() {
@@ -86,12 +87,12 @@ void product(const MatmulParams& p, const void* a, const void* b, void* c, const
   // is widened as the tile loads it where the variant can (a_to_bf16 needs its rounding first).
   const bool a_in_place = p.a_dtype == DType::kF32 || (kern.tile_low_a != nullptr && !a_to_bf16);
   const size_t a_bytes = a_in_place ? 0 : static_cast<size_t>(2 * K) * sizeof(float);
-  cpu_internal::PartScratch scratch(parts, (a_bytes + 63) / 64 * 64 + (private_b ? b_bytes : 0));
+  cpu_internal::PartScratch scratch(parts, bytes64(a_bytes) + (private_b ? b_bytes : 0));
   cpu_internal::for_each_part(parts, pairs, [&](int64_t t, int64_t q0, int64_t q1) {
     float out[2 * kDotTileN], vals[2][kDotMaxN], old[kDotMaxN];
     const float* bf = static_cast<const float*>(b);
     if (private_b) {
-      float* own = reinterpret_cast<float*>(scratch.part(t) + (a_bytes + 63) / 64 * 64);
+      float* own = reinterpret_cast<float*>(scratch.part(t) + bytes64(a_bytes));
       convert_b_into(own, 0, N * K);
       bf = own;
     } else if (convert_b) {

@@ -11,10 +11,8 @@
 namespace demi::kernels::cpu_internal {
 namespace {
 
-// Lanes below n (0 <= n <= 8) set.
-inline __m256i lanes_below(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
+// Lanes below n (0 <= n <= 8) set, as _mm256_maskload_ps takes them.
+inline __m256i lanes_below(int64_t n) { return _mm256_castps_si256(VecAvx2::lanes_below(n)); }
 
 // The 16 lanes of (lo, hi): lo + hi lane by lane, then 8 -> 4 -> 2 -> 1.
 inline float lane_sum(__m256 lo, __m256 hi) {
@@ -81,30 +79,21 @@ void tile_rows(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, 
   }
 }
 
-template <typename A>
-void tile_of(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* out) {
-  if (mr == 2)
-    tile_rows<2>(a, lda, b, ldb, k, nc, out);
-  else
-    tile_rows<1>(a, lda, b, ldb, k, nc, out);
-}
-
-void tile(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* out) {
-  tile_of(a, lda, b, ldb, k, mr, nc, out);
-}
-
-void tile_low_a(const void* a, DType a_dtype, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc,
-                float* out) {
-  if (a_dtype == DType::kF16)
-    tile_of(static_cast<const Half*>(a), lda, b, ldb, k, mr, nc, out);
-  else
-    tile_of(static_cast<const BFloat16*>(a), lda, b, ldb, k, mr, nc, out);
-}
+// The tiles for an a of type A (f32, or bf16|f16 widened as loaded): dot_kernels_of's Tiles.
+struct Tiles {
+  template <typename A>
+  static void of(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* out) {
+    if (mr == 2)
+      tile_rows<2>(a, lda, b, ldb, k, nc, out);
+    else
+      tile_rows<1>(a, lda, b, ldb, k, nc, out);
+  }
+};
 
 }  // namespace
 
 const GemmDotKernels& gemm_dot_kernels_avx2() {
-  static const GemmDotKernels k{"avx2", tile, tile_low_a};
+  static const GemmDotKernels k = dot_kernels_of<Tiles>("avx2");
   return k;
 }
 

@@ -50,29 +50,20 @@ constexpr std::array<Tile<A>, kDotTileN + 1> tiles(std::integer_sequence<int, NC
   return {nullptr, tile_t<MR, NC + 1, A>...};
 }
 
-template <typename A>
-void tile_of(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* out) {
-  static constexpr auto kTiles1 = tiles<1, A>(std::make_integer_sequence<int, kDotTileN>{});
-  static constexpr auto kTiles2 = tiles<2, A>(std::make_integer_sequence<int, kDotTileN>{});
-  (mr == 2 ? kTiles2 : kTiles1)[static_cast<size_t>(nc)](a, lda, b, ldb, k, out);
-}
-
-void tile(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* out) {
-  tile_of(a, lda, b, ldb, k, mr, nc, out);
-}
-
-void tile_low_a(const void* a, DType a_dtype, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc,
-                float* out) {
-  if (a_dtype == DType::kF16)
-    tile_of(static_cast<const Half*>(a), lda, b, ldb, k, mr, nc, out);
-  else
-    tile_of(static_cast<const BFloat16*>(a), lda, b, ldb, k, mr, nc, out);
-}
+// The tiles for an a of type A (f32, or bf16|f16 widened as loaded): dot_kernels_of's Tiles.
+struct Tiles {
+  template <typename A>
+  static void of(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* out) {
+    static constexpr auto kTiles1 = tiles<1, A>(std::make_integer_sequence<int, kDotTileN>{});
+    static constexpr auto kTiles2 = tiles<2, A>(std::make_integer_sequence<int, kDotTileN>{});
+    (mr == 2 ? kTiles2 : kTiles1)[static_cast<size_t>(nc)](a, lda, b, ldb, k, out);
+  }
+};
 
 }  // namespace
 
 const GemmDotKernels& gemm_dot_kernels_avx512() {
-  static const GemmDotKernels k{"avx512", tile, tile_low_a};
+  static const GemmDotKernels k = dot_kernels_of<Tiles>("avx512");
   return k;
 }
 

@@ -45,55 +45,37 @@ inline void for_each_column_row(const DirectGeom& g, const float* xp, T* col, Ro
 
 // The forward's taps in pairs (DirectConvKernels::forward_pairs): first the neighbours of each row, (c, i, j)
 // and (c, i, j + 1) for even j, whose pair is one load of the pair image; then the rows' last taps (KW odd)
-// two at a time, built from two rows of the padded image; and one alone when those are odd in number.
-struct TapPairs {
-  int n = 0;          // pairs
-  int neighbours = 0;  // the first `neighbours` pairs are (t, t + 1) within one row
-  int8_t first[32] = {}, second[32] = {};  // taps (c * KH + i) * KW + j; second -1: alone
-};
-
-inline TapPairs tap_pairs(const DirectGeom& g) {
-  TapPairs tp;
-  int8_t last[64];
-  int lasts = 0;
-  for (int64_t r = 0; r < g.c * g.kh; ++r) {
-    const int64_t t = r * g.kw;
-    int64_t j = 0;
-    for (; j + 1 < g.kw; j += 2, ++tp.n) {
-      tp.first[tp.n] = static_cast<int8_t>(t + j);
-      tp.second[tp.n] = static_cast<int8_t>(t + j + 1);
-    }
-    if (j < g.kw) last[lasts++] = static_cast<int8_t>(t + j);
-  }
-  tp.neighbours = tp.n;
-  for (int l = 0; l < lasts; l += 2, ++tp.n) {
-    tp.first[tp.n] = last[l];
-    tp.second[tp.n] = l + 1 < lasts ? last[l + 1] : static_cast<int8_t>(-1);
-  }
-  return tp;
-}
-
-// tap_pairs with each tap's offset in the padded image from its output position, (c * HP + i) * WP + j
-// (second -1: alone), and where the pairs built from two rows end (the rest: one tap alone).
+// two at a time, built from two rows of the padded image; and one alone when those are odd in number. Each
+// tap with its offset in the padded image from its output position, (c * HP + i) * WP + j.
 struct PairPlan {
-  TapPairs tp;
-  int built_end = 0;
-  int64_t first[32] = {}, second[32] = {};
+  int n = 0;           // pairs (at most 32: K <= 64)
+  int neighbours = 0;  // pairs [0, neighbours): (t, t + 1) within one row
+  int built_end = 0;   // pairs [neighbours, built_end): two rows' last taps; [built_end, n): a tap alone
+  int8_t tap0[32] = {}, tap1[32] = {};  // taps (c * KH + i) * KW + j; tap1 -1: alone
+  int64_t off0[32] = {}, off1[32] = {};  // their offsets (off1 -1: alone)
 };
 
 inline PairPlan pair_plan(const DirectGeom& g) {
   PairPlan pp;
-  pp.tp = tap_pairs(g);
-  const auto off = [&](int64_t t) {
-    const int64_t j = t % g.kw, ci = t / g.kw;
-    return ((ci / g.kh) * g.hp + ci % g.kh) * g.wp + j;
+  const auto add = [&](int64_t t0, int64_t t1) {
+    const auto off = [&](int64_t t) { return ((t / g.kw / g.kh) * g.hp + t / g.kw % g.kh) * g.wp + t % g.kw; };
+    pp.tap0[pp.n] = static_cast<int8_t>(t0);
+    pp.tap1[pp.n] = static_cast<int8_t>(t1);
+    pp.off0[pp.n] = off(t0);
+    pp.off1[pp.n] = t1 < 0 ? -1 : off(t1);
+    ++pp.n;
   };
-  pp.built_end = pp.tp.n;
-  for (int s = 0; s < pp.tp.n; ++s) {
-    pp.first[s] = off(pp.tp.first[s]);
-    pp.second[s] = pp.tp.second[s] >= 0 ? off(pp.tp.second[s]) : -1;
-    if (pp.tp.second[s] < 0) pp.built_end = s;
+  int64_t last[64];
+  int lasts = 0;
+  for (int64_t r = 0; r < g.c * g.kh; ++r) {
+    int64_t j = 0;
+    for (; j + 1 < g.kw; j += 2) add(r * g.kw + j, r * g.kw + j + 1);
+    if (j < g.kw) last[lasts++] = r * g.kw + j;
   }
+  pp.neighbours = pp.n;
+  for (int l = 0; l + 1 < lasts; l += 2) add(last[l], last[l + 1]);
+  pp.built_end = pp.n;
+  if (lasts % 2) add(last[lasts - 1], -1);
   return pp;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "demi/core/dtype.h"
+#include "demi/core/half.h"
 
 namespace demi::kernels::cpu_internal {
 
@@ -22,6 +23,26 @@ struct GemmDotKernels {
   void (*tile_low_a)(const void* a, DType a_dtype, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr,
                      int nc, float* out) = nullptr;
 };
+
+// A variant's table from its tile template, Tiles::of(a, lda, b, ldb, k, mr, nc, out) for a of float, Half and
+// BFloat16: `tile` takes an f32 a, `tile_low_a` the others. Instantiated in the variant's own file (with its
+// ISA flags) on a type of that file's anonymous namespace, so no other file shares the instantiations.
+template <class Tiles>
+GemmDotKernels dot_kernels_of(const char* name) {
+  GemmDotKernels t;
+  t.name = name;
+  t.tile = [](const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* out) {
+    Tiles::of(a, lda, b, ldb, k, mr, nc, out);
+  };
+  t.tile_low_a = [](const void* a, DType a_dtype, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc,
+                    float* out) {
+    if (a_dtype == DType::kF16)
+      Tiles::of(static_cast<const Half*>(a), lda, b, ldb, k, mr, nc, out);
+    else
+      Tiles::of(static_cast<const BFloat16*>(a), lda, b, ldb, k, mr, nc, out);
+  };
+  return t;
+}
 
 const GemmDotKernels& gemm_dot_kernels_scalar();
 const GemmDotKernels& gemm_dot_kernels_avx2();
