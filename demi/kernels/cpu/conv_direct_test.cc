@@ -105,7 +105,8 @@ TEST(DirectConv, MatchesReferenceForEveryGeometryDtypeAndLevel) {
 
 // The fused forward equals direct_conv2d_forward then relu_max_pool2d_forward (values and window indices),
 // and the fused weight gradient equals max_pool2d_backward then direct_conv2d_backward_weights, bit for bit:
-// the fused op visits the same nonzero gradients in the same order.
+// the fused op visits the same nonzero gradients in the same order. Windows 2x2 (pooled in registers) and
+// 3x3 / stride 3 (the convolution's rows, then the pool).
 TEST(DirectConv, FusedReluMaxPoolEqualsItsSeparateKernelsBitForBit) {
   struct Case {
     DType in, conv;  // x and w; the convolution's own output dtype (f16 storage: f32)
@@ -115,43 +116,46 @@ TEST(DirectConv, FusedReluMaxPoolEqualsItsSeparateKernelsBitForBit) {
   for (CpuLevel level : supported_cpu_levels()) {
     ScopedCpuLevel scoped(level);
     for (const Geometry& g : direct_geometries()) {
-      for (const Case& k : cases) {
-        Conv2dParams p = kernels::testing::params_of(g);
-        if (p.out_h() < 2 || p.out_w() < 2) continue;
-        p.x_dtype = p.w_dtype = k.in;
-        p.y_dtype = k.conv;
-        p.bias_dtype = F32;
-        const DType out = k.in;
-        SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << g.name << " " << dtype_name(k.in));
-        const Pool2dParams pool = make_pool2d_params(p.n, p.oc, p.out_h(), p.out_w(), 2, 2, 2, 2, PadMode::kValid);
-        Operand x = random_operand(k.in, p.x_numel(), seed += 10), w = random_operand(k.in, p.w_numel(), seed + 1);
-        Operand b = random_operand(F32, p.oc, seed + 2), dy = random_operand(out, pool.y_numel(), seed + 3);
+      for (const Case& k : cases)
+        for (int64_t window : {2, 3}) {
+          Conv2dParams p = kernels::testing::params_of(g);
+          if (p.out_h() < window || p.out_w() < window) continue;
+          p.x_dtype = p.w_dtype = k.in;
+          p.y_dtype = k.conv;
+          p.bias_dtype = F32;
+          const DType out = k.in;
+          SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << g.name << " " << dtype_name(k.in)
+                                            << " window " << window);
+          const Pool2dParams pool =
+              make_pool2d_params(p.n, p.oc, p.out_h(), p.out_w(), window, window, window, window, PadMode::kValid);
+          Operand x = random_operand(k.in, p.x_numel(), seed += 10), w = random_operand(k.in, p.w_numel(), seed + 1);
+          Operand b = random_operand(F32, p.oc, seed + 2), dy = random_operand(out, pool.y_numel(), seed + 3);
 
-        // Separate: the convolution, ReLU + pool (f16 storage: pool the f32 output, round once), and back.
-        Operand conv = random_operand(k.conv, p.y_numel(), 1);
-        direct_conv2d_forward(p, x.data(), w.data(), b.data(), conv.data());
-        Operand want_y = random_operand(out, pool.y_numel(), 2), pooled = random_operand(k.conv, pool.y_numel(), 3);
-        std::vector<uint8_t> want_a(static_cast<size_t>(pool.y_numel())), got_a(want_a.size());
-        relu_max_pool2d_forward(pool, k.conv, conv.data(), pooled.data(), want_a.data());
-        convert(pooled.data(), k.conv, want_y.data(), out, pool.y_numel());
-        Operand got_y = random_operand(out, pool.y_numel(), 4);
-        direct_conv2d_relu_max_pool2d_forward(p, pool, x.data(), w.data(), b.data(), out, got_y.data(), got_a.data());
-        EXPECT_EQ(got_y.bytes, want_y.bytes) << "forward values";
-        EXPECT_EQ(got_a, want_a) << "window indices";
+          // Separate: the convolution, ReLU + pool (f16 storage: pool the f32 output, round once), and back.
+          Operand conv = random_operand(k.conv, p.y_numel(), 1);
+          direct_conv2d_forward(p, x.data(), w.data(), b.data(), conv.data());
+          Operand want_y = random_operand(out, pool.y_numel(), 2), pooled = random_operand(k.conv, pool.y_numel(), 3);
+          std::vector<uint8_t> want_a(static_cast<size_t>(pool.y_numel())), got_a(want_a.size());
+          relu_max_pool2d_forward(pool, k.conv, conv.data(), pooled.data(), want_a.data());
+          convert(pooled.data(), k.conv, want_y.data(), out, pool.y_numel());
+          Operand got_y = random_operand(out, pool.y_numel(), 4);
+          direct_conv2d_relu_max_pool2d_forward(p, pool, x.data(), w.data(), b.data(), out, got_y.data(), got_a.data());
+          EXPECT_EQ(got_y.bytes, want_y.bytes) << "forward values";
+          EXPECT_EQ(got_a, want_a) << "window indices";
 
-        Operand dz = random_operand(out, p.y_numel(), 5);
-        max_pool2d_backward(pool, out, dy.data(), want_a.data(), dz.data());
-        Conv2dParams q = p;
-        q.y_dtype = out;
-        q.w_dtype = q.bias_dtype = F32;
-        Operand want_dw = random_operand(F32, p.w_numel(), 7), want_db = random_operand(F32, p.oc, 8);
-        direct_conv2d_backward_weights(q, x.data(), dz.data(), want_dw.data(), want_db.data());
-        Operand got_dw = random_operand(F32, p.w_numel(), 9), got_db = random_operand(F32, p.oc, 10);
-        direct_conv2d_relu_max_pool2d_backward_weights(p, pool, x.data(), out, dy.data(), want_a.data(), got_dw.data(),
-                                                       F32, got_db.data(), F32);
-        EXPECT_EQ(got_dw.bytes, want_dw.bytes) << "weight gradient";
-        EXPECT_EQ(got_db.bytes, want_db.bytes) << "bias gradient";
-      }
+          Operand dz = random_operand(out, p.y_numel(), 5);
+          max_pool2d_backward(pool, out, dy.data(), want_a.data(), dz.data());
+          Conv2dParams q = p;
+          q.y_dtype = out;
+          q.w_dtype = q.bias_dtype = F32;
+          Operand want_dw = random_operand(F32, p.w_numel(), 7), want_db = random_operand(F32, p.oc, 8);
+          direct_conv2d_backward_weights(q, x.data(), dz.data(), want_dw.data(), want_db.data());
+          Operand got_dw = random_operand(F32, p.w_numel(), 9), got_db = random_operand(F32, p.oc, 10);
+          direct_conv2d_relu_max_pool2d_backward_weights(p, pool, x.data(), out, dy.data(), want_a.data(),
+                                                         got_dw.data(), F32, got_db.data(), F32);
+          EXPECT_EQ(got_dw.bytes, want_dw.bytes) << "weight gradient";
+          EXPECT_EQ(got_db.bytes, want_db.bytes) << "bias gradient";
+        }
     }
   }
 }
