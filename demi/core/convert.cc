@@ -142,6 +142,27 @@ void convert_bf16_to_f32(const BFloat16* src, float* dst, int64_t n) {
   run_chunked(internal::convert_kernels(cpu_level()).bf16_to_f32, src, dst, n);
 }
 
+namespace {
+
+// Between the two low dtypes through an L1-sized f32 chunk on the stack (exact widening, then one
+// rounding: the scalar conversion's value), the level's kernels called directly, chunks split across
+// threads.
+template <typename Src, typename Dst>
+void convert_through_f32(void (*widen)(const Src*, float*, int64_t), void (*narrow)(const float*, Dst*, int64_t),
+                         const Src* src, Dst* dst, int64_t n) {
+  constexpr int64_t kChunk = 1024;
+  parallel_for(0, (n + kChunk - 1) / kChunk, kConvertGrain / kChunk, [&](int64_t c0, int64_t c1) {
+    alignas(64) float wide[kChunk];
+    for (int64_t i = c0 * kChunk; i < std::min(n, c1 * kChunk); i += kChunk) {
+      const int64_t c = std::min(kChunk, n - i);
+      widen(src + i, wide, c);
+      narrow(wide, dst + i, c);
+    }
+  });
+}
+
+}  // namespace
+
 void round_f32(const float* src, float* dst, int64_t n, DType to) {
   DEMI_CHECK(to == DType::kBF16 || to == DType::kF16, "round_f32: rounds to bfloat16 or float16, got ",
              dtype_name(to));
@@ -179,6 +200,13 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64
     return convert_f32_to_bf16(static_cast<const float*>(src), static_cast<BFloat16*>(dst), n);
   if (src_dtype == DType::kBF16 && dst_dtype == DType::kF32)
     return convert_bf16_to_f32(static_cast<const BFloat16*>(src), static_cast<float*>(dst), n);
+  const internal::ConvertKernels& k = internal::convert_kernels(cpu_level());
+  if (src_dtype == DType::kF16 && dst_dtype == DType::kBF16)
+    return convert_through_f32(k.f16_to_f32, k.f32_to_bf16, static_cast<const Half*>(src),
+                               static_cast<BFloat16*>(dst), n);
+  if (src_dtype == DType::kBF16 && dst_dtype == DType::kF16)
+    return convert_through_f32(k.bf16_to_f32, k.f32_to_f16, static_cast<const BFloat16*>(src),
+                               static_cast<Half*>(dst), n);
   visit_dtype(src_dtype, [&](auto s) {
     visit_dtype(dst_dtype, [&](auto d) {
       using S = decltype(s);

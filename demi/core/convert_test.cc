@@ -335,6 +335,36 @@ TEST(Convert, HalfAndBFloat16ToEachOther) {
   EXPECT_EQ(back[1].bits, 0x7c00);
 }
 
+// f16 <-> bf16 (an f16 convolution's operands under F16Products::kBf16) run the level's kernels through an
+// f32 chunk: every one of the 65536 patterns each way, at every level, is the scalar conversion's value
+// (exact widening, one rounding), over several chunks and a tail.
+TEST(Convert, HalfAndBFloat16EveryPatternAtEveryLevel) {
+  std::vector<Half> h(65536 + 77);
+  std::vector<BFloat16> b(h.size());
+  for (size_t i = 0; i < h.size(); ++i) {
+    h[i] = Half::from_bits(static_cast<uint16_t>(i));
+    b[i] = BFloat16::from_bits(static_cast<uint16_t>(i * 40503u));  // another order of the patterns
+  }
+  std::vector<BFloat16> want_b(h.size());
+  std::vector<Half> want_h(h.size());
+  for (size_t i = 0; i < h.size(); ++i) {
+    want_b[i] = BFloat16(static_cast<float>(h[i]));
+    want_h[i] = Half(static_cast<float>(b[i]));
+  }
+  auto same_bits = [](const auto& got, const auto& want) {
+    for (size_t i = 0; i < want.size(); ++i)
+      if (got[i].bits != want[i].bits)
+        return testing::AssertionFailure() << "element " << i << ": " << got[i].bits << " != " << want[i].bits;
+    return testing::AssertionSuccess();
+  };
+  for (CpuLevel level : supported_cpu_levels()) {
+    SCOPED_TRACE(cpu_level_name(level));
+    ScopedCpuLevel scoped(level);
+    EXPECT_TRUE(same_bits(converted<BFloat16>(h), want_b));
+    EXPECT_TRUE(same_bits(converted<Half>(b), want_h));
+  }
+}
+
 TEST(Convert, LargeGenericConversionRunsInParallelChunks) {
   std::vector<double> src(300'001);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<double>(i) - 150'000.5;

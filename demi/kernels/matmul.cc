@@ -76,9 +76,7 @@ std::atomic<F16Products>& f16_products_slot() {
 MatmulParams with_f16_products(const MatmulParams& p) {
   MatmulParams q = p;
   if (f16_products() != F16Products::kBf16) return q;
-  const DType a = p.a_dtype, b = b_value_dtype(p);
-  q.bf16_products = q.bf16_products || (is_low_precision(a) && is_low_precision(b) &&
-                                        (a == DType::kF16 || b == DType::kF16));
+  q.bf16_products = q.bf16_products || f16_products_in_bf16(p.a_dtype, b_value_dtype(p));
   return q;
 }
 
@@ -237,6 +235,10 @@ void set_f16_products(F16Products mode) {
   f16_products_slot().store(mode);
 }
 F16Products f16_products() { return f16_products_slot().load(); }
+bool f16_products_in_bf16(DType a, DType b) {
+  return f16_products() == F16Products::kBf16 && is_low_precision(a) && is_low_precision(b) &&
+         (a == DType::kF16 || b == DType::kF16);
+}
 const char* f16_products_name(F16Products mode) { return mode == F16Products::kBf16 ? "bf16" : "exact"; }
 
 void matmul(const MatmulParams& p_in, const void* a, const void* b, void* c) {

@@ -48,12 +48,17 @@ MatmulPolicy matmul_policy();
 // columns), about twice as fast where vdpbf16ps exists, with other numbers (MatmulParams::bf16_products);
 // oneDNN, which multiplies f16 values exactly, is never chosen for them. It applies to every matmul() of
 // f16|bf16 operands with at least one f16 value (Dense, MatMul, BatchMatMul and their gradients, attention's
-// products); convolutions keep exact f16 products. kBf16 needs AVX512-BF16 (else a demi::Error). Process-
-// wide; from DEMI_F16_PRODUCTS=exact|bf16 at start (default exact), `demi train --f16-products`.
+// products); the convolution layers round their f16 operands (x, w, dy) to bf16 before their kernels, which
+// then run as bf16 convolutions (oneDNN's among the candidates: its operands are bf16 there) writing f16
+// outputs (y, dx) rounded once. kBf16 needs AVX512-BF16 (else a demi::Error). Process-wide; from
+// DEMI_F16_PRODUCTS=exact|bf16 at start (default exact), `demi train --f16-products`.
 enum class F16Products { kExact, kBf16 };
 void set_f16_products(F16Products mode);
 F16Products f16_products();
 const char* f16_products_name(F16Products mode);  // "exact", "bf16"
+// Whether a product of operands in dtypes a and b multiplies its f16 values as bf16 under the setting:
+// kBf16, both f16|bf16, at least one f16. (The convolution layers follow the same rule: ops/conv_pool.cc.)
+bool f16_products_in_bf16(DType a, DType b);
 
 // The kernel a product runs (tuning it now if it has not run yet; a and b are then read from scratch
 // operands): "onednn (brg:avx512_core)", "demi-f32 (demi:avx512_bf16:f32)", "reference".

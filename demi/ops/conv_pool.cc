@@ -3,6 +3,7 @@
 // is resolved here into explicit padding.
 #include "demi/kernels/cpu/activation.h"
 #include "demi/kernels/cpu/pool.h"
+#include "demi/kernels/matmul.h"
 #include "demi/kernels/onednn/conv.h"
 #include "demi/ops/internal/helpers.h"
 #include "demi/ops/ops.h"
@@ -107,6 +108,26 @@ internal::CallWeight conv_weight(const Dispatch& d, const Tensor& w_in) {
   return internal::weight_for_call(d, 1, w_in, w_in.dtype() == DType::kF32 && is_low_precision(d.compute_dtype()));
 }
 
+// Under kernels::F16Products::kBf16 (an explicit option; kernels/matmul.h), a convolution layer whose
+// operands are f16 (or f16 and bf16) multiplies them as bf16: x, w and the output's gradient are rounded to
+// bf16 before its kernels, which then run as bf16 convolutions (vdpbf16ps, AMX) with f32 sums, and the
+// outputs keep their dtypes (y and dx in f16, rounded once; dw, db in the gradient's dtype). The values are
+// exactly those of the same layer on bf16-cast operands, as with kernels::matmul's bf16_products.
+struct ProductDtypes {
+  bool bf16 = false;  // the f16 values are rounded to bf16
+  DType x, w;         // the layer's operands as stored (x, w after the AMP cast)
+  DType product(DType stored) const { return bf16 ? DType::kBF16 : stored; }
+};
+ProductDtypes product_dtypes(const Tensor& x, const Tensor& w) {
+  return {kernels::f16_products_in_bf16(x.dtype(), w.dtype()), x.dtype(), w.dtype()};
+}
+
+// The operand t (stored in `stored`) as the product reads it, as workspace (a value only this call reads).
+Tensor product_workspace(const Tensor& t, DType stored, DType dtype) {
+  MemCategoryScope cat(MemCategory::kWorkspace);
+  return internal::as_product_operand(t, stored, dtype);
+}
+
 }  // namespace
 
 std::string conv2d_bf16_kernel(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw,
@@ -140,6 +161,11 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   Dispatch d(Op::kConv2d, {&x_in, &w_in, &b_in});
   const internal::CallWeight cw = conv_weight(d, w_in);
   Tensor x = d.input(0), w = cw.now, b = d.input(2);
+  const ProductDtypes pt = product_dtypes(x, w);
+  if (pt.bf16) {
+    x = internal::as_product_operand(x, pt.x, DType::kBF16);  // kept for the weight gradient
+    w = product_workspace(w, pt.w, DType::kBF16);
+  }
   kernels::Conv2dParams p = conv_params(x, w, o, pad);
   p.x_dtype = x.dtype();
   p.w_dtype = w.dtype();
@@ -159,7 +185,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   // forward instead of living through the step.
   Tensor x_saved = !need_dx && !x.is_same(x_in) ? x_in : x;
   const DType dw_dtype = d.param_grad_dtype(1, p.w_dtype), db_dtype = d.param_grad_dtype(2, p.bias_dtype);
-  return d.finish(y, [x = x_saved, w = cw.saved, y = y_saved, p, has_bias, need_dx, dw_dtype,
+  return d.finish(y, [x = x_saved, w = cw.saved, y = y_saved, p, pt, has_bias, need_dx, dw_dtype,
                       db_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);
     if (p.relu) {
@@ -168,19 +194,23 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
                                    masked.raw_data(), gy.numel());
       gy = masked;
     }
+    if (pt.bf16) gy = product_workspace(gy, gy.dtype(), DType::kBF16);
     kernels::Conv2dParams q = p;
     q.relu = false;
+    q.y_dtype = gy.dtype();
     Tensor dx;
     if (need_dx) {  // the first layer's input (the data) needs none: skip the whole backward-data pass
-      dx = empty(x.shape(), x.dtype());
-      const Tensor wc = internal::as_dtype_for_call(w, p.w_dtype);
+      q.x_dtype = pt.x;  // dx in the input's dtype
+      dx = empty(x.shape(), pt.x);
+      const Tensor wc = product_workspace(w, pt.w, p.w_dtype);
       kernels::onednn::conv2d_backward_data(q, gy.raw_data(), wc.raw_data(), dx.raw_data());
+      q.x_dtype = p.x_dtype;
     }
     q.w_dtype = dw_dtype;  // the kernel sums in FP32 and stores in these dtypes
     q.bias_dtype = db_dtype;
     Tensor dw = empty(w.shape(), dw_dtype);
     Tensor db = has_bias ? empty({p.oc}, db_dtype) : Tensor();
-    Tensor xc = x.dtype() == p.x_dtype ? x : x.to(p.x_dtype);
+    Tensor xc = internal::as_product_operand(x, pt.x, p.x_dtype);
     kernels::onednn::conv2d_backward_weights(q, xc.raw_data(), gy.raw_data(), dw.raw_data(),
                                              has_bias ? db.raw_data() : nullptr);
     return TensorList{dx, dw, db};
@@ -262,6 +292,11 @@ Tensor conv2d_transpose(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
   Dispatch d(op, {&x_in, &w_in});
   const internal::CallWeight cw = conv_weight(d, w_in);
   Tensor x = d.input(0), w = cw.now;
+  const ProductDtypes pt = product_dtypes(x, w);
+  if (pt.bf16) {
+    x = internal::as_product_operand(x, pt.x, DType::kBF16);  // kept for the weight gradient
+    w = product_workspace(w, pt.w, DType::kBF16);
+  }
   kernels::Conv2dParams p;
   p.n = x.dim(0), p.c = oc, p.h = oh, p.w = ow;
   p.oc = x.dim(1), p.kh = w.dim(2), p.kw = w.dim(3);
@@ -278,15 +313,19 @@ Tensor conv2d_transpose(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
   kernels::onednn::conv2d_backward_data(p, x.raw_data(), w.raw_data(), y.raw_data());
   const bool need_dx = d.input_needs_grad(0);
   const DType dw_dtype = d.param_grad_dtype(1, p.w_dtype);
-  Tensor out = d.finish(y, [x, w = cw.saved, p, need_dx, dw_dtype](const TensorList& g) {
+  Tensor out = d.finish(y, [x, w = cw.saved, p, pt, need_dx, dw_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.x_dtype);
+    if (pt.bf16) gy = product_workspace(gy, gy.dtype(), DType::kBF16);
+    kernels::Conv2dParams q = p;
+    q.x_dtype = gy.dtype();
     Tensor dx;
     if (need_dx) {
-      dx = empty(x.shape(), p.y_dtype);
-      const Tensor wc = internal::as_dtype_for_call(w, p.w_dtype);
-      kernels::onednn::conv2d_forward(p, gy.raw_data(), wc.raw_data(), nullptr, dx.raw_data());
+      q.y_dtype = pt.x;  // dx in the input's dtype
+      dx = empty(x.shape(), pt.x);
+      const Tensor wc = product_workspace(w, pt.w, p.w_dtype);
+      kernels::onednn::conv2d_forward(q, gy.raw_data(), wc.raw_data(), nullptr, dx.raw_data());
+      q.y_dtype = p.y_dtype;
     }
-    kernels::Conv2dParams q = p;
     q.w_dtype = dw_dtype;
     Tensor dw = empty(w.shape(), dw_dtype);
     kernels::onednn::conv2d_backward_weights(q, gy.raw_data(), x.raw_data(), dw.raw_data(), nullptr);
@@ -319,6 +358,11 @@ Tensor conv2d_relu_max_pool2d(const Tensor& x_in, const Tensor& w_in, const Tens
   d.set_flops(conv_flops(p));
   const internal::CallWeight cw = conv_weight(d, w_in);
   Tensor x = d.input(0), w = cw.now, b = d.input(2);
+  const ProductDtypes pt = product_dtypes(x, w);
+  if (pt.bf16) {
+    x = internal::as_product_operand(x, pt.x, DType::kBF16);  // kept for the weight gradient
+    w = product_workspace(w, pt.w, DType::kBF16);
+  }
   const DType out = d.compute_dtype();  // the pooled output's dtype, as the two ops would store it
   p.x_dtype = x.dtype();
   p.w_dtype = w.dtype();
@@ -333,20 +377,25 @@ Tensor conv2d_relu_max_pool2d(const Tensor& x_in, const Tensor& w_in, const Tens
   const bool has_bias = b.defined(), need_dx = d.input_needs_grad(0);
   Tensor x_saved = !need_dx && !x.is_same(x_in) ? x_in : x;  // as in conv2d: the data batch is recast
   const DType dw_dtype = d.param_grad_dtype(1, p.w_dtype), db_dtype = d.param_grad_dtype(2, p.bias_dtype);
-  return d.finish(y, [x = x_saved, w = cw.saved, argmax, p, pool, out, has_bias, need_dx, dw_dtype,
+  return d.finish(y, [x = x_saved, w = cw.saved, argmax, p, pt, pool, out, has_bias, need_dx, dw_dtype,
                       db_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], out);
-    Tensor dx = need_dx ? empty(x.shape(), x.dtype()) : Tensor();
+    kernels::Conv2dParams q = p;
+    if (pt.bf16) {  // the pooled gradient rounded, and read as the gradient of a bf16 convolution output
+      gy = product_workspace(gy, gy.dtype(), DType::kBF16);
+      q.y_dtype = DType::kBF16;
+    }
+    Tensor dx = need_dx ? empty(x.shape(), pt.x) : Tensor();
     Tensor dw = empty(w.shape(), dw_dtype);
     Tensor db = has_bias ? empty({p.oc}, db_dtype) : Tensor();
-    Tensor xc = x.dtype() == p.x_dtype ? x : x.to(p.x_dtype);
+    Tensor xc = internal::as_product_operand(x, pt.x, p.x_dtype);
     // (only the data gradient reads the weight)
-    const Tensor wc = need_dx ? internal::as_dtype_for_call(w, p.w_dtype) : Tensor();
-    kernels::onednn::conv2d_relu_max_pool2d_backward(p, pool, xc.raw_data(), need_dx ? wc.raw_data() : nullptr,
+    const Tensor wc = need_dx ? product_workspace(w, pt.w, p.w_dtype) : Tensor();
+    kernels::onednn::conv2d_relu_max_pool2d_backward(q, pool, xc.raw_data(), need_dx ? wc.raw_data() : nullptr,
                                                      gy.dtype(), gy.raw_data(),
                                                      argmax.data<uint8_t>(), need_dx ? dx.raw_data() : nullptr,
                                                      dw.raw_data(), dw_dtype, has_bias ? db.raw_data() : nullptr,
-                                                     db_dtype);
+                                                     db_dtype, pt.x);
     return TensorList{dx, dw, db};
   });
 }

@@ -725,7 +725,7 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
     std::printf("model %s on %s, %s %s%s: %lld steps, %.0f samples/s (median step %.2f ms), data wait %.2f%%\n",
                 job.model_key.c_str(), job.data_name.c_str(), amp::level_name(level),
                 level == amp::Level::kO0 ? "float32" : std::string(dtype_name(low)).c_str(),
-                bf16_products ? " (matrix products in bfloat16)" : "",
+                bf16_products ? " (products in bfloat16)" : "",
                 static_cast<long long>(s.steps), s.samples_per_second, s.median_step_seconds * 1e3,
                 100 * s.data_wait_fraction);
     std::printf("final train loss %.4f, test accuracy %.4f, %lld step(s) skipped, loss scale %g\n",
@@ -1036,10 +1036,10 @@ std::vector<Option> training_options() {
       int_option("seed", "S", "random seed (weights, data order, synthetic data)", "1", 0, 1e18),
       int_option("threads", "N", "threads (0: every core)", "0", 0, 4096),
       {"mode", "M", "graph (GRAPH_MODE: each update replays a static memory plan, one arena) or pynative", "graph"},
-      {"f16-products", "P", "how float16 matrix products (Dense, MatMul and their gradients) multiply: exact (the f16 "
-                            "values: the f32 FMA rate on a CPU without fp16 arithmetic) or bf16 (rounded to bfloat16 "
-                            "on the pair kernel: about twice as fast with AVX512-BF16, other numbers; convolutions "
-                            "stay exact)", "exact"},
+      {"f16-products", "P", "how float16 products (Dense, MatMul, convolutions and their gradients) multiply: exact "
+                            "(the f16 values: the f32 FMA rate on a CPU without fp16 arithmetic) or bf16 (rounded to "
+                            "bfloat16 on the bf16 kernels: up to twice as fast with AVX512-BF16, other numbers)",
+       "exact"},
       int_option("train-samples", "N", "use only the first N training samples (0: all)", "0", 0, 1e12),
       {"loss-scale", "S", "default (the level's), none, fixed:N or dynamic", "default"},
       {"batch-norm", "", "model B with a BatchNorm after each convolution (kept FP32 at O2: the black list)", ""},

@@ -1026,14 +1026,21 @@ void conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dParams& p
 
 void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& pool, const void* x, const void* w,
                                      DType dy_dtype, const void* dy, const uint8_t* argmax, void* dx, void* dw,
-                                     DType dw_dtype, void* db, DType db_dtype) {
+                                     DType dw_dtype, void* db, DType db_dtype, std::optional<DType> dx_dtype) {
   check_fused(p, pool, "conv2d + relu + max_pool2d backward");
   // The gradients are computed as the separate calls compute them: from the pool's dense gradient in dy's
   // dtype (the separate convolution's output dtype; for f16 storage the fused forward kept its output in
   // f32, but the gradient's values are dy's, exact in f16), with the separate calls' choices, keyed by it.
   Conv2dParams pd = p;  // the data gradient's call
   pd.y_dtype = dy_dtype;
+  pd.x_dtype = dx_dtype.value_or(p.x_dtype);
+  // A dx in another dtype than x is computed apart from the weight gradient (oneDNN's fused primitive
+  // writes dx in x's).
+  const bool dx_apart = pd.x_dtype != p.x_dtype;
+  Conv2dParams px = p;  // the fused call's, writing dx in its dtype
+  px.x_dtype = pd.x_dtype;
   Conv2dParams pw = pd;  // the weight gradient's call
+  pw.x_dtype = p.x_dtype;
   pw.w_dtype = dw_dtype;
   pw.bias_dtype = db ? db_dtype : DType::kF32;
   // The whole batch's dense gradient, made only for a kernel that reads it (or to measure one), freed once
@@ -1055,7 +1062,7 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
   // oneDNN's data gradient, as the separate call's, from dy a chunk at a time.
   auto onednn_data_gradient = [&] {
     try {
-      auto call = [&](bool wd) { pooled_backward_data_impl(p, wd, pool, w, dy_dtype, dy, argmax, dx); };
+      auto call = [&](bool wd) { pooled_backward_data_impl(px, wd, pool, w, dy_dtype, dy, argmax, dx); };
       call(widens(pd, pd.y_dtype, pd.w_dtype, call));
     } catch (const dnnl::error& err) {
       rethrow_dnnl(err, pd, ConvDirection::kBackwardData);
@@ -1069,7 +1076,7 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
   auto run = [&](bool direct) {
     const bool demi_dx = demi_data_gradient();
     if (demi_dx) cpu::conv2d_backward_data(pd, dense(), w, dx);
-    dx_fused = demi_dx ? nullptr : dx;
+    dx_fused = demi_dx || dx_apart ? nullptr : dx;
     // The weight gradient: the direct kernel (from dy, unpooled as it goes), demi's indirect product on
     // the dense gradient, or oneDNN's fused primitive (the data gradient with it, unless demi's is chosen).
     const bool demi_dw =
@@ -1078,8 +1085,9 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
         });
     if (demi_dw) cpu::conv2d_backward_weights(pw, x, dense(), dw, db);
     dz.reset();
+    const bool onednn_dx = dx != nullptr && !demi_dx;  // oneDNN's data gradient, fused or apart
     if (direct || demi_dw) {
-      if (dx_fused) onednn_data_gradient();
+      if (onednn_dx) onednn_data_gradient();
       if (direct)
         cpu::direct_conv2d_relu_max_pool2d_backward_weights(p, pool, x, dy_dtype, dy, argmax, dw, dw_dtype, db,
                                                             db_dtype);
@@ -1092,6 +1100,7 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
     } catch (const dnnl::error& err) {
       rethrow_dnnl(err, p, ConvDirection::kBackwardWeights);
     }
+    if (onednn_dx && dx_apart) onednn_data_gradient();
   };
   run(direct_chosen(p, ConvDirection::kBackwardWeights, run));
 }

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "demi/kernels/conv_params.h"
@@ -52,10 +53,12 @@ void conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dParams& p
                                     const void* bias, DType y_dtype, void* y, uint8_t* argmax);
 
 // dy (N, OC, PH, PW) NCHW in dy_dtype and the forward's argmax -> dw (dw_dtype), db (db_dtype; nullable) and
-// dx (p.x_dtype; nullable: the data needs none), overwritten. x and w as the forward read them.
+// dx (dx_dtype, p.x_dtype unless given; nullable: the data needs none), overwritten. x and w as the forward
+// read them. (An f16 layer whose products are rounded to bf16 reads bf16 x, w and dy and writes an f16 dx.)
 void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& pool, const void* x, const void* w,
                                      DType dy_dtype, const void* dy, const uint8_t* argmax, void* dx, void* dw,
-                                     DType dw_dtype, void* db, DType db_dtype);
+                                     DType dw_dtype, void* db, DType db_dtype,
+                                     std::optional<DType> dx_dtype = std::nullopt);
 
 // For benchmarks and diagnostics: oneDNN's implementation for a call ("brgconv:avx512_core_amx_bf16",
 // "gemm:jit", ...), or "reference" for f64, for bf16 x bf16 as the policy or the measured choice for the

@@ -446,24 +446,32 @@ TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
     Geometry g;
     DType in, conv;  // x and w; the convolution's output (compute) dtype
     bool need_dx;
+    bool f16_as_bf16 = false;  // an f16 layer's products in bf16: bf16 x, w and dy; f16 y and dx
   };
   const Geometry odd = {"odd output 9x9 (3->16)", 2, 3, 11, 11, 16, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1};
   const Case cases[] = {{kGeometries[0], F32, F32, false}, {kGeometries[0], BF16, BF16, false},
                         {kGeometries[0], F16, F32, false}, {kGeometries[1], F32, F32, false},
                         {kGeometries[1], BF16, BF16, false}, {kGeometries[2], F32, F32, true},
                         {kGeometries[2], BF16, BF16, true}, {kGeometries[2], F16, F32, true},
-                        {odd, F32, F32, true},           {odd, BF16, BF16, true}};
+                        {odd, F32, F32, true},           {odd, BF16, BF16, true},
+                        {kGeometries[0], BF16, F32, false, true}, {kGeometries[2], BF16, F32, true, true},
+                        {odd, BF16, F32, true, true}};
   uint64_t seed = 300;
   for (const Case& k : cases) {
     Conv2dParams p = params_of(k.g);
     p.x_dtype = p.w_dtype = k.in;
     p.y_dtype = k.conv;
     p.bias_dtype = F32;
-    const DType out = k.in;  // the pooled output and its gradient, in the storage dtype
-    SCOPED_TRACE(std::string(k.g.name) + " " + std::string(dtype_name(k.in)));
+    const DType out = k.f16_as_bf16 ? F16 : k.in;  // the pooled output, in the storage dtype
+    const DType grad = k.f16_as_bf16 ? BF16 : out;  // its gradient as the kernels read it
+    const DType dx_dtype = k.f16_as_bf16 ? F16 : k.in;
+    // The dense gradient's dtype in the three steps (the separate convolution's output dtype, or bf16)
+    const DType dense = k.f16_as_bf16 ? BF16 : k.conv;
+    SCOPED_TRACE(std::string(k.g.name) + " " + std::string(dtype_name(k.in)) +
+                 (k.f16_as_bf16 ? " (an f16 layer's products in bf16)" : ""));
     const Pool2dParams pool = make_pool2d_params(p.n, p.oc, p.out_h(), p.out_w(), 2, 2, 2, 2, PadMode::kValid);
     Operand x = random_operand(k.in, p.x_numel(), seed += 10), w = random_operand(k.in, p.w_numel(), seed + 1);
-    Operand b = random_operand(F32, p.oc, seed + 2), dy = random_operand(out, pool.y_numel(), seed + 3);
+    Operand b = random_operand(F32, p.oc, seed + 2), dy = random_operand(grad, pool.y_numel(), seed + 3);
 
     // Three steps: conv to NCHW, ReLU + pool, and back.
     Operand conv = random_operand(k.conv, p.y_numel(), 1);
@@ -484,21 +492,28 @@ TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
     EXPECT_EQ(got_y.bytes, want_y.bytes) << "forward values";
     EXPECT_EQ(got_a, want_a) << "window indices";
 
-    Operand dconv = random_operand(k.conv, p.y_numel(), 5);
+    Operand dconv = random_operand(dense, p.y_numel(), 5);
     {
-      Operand dy_c = random_operand(k.conv, pool.y_numel(), 6);
-      convert(dy.data(), out, dy_c.data(), k.conv, pool.y_numel());
-      max_pool2d_backward(pool, k.conv, dy_c.data(), want_a.data(), dconv.data());
+      Operand dy_c = random_operand(dense, pool.y_numel(), 6);
+      convert(dy.data(), grad, dy_c.data(), dense, pool.y_numel());
+      max_pool2d_backward(pool, dense, dy_c.data(), want_a.data(), dconv.data());
     }
     Conv2dParams q = p;
+    q.y_dtype = dense;
     q.w_dtype = F32;
     Operand want_dw = random_operand(F32, p.w_numel(), 7), want_db = random_operand(F32, p.oc, 8);
     conv2d_backward_weights(q, x.data(), dconv.data(), want_dw.data(), want_db.data());
-    Operand want_dx = random_operand(k.in, p.x_numel(), 9), got_dx = random_operand(k.in, p.x_numel(), 10);
-    if (k.need_dx) conv2d_backward_data(p, dconv.data(), w.data(), want_dx.data());
+    Operand want_dx = random_operand(dx_dtype, p.x_numel(), 9), got_dx = random_operand(dx_dtype, p.x_numel(), 10);
+    Conv2dParams qd = p;
+    qd.y_dtype = dense;
+    qd.x_dtype = dx_dtype;
+    if (k.need_dx) conv2d_backward_data(qd, dconv.data(), w.data(), want_dx.data());
     Operand got_dw = random_operand(F32, p.w_numel(), 11), got_db = random_operand(F32, p.oc, 12);
-    conv2d_relu_max_pool2d_backward(p, pool, x.data(), w.data(), out, dy.data(), want_a.data(),
-                                    k.need_dx ? got_dx.data() : nullptr, got_dw.data(), F32, got_db.data(), F32);
+    Conv2dParams pb = p;  // the fused backward's: its convolution's output gradient in the dense dtype
+    pb.y_dtype = dense;
+    conv2d_relu_max_pool2d_backward(pb, pool, x.data(), w.data(), grad, dy.data(), want_a.data(),
+                                    k.need_dx ? got_dx.data() : nullptr, got_dw.data(), F32, got_db.data(), F32,
+                                    dx_dtype);
     EXPECT_EQ(got_dw.bytes, want_dw.bytes) << "dw";
     EXPECT_EQ(got_db.bytes, want_db.bytes) << "db";
     if (k.need_dx) {

@@ -1,5 +1,8 @@
 #include "demi/ops/internal/helpers.h"
 
+#include <algorithm>
+
+#include "demi/core/convert.h"
 #include "demi/core/memory.h"
 #include "demi/kernels/cpu/elementwise.h"
 
@@ -35,6 +38,25 @@ Tensor as_dtype_for_call(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
   MemCategoryScope cat(MemCategory::kWorkspace);
   return t.to(dtype);
+}
+
+Tensor as_product_operand(const Tensor& t, DType stored, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  if (stored == dtype || t.dtype() == stored || dtype_size(t.dtype()) <= dtype_size(stored)) return t.to(dtype);
+  // Through `stored` a chunk at a time on the stack (serial: the callers' tensors are a layer's input or
+  // weight): no whole intermediate copy.
+  Tensor out = empty(t.shape(), dtype);
+  constexpr int64_t kChunk = 4096;
+  alignas(64) unsigned char mid[kChunk * 8];
+  const size_t in = dtype_size(t.dtype()), to = dtype_size(dtype);
+  const auto* s = static_cast<const unsigned char*>(t.raw_data());
+  auto* d = static_cast<unsigned char*>(out.raw_data());
+  for (int64_t i = 0; i < t.numel(); i += kChunk) {
+    const int64_t c = std::min(kChunk, t.numel() - i);
+    convert(s + static_cast<size_t>(i) * in, t.dtype(), mid, stored, c);
+    convert(mid, stored, d + static_cast<size_t>(i) * to, dtype, c);
+  }
+  return out;
 }
 
 Tensor binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b) {
