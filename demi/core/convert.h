@@ -26,7 +26,7 @@ void convert_bf16_to_f32(const BFloat16* src, float* dst, int64_t n);
 void round_f32(const float* src, float* dst, int64_t n, DType to);
 
 // Any dtype to any dtype, n elements (float -> integer truncates toward zero; -> bool is "!= 0").
-// Large conversions run in parallel on demi's thread pool.
+// Large conversions run in parallel on demi's thread pool. f16 <-> bf16 may convert in place (dst == src).
 void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
 
 namespace internal {

@@ -337,7 +337,7 @@ TEST(Convert, HalfAndBFloat16ToEachOther) {
 
 // f16 <-> bf16 (an f16 convolution's operands under F16Products::kBf16) run the level's kernels through an
 // f32 chunk: every one of the 65536 patterns each way, at every level, is the scalar conversion's value
-// (exact widening, one rounding), over several chunks and a tail.
+// (exact widening, one rounding), over several chunks and a tail, also in place.
 TEST(Convert, HalfAndBFloat16EveryPatternAtEveryLevel) {
   std::vector<Half> h(65536 + 77);
   std::vector<BFloat16> b(h.size());
@@ -362,6 +362,9 @@ TEST(Convert, HalfAndBFloat16EveryPatternAtEveryLevel) {
     ScopedCpuLevel scoped(level);
     EXPECT_TRUE(same_bits(converted<BFloat16>(h), want_b));
     EXPECT_TRUE(same_bits(converted<Half>(b), want_h));
+    std::vector<Half> in_place = h;  // dst == src
+    convert(in_place.data(), DType::kF16, in_place.data(), DType::kBF16, static_cast<int64_t>(h.size()));
+    EXPECT_EQ(std::memcmp(in_place.data(), want_b.data(), h.size() * 2), 0) << "in place";
   }
 }
 

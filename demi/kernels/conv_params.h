@@ -49,6 +49,14 @@ struct Conv2dParams {
   int64_t y_numel() const { return n * oc * out_h() * out_w(); }
 };
 
+// The fused Conv2d -> ReLU -> MaxPool2d backward's dense gradient (the convolution output's, dy unpooled):
+// dy's values in dy's dtype, or rounded to bf16 where the convolution's output is bf16 (p.y_dtype) and dy
+// is not, as the separate convolution would read it (an f16 layer whose products are bf16's: its f16
+// pooled gradient is rounded as it is unpooled, with no rounded copy of it).
+inline DType fused_dense_gradient_dtype(const Conv2dParams& p, DType dy_dtype) {
+  return p.y_dtype == DType::kBF16 ? DType::kBF16 : dy_dtype;
+}
+
 // "conv2d x(2, 3, 32, 32) bf16, w(32, 3, 3, 3) bf16 -> y(2, 32, 30, 30) bf16, stride 1x1, pad
 // (t0, b0, l0, r0), dilation 1x1, groups 1": for error messages.
 std::string describe(const Conv2dParams& p);

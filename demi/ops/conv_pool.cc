@@ -381,10 +381,8 @@ Tensor conv2d_relu_max_pool2d(const Tensor& x_in, const Tensor& w_in, const Tens
                       db_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], out);
     kernels::Conv2dParams q = p;
-    if (pt.bf16) {  // the pooled gradient rounded, and read as the gradient of a bf16 convolution output
-      gy = product_workspace(gy, gy.dtype(), DType::kBF16);
-      q.y_dtype = DType::kBF16;
-    }
+    // The pooled gradient read as a bf16 convolution output's: rounded as the kernels unpool it (no copy)
+    if (pt.bf16) q.y_dtype = DType::kBF16;
     Tensor dx = need_dx ? empty(x.shape(), pt.x) : Tensor();
     Tensor dw = empty(w.shape(), dw_dtype);
     Tensor db = has_bias ? empty({p.oc}, db_dtype) : Tensor();

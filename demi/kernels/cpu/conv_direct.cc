@@ -467,31 +467,38 @@ void direct_conv2d_relu_max_pool2d_backward_weights(const Conv2dParams& p, const
              "that neither overlap nor reach padding");
   const int64_t pooled = pool.oh * pool.ow;
   std::vector<float> dw32(static_cast<size_t>(p.oc * geometry(p).k)), db32(static_cast<size_t>(p.oc));
-  // dz = max_pool2d_backward(dy, argmax), as the separate ops give the convolution (dy's values, exactly), built
-  // one image at a time while it is hot.
+  // dz = max_pool2d_backward(dy, argmax), as the separate ops give the convolution (dy's values, exactly, or
+  // rounded to bf16: fused_dense_gradient_dtype), built one image at a time while it is hot.
+  const DType dz_dtype = fused_dense_gradient_dtype(p, dy_dtype);
   backward_weights_impl(
-      p, x, dy_dtype,
+      p, x, dz_dtype,
       [&](int64_t n, int64_t o0, int64_t on, float* tmp, bool bf16) -> const void* {
         Pool2dParams one = pool;  // the image's channels [o0, o0 + on)
         one.n = 1;
         one.c = on;
         const int64_t at = (n * p.oc + o0) * pooled;
         const void* src = element_at(dy, at, dy_dtype);
-        if (bf16) {  // dy is bf16: dz in bf16, its values exactly
+        if (bf16) {  // dz in bf16: dy's values exactly, or rounded into tmp past dz first
+          if (dy_dtype != DType::kBF16) {
+            auto* dy16 = reinterpret_cast<BFloat16*>(tmp) + on * p.out_h() * p.out_w();
+            convert(src, dy_dtype, dy16, DType::kBF16, on * pooled);
+            src = dy16;
+          }
           max_pool2d_backward(one, DType::kBF16, src, argmax + at, tmp);
           return tmp;
         }
-        if (dy_dtype != DType::kF32) {  // dy widened into tmp past dz
+        if (dy_dtype != DType::kF32) {  // dy widened into tmp past dz (and rounded where dz is bf16)
           float* dy32 = tmp + on * p.out_h() * p.out_w();
           convert(src, dy_dtype, dy32, DType::kF32, on * pooled);
+          if (dz_dtype != dy_dtype) round_f32(dy32, dy32, on * pooled, dz_dtype);
           src = dy32;
         }
         max_pool2d_backward(one, DType::kF32, src, argmax + at, tmp);
         return tmp;
       },
-      [&](int64_t on, bool bf16) {  // dz (bf16 or f32), and f32 dy when dy is f16 or bf16 but dz is f32
+      [&](int64_t on, bool bf16) {  // dz (bf16 or f32), and dy in dz's dtype where it has another
         const int64_t dz = on * p.out_h() * p.out_w();
-        if (bf16) return static_cast<size_t>(dz) * sizeof(BFloat16);
+        if (bf16) return static_cast<size_t>(dz + (dy_dtype == DType::kBF16 ? 0 : on * pooled)) * sizeof(BFloat16);
         return static_cast<size_t>(dz + (dy_dtype == DType::kF32 ? 0 : on * pooled)) * sizeof(float);
       },
       dw32.data(), db32.data());

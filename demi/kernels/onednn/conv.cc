@@ -429,13 +429,21 @@ void check_fused(const Conv2dParams& p, const Pool2dParams& pool, const char* wh
 
 // The pooling's gradient in the layout a primitive reads as diff_dst (plan.prim_md), in workspace: written
 // there directly, or, for a layout the strided kernels cannot address, written as NCHW and reordered by plan.
+// dz_dtype: the values' dtype (fused_dense_gradient_dtype): dy rounded to bf16 where it is bf16 and dy is not,
+// in the conversion to a bf16 layout or after the one to f32.
 const void* pooled_gradient(CallContext& ctx, const InputPlan& plan, const Pool2dParams& pool, DType dy_dtype,
-                            const void* dy, const uint8_t* argmax) {
+                            DType dz_dtype, const void* dy, const uint8_t* argmax) {
+  const bool round = dz_dtype == DType::kBF16 && dy_dtype != DType::kBF16;
+  auto rounded = [&](void* buf, DType t, int64_t bytes) {
+    if (round && t == DType::kF32)
+      round_f32(static_cast<float*>(buf), static_cast<float*>(buf), bytes / 4, DType::kBF16);
+  };
   const memory::desc& md = plan.prim_md;
   const DType ct = md_dtype(md);
   if (auto l = strided_layout(md)) {
     void* buf = ctx.scratch_buffer(md.get_size());
     max_pool2d_backward_strided(pool, dy_dtype, dy, argmax, ct, buf, *l, static_cast<int64_t>(md.get_size()));
+    rounded(buf, ct, static_cast<int64_t>(md.get_size()));
     return buf;
   }
   // (NCHW in the caller's dtype, which the plan reorders: bf16 where a widened primitive reads f32)
@@ -444,6 +452,7 @@ const void* pooled_gradient(CallContext& ctx, const InputPlan& plan, const Pool2
   void* buf = ctx.scratch_buffer(static_cast<size_t>(bytes));
   max_pool2d_backward_strided(pool, dy_dtype, dy, argmax, ut, buf, StridedLayout4::nchw(pool.c, pool.h, pool.w),
                               bytes);
+  rounded(buf, ut, bytes);
   return ctx.input(plan, buf, pool.x_numel());
 }
 
@@ -553,6 +562,7 @@ void fused_backward_impl(const Conv2dParams& p, bool widen, const Pool2dParams& 
   CallContext ctx(0);
   WeightGradSum sum(ctx, pw, widen, dw, db);
   PreparedWeights ws;
+  const DType dz_dtype = fused_dense_gradient_dtype(p, dy_dtype);
   const int64_t pooled = pool.c * pool.oh * pool.ow;  // per image
   for_each_chunk(pw, sum.images(), [&](const Conv2dParams& q, int64_t n0) {
     const Conv2dParams qw = sum.chunk(q, n0);
@@ -569,10 +579,11 @@ void fused_backward_impl(const Conv2dParams& p, bool widen, const Pool2dParams& 
     ctx.ensure_scratch(std::max(e->scratch_bytes, d ? d->scratch_bytes : 0));
     const void* w_prim = d ? ws.get(ctx, d->in1, w, p.w_numel()) : nullptr;
     const size_t mark = ctx.mark();
-    const void* dys = pooled_gradient(ctx, e->in1, qp, dy_dtype, dyc, am);
+    const void* dys = pooled_gradient(ctx, e->in1, qp, dy_dtype, dz_dtype, dyc, am);
     run_backward_weights(ctx, *e, qw, xc, dys, sum.dw(), sum.db());
     if (d) {
-      const void* ddy = d->in0.prim_md == e->in1.prim_md ? dys : pooled_gradient(ctx, d->in0, qp, dy_dtype, dyc, am);
+      const void* ddy =
+          d->in0.prim_md == e->in1.prim_md ? dys : pooled_gradient(ctx, d->in0, qp, dy_dtype, dz_dtype, dyc, am);
       run_backward_data(ctx, *d, qd, ddy, w_prim, element_at(dx, n0 * p.c * p.h * p.w, p.x_dtype));
     }
     ctx.release_to(mark);
@@ -591,7 +602,8 @@ void pooled_backward_data_impl(const Conv2dParams& p, bool widen, const Pool2dPa
                                             int64_t n0) {
     Pool2dParams qp = pool;
     qp.n = q.n;
-    return pooled_gradient(ctx, plan, qp, dy_dtype, element_at(dy, n0 * pooled, dy_dtype), argmax + n0 * pooled);
+    return pooled_gradient(ctx, plan, qp, dy_dtype, fused_dense_gradient_dtype(p, dy_dtype),
+                           element_at(dy, n0 * pooled, dy_dtype), argmax + n0 * pooled);
   });
 }
 
@@ -1030,9 +1042,11 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
   check_fused(p, pool, "conv2d + relu + max_pool2d backward");
   // The gradients are computed as the separate calls compute them: from the pool's dense gradient in dy's
   // dtype (the separate convolution's output dtype; for f16 storage the fused forward kept its output in
-  // f32, but the gradient's values are dy's, exact in f16), with the separate calls' choices, keyed by it.
+  // f32, but the gradient's values are dy's, exact in f16) or rounded to bf16 (fused_dense_gradient_dtype),
+  // with the separate calls' choices, keyed by it.
+  const DType dz_dtype = fused_dense_gradient_dtype(p, dy_dtype);
   Conv2dParams pd = p;  // the data gradient's call
-  pd.y_dtype = dy_dtype;
+  pd.y_dtype = dz_dtype;
   pd.x_dtype = dx_dtype.value_or(p.x_dtype);
   // A dx in another dtype than x is computed apart from the weight gradient (oneDNN's fused primitive
   // writes dx in x's).
@@ -1048,8 +1062,15 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
   std::optional<internal::Workspace> dz;
   auto dense = [&] {
     if (!dz) {
-      dz.emplace(static_cast<size_t>(p.y_numel()) * dtype_size(dy_dtype));
-      max_pool2d_backward(pool, dy_dtype, dy, argmax, dz->get());
+      dz.emplace(static_cast<size_t>(p.y_numel()) * dtype_size(dz_dtype));
+      if (dtype_size(dy_dtype) == dtype_size(dz_dtype)) {  // f16 values rounded to bf16 in place, if at all
+        max_pool2d_backward(pool, dy_dtype, dy, argmax, dz->get());
+        if (dz_dtype != dy_dtype) convert(dz->get(), dy_dtype, dz->get(), dz_dtype, p.y_numel());
+      } else {
+        internal::Workspace wide(static_cast<size_t>(p.y_numel()) * dtype_size(dy_dtype));
+        max_pool2d_backward(pool, dy_dtype, dy, argmax, wide.get());
+        convert(wide.get(), dy_dtype, dz->get(), dz_dtype, p.y_numel());
+      }
     }
     return dz->get();
   };
@@ -1095,7 +1116,7 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
     }
     try {
       onednn_run(widens(p, p.x_dtype,
-                        p.y_dtype == DType::kBF16 && dy_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32,
+                        dz_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32,
                         onednn_run));
     } catch (const dnnl::error& err) {
       rethrow_dnnl(err, p, ConvDirection::kBackwardWeights);

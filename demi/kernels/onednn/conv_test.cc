@@ -432,16 +432,21 @@ TEST(OnednnConv, GemmChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
 }
 
 // Every path of the fused backward: oneDNN's fused primitive; the direct weight gradient with oneDNN's data
-// gradient (pooled a chunk at a time) or demi's; demi's indirect products for both (on the dense gradient).
+// gradient (pooled a chunk at a time) or demi's; demi's indirect products for both (on the dense gradient);
+// oneDNN's bf16 primitives in bf16 and widened to f32 (where an f16 layer's dy is rounded after widening).
 TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
   const ConvGemmPolicy saved_gemm = conv_gemm_policy();
   const ConvDirectPolicy saved_direct = conv_direct_policy();
+  const ConvBf16Policy saved_bf16 = conv_bf16_policy();
+  for (ConvBf16Policy bf16 : {ConvBf16Policy::kBf16, ConvBf16Policy::kWidenF32})  // oneDNN's bf16 paths
   for (ConvGemmPolicy gemm : {ConvGemmPolicy::kOff, ConvGemmPolicy::kOn})  // oneDNN's forward, then demi's
   for (ConvDirectPolicy direct : {ConvDirectPolicy::kOff, ConvDirectPolicy::kOn}) {
+  set_conv_bf16_policy(bf16);
   set_conv_gemm_policy(gemm);
   set_conv_direct_policy(direct);
   SCOPED_TRACE(std::string(gemm == ConvGemmPolicy::kOn ? "demi's indirect products" : "oneDNN's products") +
-               (direct == ConvDirectPolicy::kOn ? ", the direct kernels" : ""));
+               (direct == ConvDirectPolicy::kOn ? ", the direct kernels" : "") +
+               (bf16 == ConvBf16Policy::kBf16 ? ", oneDNN's bf16 in bf16" : ", oneDNN's bf16 widened"));
   struct Case {
     Geometry g;
     DType in, conv;  // x and w; the convolution's output (compute) dtype
@@ -463,7 +468,7 @@ TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
     p.y_dtype = k.conv;
     p.bias_dtype = F32;
     const DType out = k.f16_as_bf16 ? F16 : k.in;  // the pooled output, in the storage dtype
-    const DType grad = k.f16_as_bf16 ? BF16 : out;  // its gradient as the kernels read it
+    const DType grad = out;  // its gradient (f16 under f16_as_bf16: rounded to bf16 as the kernels unpool it)
     const DType dx_dtype = k.f16_as_bf16 ? F16 : k.in;
     // The dense gradient's dtype in the three steps (the separate convolution's output dtype, or bf16)
     const DType dense = k.f16_as_bf16 ? BF16 : k.conv;
@@ -523,6 +528,7 @@ TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
   }
   set_conv_gemm_policy(saved_gemm);
   set_conv_direct_policy(saved_direct);
+  set_conv_bf16_policy(saved_bf16);
 }
 
 // The fused backward for f16 storage (its forward kept the convolution's output in f32) never holds the
