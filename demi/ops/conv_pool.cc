@@ -116,7 +116,6 @@ internal::CallWeight conv_weight(const Dispatch& d, const Tensor& w_in) {
 struct ProductDtypes {
   bool bf16 = false;  // the f16 values are rounded to bf16
   DType x, w;         // the layer's operands as stored (x, w after the AMP cast)
-  DType product(DType stored) const { return bf16 ? DType::kBF16 : stored; }
 };
 ProductDtypes product_dtypes(const Tensor& x, const Tensor& w) {
   return {kernels::f16_products_in_bf16(x.dtype(), w.dtype()), x.dtype(), w.dtype()};
@@ -200,11 +199,11 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
     q.y_dtype = gy.dtype();
     Tensor dx;
     if (need_dx) {  // the first layer's input (the data) needs none: skip the whole backward-data pass
-      q.x_dtype = pt.x;  // dx in the input's dtype
+      kernels::Conv2dParams qd = q;
+      qd.x_dtype = pt.x;  // dx in the input's dtype
       dx = empty(x.shape(), pt.x);
       const Tensor wc = product_workspace(w, pt.w, p.w_dtype);
-      kernels::onednn::conv2d_backward_data(q, gy.raw_data(), wc.raw_data(), dx.raw_data());
-      q.x_dtype = p.x_dtype;
+      kernels::onednn::conv2d_backward_data(qd, gy.raw_data(), wc.raw_data(), dx.raw_data());
     }
     q.w_dtype = dw_dtype;  // the kernel sums in FP32 and stores in these dtypes
     q.bias_dtype = db_dtype;
@@ -320,11 +319,11 @@ Tensor conv2d_transpose(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
     q.x_dtype = gy.dtype();
     Tensor dx;
     if (need_dx) {
-      q.y_dtype = pt.x;  // dx in the input's dtype
+      kernels::Conv2dParams qd = q;
+      qd.y_dtype = pt.x;  // dx in the input's dtype
       dx = empty(x.shape(), pt.x);
       const Tensor wc = product_workspace(w, pt.w, p.w_dtype);
-      kernels::onednn::conv2d_forward(q, gy.raw_data(), wc.raw_data(), nullptr, dx.raw_data());
-      q.y_dtype = p.y_dtype;
+      kernels::onednn::conv2d_forward(qd, gy.raw_data(), wc.raw_data(), nullptr, dx.raw_data());
     }
     q.w_dtype = dw_dtype;
     Tensor dw = empty(w.shape(), dw_dtype);
