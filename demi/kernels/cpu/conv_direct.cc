@@ -470,6 +470,8 @@ void direct_conv2d_relu_max_pool2d_backward_weights(const Conv2dParams& p, const
   // dz = max_pool2d_backward(dy, argmax), as the separate ops give the convolution (dy's values, exactly, or
   // rounded to bf16: fused_dense_gradient_dtype), built one image at a time while it is hot.
   const DType dz_dtype = fused_dense_gradient_dtype(p, dy_dtype);
+  // Where dz is f32 (no bf16 dot rows), dy's f32 values are built in tmp past it unless dy is f32 already
+  const bool dy32_in_tmp = dy_dtype != DType::kF32 || dz_dtype != DType::kF32;
   backward_weights_impl(
       p, x, dz_dtype,
       [&](int64_t n, int64_t o0, int64_t on, float* tmp, bool bf16) -> const void* {
@@ -487,7 +489,7 @@ void direct_conv2d_relu_max_pool2d_backward_weights(const Conv2dParams& p, const
           max_pool2d_backward(one, DType::kBF16, src, argmax + at, tmp);
           return tmp;
         }
-        if (dy_dtype != DType::kF32) {  // dy widened into tmp past dz (and rounded where dz is bf16)
+        if (dy32_in_tmp) {  // dy widened into tmp past dz (and rounded where dz is bf16)
           float* dy32 = tmp + on * p.out_h() * p.out_w();
           convert(src, dy_dtype, dy32, DType::kF32, on * pooled);
           if (dz_dtype != dy_dtype) round_f32(dy32, dy32, on * pooled, dz_dtype);
@@ -499,7 +501,7 @@ void direct_conv2d_relu_max_pool2d_backward_weights(const Conv2dParams& p, const
       [&](int64_t on, bool bf16) {  // dz (bf16 or f32), and dy in dz's dtype where it has another
         const int64_t dz = on * p.out_h() * p.out_w();
         if (bf16) return static_cast<size_t>(dz + (dy_dtype == DType::kBF16 ? 0 : on * pooled)) * sizeof(BFloat16);
-        return static_cast<size_t>(dz + (dy_dtype == DType::kF32 ? 0 : on * pooled)) * sizeof(float);
+        return static_cast<size_t>(dz + (dy32_in_tmp ? on * pooled : 0)) * sizeof(float);
       },
       dw32.data(), db32.data());
   store_gradients(p, dw32.data(), db32.data(), dw, dw_dtype, db, db_dtype, false);

@@ -452,6 +452,7 @@ TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
     DType in, conv;  // x and w; the convolution's output (compute) dtype
     bool need_dx;
     bool f16_as_bf16 = false;  // an f16 layer's products in bf16: bf16 x, w and dy; f16 y and dx
+    bool f32_dy = false;       // dy given in f32 to a bf16 convolution: rounded to bf16 as it is unpooled
   };
   const Geometry odd = {"odd output 9x9 (3->16)", 2, 3, 11, 11, 16, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1};
   const Case cases[] = {{kGeometries[0], F32, F32, false}, {kGeometries[0], BF16, BF16, false},
@@ -460,7 +461,8 @@ TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
                         {kGeometries[2], BF16, BF16, true}, {kGeometries[2], F16, F32, true},
                         {odd, F32, F32, true},           {odd, BF16, BF16, true},
                         {kGeometries[0], BF16, F32, false, true}, {kGeometries[2], BF16, F32, true, true},
-                        {odd, BF16, F32, true, true}};
+                        {odd, BF16, F32, true, true},
+                        {kGeometries[0], BF16, BF16, false, false, true}, {kGeometries[2], BF16, BF16, true, false, true}};
   uint64_t seed = 300;
   for (const Case& k : cases) {
     Conv2dParams p = params_of(k.g);
@@ -468,12 +470,13 @@ TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
     p.y_dtype = k.conv;
     p.bias_dtype = F32;
     const DType out = k.f16_as_bf16 ? F16 : k.in;  // the pooled output, in the storage dtype
-    const DType grad = out;  // its gradient (f16 under f16_as_bf16: rounded to bf16 as the kernels unpool it)
+    // its gradient (f16 under f16_as_bf16, or f32: rounded to bf16 as the kernels unpool it)
+    const DType grad = k.f32_dy ? F32 : out;
     const DType dx_dtype = k.f16_as_bf16 ? F16 : k.in;
     // The dense gradient's dtype in the three steps (the separate convolution's output dtype, or bf16)
     const DType dense = k.f16_as_bf16 ? BF16 : k.conv;
     SCOPED_TRACE(std::string(k.g.name) + " " + std::string(dtype_name(k.in)) +
-                 (k.f16_as_bf16 ? " (an f16 layer's products in bf16)" : ""));
+                 (k.f16_as_bf16 ? " (an f16 layer's products in bf16)" : "") + (k.f32_dy ? " (an f32 dy)" : ""));
     const Pool2dParams pool = make_pool2d_params(p.n, p.oc, p.out_h(), p.out_w(), 2, 2, 2, 2, PadMode::kValid);
     Operand x = random_operand(k.in, p.x_numel(), seed += 10), w = random_operand(k.in, p.w_numel(), seed + 1);
     Operand b = random_operand(F32, p.oc, seed + 2), dy = random_operand(grad, pool.y_numel(), seed + 3);
