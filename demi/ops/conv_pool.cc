@@ -117,14 +117,22 @@ struct ProductDtypes {
   bool bf16 = false;  // the f16 values are rounded to bf16
   DType x, w;         // the layer's operands as stored (x, w after the AMP cast)
 };
-ProductDtypes product_dtypes(const Tensor& x, const Tensor& w) {
-  return {kernels::f16_products_in_bf16(x.dtype(), w.dtype()), x.dtype(), w.dtype()};
-}
 
 // The operand t (stored in `stored`) as the product reads it, as workspace (a value only this call reads).
 Tensor product_workspace(const Tensor& t, DType stored, DType dtype) {
   MemCategoryScope cat(MemCategory::kWorkspace);
   return internal::as_product_operand(t, stored, dtype);
+}
+
+// A layer's x and w (after the AMP cast) made what its kernels read: rounded to bf16 where its products
+// are bf16's (x kept for the weight gradient, w as workspace), else left as they are.
+ProductDtypes products_of(Tensor& x, Tensor& w) {
+  const ProductDtypes pt{kernels::f16_products_in_bf16(x.dtype(), w.dtype()), x.dtype(), w.dtype()};
+  if (pt.bf16) {
+    x = internal::as_product_operand(x, pt.x, DType::kBF16);
+    w = product_workspace(w, pt.w, DType::kBF16);
+  }
+  return pt;
 }
 
 }  // namespace
@@ -160,11 +168,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   Dispatch d(Op::kConv2d, {&x_in, &w_in, &b_in});
   const internal::CallWeight cw = conv_weight(d, w_in);
   Tensor x = d.input(0), w = cw.now, b = d.input(2);
-  const ProductDtypes pt = product_dtypes(x, w);
-  if (pt.bf16) {
-    x = internal::as_product_operand(x, pt.x, DType::kBF16);  // kept for the weight gradient
-    w = product_workspace(w, pt.w, DType::kBF16);
-  }
+  const ProductDtypes pt = products_of(x, w);
   kernels::Conv2dParams p = conv_params(x, w, o, pad);
   p.x_dtype = x.dtype();
   p.w_dtype = w.dtype();
@@ -291,11 +295,7 @@ Tensor conv2d_transpose(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
   Dispatch d(op, {&x_in, &w_in});
   const internal::CallWeight cw = conv_weight(d, w_in);
   Tensor x = d.input(0), w = cw.now;
-  const ProductDtypes pt = product_dtypes(x, w);
-  if (pt.bf16) {
-    x = internal::as_product_operand(x, pt.x, DType::kBF16);  // kept for the weight gradient
-    w = product_workspace(w, pt.w, DType::kBF16);
-  }
+  const ProductDtypes pt = products_of(x, w);
   kernels::Conv2dParams p;
   p.n = x.dim(0), p.c = oc, p.h = oh, p.w = ow;
   p.oc = x.dim(1), p.kh = w.dim(2), p.kw = w.dim(3);
@@ -357,11 +357,7 @@ Tensor conv2d_relu_max_pool2d(const Tensor& x_in, const Tensor& w_in, const Tens
   d.set_flops(conv_flops(p));
   const internal::CallWeight cw = conv_weight(d, w_in);
   Tensor x = d.input(0), w = cw.now, b = d.input(2);
-  const ProductDtypes pt = product_dtypes(x, w);
-  if (pt.bf16) {
-    x = internal::as_product_operand(x, pt.x, DType::kBF16);  // kept for the weight gradient
-    w = product_workspace(w, pt.w, DType::kBF16);
-  }
+  const ProductDtypes pt = products_of(x, w);
   const DType out = d.compute_dtype();  // the pooled output's dtype, as the two ops would store it
   p.x_dtype = x.dtype();
   p.w_dtype = w.dtype();
