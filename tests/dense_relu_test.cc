@@ -1,6 +1,7 @@
-// The fused Dense -> ReLU's backward writes the masked gradient into y's own buffer when its backward rule
-// holds y's only reference (one activation-sized buffer less at backward's peak), and into a new buffer
-// when anything else still holds y.
+// Backward rules that write a gradient into a saved tensor's own buffer when the rule holds its only
+// reference (one activation-sized buffer less at backward's peak), and into a new buffer when anything else
+// still holds it: the fused Dense -> ReLU's masked gradient into y; Dense's and MatMul's data gradient
+// into their input, after the weight gradient (its last reader) has run.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -59,6 +60,71 @@ TEST(DenseRelu, BackwardMasksIntoTheOutputOnlyWhenNothingElseHoldsIt) {
   // y is 256 x 512 f32 (512 KiB): the masked gradient takes a buffer of its size only while y is held.
   const int64_t y_bytes = 256 * 512 * int64_t{sizeof(float)};
   EXPECT_GE(held.peak - dropped.peak, y_bytes * 9 / 10);
+}
+
+// x (256, 8) -> Dense(8 -> 512) = h -> `second`(h) -> sum, where `second` reads h as its saved input and
+// its backward writes h's gradient: Dense(512 -> 1) or MatMul(h, w2 (512, 1)). `hold` keeps h, and checks
+// that backward leaves it as the forward wrote it.
+template <typename Second>
+Backward run_second(bool hold, Second second) {
+  Generator gen(12);
+  Tensor x = uniform({256, 8}, -1, 1, gen).set_requires_grad(true);
+  Tensor w1 = uniform({512, 8}, -1, 1, gen).set_requires_grad(true);
+  Tensor w2 = uniform({1, 512}, -1, 1, gen).set_requires_grad(true);
+  Tensor h = ops::dense(x, w1, Tensor());
+  Tensor loss = ops::sum(second(h, w2));
+  Tensor kept = hold ? h.clone() : Tensor();
+  if (!hold) h = Tensor();
+  Backward r;
+  {
+    const int64_t before = mem_stats().total_current;
+    ScopedPeak peak;
+    autograd::backward(loss);
+    r.peak = peak.peak().total_peak - before;
+  }
+  if (hold) {
+    EXPECT_EQ(std::memcmp(h.raw_data(), kept.raw_data(), static_cast<size_t>(h.numel()) * sizeof(float)), 0)
+        << "backward wrote into a saved input that was still held";
+  }
+  r.dx = x.grad();
+  r.dw1 = w1.grad();
+  r.dw2 = w2.grad();
+  return r;
+}
+
+void expect_reuse_of_h(const Backward& held, const Backward& dropped) {
+  EXPECT_TRUE(same_bits(held.dx, dropped.dx));
+  EXPECT_TRUE(same_bits(held.dw1, dropped.dw1));
+  EXPECT_TRUE(same_bits(held.dw2, dropped.dw2));
+  // h is 256 x 512 f32 (512 KiB): its gradient takes a buffer of its size only while h is held.
+  const int64_t h_bytes = 256 * 512 * int64_t{sizeof(float)};
+  EXPECT_GE(held.peak - dropped.peak, h_bytes * 9 / 10);
+}
+
+TEST(DenseBackward, DataGradientTakesTheInputsBytesOnlyWhenNothingElseHoldsIt) {
+  auto dense = [](const Tensor& h, const Tensor& w2) { return ops::dense(h, w2, Tensor()); };
+  expect_reuse_of_h(run_second(true, dense), run_second(false, dense));
+}
+
+TEST(MatmulBackward, GradientOfATakesItsBytesOnlyWhenNothingElseHoldsIt) {
+  auto product = [](const Tensor& h, const Tensor& w2) { return ops::matmul(h, w2, false, /*trans_b=*/true); };
+  expect_reuse_of_h(run_second(true, product), run_second(false, product));
+}
+
+TEST(MatmulBackward, AnOperandTakenTwiceIsNotOverwritten) {
+  // y = h·hᵀ: b is a, so a's gradient must not be written over a while b's product still reads it.
+  auto run = [](bool hold) {
+    Generator gen(13);
+    Tensor x = uniform({64, 8}, -1, 1, gen).set_requires_grad(true);
+    Tensor w1 = uniform({32, 8}, -1, 1, gen).set_requires_grad(true);
+    Tensor h = ops::dense(x, w1, Tensor());
+    Tensor loss = ops::sum(ops::matmul(h, h, false, true));
+    if (!hold) h = Tensor();
+    autograd::backward(loss);
+    return x.grad();
+  };
+  const Tensor held = run(true), dropped = run(false);
+  EXPECT_TRUE(same_bits(held, dropped));
 }
 
 }  // namespace

@@ -73,11 +73,14 @@ Tensor matmul_impl(Op op, const Tensor& a_in, const Tensor& b_in, bool ta, bool 
   return d.finish(y, [a, b, ta, tb, batch, dt, gb_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], dt);
     // y = op(a) op(b):  d op(a) = gy op(b)^T,  d op(b) = op(a)^T gy
-    Tensor ga = ta ? product(b, gy, tb, true, batch, a.shape(), a.dtype(), false, nullptr)
-                   : product(gy, b, false, !tb, batch, a.shape(), a.dtype(), false, nullptr);
-    // The product sums in FP32 and stores b's gradient in gb_dtype (Dispatch::param_grad_dtype).
+    // b's gradient first (the product sums in FP32 and stores it in gb_dtype, Dispatch::param_grad_dtype):
+    // it is a's last reader, so a's gradient can then take a's bytes where this rule holds a's only
+    // reference (as Dense's data gradient does).
     Tensor gb = tb ? product(gy, a, true, ta, batch, b.shape(), gb_dtype, false, nullptr)
                    : product(a, gy, !ta, false, batch, b.shape(), gb_dtype, false, nullptr);
+    Tensor ga_buffer = internal::reuse_or_empty(a);
+    Tensor ga = ta ? product(b, gy, tb, true, batch, a.shape(), a.dtype(), false, &ga_buffer)
+                   : product(gy, b, false, !tb, batch, a.shape(), a.dtype(), false, &ga_buffer);
     return TensorList{ga, gb};
   });
 }
@@ -147,19 +150,34 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
     }
     kernels::onednn::DenseParams q = p;
     q.relu = false;
-    Tensor dx;
-    if (need_dx) {  // a first layer's input (the data) needs no gradient
+    Tensor dx, dw, db;
+    auto data_gradient = [&](Tensor buffer) {
       const Tensor wc = internal::as_dtype_for_call(w_saved, p.w_dtype);
-      dx = empty(x.shape(), x.dtype());
+      dx = std::move(buffer);
       kernels::onednn::dense_backward_data(q, gy.raw_data(), wc.raw_data(), dx.raw_data());
+    };
+    auto weight_gradient = [&] {
+      kernels::onednn::DenseParams qw = q;
+      qw.w_dtype = dw_dtype;  // the kernels sum in FP32 and store in these dtypes
+      qw.bias_dtype = db_dtype;
+      dw = empty(w_saved.shape(), dw_dtype);
+      db = has_bias ? empty({p.n}, db_dtype) : Tensor();
+      const Tensor xc = x.dtype() == p.x_dtype ? x : x.to(p.x_dtype);
+      kernels::onednn::dense_backward_weights(qw, xc.raw_data(), gy.raw_data(), dw.raw_data(),
+                                              has_bias ? db.raw_data() : nullptr);
+    };
+    // Where this rule holds x's only reference, the weight gradient (x's last reader) runs first and the
+    // data gradient (x's shape and dtype) then takes x's bytes: one activation less at the step's peak,
+    // which is this backward on models A and D. Otherwise the data gradient runs first, so that its
+    // products' workspace (a rounded weight) is not alive beside the weight gradient (model C).
+    const bool x_reusable = need_dx && x.impl_ptr().use_count() == 1 && x.impl().storage.use_count() == 1;
+    if (x_reusable) {
+      weight_gradient();
+      data_gradient(internal::reuse_or_empty(x));
+    } else {
+      if (need_dx) data_gradient(empty(x.shape(), x.dtype()));  // a first layer's data needs no gradient
+      weight_gradient();
     }
-    q.w_dtype = dw_dtype;  // the kernels sum in FP32 and store in these dtypes
-    q.bias_dtype = db_dtype;
-    Tensor dw = empty(w_saved.shape(), dw_dtype);
-    Tensor db = has_bias ? empty({p.n}, db_dtype) : Tensor();
-    Tensor xc = x.dtype() == p.x_dtype ? x : x.to(p.x_dtype);
-    kernels::onednn::dense_backward_weights(q, xc.raw_data(), gy.raw_data(), dw.raw_data(),
-                                            has_bias ? db.raw_data() : nullptr);
     return TensorList{dx, dw, db};
   });
 }
