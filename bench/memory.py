@@ -3,7 +3,8 @@
 it. For each model and setting: `demi plan --json` (the forecast, nothing trained), then `demi train --json`
 for a few steps (the measured training peak: every tracked category but the data set). Prints
 
-  1. the measured training peak, its composition and its ratio to O0's (eager mode);
+  1. the measured training peak, its composition and its ratio to O0's (PYNATIVE mode, forecast and training:
+     graph mode places the update in backward where it can, which the +oib rows show);
   2. the floor of each low-precision setting: its own FP32 master weights and optimizer state (which O2
      keeps by MindSpore's definition; bf16 state is an explicit option) plus half of everything else O0
      held at its peak, over O0's peak — the ratio if every gradient, activation and workspace byte halved;
@@ -30,11 +31,11 @@ SETTINGS = [
     ("O1-bf16", ["--amp", "O1", "--dtype", "bf16"]),
     ("O2-fp16", ["--amp", "O2", "--dtype", "fp16"]),
     ("O2-bf16", ["--amp", "O2", "--dtype", "bf16"]),
-    ("O2-bf16 +oib", ["--amp", "O2", "--dtype", "bf16", "--optimizer-in-backward"]),
+    ("O2-bf16 +oib", ["--amp", "O2", "--dtype", "bf16", "--optimizer-in-backward", "on"]),
     # bf16 optimizer state changes the numerics: an explicit option, never implied by the level.
     ("O2-fp16 +bf16 state", ["--amp", "O2", "--dtype", "fp16", "--optimizer-state", "bf16"]),
     ("O2-bf16 +bf16 state", ["--amp", "O2", "--dtype", "bf16", "--optimizer-state", "bf16"]),
-    ("O2-bf16 +oib +bf16 st.", ["--amp", "O2", "--dtype", "bf16", "--optimizer-in-backward", "--optimizer-state",
+    ("O2-bf16 +oib +bf16 st.", ["--amp", "O2", "--dtype", "bf16", "--optimizer-in-backward", "on", "--optimizer-state",
                                 "bf16"]),
     ("O3-fp16", ["--amp", "O3", "--dtype", "fp16"]),
     ("O3-bf16", ["--amp", "O3", "--dtype", "bf16"]),
@@ -69,7 +70,7 @@ def main():
         for setting in SETTINGS + EXTRA.get(model, []):
             label, extra = setting[0], setting[1]
             base_label = setting[2] if len(setting) > 2 else "O0"  # the O0 row its ratios are against
-            plan = last_json([a.demi, "plan", "--json"] + base + extra)
+            plan = last_json([a.demi, "plan", "--json", "--mode", "pynative"] + base + extra)
             run = last_json([a.demi, "train", "--json", "--mode", "pynative", "--steps", str(a.steps)] + base + extra)
             if plan is None or run is None:
                 continue

@@ -301,8 +301,9 @@ TEST(CastCache, DenseReadsItsFp32WeightRoundedWithNoCast) {
     set_seed(6);
     auto net = std::make_shared<Two>();
     auto opt = std::make_shared<optim::SGD>(net->trainable_params(), 0.0);
+    // (.grad is read after the step)
     auto step = amp::build_train_network(net, opt, std::make_shared<nn::MSELoss>(), level,
-                                         {.low_dtype = DType::kBF16});
+                                         {.low_dtype = DType::kBF16, .optimizer_in_backward = false});
     Generator g(10);
     Tensor x = normal({2048, 16}, 0, 1, g), y = normal({2048, 8}, 0, 1, g);
     int64_t before = ops::cast_cache_misses();
@@ -410,6 +411,7 @@ TinyRun run_tiny(Level level, std::shared_ptr<amp::LossScaleManager> manager, bo
   o.low_dtype = DType::kF16;
   o.loss_scale_manager = manager;
   o.no_loss_scale = no_scale;
+  o.optimizer_in_backward = false;  // .grad is read after the step
   auto step = amp::build_train_network(net, opt, std::make_shared<TinySumLoss>(), level, o);
   Generator g(9);
   Tensor x = uniform({8, 16}, 0.5, 1.0, g);

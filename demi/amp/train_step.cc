@@ -33,8 +33,32 @@ TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell
 const std::string& TrainStep::graph_key(graph::SignatureKey& key, std::string_view kind, const Tensor* data,
                                         const Tensor* label) {
   return key.get(kind, data, label,
-                 {{optimizer_in_backward_, "optimizer in backward"}, {clip_grad_norm_ > 0, "clipping"},
+                 {{optimizer_in_backward(), "optimizer in backward"}, {clip_grad_norm_ > 0, "clipping"},
                   {reducer_ != nullptr, "data parallel"}, {attribute_overflow_, "attribution"}});
+}
+
+namespace {
+
+// Whether a cell of `net` computes in float16 (an AMP policy of a level above O0 with float16 as its low
+// dtype): its steps may overflow without a bug, and an overflow must then skip the whole update and be
+// attributed to its op, as PYNATIVE_MODE does.
+bool computes_in_float16(nn::Cell& net) {
+  for (const auto& [name, cell] : net.cells_and_names()) {
+    const auto* policy = dynamic_cast<const AmpPolicy*>(cell->precision_policy());
+    if (policy != nullptr && policy->mode() != AmpPolicy::Mode::kNone && policy->low_dtype() == DType::kF16) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool TrainStep::optimizer_in_backward() const {
+  if (optimizer_in_backward_.has_value()) return *optimizer_in_backward_;
+  // Graph mode's choice: the update placed in backward wherever nothing waits on every gradient, and no
+  // step is expected to overflow (FP32 and bfloat16 have FP32's range; a non-finite gradient there is a bug,
+  // whose parameter the step still names).
+  return get_context().mode == ExecMode::kGraph && manager_ == nullptr && clip_grad_norm_ <= 0 &&
+         reducer_ == nullptr && micro_batches_ == 0 && !computes_in_float16(*net_);
 }
 
 StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
@@ -73,7 +97,7 @@ StepResult TrainStep::step() {
 StepResult TrainStep::update(const Tensor& data, const Tensor& label) {
   DEMI_CHECK(micro_batches_ == 0, "TrainStep: ", micro_batches_, " micro-batch(es) accumulated but not applied; ",
              "call step() before a whole-batch train step");
-  if (optimizer_in_backward_) return step_in_backward(data, label);
+  if (optimizer_in_backward()) return step_in_backward(data, label);
   reduce_in_backward_ = reducer_ != nullptr;
   try {
     accumulate_micro_batch(data, label);
@@ -130,7 +154,7 @@ StepResult TrainStep::step_in_backward(const Tensor& data, const Tensor& label) 
 }
 
 float TrainStep::accumulate_micro_batch(const Tensor& data, const Tensor& label) {
-  DEMI_CHECK(!optimizer_in_backward_, "TrainStep::accumulate: the optimizer in backward updates each parameter as ",
+  DEMI_CHECK(optimizer_in_backward_ != true, "TrainStep::accumulate: the optimizer in backward updates each parameter as ",
              "its gradient completes, so micro-batches cannot be accumulated; turn one of them off");
   if (micro_batches_ == 0) {
     micro_scale_ = manager_ ? manager_->get_loss_scale() : 1.0;
@@ -312,7 +336,7 @@ void TrainStep::replay(const std::vector<MicroBatch>& micro, double loss_scale, 
         // With the optimizer in backward each gradient lives only until it is complete, in the re-run too
         // (Model::forecast measures it): freed there, nothing updated.
         std::optional<autograd::LeafReadyScope> drop;
-        if (optimizer_in_backward_) drop.emplace([](const Tensor& leaf) { Tensor(leaf).set_grad(Tensor()); });
+        if (optimizer_in_backward()) drop.emplace([](const Tensor& leaf) { Tensor(leaf).set_grad(Tensor()); });
         forward_backward(m.data, m.label, /*notify_reducer=*/false);
       }
       for (Tensor& p : params) p.set_grad(Tensor());

@@ -16,12 +16,19 @@
 //     gradients, as one big batch would give), one clip, one optimizer step and ONE loss-scale decision for
 //     the whole update. Every micro-batch of an update uses the same loss scale; an overflow in any of them
 //     skips the update. operator()(data, label) is accumulate + step.
-//   - Optimizer in backward (set_optimizer_in_backward, off by default): each parameter is updated as soon
-//     as backward completes its gradient, and the gradient freed at once, so no step ever holds every
-//     gradient (issue 15's memory). It needs an update that waits on no global decision: no loss scale,
-//     no clipping, no gradient accumulation, no data parallelism (each is an error). A non-finite gradient
-//     cannot skip the whole step any more: that parameter's update is skipped, the others stand, and the
-//     step reports overflow (not skipped) naming it; there is no overflow attribution re-run.
+//   - Optimizer in backward: each parameter is updated as soon as backward completes its gradient, and the
+//     gradient freed at once, so no step ever holds every gradient (issue 15's memory). It needs an update
+//     that waits on no global decision: no loss scale, no clipping, no gradient accumulation, no data
+//     parallelism. A non-finite gradient cannot skip the whole step any more: that parameter's update is
+//     skipped, the others stand, and the step reports overflow (not skipped) naming it; there is no
+//     overflow attribution re-run; and no .grad outlives the step.
+//     By default (set_optimizer_in_backward(std::nullopt)) GRAPH_MODE schedules it this way wherever a
+//     whole-batch update waits on no global decision and no step is expected to overflow (no cell computes
+//     in float16: FP32 and bfloat16 have FP32's range, so a non-finite gradient is a bug, not an overflow
+//     to skip and attribute). Graph mode compiles the whole step, so the update is its to place: a
+//     training peak below PYNATIVE's, bit for bit the same weights. PYNATIVE_MODE never (its updates run
+//     after backward, and .grad stays readable until the next step). true: always (the conditions above
+//     are then errors naming what is in the way); false: never.
 //
 // MindSpore's per-level defaults: O2 -> DynamicLossScaleManager and BatchNorm kept FP32; O3 -> no loss
 // scale, BatchNorm low too; O0/O1 -> no loss scale. With bfloat16 (same exponent range as FP32) no loss
@@ -63,7 +70,9 @@ struct TrainOptions {
   bool no_loss_scale = false;                          // force no loss scaling (overrides the default)
   std::optional<bool> keep_batchnorm_fp32;             // default: true at O2, false at O3
   double clip_grad_norm = 0;                           // > 0: max global L2 norm, applied after unscaling
-  bool optimizer_in_backward = false;                  // update each parameter as backward completes it
+  // Update each parameter as backward completes it (TrainStep's optimizer in backward): null, graph mode's
+  // choice (wherever nothing waits on every gradient, in GRAPH_MODE only); true always; false never.
+  std::optional<bool> optimizer_in_backward;
   // Parameter gradients in the low dtype (no FP32 gradient buffer; AmpPolicy::low_precision_param_grads).
   // Default: the policy's (bfloat16 at O2 and O3, in float16 runs too).
   std::optional<bool> low_precision_param_grads;
@@ -126,9 +135,12 @@ class TrainStep {
 
   // Clipping by global norm after unscaling (0: off).
   void set_clip_grad_norm(double max_norm);
-  // The optimizer in backward (see the top of this file); its conditions are checked at every step.
-  void set_optimizer_in_backward(bool on) { optimizer_in_backward_ = on; }
-  bool optimizer_in_backward() const { return optimizer_in_backward_; }
+  // The optimizer in backward (see the top of this file): null, graph mode's choice; true, always (its
+  // conditions are checked at every step); false, never.
+  void set_optimizer_in_backward(std::optional<bool> on) { optimizer_in_backward_ = on; }
+  std::optional<bool> optimizer_in_backward_setting() const { return optimizer_in_backward_; }
+  // Whether a whole-batch update made now (operator(), in the current ExecMode) runs it.
+  bool optimizer_in_backward() const;
   double clip_grad_norm() const { return clip_grad_norm_; }
 
   nn::Cell& network() { return *net_; }
@@ -158,7 +170,7 @@ class TrainStep {
   double micro_scale_ = 1;     // the loss scale every micro-batch of this update uses
   bool reduce_in_backward_ = false;  // operator(): the reducer hears of gradients as backward makes them
   bool attribute_overflow_ = true;
-  bool optimizer_in_backward_ = false;
+  std::optional<bool> optimizer_in_backward_;
   // With attribution on, what it needs to re-run this update's micro-batches: each one's batch and the
   // generators' positions before it.
   struct MicroBatch {

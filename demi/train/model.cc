@@ -128,6 +128,8 @@ Model::Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> lo
   t.keep_batchnorm_fp32 = options.keep_batchnorm_fp32;
   t.low_precision_param_grads = options.low_precision_param_grads;
   t.optimizer_in_backward = options.optimizer_in_backward;
+  // Adaptive AMP promotes the layers overflow attribution names, which an update in backward does not run.
+  if (options.amp_adapt && !t.optimizer_in_backward.has_value()) t.optimizer_in_backward = false;
   t.no_loss_scale = options.no_loss_scale;
   t.clip_grad_norm = options.clip_grad_norm;
   DEMI_CHECK(options.accumulate >= 1, "Model: accumulate (batches per update) must be >= 1, got ", options.accumulate);
@@ -139,7 +141,7 @@ Model::Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> lo
       [](const std::string& m) { callback_stream() << "Model.train: " << m << std::endl; });
   eval_graphs_.set_warning_sink([](const std::string& m) { callback_stream() << "Model.eval: " << m << std::endl; });
   if (options.amp_adapt) {
-    DEMI_CHECK(!options.optimizer_in_backward, "Model: amp_adapt promotes the layers overflow attribution names, ",
+    DEMI_CHECK(options.optimizer_in_backward != true, "Model: amp_adapt promotes the layers overflow attribution names, ",
                "which the optimizer in backward does not run; turn one of them off");
     DEMI_CHECK(options.attribute_overflow, "Model: amp_adapt needs attribute_overflow (it promotes the layers that "
                "overflow attribution names)");

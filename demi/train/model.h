@@ -51,8 +51,9 @@ struct ModelOptions {
   std::optional<bool> low_precision_param_grads;
   // Update each parameter as soon as backward completes its gradient and free the gradient at once
   // (amp::TrainStep's optimizer in backward): less memory; needs no loss scale, no clipping, accumulate 1
-  // and one process.
-  bool optimizer_in_backward = false;
+  // and one process. Null: graph mode's choice (GRAPH_MODE wherever those hold, not with amp_adapt, whose
+  // overflow attribution it would skip); true: always; false: never.
+  std::optional<bool> optimizer_in_backward;
   int prefetch_depth = 4;                                     // batches queued ahead in sink mode
   // Stop with an error when the loss becomes NaN/Inf at O0 (or without a loss scale), instead of
   // training on garbage. With a loss-scale manager a non-finite step is an overflow and is handled there.

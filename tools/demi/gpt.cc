@@ -201,7 +201,7 @@ int run_train_gpt(const ParsedArgs& args) {
   mo.accumulate = static_cast<int>(args.get_int("accumulate"));
   mo.amp_adapt = args.flag("amp-adapt");
   mo.low_precision_param_grads = parse_param_grads(args.get("param-grads"));
-  mo.optimizer_in_backward = args.flag("optimizer-in-backward");
+  mo.optimizer_in_backward = parse_optimizer_in_backward(args.get("optimizer-in-backward"));
   mo.clip_grad_norm = args.has("clip-grad-norm") ? args.get_real("clip-grad-norm") : 1.0;
   mo.max_steps = steps;
   train::Model model(net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt,

@@ -84,6 +84,13 @@ std::optional<bool> parse_param_grads(const std::string& s) {
   throw UsageError("unknown --param-grads '" + s + "'; expected auto, bf16 or fp32");
 }
 
+std::optional<bool> parse_optimizer_in_backward(const std::string& s) {
+  if (s == "auto") return std::nullopt;
+  if (s == "on") return true;
+  if (s == "off") return false;
+  throw UsageError("unknown --optimizer-in-backward '" + s + "'; expected auto, on or off");
+}
+
 DType parse_optimizer_state(const std::string& s) {
   if (s == "fp32") return DType::kF32;
   if (s == "bf16") return DType::kBF16;
@@ -425,7 +432,7 @@ Training build_training(const ParsedArgs& args, bool reporting) {
   mo.no_loss_scale = args.get("loss-scale") == "none";  // overrides the level's default manager
   mo.clip_grad_norm = args.get_real("clip-grad-norm");
   mo.low_precision_param_grads = parse_param_grads(args.get("param-grads"));
-  mo.optimizer_in_backward = args.flag("optimizer-in-backward");
+  mo.optimizer_in_backward = parse_optimizer_in_backward(args.get("optimizer-in-backward"));
   mo.accumulate = static_cast<int>(args.get_int("accumulate"));
   mo.amp_adapt = args.flag("amp-adapt");
   const int64_t step_budget = args.get_int("steps");
@@ -543,7 +550,7 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
   if (plan) {
     // What only changes how training runs, not what one step holds in memory, has no place in a forecast.
     for (const char* name : {"epochs", "steps", "lr", "clip-grad-norm", "ckpt-dir", "ckpt-every", "keep-ckpt", "resume",
-                             "profile", "report", "report-data", "amp-adapt", "comm-dtype", "bucket-mb", "mode",
+                             "profile", "report", "report-data", "amp-adapt", "comm-dtype", "bucket-mb",
                              "sink-size"})
       if (args.has(name))
         throw UsageError(str_cat("demi plan: --", name, " does not change what a training step holds in memory; ",
@@ -658,6 +665,8 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
   auto metrics = model.eval(job.test_ds);
   const train::TrainSummary& s = model.last_summary();
   auto pk = [&](MemCategory c) { return s.peak.pk(c); };
+  // Whether each update ran in backward (--optimizer-in-backward; auto: graph mode's choice).
+  const bool in_backward = args.get_int("accumulate") == 1 && model.train_step().optimizer_in_backward();
   if (json) {
     std::map<std::string, std::string> f = {
         {"kind", json_str("summary")},
@@ -687,6 +696,7 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
         {"system_allocs_per_step", num(s.system_allocs_per_step)},
         {"page_faults_per_step", num(s.page_faults_per_step)},
         {"mode", json_str(exec_mode_name(get_context().mode))},
+        {"optimizer_in_backward", in_backward ? "true" : "false"},
         {"f16_products", json_str(kernels::f16_products_name(kernels::f16_products()))},
         {"sink_size", num(static_cast<double>(sink_size))},
         {"graph_replayed_steps", num(static_cast<double>(s.graph.replayed_steps))},
@@ -739,10 +749,10 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
     if (s.graph.traced_steps > 0) {
       // Train-step calls: one per update, or with --accumulate one per micro-batch and one per update.
       const int64_t calls = s.graph.eager_steps + s.graph.traced_steps + s.graph.replayed_steps;
-      std::printf("%s: %lld of %lld train-step calls replayed a static memory plan (%lld left it); %s\n",
+      std::printf("%s: %lld of %lld train-step calls replayed a static memory plan (%lld left it)%s; %s\n",
                   exec_mode_name(get_context().mode), static_cast<long long>(s.graph.replayed_steps),
                   static_cast<long long>(calls), static_cast<long long>(s.graph.diverged_steps),
-                  s.graph_plan.describe().c_str());
+                  in_backward ? ", each parameter updated in backward" : "", s.graph_plan.describe().c_str());
     }
     std::printf("steady state (%lld steps): %.2f system allocations and %.2f page faults per step\n",
                 static_cast<long long>(s.steady_steps), s.system_allocs_per_step, s.page_faults_per_step);
@@ -1133,9 +1143,10 @@ void add_training_commands(std::vector<Command>& cmds) {
                                          "keeping its activations", ""});
   train_opts.push_back({"recompute-attention", "", "recompute the attention probabilities in backward instead of "
                                                    "keeping them (D, gpt): the same gradients, less memory", ""});
-  train_opts.push_back({"optimizer-in-backward", "", "update each parameter as soon as backward completes its "
-                                                     "gradient, and free the gradient (no loss scale, clipping or "
-                                                     "--accumulate)", ""});
+  train_opts.push_back({"optimizer-in-backward", "WHEN", "update each parameter as soon as backward completes its "
+                                                         "gradient, and free the gradient: on (no loss scale, "
+                                                         "clipping or --accumulate), off, or auto (graph mode "
+                                                         "wherever nothing waits on every gradient)", "auto"});
   train_opts.push_back({"param-grads", "P", "parameter gradients: bf16 (half the bytes of FP32, FP32's range), fp32, "
                                             "or auto (bf16 at O2/O3, fp32 at O0/O1)", "auto"});
   train_opts.push_back({"optimizer-state", "T", "the optimizer's state (momentum, Adam's moments): fp32, or bf16 "

@@ -20,6 +20,8 @@ void apply_thread_option(const ParsedArgs& args);
 std::optional<train::LoadedCheckpoint> resume_checkpoint(const std::string& dir, const std::string& prefix);
 // --param-grads: "bf16" -> true, "fp32" -> false, "auto" -> nullopt (the AMP policy's default).
 std::optional<bool> parse_param_grads(const std::string& s);
+// --optimizer-in-backward: auto (graph mode's choice) -> nullopt, on -> true, off -> false.
+std::optional<bool> parse_optimizer_in_backward(const std::string& s);
 // --optimizer-state: fp32 or bf16.
 DType parse_optimizer_state(const std::string& s);
 // Appends train, eval and compare to the command list.
