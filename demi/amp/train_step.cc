@@ -45,7 +45,8 @@ namespace {
 bool computes_in_float16(nn::Cell& net) {
   for (const auto& [name, cell] : net.cells_and_names()) {
     const auto* policy = dynamic_cast<const AmpPolicy*>(cell->precision_policy());
-    if (policy != nullptr && policy->mode() != AmpPolicy::Mode::kNone && policy->low_dtype() == DType::kF16) return true;
+    if (policy != nullptr && policy->mode() != AmpPolicy::Mode::kNone && policy->low_dtype() == DType::kF16)
+      return true;
   }
   return false;
 }
@@ -154,8 +155,8 @@ StepResult TrainStep::step_in_backward(const Tensor& data, const Tensor& label) 
 }
 
 float TrainStep::accumulate_micro_batch(const Tensor& data, const Tensor& label) {
-  DEMI_CHECK(optimizer_in_backward_ != true, "TrainStep::accumulate: the optimizer in backward updates each parameter as ",
-             "its gradient completes, so micro-batches cannot be accumulated; turn one of them off");
+  DEMI_CHECK(optimizer_in_backward_ != true, "TrainStep::accumulate: the optimizer in backward updates each ",
+             "parameter as its gradient completes, so micro-batches cannot be accumulated; turn one of them off");
   if (micro_batches_ == 0) {
     micro_scale_ = manager_ ? manager_->get_loss_scale() : 1.0;
     micro_loss_sum_ = 0;

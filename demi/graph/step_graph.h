@@ -17,9 +17,11 @@
 // more than kMaxRetraces times runs eagerly from then on, with one warning naming why. More than
 // `max_plans` keys: the new ones run eagerly, with one warning.
 //
-// What graph mode does not do yet (issue 14): replay without re-running the host code (autograd nodes
-// and the cast cache are still built per step), graph passes (cast elimination, fusion as rewrites),
-// and sink mode. DESIGN.md, "Graph mode", has the plan.
+// What graph mode changes in the step itself is the train step's (amp/train_step.h): it places each
+// parameter's update in backward where nothing waits on every gradient. What it does not do yet (issue
+// 14): replay without re-running the host code (autograd nodes and the cast cache are still built per
+// step), graph passes on a recorded op list (cast elimination, fusion as rewrites). DESIGN.md, "Graph
+// mode", has the plan.
 #pragma once
 
 #include <functional>

@@ -141,7 +141,8 @@ Model::Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> lo
       [](const std::string& m) { callback_stream() << "Model.train: " << m << std::endl; });
   eval_graphs_.set_warning_sink([](const std::string& m) { callback_stream() << "Model.eval: " << m << std::endl; });
   if (options.amp_adapt) {
-    DEMI_CHECK(options.optimizer_in_backward != true, "Model: amp_adapt promotes the layers overflow attribution names, ",
+    DEMI_CHECK(options.optimizer_in_backward != true,
+               "Model: amp_adapt promotes the layers overflow attribution names, ",
                "which the optimizer in backward does not run; turn one of them off");
     DEMI_CHECK(options.attribute_overflow, "Model: amp_adapt needs attribute_overflow (it promotes the layers that "
                "overflow attribution names)");
