@@ -4,7 +4,8 @@ in both modes, interleaved round by round on one machine. Prints per model x set
 
   - samples/s in each mode (median of the rounds) and graph / eager;
   - the training peak (tracked tensor bytes), the process's peak RSS and the bytes the allocator holds
-    from the system at the end (the caching allocator's blocks, and in graph mode the arena);
+    from the system at the end (the caching allocator's blocks, and in graph mode the arena), and whether
+    graph mode placed the update in backward (below PYNATIVE's peak where it did);
   - the static plan: its arena against the lower bound (most bytes of step temporaries alive at once) and
     the upper bound (their sum), the step's allocations, the time to plan, and how many updates replayed
     the plan and how many left it (overflow steps).
@@ -60,7 +61,7 @@ def main():
 
     print("GRAPH_MODE against PYNATIVE_MODE: samples/s (median of %d interleaved rounds) and memory, MiB" % a.rounds)
     head = ("model", "setting", "eager/s", "graph/s", "g/e", "peak e", "peak g", "RSS e", "RSS g", "held e",
-            "held g", "arena", "lower", "a/l", "upper", "allocs", "plan ms", "replay", "left")
+            "held g", "arena", "lower", "a/l", "upper", "allocs", "plan ms", "replay", "left", "upd.bwd")
     print(("%-5s %-8s" + " %8s" * (len(head) - 2)) % head)
     for model in models:
         for label, _ in SETTINGS:
@@ -80,12 +81,14 @@ def main():
                    "%.2f" % (arena / MIB), "%.2f" % (lower / MIB), "%.3f" % (arena / lower if lower else 1),
                    "%.2f" % (float(g["graph_upper_bound"]) / MIB), "%d" % g["graph_allocations"],
                    "%.2f" % float(g["graph_plan_ms"]), "%d" % g["graph_replayed_steps"],
-                   "%d" % g["graph_diverged_steps"])
+                   "%d" % g["graph_diverged_steps"], "yes" if g.get("optimizer_in_backward") else "no")
             print(("%-5s %-8s" + " %8s" * (len(row) - 2)) % row)
     print("peak: the training peak (tracked tensor bytes but the data set); RSS: the process's peak resident set;\n"
           "held: bytes the allocator holds from the system at the end of training (cache, and the arena in graph\n"
           "mode); arena/lower/upper: graph mode's static plan of one update's temporaries; replay/left: updates\n"
-          "that replayed the plan / that left it (an overflow step skips its update and allocates differently).")
+          "that replayed the plan / that left it (an overflow step skips its update and allocates differently);\n"
+          "upd.bwd: graph mode updated each parameter in backward (no loss scale, no float16: what puts its\n"
+          "peak below PYNATIVE's, which keeps every gradient until the update).")
     if a.sink_rounds > 0:
         sink_mode(a.demi, a.sink_rounds)
 
