@@ -138,7 +138,6 @@ class TrainStep {
   // The optimizer in backward (see the top of this file): null, graph mode's choice; true, always (its
   // conditions are checked at every step); false, never.
   void set_optimizer_in_backward(std::optional<bool> on) { optimizer_in_backward_ = on; }
-  std::optional<bool> optimizer_in_backward_setting() const { return optimizer_in_backward_; }
   // Whether a whole-batch update made now (operator(), in the current ExecMode) runs it.
   bool optimizer_in_backward() const;
   double clip_grad_norm() const { return clip_grad_norm_; }
