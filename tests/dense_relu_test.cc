@@ -19,59 +19,16 @@ struct Backward {
   Tensor dx, dw1, dw2;
 };
 
-// x (256, 8) -> Dense(8 -> 512) + ReLU -> Dense(512 -> 1) -> sum; `hold` keeps y, and checks that backward
-// leaves it as the forward wrote it.
-Backward run(bool hold) {
-  Generator gen(11);
-  Tensor x = uniform({256, 8}, -1, 1, gen).set_requires_grad(true);
-  Tensor w1 = uniform({512, 8}, -1, 1, gen).set_requires_grad(true);
-  Tensor w2 = uniform({1, 512}, -1, 1, gen).set_requires_grad(true);
-  Tensor y = ops::dense(x, w1, Tensor(), /*relu=*/true);
-  Tensor loss = ops::sum(ops::dense(y, w2));
-  Tensor kept = hold ? y.clone() : Tensor();
-  if (!hold) y = Tensor();
-  Backward r;
-  {
-    const int64_t before = mem_stats().total_current;
-    ScopedPeak peak;
-    autograd::backward(loss);
-    r.peak = peak.peak().total_peak - before;
-  }
-  if (hold) {
-    EXPECT_EQ(std::memcmp(y.raw_data(), kept.raw_data(), static_cast<size_t>(y.numel()) * sizeof(float)), 0)
-        << "backward wrote into a ReLU output that was still held";
-  }
-  r.dx = x.grad();
-  r.dw1 = w1.grad();
-  r.dw2 = w2.grad();
-  return r;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.numel() == b.numel() &&
-         std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.numel()) * dtype_size(a.dtype())) == 0;
-}
-
-TEST(DenseRelu, BackwardMasksIntoTheOutputOnlyWhenNothingElseHoldsIt) {
-  const Backward held = run(true), dropped = run(false);
-  EXPECT_TRUE(same_bits(held.dx, dropped.dx));
-  EXPECT_TRUE(same_bits(held.dw1, dropped.dw1));
-  EXPECT_TRUE(same_bits(held.dw2, dropped.dw2));
-  // y is 256 x 512 f32 (512 KiB): the masked gradient takes a buffer of its size only while y is held.
-  const int64_t y_bytes = 256 * 512 * int64_t{sizeof(float)};
-  EXPECT_GE(held.peak - dropped.peak, y_bytes * 9 / 10);
-}
-
-// x (256, 8) -> Dense(8 -> 512) = h -> `second`(h) -> sum, where `second` reads h as its saved input and
-// its backward writes h's gradient: Dense(512 -> 1) or MatMul(h, w2 (512, 1)). `hold` keeps h, and checks
-// that backward leaves it as the forward wrote it.
+// x (256, 8) -> Dense(8 -> 512) (+ ReLU with `relu`) = h -> `second`(h, w2 (1, 512)) -> sum, where `second`
+// reads h as its saved input and its backward writes h's gradient: Dense(512 -> 1) or MatMul(h, w2ᵀ).
+// `hold` keeps h, and checks that backward leaves it as the forward wrote it.
 template <typename Second>
-Backward run_second(bool hold, Second second) {
-  Generator gen(12);
+Backward run(bool hold, bool relu, Second second, uint64_t seed) {
+  Generator gen(seed);
   Tensor x = uniform({256, 8}, -1, 1, gen).set_requires_grad(true);
   Tensor w1 = uniform({512, 8}, -1, 1, gen).set_requires_grad(true);
   Tensor w2 = uniform({1, 512}, -1, 1, gen).set_requires_grad(true);
-  Tensor h = ops::dense(x, w1, Tensor());
+  Tensor h = ops::dense(x, w1, Tensor(), relu);
   Tensor loss = ops::sum(second(h, w2));
   Tensor kept = hold ? h.clone() : Tensor();
   if (!hold) h = Tensor();
@@ -84,7 +41,7 @@ Backward run_second(bool hold, Second second) {
   }
   if (hold) {
     EXPECT_EQ(std::memcmp(h.raw_data(), kept.raw_data(), static_cast<size_t>(h.numel()) * sizeof(float)), 0)
-        << "backward wrote into a saved input that was still held";
+        << "backward wrote into a saved tensor that was still held";
   }
   r.dx = x.grad();
   r.dw1 = w1.grad();
@@ -92,23 +49,34 @@ Backward run_second(bool hold, Second second) {
   return r;
 }
 
-void expect_reuse_of_h(const Backward& held, const Backward& dropped) {
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.numel() == b.numel() &&
+         std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.numel()) * dtype_size(a.dtype())) == 0;
+}
+
+// The same gradients either way; h is 256 x 512 f32 (512 KiB): a gradient takes a buffer of its size only
+// while h is held.
+void expect_written_into_h(const Backward& held, const Backward& dropped) {
   EXPECT_TRUE(same_bits(held.dx, dropped.dx));
   EXPECT_TRUE(same_bits(held.dw1, dropped.dw1));
   EXPECT_TRUE(same_bits(held.dw2, dropped.dw2));
-  // h is 256 x 512 f32 (512 KiB): its gradient takes a buffer of its size only while h is held.
   const int64_t h_bytes = 256 * 512 * int64_t{sizeof(float)};
   EXPECT_GE(held.peak - dropped.peak, h_bytes * 9 / 10);
 }
 
+Tensor dense_of(const Tensor& h, const Tensor& w2) { return ops::dense(h, w2, Tensor()); }
+
+TEST(DenseRelu, BackwardMasksIntoTheOutputOnlyWhenNothingElseHoldsIt) {
+  expect_written_into_h(run(true, /*relu=*/true, dense_of, 11), run(false, /*relu=*/true, dense_of, 11));
+}
+
 TEST(DenseBackward, DataGradientTakesTheInputsBytesOnlyWhenNothingElseHoldsIt) {
-  auto dense = [](const Tensor& h, const Tensor& w2) { return ops::dense(h, w2, Tensor()); };
-  expect_reuse_of_h(run_second(true, dense), run_second(false, dense));
+  expect_written_into_h(run(true, false, dense_of, 12), run(false, false, dense_of, 12));
 }
 
 TEST(MatmulBackward, GradientOfATakesItsBytesOnlyWhenNothingElseHoldsIt) {
   auto product = [](const Tensor& h, const Tensor& w2) { return ops::matmul(h, w2, false, /*trans_b=*/true); };
-  expect_reuse_of_h(run_second(true, product), run_second(false, product));
+  expect_written_into_h(run(true, false, product, 12), run(false, false, product, 12));
 }
 
 TEST(MatmulBackward, AnOperandTakenTwiceIsNotOverwritten) {

@@ -31,9 +31,9 @@ TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell
 // The key of a plan: what changes a step's allocations besides the network and the AMP level, which a
 // TrainStep fixes.
 const std::string& TrainStep::graph_key(graph::SignatureKey& key, std::string_view kind, const Tensor* data,
-                                        const Tensor* label) {
+                                        const Tensor* label, bool in_backward) {
   return key.get(kind, data, label,
-                 {{optimizer_in_backward(), "optimizer in backward"}, {clip_grad_norm_ > 0, "clipping"},
+                 {{in_backward, "optimizer in backward"}, {clip_grad_norm_ > 0, "clipping"},
                   {reducer_ != nullptr, "data parallel"}, {attribute_overflow_, "attribution"}});
 }
 
@@ -63,10 +63,11 @@ bool TrainStep::optimizer_in_backward() const {
 }
 
 StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
-  if (get_context().mode != ExecMode::kGraph) return update(data, label);
+  const bool in_backward = optimizer_in_backward();
+  if (get_context().mode != ExecMode::kGraph) return update(data, label, in_backward);
   StepResult r;
-  graphs_.run(graph_key(update_key_, "update", &data, &label), [&] {
-    r = update(data, label);
+  graphs_.run(graph_key(update_key_, "update", &data, &label, in_backward), [&] {
+    r = update(data, label, in_backward);
     return !r.overflow;  // an overflow step (skipped, attributed) is not the step to plan from
   });
   return r;
@@ -76,8 +77,10 @@ float TrainStep::accumulate(const Tensor& data, const Tensor& label) {
   if (get_context().mode != ExecMode::kGraph) return accumulate_micro_batch(data, label);
   // The first micro-batch of an update clears the gradients; the others add to them.
   float loss = 0;
-  const std::string& key = micro_batches_ == 0 ? graph_key(first_micro_key_, "first micro-batch", &data, &label)
-                                                : graph_key(micro_key_, "micro-batch", &data, &label);
+  // (micro-batches never update in backward: accumulate_micro_batch refuses that setting)
+  const std::string& key = micro_batches_ == 0
+                               ? graph_key(first_micro_key_, "first micro-batch", &data, &label, false)
+                               : graph_key(micro_key_, "micro-batch", &data, &label, false);
   graphs_.run(key, [&] {
     loss = accumulate_micro_batch(data, label);
     return true;
@@ -88,17 +91,19 @@ float TrainStep::accumulate(const Tensor& data, const Tensor& label) {
 StepResult TrainStep::step() {
   if (get_context().mode != ExecMode::kGraph) return apply_update();
   StepResult r;
-  graphs_.run(graph_key(apply_key_, str_cat("update of ", micro_batches_, " micro-batches"), nullptr, nullptr), [&] {
+  const std::string& key =
+      graph_key(apply_key_, str_cat("update of ", micro_batches_, " micro-batches"), nullptr, nullptr, false);
+  graphs_.run(key, [&] {
     r = apply_update();
     return !r.overflow;
   });
   return r;
 }
 
-StepResult TrainStep::update(const Tensor& data, const Tensor& label) {
+StepResult TrainStep::update(const Tensor& data, const Tensor& label, bool in_backward) {
   DEMI_CHECK(micro_batches_ == 0, "TrainStep: ", micro_batches_, " micro-batch(es) accumulated but not applied; ",
              "call step() before a whole-batch train step");
-  if (optimizer_in_backward()) return step_in_backward(data, label);
+  if (in_backward) return step_in_backward(data, label);
   reduce_in_backward_ = reducer_ != nullptr;
   try {
     accumulate_micro_batch(data, label);

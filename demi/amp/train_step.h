@@ -180,12 +180,13 @@ class TrainStep {
   std::vector<std::pair<std::string, Generator*>> generators_;  // nn::generators_of(net), at construction
 
   graph::StepGraphs graphs_{"train step"};
-  // operator(), accumulate() and step() without graph mode.
-  StepResult update(const Tensor& data, const Tensor& label);
+  // operator(), accumulate() and step() without graph mode; `in_backward`: optimizer_in_backward() for the
+  // update, decided once per call.
+  StepResult update(const Tensor& data, const Tensor& label, bool in_backward);
   float accumulate_micro_batch(const Tensor& data, const Tensor& label);
   StepResult apply_update();
   const std::string& graph_key(graph::SignatureKey& key, std::string_view kind, const Tensor* data,
-                               const Tensor* label);
+                               const Tensor* label, bool in_backward);
   graph::SignatureKey update_key_, first_micro_key_, micro_key_, apply_key_;  // one per kind of call
   float forward_backward(const Tensor& data, const Tensor& label, bool notify_reducer);
   StepResult step_in_backward(const Tensor& data, const Tensor& label);

@@ -170,10 +170,9 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
     // data gradient (x's shape and dtype) then takes x's bytes: one activation less at the step's peak,
     // which is this backward on models A and D. Otherwise the data gradient runs first, so that its
     // products' workspace (a rounded weight) is not alive beside the weight gradient (model C).
-    const bool x_reusable = need_dx && x.impl_ptr().use_count() == 1 && x.impl().storage.use_count() == 1;
-    if (x_reusable) {
+    if (need_dx && internal::only_holder(x)) {
       weight_gradient();
-      data_gradient(internal::reuse_or_empty(x));
+      data_gradient(x);
     } else {
       if (need_dx) data_gradient(empty(x.shape(), x.dtype()));  // a first layer's data needs no gradient
       weight_gradient();

@@ -21,10 +21,11 @@ void check_rank(Op op, const Tensor& x, int rank, const char* arg, const char* l
 
 Tensor grad_as(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
 
-Tensor reuse_or_empty(const Tensor& saved) {
-  const bool sole = saved.impl_ptr().use_count() == 1 && saved.impl().storage.use_count() == 1;
-  return sole ? saved : empty(saved.shape(), saved.dtype());
+bool only_holder(const Tensor& saved) {
+  return saved.impl_ptr().use_count() == 1 && saved.impl().storage.use_count() == 1;
 }
+
+Tensor reuse_or_empty(const Tensor& saved) { return only_holder(saved) ? saved : empty(saved.shape(), saved.dtype()); }
 
 CallWeight weight_for_call(const Dispatch& d, size_t index, const Tensor& w_in, bool recast) {
   if (!recast) {

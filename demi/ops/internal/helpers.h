@@ -19,11 +19,14 @@ void check_rank(Op op, const Tensor& x, int rank, const char* arg, const char* l
 // g converted to dtype (gradients reaching a node may be wider than its output).
 Tensor grad_as(const Tensor& g, DType dtype);
 
+// Whether the caller's handle (a backward rule's saved tensor) is the only one on `saved` and its bytes.
+bool only_holder(const Tensor& saved);
+
 // The buffer for an elementwise backward result of `saved`'s shape and dtype: `saved` itself where the
-// backward rule holds its only reference (every other reader already ran its backward and released it,
-// so nothing can see it overwritten), else a new tensor. One activation-sized buffer less at backward's
-// peak; for kernels that read each element before writing it, or that write a gradient after the last
-// read of `saved` (Dense's data gradient into its input, once the weight gradient has read it).
+// backward rule holds its only reference (only_holder: every other reader already ran its backward and
+// released it, so nothing can see it overwritten), else a new tensor. One activation-sized buffer less at
+// backward's peak; for kernels that read each element before writing it, or that write a gradient after
+// the last read of `saved` (Dense's data gradient into its input, once the weight gradient has read it).
 Tensor reuse_or_empty(const Tensor& saved);
 
 // A weight input of an op, as this call reads it and as its backward keeps it. Recast: cast for this call
