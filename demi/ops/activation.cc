@@ -1,5 +1,5 @@
 // Activations: ReLU, Sigmoid, Tanh, GELU (erf or tanh form), SiLU. Each saves what its backward reads
-// (its input or its output, kernels::activation_saved) in the dtype it ran in.
+// (its input or its output, kernels::activation_saved) in the dtype it ran in; ReLU its mask as bits.
 #include "demi/kernels/cpu/activation.h"
 #include "demi/ops/internal/helpers.h"
 #include "demi/ops/ops.h"
@@ -15,6 +15,19 @@ Tensor activation(Op op, Activation a, const Tensor& x_in) {
   Tensor x = d.input(0);
   Tensor y = empty(x.shape(), x.dtype());
   kernels::activation_forward(a, x.dtype(), x.raw_data(), y.raw_data(), x.numel());
+  if (a == Activation::kReLU && d.needs_grad()) {
+    // The mask as bits, not y: y then lives only as long as its next layer holds it (a Dense after it
+    // writes its data gradient into y's bytes), and the mask is applied to that gradient in place.
+    const Tensor bits = internal::relu_mask_of(y);
+    const DType dtype = y.dtype();
+    return d.finish(y, [bits, dtype](const TensorList& g) {
+      Tensor gy = internal::grad_as(g[0], dtype);
+      Tensor dx = internal::reuse_incoming_or_empty(g[0], gy);
+      kernels::relu_backward_mask(dtype, static_cast<const uint8_t*>(bits.raw_data()), gy.raw_data(), dx.raw_data(),
+                                  gy.numel());
+      return TensorList{dx};
+    });
+  }
   Tensor saved = kernels::activation_saved(a) == kernels::ActivationSaved::kInput ? x : y;
   return d.finish(y, [a, saved](const TensorList& g) {
     Tensor gy = internal::grad_as(g[0], saved.dtype());

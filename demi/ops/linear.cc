@@ -134,18 +134,19 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
   bool has_bias = b.defined();
   DType b_dtype = has_bias ? b.dtype() : p.y_dtype;
   bool need_dx = d.input_needs_grad(0);
-  Tensor y_saved = relu ? y : Tensor();  // saved only for a fused ReLU's mask
+  // A fused ReLU's mask, as bits (not y: see ops/activation.cc).
+  Tensor mask = relu && d.needs_grad() ? internal::relu_mask_of(y) : Tensor();
   // As in conv2d: a cast input that needs no gradient is saved as the caller's tensor and recast in backward.
   Tensor x_saved = !need_dx && !x.is_same(x_in) ? x_in : x;
   const DType dw_dtype = d.param_grad_dtype(1, round_w ? p.w_round : p.w_dtype);
   const DType db_dtype = d.param_grad_dtype(2, b_dtype);
-  return d.finish(y, [x = x_saved, w_saved = cw.saved, y = y_saved, p, has_bias, b_dtype, relu, need_dx, dw_dtype,
+  return d.finish(y, [x = x_saved, w_saved = cw.saved, mask, p, has_bias, b_dtype, relu, need_dx, dw_dtype,
                       db_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);
     if (relu) {
-      Tensor masked = internal::reuse_or_empty(y);  // y, once nothing else holds it
-      kernels::activation_backward(kernels::Activation::kReLU, gy.dtype(), y.raw_data(), gy.raw_data(),
-                                   masked.raw_data(), gy.numel());
+      Tensor masked = internal::reuse_incoming_or_empty(g[0], gy);
+      kernels::relu_backward_mask(gy.dtype(), static_cast<const uint8_t*>(mask.raw_data()), gy.raw_data(),
+                                  masked.raw_data(), gy.numel());
       gy = masked;
     }
     kernels::onednn::DenseParams q = p;

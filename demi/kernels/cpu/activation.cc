@@ -2,6 +2,8 @@
 // one-lane vectors and the <cmath> functions.
 #include "demi/kernels/cpu/activation.h"
 
+#include <algorithm>
+
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/core/parallel.h"
@@ -70,6 +72,32 @@ void activation_backward(Activation a, DType dtype, const void* saved, const voi
   const char* dyb = static_cast<const char*>(dy);
   char* dxb = static_cast<char*>(dx);
   parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) { fn(sb + b * es, dyb + b * es, dxb + b * es, e - b); });
+}
+
+// The mask's kernels run on whole bytes of bits per thread: 8 elements per byte.
+void relu_mask(DType dtype, const void* y, uint8_t* bits, int64_t n) {
+  const int slot = slot_of("relu_mask", Activation::kReLU, dtype);
+  DEMI_CHECK(n >= 0, "relu_mask: negative element count ", n);
+  if (slot < 0) return ref::relu_mask(dtype, y, bits, n);
+  auto fn = kernels_for_level().relu_mask[slot];
+  const size_t es = dtype_size(dtype);
+  const char* yb = static_cast<const char*>(y);
+  parallel_for(0, ref::relu_mask_bytes(n), kGrain / 8, [&](int64_t b, int64_t e) {
+    fn(yb + 8 * b * es, bits + b, std::min(n, 8 * e) - 8 * b);
+  });
+}
+
+void relu_backward_mask(DType dtype, const uint8_t* bits, const void* dy, void* dx, int64_t n) {
+  const int slot = slot_of("relu_backward_mask", Activation::kReLU, dtype);
+  DEMI_CHECK(n >= 0, "relu_backward_mask: negative element count ", n);
+  if (slot < 0) return ref::relu_backward_mask(dtype, bits, dy, dx, n);
+  auto fn = kernels_for_level().relu_backward_mask[slot];
+  const size_t es = dtype_size(dtype);
+  const char* dyb = static_cast<const char*>(dy);
+  char* dxb = static_cast<char*>(dx);
+  parallel_for(0, ref::relu_mask_bytes(n), kGrain / 8, [&](int64_t b, int64_t e) {
+    fn(bits + b, dyb + 8 * b * es, dxb + 8 * b * es, std::min(n, 8 * e) - 8 * b);
+  });
 }
 
 }  // namespace demi::kernels

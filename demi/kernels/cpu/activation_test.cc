@@ -72,6 +72,66 @@ TEST(ActivationFast, ThreadSplitMatchesReference) {
   }
 }
 
+// ReLU's mask kept as bits: the bits are the reference's at every level (odd sizes, a partial last byte,
+// NaN, -0, +0), and the backward from bits equals the backward from y bit for bit, in place too; long
+// enough to be split over the thread pool (chunks start at whole bytes of the mask).
+TYPED_TEST(ActivationFastTest, ReluMaskBitsGiveTheBackwardFromY) {
+  using T = TypeParam;
+  const DType dt = dtype_of_v<T>;
+  for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 33, 1000, 100003}) {
+    auto x = random_values<T>(n, 40 + static_cast<uint64_t>(n), -4.0, 4.0);
+    if (n >= 4) {
+      x[0] = T(std::numeric_limits<float>::quiet_NaN());
+      x[1] = T(-0.0f);
+      x[2] = T(0.0f);
+      x[3] = T(std::numeric_limits<float>::infinity());
+    }
+    auto dy = random_values<T>(n, 9);
+    std::vector<T> y(x.size()), dx_ref(x.size());
+    ref::activation_forward(Activation::kReLU, x.data(), y.data(), n);
+    ref::activation_backward(Activation::kReLU, y.data(), dy.data(), dx_ref.data(), n);
+    std::vector<uint8_t> bits_ref(static_cast<size_t>(ref::relu_mask_bytes(n)), 0xAB);
+    ref::relu_mask(dt, y.data(), bits_ref.data(), n);
+    std::vector<T> dx_bits_ref(x.size());
+    ref::relu_backward_mask(dt, bits_ref.data(), dy.data(), dx_bits_ref.data(), n);
+    // (dy * 0 is -0 for a negative dy in the reference from y; the bits keep +0, as the fast kernels do.)
+    test::expect_close_to_reference(dx_bits_ref, dx_ref, "reference backward from bits n=" + std::to_string(n));
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ((bits_ref[static_cast<size_t>(i / 8)] >> (i % 8)) & 1, static_cast<float>(y[i]) > 0 ? 1 : 0) << i;
+    }
+    if (n % 8) {
+      EXPECT_EQ(bits_ref.back() >> (n % 8), 0) << "the last byte's unused bits are 0";
+    }
+    for (CpuLevel level : supported_cpu_levels()) {
+      ScopedCpuLevel scoped(level);
+      const std::string what = test::type_name<T>() + " n=" + std::to_string(n) + " at " + test::level_name(level);
+      std::vector<uint8_t> bits(bits_ref.size(), 0xCD);
+      relu_mask(dt, y.data(), bits.data(), n);
+      EXPECT_EQ(bits, bits_ref) << what;
+      std::vector<T> dx(x.size()), dx_from_y(x.size());
+      relu_backward_mask(dt, bits.data(), dy.data(), dx.data(), n);
+      test::expect_bit_identical(dx, dx_bits_ref, what + " backward");
+      activation_backward(Activation::kReLU, dt, y.data(), dy.data(), dx_from_y.data(), n);
+      test::expect_bit_identical(dx, dx_from_y, what + " backward, against the backward from y");
+      std::vector<T> grad = dy;
+      relu_backward_mask(dt, bits.data(), grad.data(), grad.data(), n);
+      test::expect_bit_identical(grad, dx_bits_ref, what + " backward in place");
+    }
+  }
+}
+
+TEST(ActivationFast, ReluMaskRejectsOtherDtypes) {
+  uint8_t bits[1] = {};
+  int32_t v[1] = {1};
+  EXPECT_THROW(relu_mask(DType::kI32, v, bits, 1), Error);
+  EXPECT_THROW(relu_backward_mask(DType::kI32, bits, v, v, 1), Error);
+  std::vector<double> y = {1.0, -1.0, 0.5}, dy = {3.0, 4.0, 5.0}, dx(3);
+  relu_mask(DType::kF64, y.data(), bits, 3);
+  EXPECT_EQ(bits[0], 0b101);
+  relu_backward_mask(DType::kF64, bits, dy.data(), dx.data(), 3);
+  EXPECT_EQ(dx, (std::vector<double>{3.0, 0.0, 5.0}));
+}
+
 TEST(ActivationFast, ReluKeepsNaNAndSignedZeroLikeTheReference) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> x = {nan, -0.0f, 0.0f, -1.0f, 2.0f, -nan};

@@ -138,6 +138,33 @@ void activation_backward(Activation a, DType dtype, const void* saved, const voi
   });
 }
 
+int64_t relu_mask_bytes(int64_t n) { return (n + 7) / 8; }
+
+void relu_mask(DType dtype, const void* y, uint8_t* bits, int64_t n) {
+  check_dtype("relu_mask", Activation::kReLU, dtype);
+  visit_dtype(dtype, [&](auto v) {
+    using T = decltype(v);
+    if constexpr (!std::is_integral_v<T>) {
+      const T* p = static_cast<const T*>(y);
+      for (int64_t b = 0; b < relu_mask_bytes(n); ++b) bits[b] = 0;
+      for (int64_t i = 0; i < n; ++i)
+        if (static_cast<AccT<T>>(p[i]) > 0) bits[i / 8] = static_cast<uint8_t>(bits[i / 8] | (1u << (i % 8)));
+    }
+  });
+}
+
+void relu_backward_mask(DType dtype, const uint8_t* bits, const void* dy, void* dx, int64_t n) {
+  check_dtype("relu_backward_mask", Activation::kReLU, dtype);
+  visit_dtype(dtype, [&](auto v) {
+    using T = decltype(v);
+    if constexpr (!std::is_integral_v<T>) {
+      const T* g = static_cast<const T*>(dy);
+      T* out = static_cast<T*>(dx);
+      for (int64_t i = 0; i < n; ++i) out[i] = (bits[i / 8] >> (i % 8)) & 1u ? g[i] : T(0);
+    }
+  });
+}
+
 template void activation_forward<float>(Activation, const float*, float*, int64_t);
 template void activation_forward<double>(Activation, const double*, double*, int64_t);
 template void activation_forward<Half>(Activation, const Half*, Half*, int64_t);

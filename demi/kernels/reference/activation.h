@@ -48,4 +48,12 @@ void activation_backward(Activation a, const T* saved, const T* dy, T* dx, int64
 void activation_forward(Activation a, DType dtype, const void* x, void* y, int64_t n);
 void activation_backward(Activation a, DType dtype, const void* saved, const void* dy, void* dx, int64_t n);
 
+// ReLU's mask kept as bits, one per element (relu_mask_bytes(n) = (n + 7) / 8 bytes): bit i % 8 of
+// bits[i / 8] is y[i] > 0 (0 for NaN and -0; the last byte's unused bits 0). Its backward keeps dy where
+// the bit is set: dx[i] = bit ? dy[i] : +0 (so a non-finite dy where the unit is off gives 0, as the fast
+// kernels' ReLU backward from y does). dx may alias dy. f32|f64|bf16|f16.
+int64_t relu_mask_bytes(int64_t n);
+void relu_mask(DType dtype, const void* y, uint8_t* bits, int64_t n);
+void relu_backward_mask(DType dtype, const uint8_t* bits, const void* dy, void* dx, int64_t n);
+
 }  // namespace demi::kernels::ref

@@ -4,6 +4,7 @@
 
 #include "demi/core/convert.h"
 #include "demi/core/memory.h"
+#include "demi/kernels/cpu/activation.h"
 #include "demi/kernels/cpu/elementwise.h"
 
 namespace demi::ops::internal {
@@ -26,6 +27,18 @@ bool only_holder(const Tensor& saved) {
 }
 
 Tensor reuse_or_empty(const Tensor& saved) { return only_holder(saved) ? saved : empty(saved.shape(), saved.dtype()); }
+
+Tensor reuse_incoming_or_empty(const Tensor& incoming, const Tensor& gy) {
+  const long handles = gy.is_same(incoming) ? 2 : 1;  // the engine's and the rule's, or the rule's conversion
+  const bool own = gy.impl_ptr().use_count() == handles && gy.impl().storage.use_count() == 1;
+  return own ? gy : empty(gy.shape(), gy.dtype());
+}
+
+Tensor relu_mask_of(const Tensor& y) {
+  Tensor bits = empty({kernels::ref::relu_mask_bytes(y.numel())}, DType::kU8);
+  kernels::relu_mask(y.dtype(), y.raw_data(), static_cast<uint8_t*>(bits.raw_data()), y.numel());
+  return bits;
+}
 
 CallWeight weight_for_call(const Dispatch& d, size_t index, const Tensor& w_in, bool recast) {
   if (!recast) {

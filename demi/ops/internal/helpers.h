@@ -29,6 +29,18 @@ bool only_holder(const Tensor& saved);
 // the last read of `saved` (Dense's data gradient into its input, once the weight gradient has read it).
 Tensor reuse_or_empty(const Tensor& saved);
 
+// The buffer for an elementwise backward result that reads each element of its incoming gradient `gy`
+// before writing it (ReLU's mask): gy's own bytes where nothing else can see them, else a new tensor. gy is
+// `incoming` (the gradient autograd's backward handed the rule: the engine's handle, dropped right after
+// the rule, plus the rule's copy) or a conversion of it that only the rule holds. A gradient that also
+// went to another node (an addition's backward passes one tensor to both inputs), or that shares its
+// bytes with another tensor, is never written.
+Tensor reuse_incoming_or_empty(const Tensor& incoming, const Tensor& gy);
+
+// ReLU's mask kept as bits instead of its output (kernels::relu_mask): a uint8 tensor of (n + 7) / 8
+// bytes, bit i = y[i] > 0.
+Tensor relu_mask_of(const Tensor& y);
+
 // A weight input of an op, as this call reads it and as its backward keeps it. Recast: cast for this call
 // only (Dispatch::input_uncached: no cast cache entry, no low-precision copy outlives the call) and the
 // caller's tensor kept, which backward casts again with as_dtype_for_call. Otherwise Dispatch::input's

@@ -21,6 +21,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "demi/core/half.h"
 #include "demi/kernels/cpu/internal/activation_kernels.h"
@@ -206,6 +207,51 @@ void activation_backward_kernel(const void* sv, const void* dyv, void* dxv, int6
   }
 }
 
+// ReLU's mask kept as bits: groups of G elements (G / 8 whole bytes of bits, G a multiple of the vector
+// width), lane i of vector v at bit v * kWidth + i of the group's little-endian word.
+template <class V>
+inline constexpr int kMaskGroup = V::kWidth >= 8 ? V::kWidth : 8;
+
+template <class V, typename T>
+void relu_mask_kernel(const void* yv, uint8_t* bits, int64_t n) {
+  constexpr int G = kMaskGroup<V>;
+  const T* y = static_cast<const T*>(yv);
+  for (int64_t i = 0; i < n; i += G) {
+    const int64_t r = n - i < G ? n - i : G;
+    uint32_t word = 0;
+    for (int v = 0; v * V::kWidth < r; ++v) {
+      const int64_t m = r - v * V::kWidth < V::kWidth ? r - v * V::kWidth : V::kWidth;
+      const typename V::F x = m == V::kWidth ? V::load(y + i + v * V::kWidth) : V::load_n(y + i + v * V::kWidth, m);
+      word |= V::mask_bits(V::gt(x, V::zero())) << (v * V::kWidth);  // (a lane past n loads 0: its bit is 0)
+    }
+    const uint8_t out[4] = {static_cast<uint8_t>(word), static_cast<uint8_t>(word >> 8),
+                            static_cast<uint8_t>(word >> 16), static_cast<uint8_t>(word >> 24)};
+    std::memcpy(bits + i / 8, out, static_cast<size_t>((r + 7) / 8));
+  }
+}
+
+template <class V, typename T>
+void relu_backward_mask_kernel(const uint8_t* bits, const void* dyv, void* dxv, int64_t n) {
+  constexpr int G = kMaskGroup<V>;
+  const T* dy = static_cast<const T*>(dyv);
+  T* dx = static_cast<T*>(dxv);
+  for (int64_t i = 0; i < n; i += G) {
+    const int64_t r = n - i < G ? n - i : G;
+    uint8_t in[4] = {0, 0, 0, 0};
+    std::memcpy(in, bits + i / 8, static_cast<size_t>((r + 7) / 8));
+    const uint32_t word = uint32_t{in[0]} | uint32_t{in[1]} << 8 | uint32_t{in[2]} << 16 | uint32_t{in[3]} << 24;
+    for (int v = 0; v * V::kWidth < r; ++v) {
+      const int64_t m = r - v * V::kWidth < V::kWidth ? r - v * V::kWidth : V::kWidth;
+      const typename V::M keep = V::mask_from_bits(word >> (v * V::kWidth));
+      T* out = dx + i + v * V::kWidth;
+      if (m == V::kWidth)
+        V::store(out, V::select(keep, V::zero(), V::load(dy + i + v * V::kWidth)));
+      else
+        V::store_n(out, V::select(keep, V::zero(), V::load_n(dy + i + v * V::kWidth, m)), m);
+    }
+  }
+}
+
 template <class V, Activation A>
 void fill_activation(ActivationKernels& k) {
   constexpr int a = static_cast<int>(A);
@@ -227,6 +273,12 @@ ActivationKernels make_activation_kernels() {
   fill_activation<V, Activation::kGelu>(k);
   fill_activation<V, Activation::kGeluTanh>(k);
   fill_activation<V, Activation::kSiLU>(k);
+  k.relu_mask[0] = &relu_mask_kernel<V, float>;
+  k.relu_mask[1] = &relu_mask_kernel<V, BFloat16>;
+  k.relu_mask[2] = &relu_mask_kernel<V, Half>;
+  k.relu_backward_mask[0] = &relu_backward_mask_kernel<V, float>;
+  k.relu_backward_mask[1] = &relu_backward_mask_kernel<V, BFloat16>;
+  k.relu_backward_mask[2] = &relu_backward_mask_kernel<V, Half>;
   return k;
 }
 

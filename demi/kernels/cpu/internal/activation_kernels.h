@@ -20,6 +20,12 @@ struct ActivationKernels {
   using Backward = void (*)(const void* saved, const void* dy, void* dx, int64_t n);
   Forward forward[kNumActivations][kNumFloatSlots];
   Backward backward[kNumActivations][kNumFloatSlots];
+  // ReLU's mask as bits (../activation.h: relu_mask, relu_backward_mask), over n elements that start at a
+  // whole byte of `bits`.
+  using Mask = void (*)(const void* y, uint8_t* bits, int64_t n);
+  using MaskBackward = void (*)(const uint8_t* bits, const void* dy, void* dx, int64_t n);
+  Mask relu_mask[kNumFloatSlots];
+  MaskBackward relu_backward_mask[kNumFloatSlots];
 };
 
 const ActivationKernels& activation_kernels_portable();

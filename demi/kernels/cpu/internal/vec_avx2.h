@@ -161,6 +161,13 @@ struct VecAvx2 {
   static M mask_or(M a, M b) { return _mm256_or_ps(a, b); }
   static M mask_andnot(M a, M b) { return _mm256_andnot_ps(a, b); }  // ~a & b
   static F select(M m, F a, F b) { return _mm256_blendv_ps(a, b, m); }
+  // A mask as kWidth bits (lane i: bit i) and back (ReLU's mask kept as bits).
+  static uint32_t mask_bits(M m) { return static_cast<uint32_t>(_mm256_movemask_ps(m)); }
+  static M mask_from_bits(uint32_t bits) {
+    const __m256i lane = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i set = _mm256_and_si256(_mm256_set1_epi32(static_cast<int32_t>(bits)), lane);
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(set, lane));
+  }
   static I iota() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
   static I seti(int32_t v) { return _mm256_set1_epi32(v); }
   static I addi(I a, I b) { return _mm256_add_epi32(a, b); }

@@ -175,6 +175,9 @@ struct VecAvx512 {
   static M mask_or(M a, M b) { return static_cast<M>(a | b); }
   static M mask_andnot(M a, M b) { return static_cast<M>(~a & b); }
   static F select(M m, F a, F b) { return _mm512_mask_blend_ps(m, a, b); }
+  // A mask as kWidth bits (lane i: bit i) and back (ReLU's mask kept as bits).
+  static uint32_t mask_bits(M m) { return m; }
+  static M mask_from_bits(uint32_t bits) { return static_cast<M>(bits); }
   static I iota() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
   static I seti(int32_t v) { return _mm512_set1_epi32(v); }
   static I addi(I a, I b) { return _mm512_add_epi32(a, b); }

@@ -73,6 +73,9 @@ struct VecScalar {
   static M mask_or(M a, M b) { return a || b; }
   static M mask_andnot(M a, M b) { return !a && b; }  // ~a & b
   static F select(M m, F a, F b) { return m ? b : a; }
+  // A mask as kWidth bits (lane i: bit i) and back (ReLU's mask kept as bits).
+  static uint32_t mask_bits(M m) { return m ? 1u : 0u; }
+  static M mask_from_bits(uint32_t bits) { return (bits & 1u) != 0; }
   static I iota() { return 0; }
   static I seti(int32_t v) { return v; }
   static I addi(I a, I b) { return a + b; }
