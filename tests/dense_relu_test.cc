@@ -7,10 +7,14 @@
 
 #include <cstring>
 
+#include "demi/amp/policy.h"
 #include "demi/autograd/autograd.h"
 #include "demi/core/memory.h"
 #include "demi/core/rng.h"
+#include "demi/nn/layers.h"
+#include "demi/ops/observer.h"
 #include "demi/ops/ops.h"
+#include "demi/ops/trace.h"
 
 namespace demi {
 namespace {
@@ -160,6 +164,49 @@ TEST(MatmulBackward, AnOperandTakenTwiceIsNotOverwritten) {
   };
   const Tensor held = run(true), dropped = run(false);
   EXPECT_TRUE(same_bits(held, dropped));
+}
+
+// SequentialCell runs Dense then ReLU as one op (the ReLU in the product's epilogue): no ReLU op is
+// recorded, and the output and every gradient are bit for bit those of the two layers run apart
+// (FusionScope off), at O0 and at O2 in both low dtypes.
+TEST(SequentialCell, RunsDenseThenReluAsOneOpBitForBit) {
+  struct Setting {
+    amp::Level level;
+    DType low;
+  };
+  for (Setting s : {Setting{amp::Level::kO0, DType::kBF16}, Setting{amp::Level::kO2, DType::kBF16},
+                    Setting{amp::Level::kO2, DType::kF16}}) {
+    auto run = [&](bool fuse) {
+      Generator init(21);
+      std::vector<nn::CellPtr> cells = {std::make_shared<nn::Dense>(24, 40), std::make_shared<nn::ReLU>(),
+                                        std::make_shared<nn::Dense>(40, 16), std::make_shared<nn::ReLU>(),
+                                        std::make_shared<nn::Dense>(16, 3)};
+      for (auto& c : cells)
+        for (Tensor p : c->trainable_params()) p.copy_(uniform(p.shape(), -0.5, 0.5, init));
+      nn::SequentialCell net(cells);
+      amp::auto_mixed_precision(net, s.level, s.low);
+      Generator gen(22);
+      Tensor x = uniform({33, 24}, -1, 1, gen).set_requires_grad(true);
+      ops::FusionScope fusion(fuse);
+      ops::OpTrace trace;
+      Tensor y = net(x);
+      autograd::backward(ops::sum(y.to(DType::kF32)));
+      std::vector<Tensor> out = {y, x.grad()};
+      for (const Tensor& p : net.trainable_params()) out.push_back(p.grad());
+      return std::make_pair(out, trace.of(ops::Op::kRelu).size());
+    };
+    const auto [fused, fused_relus] = run(true);
+    const auto [apart, apart_relus] = run(false);
+    EXPECT_EQ(fused_relus, 0u) << amp::level_name(s.level);
+    EXPECT_EQ(apart_relus, 2u);
+    ASSERT_EQ(fused.size(), apart.size());
+    for (size_t i = 0; i < fused.size(); ++i) {
+      ASSERT_TRUE(fused[i].defined() && apart[i].defined()) << i;
+      ASSERT_EQ(fused[i].dtype(), apart[i].dtype()) << i;
+      EXPECT_TRUE(same_bits(fused[i], apart[i])) << amp::level_name(s.level) << " " << dtype_name(s.low) << " tensor "
+                                                 << i;
+    }
+  }
 }
 
 }  // namespace

@@ -66,12 +66,22 @@ Tensor Dense::construct(const Tensor& x) {
                                      " features per sample — set in_channels to that, or fix the layer "
                                      "before (e.g. a Conv2d's pad_mode, whose MindSpore default is \"same\")")
                            : std::string());
-  if (x.rank() == 2) return ops::dense(x, weight, bias, relu_);
+  const bool relu = relu_ || fused_relu_;
+  if (x.rank() == 2) return ops::dense(x, weight, bias, relu);
   // (*, in) -> flatten the leading dimensions, then restore them.
   Shape out_shape = x.shape();
   out_shape[-1] = out_channels;
-  Tensor y = ops::dense(ops::reshape(x, {-1, in_channels}), weight, bias, relu_);
+  Tensor y = ops::dense(ops::reshape(x, {-1, in_channels}), weight, bias, relu);
   return ops::reshape(y, out_shape);
+}
+
+Tensor Dense::call_relu(const Tensor& x) {
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{fused_relu_};
+  fused_relu_ = true;
+  return (*this)(x);
 }
 
 // ---- Conv2d ----
@@ -309,6 +319,16 @@ Tensor SequentialCell::construct(const Tensor& x) {
     if (fuse && conv_pool != nullptr && !conv_relu->pinned_dtype() && !conv_pool->pinned_dtype() && y.rank() == 4) {
       y = conv->call_relu_max_pool(y, conv_pool->options);
       i += 2;
+      continue;
+    }
+    // Dense then ReLU runs as one op: the ReLU is applied where the product stores its output, so the
+    // pre-activation is never stored (one hidden-sized buffer less at the end of forward; model C at batch
+    // 2048: 8 MiB of a 39 MiB peak) and backward keeps the mask as bits.
+    auto* dense = dynamic_cast<Dense*>(cells_[i].get());
+    auto* dense_relu = dense != nullptr && i + 1 < cells_.size() ? dynamic_cast<ReLU*>(cells_[i + 1].get()) : nullptr;
+    if (fuse && dense_relu != nullptr && !dense_relu->pinned_dtype()) {
+      y = dense->call_relu(y);
+      ++i;
       continue;
     }
     // ReLU then MaxPool2d runs as one fused op: one pass instead of two, and backward needs only the

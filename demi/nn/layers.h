@@ -28,11 +28,15 @@ class Dense : public Cell {
  public:
   Dense(int64_t in, int64_t out, const DenseOptions& options = {});
   Tensor construct(const Tensor& x) override;
+  // This layer followed by a ReLU as one op (SequentialCell's fusion): called as the layer (its hooks,
+  // precision and name), the ReLU applied in the product's epilogue.
+  Tensor call_relu(const Tensor& x);
   Tensor weight, bias;
   int64_t in_channels, out_channels;
 
  private:
   bool relu_;
+  bool fused_relu_ = false;  // set only during call_relu
 };
 
 struct Conv2dOptions {

@@ -107,8 +107,8 @@ const char* intern_layer_path(std::string_view path);
 // root, "").
 bool layer_within(std::string_view layer, std::string_view path);
 
-// Whether layers may run as one fused op (Conv2d + ReLU + MaxPool2d, ReLU + MaxPool2d). On by default;
-// a diagnostic that must see each layer's own output (the numerics report) turns it off for a scope.
+// Whether layers may run as one fused op (Conv2d + ReLU + MaxPool2d, ReLU + MaxPool2d, Dense + ReLU). On
+// by default; a diagnostic that must see each layer's own output (the numerics report) turns it off for a scope.
 class FusionScope {
  public:
   explicit FusionScope(bool enabled);
