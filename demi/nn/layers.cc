@@ -326,7 +326,7 @@ Tensor SequentialCell::construct(const Tensor& x) {
     // 2048: 8 MiB of a 39 MiB peak) and backward keeps the mask as bits.
     auto* dense = dynamic_cast<Dense*>(cells_[i].get());
     auto* dense_relu = dense != nullptr && i + 1 < cells_.size() ? dynamic_cast<ReLU*>(cells_[i + 1].get()) : nullptr;
-    if (fuse && dense_relu != nullptr && !dense_relu->pinned_dtype()) {
+    if (fuse && dense_relu != nullptr && !dense_relu->pinned_dtype() && dense_relu->precision_policy() == nullptr) {
       y = dense->call_relu(y);
       ++i;
       continue;
