@@ -1,7 +1,7 @@
 // Backward rules that write a gradient into a saved tensor's own buffer when the rule holds its only
 // reference (one activation-sized buffer less at backward's peak), and into a new buffer when anything else
-// still holds it: Dense's and MatMul's data gradient into their input, after the weight gradient (its last
-// reader) has run; ReLU's (fused or not) mask, kept as bits, applied to the incoming gradient in place
+// still holds it: Dense's, MatMul's and the fused Conv2d -> ReLU -> MaxPool2d's data gradient into their
+// input, after the weight gradient (its last reader) has run; ReLU's (fused or not) mask, kept as bits, applied to the incoming gradient in place
 // where nothing else holds that gradient.
 #include <gtest/gtest.h>
 
@@ -164,6 +164,51 @@ TEST(MatmulBackward, AnOperandTakenTwiceIsNotOverwritten) {
   };
   const Tensor held = run(true), dropped = run(false);
   EXPECT_TRUE(same_bits(held, dropped));
+}
+
+// The fused Conv2d -> ReLU -> MaxPool2d's backward computes its weight gradient first and its data gradient
+// into x's bytes where nothing else holds x (model B's second layer): the same gradients bit for bit, in f32
+// and bf16, and a backward peak lower by x's size; x left as the forward saw it where it is held.
+TEST(Conv2dReluMaxPool2dBackward, DataGradientTakesTheInputsBytesOnlyWhenNothingElseHoldsIt) {
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    auto run = [&](bool hold) {
+      Generator gen(31);
+      Tensor x0 = uniform({16, 16, 14, 14}, -1, 1, gen).to(dt).set_requires_grad(true);
+      Tensor w = uniform({32, 16, 3, 3}, -0.3, 0.3, gen).to(dt).set_requires_grad(true);
+      Tensor b = uniform({32}, -0.1, 0.1, gen).to(dt).set_requires_grad(true);
+      Tensor x = ops::mul_scalar(x0, 2.0);  // an activation: only the fused op keeps it
+      ops::Conv2dOptions co;
+      co.pad_mode = ops::PadMode::kSame;
+      ops::Pool2dOptions po;
+      po.kernel = {2, 2};
+      po.stride = {2, 2};
+      Tensor loss = ops::sum(ops::cast(ops::conv2d_relu_max_pool2d(x, w, b, co, po), DType::kF32));
+      Tensor kept = hold ? x.clone() : Tensor();
+      if (!hold) x = Tensor();
+      Backward r;
+      const int64_t before = mem_stats().total_current;
+      {
+        ScopedPeak peak;
+        autograd::backward(loss);
+        r.peak = peak.peak().total_peak - before;
+      }
+      if (hold) {
+        EXPECT_TRUE(same_bits(x, kept)) << "backward wrote into a saved tensor that was still held";
+      }
+      r.dx = x0.grad();
+      r.dw1 = w.grad();
+      r.dw2 = b.grad();
+      return r;
+    };
+    run(true);  // the shapes' kernel choices first
+    run(false);
+    const Backward held = run(true), dropped = run(false);
+    EXPECT_TRUE(same_bits(held.dx, dropped.dx)) << dtype_name(dt);
+    EXPECT_TRUE(same_bits(held.dw1, dropped.dw1)) << dtype_name(dt);
+    EXPECT_TRUE(same_bits(held.dw2, dropped.dw2)) << dtype_name(dt);
+    const int64_t x_bytes = 16 * 16 * 14 * 14 * static_cast<int64_t>(dtype_size(dt));
+    EXPECT_GE(held.peak - dropped.peak, x_bytes * 9 / 10) << dtype_name(dt);
+  }
 }
 
 // SequentialCell runs Dense then ReLU as one op (the ReLU in the product's epilogue): no ReLU op is

@@ -1093,6 +1093,14 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
   auto onednn_run = [&](bool wd) {
     fused_backward_impl(p, wd, pool, x, w, dy_dtype, dy, argmax, dx_fused, dw, dw_dtype, db, db_dtype);
   };
+  if (dw == nullptr) {  // the data gradient alone, as the whole call computes it
+    DEMI_CHECK(dx != nullptr, "conv2d + relu + max_pool2d backward: neither dx nor dw asked for");
+    if (demi_data_gradient())
+      cpu::conv2d_backward_data(pd, dense(), w, dx);
+    else
+      onednn_data_gradient();
+    return;
+  }
   // Nothing accumulates here (check_fused): tuning writes dx, dw and db, which the chosen run overwrites.
   auto run = [&](bool direct) {
     const bool demi_dx = demi_data_gradient();

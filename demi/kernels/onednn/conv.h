@@ -56,7 +56,8 @@ void conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dParams& p
 // dx (dx_dtype, p.x_dtype unless given; nullable: the data needs none), overwritten. x and w as the forward
 // read them; p.y_dtype the convolution output's dtype as its gradient has it: where it is bf16 and dy is not,
 // dy is rounded to bf16 as it is unpooled (fused_dense_gradient_dtype). (An f16 layer whose products are
-// rounded to bf16: bf16 x and w, p.y_dtype bf16, f16 dy and an f16 dx.)
+// rounded to bf16: bf16 x and w, p.y_dtype bf16, f16 dy and an f16 dx.) dw null: dx alone (x not read),
+// the same values as the whole call's; so a caller can compute dw first (dx null), then dx into x's bytes.
 void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& pool, const void* x, const void* w,
                                      DType dy_dtype, const void* dy, const uint8_t* argmax, void* dx, void* dw,
                                      DType dw_dtype, void* db, DType db_dtype,
