@@ -221,7 +221,7 @@ TEST(SequentialCell, RunsDenseThenReluAsOneOpBitForBit) {
   };
   for (Setting s : {Setting{amp::Level::kO0, DType::kBF16}, Setting{amp::Level::kO2, DType::kBF16},
                     Setting{amp::Level::kO2, DType::kF16}}) {
-    auto run = [&](bool fuse) {
+    auto run = [&](bool fuse, bool recompute = false) {
       Generator init(21);
       std::vector<nn::CellPtr> cells = {std::make_shared<nn::Dense>(24, 40), std::make_shared<nn::ReLU>(),
                                         std::make_shared<nn::Dense>(40, 16), std::make_shared<nn::ReLU>(),
@@ -229,6 +229,11 @@ TEST(SequentialCell, RunsDenseThenReluAsOneOpBitForBit) {
       for (auto& c : cells)
         for (Tensor p : c->trainable_params()) p.copy_(uniform(p.shape(), -0.5, 0.5, init));
       nn::SequentialCell net(cells);
+      net.set_train(true);
+      if (recompute) {  // the fused layer's recomputing backward runs the fused forward again
+        cells[0]->recompute();
+        cells[2]->recompute();
+      }
       amp::auto_mixed_precision(net, s.level, s.low);
       Generator gen(22);
       Tensor x = uniform({33, 24}, -1, 1, gen).set_requires_grad(true);
@@ -242,6 +247,12 @@ TEST(SequentialCell, RunsDenseThenReluAsOneOpBitForBit) {
     };
     const auto [fused, fused_relus] = run(true);
     const auto [apart, apart_relus] = run(false);
+    const auto [recomputed, recomputed_relus] = run(true, true);
+    EXPECT_EQ(recomputed_relus, 0u);
+    ASSERT_EQ(recomputed.size(), fused.size());
+    for (size_t i = 0; i < fused.size(); ++i) {
+      EXPECT_TRUE(same_bits(recomputed[i], fused[i])) << amp::level_name(s.level) << " recomputed, tensor " << i;
+    }
     EXPECT_EQ(fused_relus, 0u) << amp::level_name(s.level);
     EXPECT_EQ(apart_relus, 2u);
     ASSERT_EQ(fused.size(), apart.size());
@@ -252,6 +263,30 @@ TEST(SequentialCell, RunsDenseThenReluAsOneOpBitForBit) {
                                                  << i;
     }
   }
+}
+
+// The same for Conv2d -> ReLU -> MaxPool2d: a recomputed convolution runs the fused op again in backward.
+TEST(SequentialCell, RecomputesAFusedConvolutionAsItRanIt) {
+  auto run = [](bool recompute) {
+    Generator init(23);
+    auto conv = std::make_shared<nn::Conv2d>(3, 8, 3);
+    std::vector<nn::CellPtr> cells = {conv, std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2, 2),
+                                      std::make_shared<nn::Flatten>(), std::make_shared<nn::Dense>(8 * 5 * 5, 4)};
+    for (auto& c : cells)
+      for (Tensor p : c->trainable_params()) p.copy_(uniform(p.shape(), -0.5, 0.5, init));
+    nn::SequentialCell net(cells);
+    net.set_train(true);
+    if (recompute) conv->recompute();
+    Generator gen(24);
+    Tensor x = uniform({4, 3, 10, 10}, -1, 1, gen).set_requires_grad(true);
+    autograd::backward(ops::sum(net(x)));
+    std::vector<Tensor> out = {x.grad()};
+    for (const Tensor& p : net.trainable_params()) out.push_back(p.grad());
+    return out;
+  };
+  const auto plain = run(false), recomputed = run(true);
+  ASSERT_EQ(plain.size(), recomputed.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(same_bits(plain[i], recomputed[i])) << "tensor " << i;
 }
 
 }  // namespace

@@ -76,12 +76,16 @@ Tensor Dense::construct(const Tensor& x) {
 }
 
 Tensor Dense::call_relu(const Tensor& x) {
-  struct Reset {
-    bool& flag;
-    ~Reset() { flag = false; }
-  } reset{fused_relu_};
-  fused_relu_ = true;
-  return (*this)(x);
+  // The flag is set for each run of construct, the one a recomputing backward makes included.
+  auto fused = [this](const Tensor& in) {
+    struct Reset {
+      bool& flag;
+      ~Reset() { flag = false; }
+    } reset{fused_relu_};
+    fused_relu_ = true;
+    return run(in);
+  };
+  return recomputing_now() ? run_recomputed(x, fused) : fused(x);
 }
 
 // ---- Conv2d ----
@@ -194,12 +198,17 @@ Tensor Conv2d::construct(const Tensor& x) {
 }
 
 Tensor Conv2d::call_relu_max_pool(const Tensor& x, const ops::Pool2dOptions& pool) {
-  struct Reset {
-    const ops::Pool2dOptions*& slot;
-    ~Reset() { slot = nullptr; }
-  } reset{fused_pool_};
-  fused_pool_ = &pool;
-  return (*this)(x);
+  // The pool is set for each run of construct, the one a recomputing backward makes included (set only
+  // around operator(), the recomputed forward ran the convolution alone).
+  auto fused = [this, p = &pool](const Tensor& in) {
+    struct Reset {
+      const ops::Pool2dOptions*& slot;
+      ~Reset() { slot = nullptr; }
+    } reset{fused_pool_};
+    fused_pool_ = p;
+    return run(in);
+  };
+  return recomputing_now() ? run_recomputed(x, fused) : fused(x);
 }
 
 // ---- pooling ----
