@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 
 #include "demi/amp/policy.h"
 #include "demi/autograd/autograd.h"
@@ -24,6 +25,39 @@ struct Backward {
   Tensor dx, dw1, dw2;
 };
 
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.numel() == b.numel() &&
+         std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.numel()) * dtype_size(a.dtype())) == 0;
+}
+
+// Backward from `loss`, with the activation h dropped (or, with `hold`, kept and checked to be left as the
+// forward wrote it), and the gradients of the leaves a, b, c.
+Backward backward_of(const Tensor& loss, Tensor& h, bool hold, const Tensor& a, const Tensor& b, const Tensor& c) {
+  Tensor kept = hold ? h.clone() : Tensor();
+  if (!hold) h = Tensor();
+  Backward r;
+  {
+    const int64_t before = mem_stats().total_current;
+    ScopedPeak peak;
+    autograd::backward(loss);
+    r.peak = peak.peak().total_peak - before;
+  }
+  if (hold) {
+    EXPECT_TRUE(same_bits(h, kept)) << "backward wrote into a saved tensor that was still held";
+  }
+  r.dx = a.grad();
+  r.dw1 = b.grad();
+  r.dw2 = c.grad();
+  return r;
+}
+
+// The same gradients, bit for bit.
+void expect_same_gradients(const Backward& a, const Backward& b, const std::string& what = "") {
+  EXPECT_TRUE(same_bits(a.dx, b.dx)) << what;
+  EXPECT_TRUE(same_bits(a.dw1, b.dw1)) << what;
+  EXPECT_TRUE(same_bits(a.dw2, b.dw2)) << what;
+}
+
 // x (256, 8) -> Dense(8 -> 512) (+ ReLU with `relu`) = h -> `second`(h, w2 (1, 512)) -> sum, where `second`
 // reads h as its saved input and its backward writes h's gradient: Dense(512 -> 1) or MatMul(h, w2ᵀ).
 // `hold` keeps h, and checks that backward leaves it as the forward wrote it.
@@ -35,28 +69,7 @@ Backward run(bool hold, bool relu, Second second, uint64_t seed) {
   Tensor w2 = uniform({1, 512}, -1, 1, gen).set_requires_grad(true);
   Tensor h = ops::dense(x, w1, Tensor(), relu);
   Tensor loss = ops::sum(second(h, w2));
-  Tensor kept = hold ? h.clone() : Tensor();
-  if (!hold) h = Tensor();
-  Backward r;
-  {
-    const int64_t before = mem_stats().total_current;
-    ScopedPeak peak;
-    autograd::backward(loss);
-    r.peak = peak.peak().total_peak - before;
-  }
-  if (hold) {
-    EXPECT_EQ(std::memcmp(h.raw_data(), kept.raw_data(), static_cast<size_t>(h.numel()) * sizeof(float)), 0)
-        << "backward wrote into a saved tensor that was still held";
-  }
-  r.dx = x.grad();
-  r.dw1 = w1.grad();
-  r.dw2 = w2.grad();
-  return r;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.numel() == b.numel() &&
-         std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.numel()) * dtype_size(a.dtype())) == 0;
+  return backward_of(loss, h, hold, x, w1, w2);
 }
 
 // The same gradients whether h is held or not; h is 256 x 512 f32 (512 KiB): a gradient takes a buffer of
@@ -67,9 +80,7 @@ template <typename Second>
 void expect_written_into_h(bool relu, Second second, uint64_t seed) {
   run(true, relu, second, seed);
   const Backward held = run(true, relu, second, seed), dropped = run(false, relu, second, seed);
-  EXPECT_TRUE(same_bits(held.dx, dropped.dx));
-  EXPECT_TRUE(same_bits(held.dw1, dropped.dw1));
-  EXPECT_TRUE(same_bits(held.dw2, dropped.dw2));
+  expect_same_gradients(held, dropped);
   const int64_t h_bytes = 256 * 512 * int64_t{sizeof(float)};
   EXPECT_GE(held.peak - dropped.peak, h_bytes * 9 / 10);
 }
@@ -98,26 +109,12 @@ TEST(Relu, MaskKeptAsBitsSoBackwardMakesNoHiddenSizedBuffer) {
     Tensor w2 = uniform({1, 512}, -1, 1, gen).set_requires_grad(true);
     Tensor h = ops::relu(ops::dense(x, w1, Tensor()));
     Tensor loss = ops::sum(ops::dense(h, w2, Tensor()));
-    Tensor kept = hold ? h : Tensor();
-    h = Tensor();
-    Backward r;
-    const int64_t before = mem_stats().total_current;
-    ScopedPeak peak;
-    autograd::backward(loss);
-    r.peak = peak.peak().total_peak - before;
-    r.dx = x.grad();
-    r.dw1 = w1.grad();
-    r.dw2 = w2.grad();
-    return r;
+    return backward_of(loss, h, hold, x, w1, w2);
   };
   separate(false);  // the shapes' kernel choices first
   const Backward held = separate(true), dropped = separate(false);
   const Backward fused = run(false, /*relu=*/true, dense_of, 14);
-  for (const Backward* b : {&held, &dropped}) {
-    EXPECT_TRUE(same_bits(b->dx, fused.dx));
-    EXPECT_TRUE(same_bits(b->dw1, fused.dw1));
-    EXPECT_TRUE(same_bits(b->dw2, fused.dw2));
-  }
+  for (const Backward* b : {&held, &dropped}) expect_same_gradients(*b, fused);
   const int64_t h_bytes = 256 * 512 * int64_t{sizeof(float)};
   EXPECT_LT(dropped.peak - fused.peak, h_bytes / 4);
   EXPECT_GE(held.peak - dropped.peak, h_bytes * 9 / 10);
@@ -183,29 +180,12 @@ TEST(Conv2dReluMaxPool2dBackward, DataGradientTakesTheInputsBytesOnlyWhenNothing
       po.kernel = {2, 2};
       po.stride = {2, 2};
       Tensor loss = ops::sum(ops::cast(ops::conv2d_relu_max_pool2d(x, w, b, co, po), DType::kF32));
-      Tensor kept = hold ? x.clone() : Tensor();
-      if (!hold) x = Tensor();
-      Backward r;
-      const int64_t before = mem_stats().total_current;
-      {
-        ScopedPeak peak;
-        autograd::backward(loss);
-        r.peak = peak.peak().total_peak - before;
-      }
-      if (hold) {
-        EXPECT_TRUE(same_bits(x, kept)) << "backward wrote into a saved tensor that was still held";
-      }
-      r.dx = x0.grad();
-      r.dw1 = w.grad();
-      r.dw2 = b.grad();
-      return r;
+      return backward_of(loss, x, hold, x0, w, b);
     };
     run(true);  // the shapes' kernel choices first
     run(false);
     const Backward held = run(true), dropped = run(false);
-    EXPECT_TRUE(same_bits(held.dx, dropped.dx)) << dtype_name(dt);
-    EXPECT_TRUE(same_bits(held.dw1, dropped.dw1)) << dtype_name(dt);
-    EXPECT_TRUE(same_bits(held.dw2, dropped.dw2)) << dtype_name(dt);
+    expect_same_gradients(held, dropped, std::string(dtype_name(dt)));
     const int64_t x_bytes = 16 * 16 * 14 * 14 * static_cast<int64_t>(dtype_size(dt));
     EXPECT_GE(held.peak - dropped.peak, x_bytes * 9 / 10) << dtype_name(dt);
   }

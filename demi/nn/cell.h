@@ -101,6 +101,20 @@ class Cell {
   Tensor run_recomputed(const Tensor& x, std::function<Tensor(const Tensor&)> fn);
   // Whether operator() recomputes this call.
   bool recomputing_now() const;
+  // operator()(x) with `slot` set to `value` for each run of construct, the one a recomputing backward
+  // makes included, and reset to T{} after it (a fusion SequentialCell asks of its cell for one call).
+  template <typename T>
+  Tensor call_with(T& slot, T value, const Tensor& x) {
+    auto with = [this, &slot, value](const Tensor& in) {
+      struct Reset {
+        T& slot;
+        ~Reset() { slot = T{}; }
+      } reset{slot};
+      slot = value;
+      return run(in);
+    };
+    return recomputing_now() ? run_recomputed(x, with) : with(x);
+  }
 
  private:
   void collect_parameters(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;

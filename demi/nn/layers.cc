@@ -75,18 +75,7 @@ Tensor Dense::construct(const Tensor& x) {
   return ops::reshape(y, out_shape);
 }
 
-Tensor Dense::call_relu(const Tensor& x) {
-  // The flag is set for each run of construct, the one a recomputing backward makes included.
-  auto fused = [this](const Tensor& in) {
-    struct Reset {
-      bool& flag;
-      ~Reset() { flag = false; }
-    } reset{fused_relu_};
-    fused_relu_ = true;
-    return run(in);
-  };
-  return recomputing_now() ? run_recomputed(x, fused) : fused(x);
-}
+Tensor Dense::call_relu(const Tensor& x) { return call_with(fused_relu_, true, x); }
 
 // ---- Conv2d ----
 Conv2dOptions Conv2dOptions::Make(int64_t stride, const std::string& pad_mode, int64_t padding, bool has_bias) {
@@ -198,17 +187,7 @@ Tensor Conv2d::construct(const Tensor& x) {
 }
 
 Tensor Conv2d::call_relu_max_pool(const Tensor& x, const ops::Pool2dOptions& pool) {
-  // The pool is set for each run of construct, the one a recomputing backward makes included (set only
-  // around operator(), the recomputed forward ran the convolution alone).
-  auto fused = [this, p = &pool](const Tensor& in) {
-    struct Reset {
-      const ops::Pool2dOptions*& slot;
-      ~Reset() { slot = nullptr; }
-    } reset{fused_pool_};
-    fused_pool_ = p;
-    return run(in);
-  };
-  return recomputing_now() ? run_recomputed(x, fused) : fused(x);
+  return call_with(fused_pool_, &pool, x);
 }
 
 // ---- pooling ----
