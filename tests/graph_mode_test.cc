@@ -242,6 +242,39 @@ TEST(GraphMode, UpdatesInBackwardWhereNothingWaitsOnEveryGradientWithALowerPeak)
   }
 }
 
+// The float16 check behind graph mode's choice is cached per step (it walks every cell), and must follow a
+// policy set on a cell after the train step was built: a cell that starts computing in float16 may
+// overflow, so the update leaves backward; once it stops, the update moves back.
+TEST(GraphMode, TheUpdateLeavesBackwardWhileACellComputesInFloat16) {
+  ExecModeScope in_graph(ExecMode::kGraph);
+  const Batches b = fashion_batches(3, 16);
+  set_seed(3);
+  auto net = std::make_shared<nn::LeNet>(/*batch_norm=*/false);
+  auto opt = std::make_shared<optim::Momentum>(net->trainable_params(), 0.02, 0.9);
+  auto step = amp::build_train_network(net, opt, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"),
+                                       Level::kO0);
+  auto grads_kept = [&] {
+    bool kept = false;
+    for (const Tensor& p : net->trainable_params()) kept = kept || p.grad().defined();
+    return kept;
+  };
+  EXPECT_TRUE(step->optimizer_in_backward());
+  (*step)(b.x[0], b.y[0]);
+  EXPECT_FALSE(grads_kept());
+  nn::Cell* fc = nullptr;
+  for (const auto& [path, cell] : net->cells_and_names())
+    if (cell->type_name() == "Dense") fc = cell;
+  ASSERT_NE(fc, nullptr);
+  fc->set_precision_policy(std::make_shared<amp::AmpPolicy>(Level::kO3, DType::kF16));
+  EXPECT_FALSE(step->optimizer_in_backward());
+  (*step)(b.x[1], b.y[1]);
+  EXPECT_TRUE(grads_kept()) << "updated after backward";
+  fc->set_precision_policy(nullptr);
+  EXPECT_TRUE(step->optimizer_in_backward());
+  (*step)(b.x[2], b.y[2]);
+  EXPECT_FALSE(grads_kept());
+}
+
 // Every optimizer's update in backward (Optimizer::step_param per parameter, then finish_step) is bit for
 // bit its update after backward: graph mode places it there by default, so a difference would make graph
 // mode train differently from PYNATIVE with that optimizer.

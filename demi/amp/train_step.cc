@@ -37,21 +37,23 @@ const std::string& TrainStep::graph_key(graph::SignatureKey& key, std::string_vi
                   {reducer_ != nullptr, "data parallel"}, {attribute_overflow_, "attribution"}});
 }
 
-namespace {
-
-// Whether a cell of `net` computes in float16 (an AMP policy of a level above O0 with float16 as its low
-// dtype): its steps may overflow without a bug, and an overflow must then skip the whole update and be
+// Whether a cell of the network computes in float16 (an AMP policy of a level above O0 with float16 as its
+// low dtype): its steps may overflow without a bug, and an overflow must then skip the whole update and be
 // attributed to its op, as PYNATIVE_MODE does.
-bool computes_in_float16(nn::Cell& net) {
-  for (const auto& [name, cell] : net.cells_and_names()) {
+bool TrainStep::computes_in_float16() const {
+  const uint64_t version = nn::Cell::structure_version();
+  if (computes_in_float16_ && computes_in_float16_->first == version) return computes_in_float16_->second;
+  bool f16 = false;
+  for (const auto& [name, cell] : net_->cells_and_names()) {
     const auto* policy = dynamic_cast<const AmpPolicy*>(cell->precision_policy());
-    if (policy != nullptr && policy->mode() != AmpPolicy::Mode::kNone && policy->low_dtype() == DType::kF16)
-      return true;
+    if (policy != nullptr && policy->mode() != AmpPolicy::Mode::kNone && policy->low_dtype() == DType::kF16) {
+      f16 = true;
+      break;
+    }
   }
-  return false;
+  computes_in_float16_ = std::pair{version, f16};
+  return f16;
 }
-
-}  // namespace
 
 bool TrainStep::optimizer_in_backward() const {
   if (optimizer_in_backward_.has_value()) return *optimizer_in_backward_;
@@ -59,7 +61,7 @@ bool TrainStep::optimizer_in_backward() const {
   // step is expected to overflow (FP32 and bfloat16 have FP32's range; a non-finite gradient there is a bug,
   // whose parameter the step still names).
   return get_context().mode == ExecMode::kGraph && manager_ == nullptr && clip_grad_norm_ <= 0 &&
-         reducer_ == nullptr && micro_batches_ == 0 && !computes_in_float16(*net_);
+         reducer_ == nullptr && micro_batches_ == 0 && !computes_in_float16();
 }
 
 StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
@@ -122,13 +124,14 @@ StepResult TrainStep::step_in_backward(const Tensor& data, const Tensor& label) 
                                : nullptr;
   DEMI_CHECK(why == nullptr, "TrainStep: the optimizer in backward updates each parameter as soon as its gradient ",
              "is complete, which cannot be combined with ", why, "; turn one of them off");
-  std::vector<Tensor> params = optimizer_->parameters();
+  const std::vector<Tensor>& params = optimizer_->parameters();
   StepResult r;
   r.loss_scale = 1.0;
   optimizer_->zero_grad();
   micro_scale_ = 1.0;  // forward_backward scales the loss by it: no loss scale here
   bool updated = false;
-  std::vector<char> done(params.size(), 0);
+  std::vector<char>& done = updated_in_backward_;
+  done.assign(params.size(), 0);
   // Each parameter's update as soon as its gradient is final; the gradient is freed right after.
   autograd::LeafReadyHook update = [&](const Tensor& leaf) {
     auto it = param_index_.find(leaf.impl_ptr().get());
@@ -137,7 +140,7 @@ StepResult TrainStep::step_in_backward(const Tensor& data, const Tensor& label) 
                "parts (a recomputed cell shares it with the rest of the network), which the optimizer in backward ",
                "cannot update once; turn one of them off");
     done[it->second] = 1;
-    Tensor p = params[it->second];
+    Tensor p = params[it->second];  // (a handle: set_grad below is not const)
     const Tensor g = p.grad();
     if (!g.defined()) return;
     if (ops::unscale_and_check_finite(std::span<const Tensor>(&g, 1), 1.0f, "optimizer in backward") >= 0) {

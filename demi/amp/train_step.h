@@ -170,6 +170,12 @@ class TrainStep {
   bool reduce_in_backward_ = false;  // operator(): the reducer hears of gradients as backward makes them
   bool attribute_overflow_ = true;
   std::optional<bool> optimizer_in_backward_;
+  // Whether a cell of the network computes in float16, and the nn::Cell::structure_version it was found
+  // at (walking the cells costs microseconds, a step of a small network tens of them).
+  mutable std::optional<std::pair<uint64_t, bool>> computes_in_float16_;
+  bool computes_in_float16() const;
+  // step_in_backward's per-parameter flags, kept so that a step allocates none.
+  std::vector<char> updated_in_backward_;
   // With attribution on, what it needs to re-run this update's micro-batches: each one's batch and the
   // generators' positions before it.
   struct MicroBatch {

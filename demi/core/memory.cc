@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cerrno>
@@ -139,12 +140,35 @@ struct Allocator {
   struct Arena {
     char* base = nullptr;
     size_t bytes = 0;
-    std::unordered_map<int64_t, int32_t> live;  // offset of an arena block alive -> its plan index
+    int64_t live_count = 0;  // arena blocks alive (all of the last plan replayed: see mem_replay_begin)
     int64_t live_bytes = 0;
     const ArenaPlan* plan = nullptr;  // the replay in progress; null between replays
     std::vector<uint8_t> alive;       // per allocation of the last plan replayed
+    // The last plan's arena blocks by offset, (offset, allocation) sorted, so that a free finds its block
+    // without a node allocated per block (a hash map's insert and erase were most of what a replay added to
+    // a step's host work); `offsets` is the plan they were sorted for, reused while the plans' offsets agree.
+    std::vector<std::pair<int64_t, int32_t>> by_offset;
+    std::vector<int64_t> offsets;
     size_t next = 0;
     ReplayOutcome out;
+
+    // Sorts the blocks of `p` by offset unless they are those of the plan sorted last (the same offsets).
+    void index_blocks(const ArenaPlan& p) {
+      if (p.offsets == offsets) return;
+      offsets = p.offsets;
+      by_offset.clear();
+      for (size_t i = 0; i < p.offsets.size(); ++i)
+        if (p.offsets[i] >= 0) by_offset.emplace_back(p.offsets[i], static_cast<int32_t>(i));
+      std::sort(by_offset.begin(), by_offset.end());
+    }
+    // The allocation of the last plan alive at `offset` (one at most: a block shares its bytes only with
+    // blocks freed before it was served), or -1.
+    int32_t alive_at(int64_t offset) const {
+      auto it = std::lower_bound(by_offset.begin(), by_offset.end(), std::pair<int64_t, int32_t>{offset, -1});
+      for (; it != by_offset.end() && it->first == offset; ++it)
+        if (alive[static_cast<size_t>(it->second)]) return it->second;
+      return -1;
+    }
   } arena;
   std::atomic<ReplayLocator> replay_locator{nullptr};
 
@@ -247,7 +271,7 @@ struct Allocator {
       }
     }
     arena.alive[i] = 1;
-    arena.live.emplace(off, static_cast<int32_t>(i));
+    ++arena.live_count;
     arena.live_bytes += static_cast<int64_t>(bytes);
     ++out.served;
     ++stats.arena_allocs;
@@ -397,10 +421,10 @@ void mem_free(void* ptr, size_t bytes, MemCategory cat) {
     }
   }
   if (a.in_arena(ptr)) {
-    auto it = a.arena.live.find(static_cast<char*>(ptr) - a.arena.base);
-    DEMI_ASSERT(it != a.arena.live.end(), "mem_free of an arena block that is not alive (", ptr, ")");
-    a.arena.alive[static_cast<size_t>(it->second)] = 0;
-    a.arena.live.erase(it);
+    const int32_t i = a.arena.alive_at(static_cast<char*>(ptr) - a.arena.base);
+    DEMI_ASSERT(i >= 0, "mem_free of an arena block that is not alive (", ptr, ")");
+    a.arena.alive[static_cast<size_t>(i)] = 0;
+    --a.arena.live_count;
     a.arena.live_bytes -= static_cast<int64_t>(bytes);
     DEMI_POISON(ptr, bytes);
     return;
@@ -445,7 +469,7 @@ bool mem_replay_begin(const ArenaPlan& plan) {
   std::lock_guard<std::mutex> lock(a.mu);
   DEMI_CHECK(!t_replaying && !t_recording, "mem_replay_begin: this thread is already ",
              t_replaying ? "replaying a plan" : "recording");
-  if (!a.arena.live.empty() || a.arena.plan != nullptr) return false;  // in use, or another thread's replay
+  if (a.arena.live_count > 0 || a.arena.plan != nullptr) return false;  // in use, or another thread's replay
   const auto need = static_cast<size_t>(plan.arena_bytes);
   if (need > a.arena.bytes) {
     a.release_arena();
@@ -465,6 +489,7 @@ bool mem_replay_begin(const ArenaPlan& plan) {
   }
   a.arena.plan = &plan;
   a.arena.alive.assign(n, 0);
+  a.arena.index_blocks(plan);
   a.arena.next = 0;
   a.arena.out = {};
   t_replaying = true;
@@ -514,7 +539,7 @@ void mem_empty_cache() {
 void mem_release_arena() {
   Allocator& a = allocator();
   std::lock_guard<std::mutex> lock(a.mu);
-  if (a.arena.live.empty() && a.arena.plan == nullptr) a.release_arena();
+  if (a.arena.live_count == 0 && a.arena.plan == nullptr) a.release_arena();
 }
 
 int64_t process_rss_bytes() { return proc_status_kb("VmRSS"); }

@@ -130,8 +130,10 @@ struct ArenaPlan {
   std::vector<size_t> bytes;
   std::vector<MemCategory> categories;
   std::vector<int64_t> offsets;  // 64-byte-aligned offset in the arena; -1: from the caching allocator
-  // For each allocation, the earlier ones whose arena bytes it shares: each must be freed before it is
-  // served, else the replay stops serving from the arena (a block still in use is never handed out twice).
+  // For each allocation, earlier ones whose arena bytes it shares: each must be freed before it is served,
+  // else the replay stops serving from the arena (a block still in use is never handed out twice). Blocks
+  // are served in order and a freed one stays free, so a plan need list each earlier block only once, at
+  // the first allocation that shares its bytes (graph::plan_arena does).
   std::vector<std::vector<int32_t>> must_be_free;
   int64_t arena_bytes = 0;
 };

@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -409,6 +410,49 @@ TEST(MemoryPlan, ReplayNeverHandsOutABlockStillAlive) {
   mem_free(p2, 500, kGrad);
   ASSERT_TRUE(mem_replay_begin(plan));
   EXPECT_TRUE(mem_replay_end().incomplete);  // no allocation at all: fewer than planned
+}
+
+// A step's tensor may outlive its replay and its plan (a caller keeps the loss; graph mode forgets its
+// plans when the program changes): its block is still found by its offset when it is freed, and the next
+// plan, with other offsets, is served and freed as its own.
+TEST(MemoryPlan, AnArenaBlockIsFreedByItsOffsetAfterItsPlanIsGone) {
+  auto plan = std::make_unique<ArenaPlan>();
+  plan->bytes = {256, 256, 128};
+  plan->categories = {kAct, kAct, kAct};
+  plan->offsets = {0, 256, 0};
+  plan->must_be_free = {{}, {}, {0}};
+  plan->arena_bytes = 512;
+  ASSERT_TRUE(mem_replay_begin(*plan));
+  void* p0 = mem_allocate(256, kAct);
+  void* p1 = mem_allocate(256, kAct);
+  mem_free(p0, 256, kAct);
+  void* p2 = mem_allocate(128, kAct);  // p0's bytes: the block at offset 0 is now the third allocation
+  EXPECT_EQ(p2, p0);
+  EXPECT_FALSE(mem_replay_end().diverged);
+  plan.reset();
+  EXPECT_EQ(mem_arena_live_bytes(), 384);
+  mem_free(p2, 128, kAct);
+  EXPECT_EQ(mem_arena_live_bytes(), 256);
+  mem_free(p1, 256, kAct);
+  EXPECT_EQ(mem_arena_live_bytes(), 0);
+
+  ArenaPlan other;
+  other.bytes = {64, 64};
+  other.categories = {kGrad, kGrad};
+  other.offsets = {64, 0};
+  other.must_be_free = {{}, {}};
+  other.arena_bytes = 128;
+  ASSERT_TRUE(mem_replay_begin(other));
+  void* q0 = mem_allocate(64, kGrad);
+  void* q1 = mem_allocate(64, kGrad);
+  EXPECT_EQ(static_cast<char*>(q0) - static_cast<char*>(q1), 64);
+  mem_free(q1, 64, kGrad);
+  EXPECT_EQ(mem_arena_live_bytes(), 64);
+  mem_free(q0, 64, kGrad);
+  EXPECT_EQ(mem_arena_live_bytes(), 0);
+  EXPECT_EQ(mem_replay_end().served, 2);
+  mem_release_arena();
+  EXPECT_EQ(mem_stats().arena, 0);
 }
 
 TEST(MemoryPlan, AnAllocationUnlikeThePlanEndsTheReplayOnTheCachingAllocator) {

@@ -123,15 +123,20 @@ TEST(MemoryPlan, RandomStepsGiveValidPlansWithinTheBounds) {
     if (trial % 4 == 0) {
       EXPECT_EQ(s.arena_bytes, s.lower_bound) << "trial " << trial;
     }
-    // Every earlier block sharing bytes is in the replay's list, and only those.
+    // Each block is in the replay's list of the first later block sharing its bytes, and in no other (a
+    // replay stops serving at the first check that fails, and a freed block stays free).
+    auto share = [&](size_t i, size_t j) {
+      const int64_t ei = plan.offsets[i] + static_cast<int64_t>((events[i].bytes + 63) / 64 * 64);
+      const int64_t ej = plan.offsets[j] + static_cast<int64_t>((events[j].bytes + 63) / 64 * 64);
+      return plan.offsets[i] >= 0 && plan.offsets[j] >= 0 && plan.offsets[j] < ei && plan.offsets[i] < ej;
+    };
     for (size_t i = 0; i < events.size(); ++i) {
       if (plan.offsets[i] < 0) continue;
       std::vector<int32_t> expected;
-      for (size_t j = 0; j < events.size(); ++j) {
-        if (plan.offsets[j] < 0 || events[j].begin >= events[i].begin) continue;
-        const int64_t ei = plan.offsets[i] + static_cast<int64_t>((events[i].bytes + 63) / 64 * 64);
-        const int64_t ej = plan.offsets[j] + static_cast<int64_t>((events[j].bytes + 63) / 64 * 64);
-        if (plan.offsets[j] < ei && plan.offsets[i] < ej) expected.push_back(static_cast<int32_t>(j));
+      for (size_t j = 0; j < i; ++j) {
+        bool first = share(i, j);
+        for (size_t k = j + 1; k < i && first; ++k) first = !share(k, j);
+        if (first) expected.push_back(static_cast<int32_t>(j));
       }
       ASSERT_EQ(plan.must_be_free[i], expected) << "trial " << trial << " allocation " << i;
     }

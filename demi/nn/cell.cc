@@ -1,5 +1,8 @@
 #include "demi/nn/cell.h"
 
+#include <atomic>
+#include <cstdint>
+
 #include "demi/autograd/autograd.h"
 #include "demi/ops/dispatch.h"
 
@@ -107,6 +110,17 @@ Tensor Cell::register_buffer(const std::string& name, Tensor value) {
   return b;
 }
 
+namespace {
+std::atomic<uint64_t> g_structure_version{0};
+}  // namespace
+
+uint64_t Cell::structure_version() { return g_structure_version.load(std::memory_order_acquire); }
+
+void Cell::set_precision_policy(std::shared_ptr<const ops::PrecisionPolicy> policy) {
+  policy_ = std::move(policy);
+  g_structure_version.fetch_add(1, std::memory_order_acq_rel);
+}
+
 void Cell::add_cell(const std::string& name, std::shared_ptr<Cell> cell) {
   DEMI_CHECK(cell != nullptr, type_name_, ": sub-cell '", name, "' is null");
   DEMI_CHECK(cell->parent_ == nullptr, type_name_, ": cell '", name, "' (", cell->type_name_,
@@ -115,6 +129,7 @@ void Cell::add_cell(const std::string& name, std::shared_ptr<Cell> cell) {
   cell->name_ = name;
   cell->reset_layer_ids();
   cells_.emplace_back(name, std::move(cell));
+  g_structure_version.fetch_add(1, std::memory_order_acq_rel);
 }
 
 void Cell::collect_parameters(const std::string& prefix,
@@ -166,6 +181,7 @@ void Cell::set_train(bool mode) {
 Cell& Cell::to_float(std::optional<DType> dtype) {
   if (dtype) DEMI_CHECK(is_floating(*dtype), type_name_, ".to_float: expected a floating dtype, got ", *dtype);
   pinned_ = dtype;
+  g_structure_version.fetch_add(1, std::memory_order_acq_rel);
   return *this;
 }
 

@@ -13,6 +13,7 @@
 //   };
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -66,7 +67,7 @@ class Cell {
 
   // The mixed-precision policy in force while this cell runs (demi/amp attaches one for a level); a
   // cell with a policy casts its floating output back to FP32, as MindSpore's O2 network output is.
-  void set_precision_policy(std::shared_ptr<const ops::PrecisionPolicy> policy) { policy_ = std::move(policy); }
+  void set_precision_policy(std::shared_ptr<const ops::PrecisionPolicy> policy);
   const ops::PrecisionPolicy* precision_policy() const { return policy_.get(); }
   const std::shared_ptr<const ops::PrecisionPolicy>& precision_policy_ptr() const { return policy_; }
 
@@ -83,6 +84,10 @@ class Cell {
   virtual Generator* own_generator() { return nullptr; }
   // This cell's path, interned (ops::intern_layer_path): what op events and graph nodes name it by.
   const char* layer_id();
+  // A number that changes whenever any cell of the process gains a sub-cell, a precision policy or a
+  // pinned dtype: what a caller that derives something from a network's cells and policies (the train
+  // step's float16 check, per step) compares to know its answer still holds.
+  static uint64_t structure_version();
 
  protected:
   // Registers a parameter: tagged MemCategory::kParameter, requires grad, named with its path.

@@ -40,8 +40,6 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, LrSchedul
   DEMI_CHECK(!flat_.empty(), name_, ": no parameters to optimize (pass net.trainable_params())");
 }
 
-std::vector<Tensor> Optimizer::parameters() const { return flat_; }
-
 void Optimizer::add_state_slots(const std::vector<std::string>& slot_names) {
   DEMI_CHECK(state_.size() + slot_names.size() <= kMaxSlots, name_, ": at most ", kMaxSlots, " state slots");
   MemCategoryScope cat(MemCategory::kOptimizerState);

@@ -55,7 +55,7 @@ class Optimizer {
   double current_lr() const { return lr_->lr(step_); }
   const std::string& name() const { return name_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
-  std::vector<Tensor> parameters() const;
+  const std::vector<Tensor>& parameters() const { return flat_; }
   // Every state tensor, named "<slot>.<param index>" (for checkpoints), in a stable order.
   std::vector<std::pair<std::string, Tensor>> state();
   // The dtype the optimizer keeps its state in (moments, mean squares, LAMB's update): FP32, the default
