@@ -121,6 +121,19 @@ void pad_image(const Conv2dParams& p, const Geometry& g, const void* x, DType t,
       to_f32(cvt, t, element_at(x, (c * g.h + iy) * g.w, t), dst + (c * hp + iy + p.pad_top) * wp + p.pad_left, g.w);
 }
 
+// Image n (`elems` values in dtype t) of `src`: where it is stored, or made into `buffer`
+// (src.make_bytes, one per thread).
+const void* image_of(const Images& src, int64_t n, int64_t elems, DType t, void* buffer) {
+  if (src.data != nullptr) return element_at(src.data, n * elems, t);
+  src.make(n, buffer);
+  return buffer;
+}
+
+// The bytes a thread's buffer for src's images takes (none where they are stored).
+size_t image_buffer_bytes(const Images& src) {
+  return src.data != nullptr ? 0 : cpu_internal::bytes64(src.make_bytes);
+}
+
 bool indirect_fits(const Conv2dParams& p, const Geometry& g) {
   const cpu_internal::GemmKernels& gk = cpu_internal::gemm_kernels();
   if (gk.f32_indirect == nullptr || gk.store_f32_transposed == nullptr) return false;
@@ -182,7 +195,7 @@ void pad_image_bf16(const Conv2dParams& p, const Geometry& g, const BFloat16* x,
 }
 
 // The indirect forward where indirect_fits; false (nothing done) otherwise.
-bool indirect_forward(const Conv2dParams& p, const Geometry& g, const void* x, const void* w, const float* bias32,
+bool indirect_forward(const Conv2dParams& p, const Geometry& g, const Images& x, const void* w, const float* bias32,
                       void* y, bool accumulate = false) {
   if (!indirect_fits(p, g)) return false;
   const cpu_internal::GemmKernels& gk = cpu_internal::gemm_kernels();
@@ -225,15 +238,17 @@ bool indirect_forward(const Conv2dParams& p, const Geometry& g, const void* x, c
   // (Each part's padded image and sums taken at once, before the threads start: PartScratch.)
   const int64_t tasks = p.n * blocks, parts = cpu_internal::parts_for(tasks);
   const size_t image_bytes = cpu_internal::bytes64(ibytes);
-  PartScratch scratch(parts, image_bytes + static_cast<size_t>(mb * NR) * sizeof(float));
+  const size_t sums_bytes = cpu_internal::bytes64(static_cast<size_t>(mb * NR) * sizeof(float));
+  PartScratch scratch(parts, image_bytes + sums_bytes + image_buffer_bytes(x));
   for_each_part(parts, tasks, [&](int64_t part, int64_t t0, int64_t t1) {
     auto* image = reinterpret_cast<float*>(scratch.part(part));
     auto* sums = reinterpret_cast<float*>(scratch.part(part) + image_bytes);
+    void* made = scratch.part(part) + image_bytes + sums_bytes;  // x's image n, where x makes it
     int64_t padded = -1;  // the image in `image` (a thread's tasks run in order: an image's blocks in a row)
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t n = task / blocks, p0 = task % blocks * mb, count = std::min(mb, P - p0);
       if (padded != n) {
-        const void* xn = element_at(x, n * g.c * g.h * g.w, p.x_dtype);
+        const void* xn = image_of(x, n, g.c * g.h * g.w, p.x_dtype, made);
         if (pairs)
           pad_image_pairs(p, g, static_cast<const BFloat16*>(xn), hp, wp, reinterpret_cast<BFloat16*>(image));
         else
@@ -334,7 +349,7 @@ bool weight_gradient_indirect(const Conv2dParams& p, const Geometry& g) {
          static_cast<size_t>(g.rows() * oc_pad) * sizeof(float) <= kMaxPartialBytes;
 }
 
-void indirect_backward_weights(const Conv2dParams& p, const Geometry& g, const void* x, const void* dy, void* dw,
+void indirect_backward_weights(const Conv2dParams& p, const Geometry& g, const void* x, const Images& dy, void* dw,
                                void* db) {
   const cpu_internal::GemmKernels& gk = cpu_internal::gemm_kernels();
   const int64_t K = g.rows(), P = g.cols(), OC = g.oc, NR = gk.nr;
@@ -363,12 +378,14 @@ void indirect_backward_weights(const Conv2dParams& p, const Geometry& g, const v
   // (Each thread's padded image, packed panel and bias row taken at once, before the threads start.)
   const size_t image_bytes = cpu_internal::bytes64(static_cast<size_t>(g.c * hp * wp) * value_bytes);
   const size_t panel_bytes = cpu_internal::bytes64(static_cast<size_t>(pb * NR) * value_bytes);
-  PartScratch scratch(threads, image_bytes + panel_bytes + (db ? static_cast<size_t>(P) * sizeof(float) : 0));
+  const size_t row_bytes = cpu_internal::bytes64(db ? static_cast<size_t>(P) * sizeof(float) : 0);
+  PartScratch scratch(threads, image_bytes + panel_bytes + row_bytes + image_buffer_bytes(dy));
   parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       auto* image = reinterpret_cast<float*>(scratch.part(t));
       auto* panel = reinterpret_cast<float*>(scratch.part(t) + image_bytes);
       auto* row = reinterpret_cast<float*>(scratch.part(t) + image_bytes + panel_bytes);
+      void* made = scratch.part(t) + image_bytes + panel_bytes + row_bytes;  // dy's image n, where dy makes it
       float* sums = partial.f32() + t * part;
       float* bsums = sums + K * oc_pad;
       for (int64_t n = t * p.n / threads; n < (t + 1) * p.n / threads; ++n) {
@@ -377,7 +394,7 @@ void indirect_backward_weights(const Conv2dParams& p, const Geometry& g, const v
           pad_image_bf16(p, g, static_cast<const BFloat16*>(xn), hp, wp, reinterpret_cast<BFloat16*>(image));
         else
           pad_image(p, g, xn, p.x_dtype, hp, wp, image);
-        const void* dyn = element_at(dy, n * OC * P, p.y_dtype);
+        const void* dyn = image_of(dy, n, OC * P, p.y_dtype, made);
         for (int64_t q0 = 0; q0 < P; q0 += pb) {
           const int64_t qc = std::min(pb, P - q0);
           for (int64_t pn = 0; pn < panels; ++pn) {
@@ -455,7 +472,7 @@ void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const v
   mp.relu = p.relu;
   Workspace bias32(bias ? static_cast<size_t>(g.oc) * sizeof(float) : 0);  // per output channel: a row bias
   if (bias) convert(bias, p.bias_dtype, bias32.f32(), DType::kF32, g.oc);
-  if (indirect_forward(p, g, x, w, bias ? bias32.f32() : nullptr, y)) return;
+  if (indirect_forward(p, g, Images{.data = x}, w, bias ? bias32.f32() : nullptr, y)) return;
   const int64_t parts = cpu_internal::parts_for(p.n);  // images over the threads
   PartScratch scratch(parts, static_cast<size_t>(g.rows() * g.cols()) * sizeof(float));
   for_each_part(parts, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
@@ -472,7 +489,7 @@ bool conv2d_backward_data_indirect_supported(const Conv2dParams& p) {
   return conv2d_supported(p) && data_gradient_indirect(p);
 }
 
-void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, void* dx) {
+void conv2d_backward_data(const Conv2dParams& p, const Images& dy, const void* w, void* dx) {
   check(p, "conv2d_backward_data");
   const Geometry g = geometry(p);
   if (data_gradient_indirect(p)) {
@@ -508,12 +525,14 @@ void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, 
   const int64_t image = g.c * g.h * g.w;
   const int64_t parts = cpu_internal::parts_for(p.n);  // images over the threads
   const size_t col_bytes = cpu_internal::bytes64(static_cast<size_t>(g.rows() * g.cols()) * sizeof(float));
-  PartScratch scratch(parts, col_bytes + static_cast<size_t>(image) * sizeof(float));
+  const size_t img_bytes = cpu_internal::bytes64(static_cast<size_t>(image) * sizeof(float));
+  PartScratch scratch(parts, col_bytes + img_bytes + image_buffer_bytes(dy));
   for_each_part(parts, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
     auto* col = reinterpret_cast<float*>(scratch.part(t));
     auto* img = reinterpret_cast<float*>(scratch.part(t) + col_bytes);
+    void* made = scratch.part(t) + col_bytes + img_bytes;  // dy's image n, where dy makes it
     for (int64_t n = n0; n < n1; ++n) {
-      gemm(mp, w, element_at(dy, n * g.oc * g.cols(), p.y_dtype), col, GemmPath::kF32);
+      gemm(mp, w, image_of(dy, n, g.oc * g.cols(), p.y_dtype, made), col, GemmPath::kF32);
       void* out = element_at(dx, n * image, p.x_dtype);
       if (p.accumulate)
         convert(out, p.x_dtype, img, DType::kF32, image);
@@ -529,7 +548,7 @@ bool conv2d_backward_weights_indirect_supported(const Conv2dParams& p) {
   return conv2d_supported(p) && weight_gradient_indirect(p, geometry(p));
 }
 
-void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db) {
+void conv2d_backward_weights(const Conv2dParams& p, const void* x, const Images& dy, void* dw, void* db) {
   check(p, "conv2d_backward_weights");
   const Geometry g = geometry(p);
   if (weight_gradient_indirect(p, g)) return indirect_backward_weights(p, g, x, dy, dw, db);
@@ -550,16 +569,18 @@ void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* d
   std::fill(parts, parts + threads * (wn + g.oc), 0.0f);
   const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(cpu_level());
   const size_t col_bytes = cpu_internal::bytes64(static_cast<size_t>(g.rows() * g.cols()) * sizeof(float));
-  PartScratch scratch(threads, col_bytes + (db ? static_cast<size_t>(g.cols()) * sizeof(float) : 0));
+  const size_t row_bytes = cpu_internal::bytes64(db ? static_cast<size_t>(g.cols()) * sizeof(float) : 0);
+  PartScratch scratch(threads, col_bytes + row_bytes + image_buffer_bytes(dy));
   parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       auto* col = reinterpret_cast<float*>(scratch.part(t));
       auto* row = reinterpret_cast<float*>(scratch.part(t) + col_bytes);
+      void* made = scratch.part(t) + col_bytes + row_bytes;  // dy's image n, where dy makes it
       float* pw = parts + t * (wn + g.oc);
       float* pb = pw + wn;
       const int64_t n0 = t * p.n / threads, n1 = (t + 1) * p.n / threads;
       for (int64_t n = n0; n < n1; ++n) {
-        const void* dyn = element_at(dy, n * g.oc * g.cols(), p.y_dtype);
+        const void* dyn = image_of(dy, n, g.oc * g.cols(), p.y_dtype, made);
         im2col(p, g, element_at(x, n * g.c * g.h * g.w, p.x_dtype), p.x_dtype, col);
         MatmulParams q = mp;
         q.accumulate = n > n0;

@@ -16,9 +16,26 @@
 // at a tap in the forward and the stride-1 data gradient; neighbouring positions in the weight gradient).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
 #include "demi/kernels/conv_params.h"
 
 namespace demi::kernels::cpu {
+
+// An operand of N images that the kernels read one image at a time: stored whole (`data`), or made on
+// demand (`make`: image n, in the operand's dtype, into a buffer of `make_bytes` that the kernel takes for
+// each thread before its threads start). The fused Conv2d -> ReLU -> MaxPool2d backward hands its output
+// gradient this way, unpooled image by image, so that no batch-sized dense gradient exists (model B's
+// second layer: 3 MiB in bf16, 6 MiB in f32, the largest workspace of its training peak). The values are
+// the same either way, and so are the kernels' sums: each image is read where a stored one would be.
+// `make` runs on the kernel's threads, several at once (each with its own buffer), and must not allocate.
+struct Images {
+  const void* data = nullptr;
+  std::function<void(int64_t n, void* dst)> make;
+  size_t make_bytes = 0;
+};
 
 // Whether these kernels take p (groups == 1, non-f64 dtypes).
 bool conv2d_supported(const Conv2dParams& p);
@@ -38,8 +55,14 @@ bool conv2d_backward_weights_indirect_supported(const Conv2dParams& p);
 // x (N, C, H, W), w (OC, C, KH, KW), bias (OC) or nullptr -> y (N, OC, OH, OW) = act(conv(x, w) + bias)
 void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y);
 // dy (N, OC, OH, OW), w -> dx (N, C, H, W) (dx += ... with p.accumulate)
-void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, void* dx);
+void conv2d_backward_data(const Conv2dParams& p, const Images& dy, const void* w, void* dx);
+inline void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, void* dx) {
+  conv2d_backward_data(p, Images{.data = dy}, w, dx);
+}
 // x, dy -> dw (OC, C, KH, KW) and, unless db is nullptr, db (OC) = sums of dy (both += with p.accumulate)
-void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db);
+void conv2d_backward_weights(const Conv2dParams& p, const void* x, const Images& dy, void* dw, void* db);
+inline void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db) {
+  conv2d_backward_weights(p, x, Images{.data = dy}, dw, db);
+}
 
 }  // namespace demi::kernels::cpu

@@ -1074,6 +1074,30 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
     }
     return dz->get();
   };
+  // The same dense gradient an image at a time, for demi's kernels to read as they go (cpu::Images): the
+  // pool's gradient of image n unpooled into the thread's buffer, then rounded (in place) or converted
+  // there, as dense() does for the batch. So the chosen run holds no batch-sized dense gradient (model B's
+  // second layer: 3 MiB in bf16, 6 MiB in f32); dense() is made only to measure the choices.
+  const int64_t dz_image = p.y_numel() / p.n, dy_image = pool.y_numel() / pool.n;
+  const size_t dz_bytes = cpu_internal::bytes64(static_cast<size_t>(dz_image) * dtype_size(dz_dtype));
+  const bool dz_wider = dtype_size(dy_dtype) != dtype_size(dz_dtype);
+  Pool2dParams one_image = pool;
+  one_image.n = 1;
+  const cpu::Images dense_images{
+      .make =
+          [&](int64_t n, void* dst) {
+            const void* dyn = element_at(dy, n * dy_image, dy_dtype);
+            const uint8_t* an = argmax + n * dy_image;
+            if (!dz_wider) {
+              max_pool2d_backward(one_image, dy_dtype, dyn, an, dst);
+              if (dz_dtype != dy_dtype) convert(dst, dy_dtype, dst, dz_dtype, dz_image);
+              return;
+            }
+            void* unpooled = static_cast<char*>(dst) + dz_bytes;
+            max_pool2d_backward(one_image, dy_dtype, dyn, an, unpooled);
+            convert(unpooled, dy_dtype, dst, dz_dtype, dz_image);
+          },
+      .make_bytes = dz_bytes + (dz_wider ? static_cast<size_t>(dz_image) * dtype_size(dy_dtype) : 0)};
   // Whether the separate data gradient would be demi's indirect product.
   auto demi_data_gradient = [&] {
     return dx && gemm_chosen(pd, ConvDirection::kBackwardData, [&](bool d) {
@@ -1096,7 +1120,7 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
   if (dw == nullptr) {  // the data gradient alone, as the whole call computes it
     DEMI_CHECK(dx != nullptr, "conv2d + relu + max_pool2d backward: neither dx nor dw asked for");
     if (demi_data_gradient())
-      cpu::conv2d_backward_data(pd, dense(), w, dx);
+      cpu::conv2d_backward_data(pd, dense_images, w, dx);
     else
       onednn_data_gradient();
     return;
@@ -1104,7 +1128,8 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
   // Nothing accumulates here (check_fused): tuning writes dx, dw and db, which the chosen run overwrites.
   auto run = [&](bool direct) {
     const bool demi_dx = demi_data_gradient();
-    if (demi_dx) cpu::conv2d_backward_data(pd, dense(), w, dx);
+    dz.reset();  // (made only if the choice was measured now: the runs below read dense_images)
+    if (demi_dx) cpu::conv2d_backward_data(pd, dense_images, w, dx);
     dx_fused = demi_dx || dx_apart ? nullptr : dx;
     // The weight gradient: the direct kernel (from dy, unpooled as it goes), demi's indirect product on
     // the dense gradient, or oneDNN's fused primitive (the data gradient with it, unless demi's is chosen).
@@ -1112,7 +1137,7 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
         !direct && gemm_chosen(pw, ConvDirection::kBackwardWeights, [&](bool d) {
           d ? cpu::conv2d_backward_weights(pw, x, dense(), dw, db) : onednn_backward_weights(pw, x, dense(), dw, db);
         });
-    if (demi_dw) cpu::conv2d_backward_weights(pw, x, dense(), dw, db);
+    if (demi_dw) cpu::conv2d_backward_weights(pw, x, dense_images, dw, db);
     dz.reset();
     const bool onednn_dx = dx != nullptr && !demi_dx;  // oneDNN's data gradient, fused or apart
     if (direct || demi_dw) {
