@@ -121,6 +121,22 @@ void pad_image(const Conv2dParams& p, const Geometry& g, const void* x, DType t,
       to_f32(cvt, t, element_at(x, (c * g.h + iy) * g.w, t), dst + (c * hp + iy + p.pad_top) * wp + p.pad_left, g.w);
 }
 
+// The sum of row[0 .. n): 16 partial sums (value i into partial i % 16, independent chains the compiler
+// vectorizes at any level), then added in order. One serial chain of adds, 3-4 cycles each, was 4% of
+// model B's step (its second layer's bias gradient: 64 channels x 196 positions per image). The order is
+// fixed, so the bits do not depend on the CPU level or the threads.
+float row_sum(const float* row, int64_t n) {
+  constexpr int kLanes = 16;
+  float part[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) part[l] += row[i + l];
+  for (int l = 0; i < n; ++i, ++l) part[l] += row[i];
+  float s = 0;
+  for (float v : part) s += v;
+  return s;
+}
+
 // Image n (`elems` values in dtype t) of `src`: where it is stored, or made into `buffer`
 // (src.make_bytes, one per thread).
 const void* image_of(const Images& src, int64_t n, int64_t elems, DType t, void* buffer) {
@@ -423,9 +439,7 @@ void indirect_backward_weights(const Conv2dParams& p, const Geometry& g, const v
         if (db)
           for (int64_t o = 0; o < OC; ++o) {
             to_f32(cvt, p.y_dtype, element_at(dyn, o * P, p.y_dtype), row, P);
-            float acc = 0;
-            for (int64_t i = 0; i < P; ++i) acc += row[i];
-            bsums[o] += acc;
+            bsums[o] += row_sum(row, P);
           }
       }
     }
@@ -588,9 +602,7 @@ void conv2d_backward_weights(const Conv2dParams& p, const void* x, const Images&
         if (db)
           for (int64_t o = 0; o < g.oc; ++o) {
             to_f32(cvt, p.y_dtype, element_at(dyn, o * g.cols(), p.y_dtype), row, g.cols());
-            float s = 0;
-            for (int64_t i = 0; i < g.cols(); ++i) s += row[i];
-            pb[o] += s;
+            pb[o] += row_sum(row, g.cols());
           }
       }
     }
