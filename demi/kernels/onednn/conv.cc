@@ -1057,8 +1057,8 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
   pw.x_dtype = p.x_dtype;
   pw.w_dtype = dw_dtype;
   pw.bias_dtype = db ? db_dtype : DType::kF32;
-  // The whole batch's dense gradient, made only for a kernel that reads it (or to measure one), freed once
-  // the last one has run: oneDNN's calls pool a chunk at a time instead.
+  // The whole batch's dense gradient, made only to measure a choice between demi's kernels and oneDNN's
+  // (the chosen run reads dense_images, below, and oneDNN's calls pool a chunk at a time).
   std::optional<internal::Workspace> dz;
   auto dense = [&] {
     if (!dz) {
@@ -1132,7 +1132,8 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
     if (demi_dx) cpu::conv2d_backward_data(pd, dense_images, w, dx);
     dx_fused = demi_dx || dx_apart ? nullptr : dx;
     // The weight gradient: the direct kernel (from dy, unpooled as it goes), demi's indirect product on
-    // the dense gradient, or oneDNN's fused primitive (the data gradient with it, unless demi's is chosen).
+    // the gradient unpooled image by image, or oneDNN's fused primitive (the data gradient with it, unless
+    // demi's is chosen).
     const bool demi_dw =
         !direct && gemm_chosen(pw, ConvDirection::kBackwardWeights, [&](bool d) {
           d ? cpu::conv2d_backward_weights(pw, x, dense(), dw, db) : onednn_backward_weights(pw, x, dense(), dw, db);
