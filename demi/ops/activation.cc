@@ -21,11 +21,7 @@ Tensor activation(Op op, Activation a, const Tensor& x_in) {
     const Tensor bits = internal::relu_mask_of(y);
     const DType dtype = y.dtype();
     return d.finish(y, [bits, dtype](const TensorList& g) {
-      Tensor gy = internal::grad_as(g[0], dtype);
-      Tensor dx = internal::reuse_incoming_or_empty(g[0], gy);
-      kernels::relu_backward_mask(dtype, static_cast<const uint8_t*>(bits.raw_data()), gy.raw_data(), dx.raw_data(),
-                                  gy.numel());
-      return TensorList{dx};
+      return TensorList{internal::relu_backward_from_mask(g[0], internal::grad_as(g[0], dtype), bits)};
     });
   }
   Tensor saved = kernels::activation_saved(a) == kernels::ActivationSaved::kInput ? x : y;

@@ -3,7 +3,6 @@
 // Under AMP the activations arrive in the low dtype and Dense's FP32 weight is read rounded to it by the
 // products themselves (no cast, no low-precision copy); the weight and bias gradients are summed in FP32
 // inside the product and stored once in the dtype Dispatch::param_grad_dtype gives (FP32 or bf16).
-#include "demi/kernels/cpu/activation.h"
 #include "demi/kernels/onednn/dense.h"
 #include "demi/kernels/matmul.h"
 #include "demi/ops/internal/helpers.h"
@@ -143,12 +142,7 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
   return d.finish(y, [x = x_saved, w_saved = cw.saved, mask, p, has_bias, b_dtype, relu, need_dx, dw_dtype,
                       db_dtype](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);
-    if (relu) {
-      Tensor masked = internal::reuse_incoming_or_empty(g[0], gy);
-      kernels::relu_backward_mask(gy.dtype(), static_cast<const uint8_t*>(mask.raw_data()), gy.raw_data(),
-                                  masked.raw_data(), gy.numel());
-      gy = masked;
-    }
+    if (relu) gy = internal::relu_backward_from_mask(g[0], gy, mask);
     kernels::onednn::DenseParams q = p;
     q.relu = false;
     Tensor dx, dw, db;

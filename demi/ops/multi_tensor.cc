@@ -10,19 +10,15 @@
 namespace demi::ops {
 namespace {
 
-// A gradient's buffer (FP32, FP16 or BF16, else an error naming `op`).
-kernels::GradBuffer buffer_of(const Tensor& t, const char* op) {
-  DEMI_CHECK(t.dtype() == DType::kF32 || is_low_precision(t.dtype()), op,
-             ": gradients must be FP32, FP16 or BF16, got ", t.describe());
-  return {t.raw_data(), t.numel(), t.dtype()};
-}
-
 // The buffers of `tensors` (undefined ones skipped) and each buffer's index in tensors.
 void collect(std::span<const Tensor> tensors, const char* op, std::vector<kernels::GradBuffer>& bufs,
              std::vector<int64_t>& index) {
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (!tensors[i].defined()) continue;
-    bufs.push_back(buffer_of(tensors[i], op));
+    const Tensor& t = tensors[i];
+    if (!t.defined()) continue;
+    DEMI_CHECK(t.dtype() == DType::kF32 || is_low_precision(t.dtype()), op,
+               ": gradients must be FP32, FP16 or BF16, got ", t.describe());
+    bufs.push_back({t.raw_data(), t.numel(), t.dtype()});
     index.push_back(static_cast<int64_t>(i));
   }
 }
@@ -36,11 +32,6 @@ Tensor accumulate(const Tensor& a, const Tensor& b) {
 }
 
 int64_t unscale_and_check_finite(std::span<const Tensor> grads, float inv_scale, const char* op) {
-  if (grads.size() == 1) {  // one parameter's (the optimizer in backward's, per parameter): no vectors
-    if (!grads[0].defined()) return -1;
-    const kernels::GradBuffer one = buffer_of(grads[0], op);
-    return kernels::unscale_and_check_finite(std::span(&one, 1), inv_scale).all_finite ? -1 : 0;
-  }
   std::vector<kernels::GradBuffer> bufs;
   std::vector<int64_t> index;
   collect(grads, op, bufs, index);

@@ -4,9 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstring>
+
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/kernels/internal/conv_test_util.h"
+#include "demi/kernels/internal/matmul_conv_test_util.h"
 
 namespace demi::kernels::cpu {
 namespace {
@@ -31,6 +35,50 @@ TEST(DemiConv, MatchesReferenceForEveryGeometryDtypeAndLevel) {
       for (auto [in, out] : dtypes) kernels::testing::check_all_directions(kDemi, f, in, out, ConvLayout::kAuto, (i++ % 2) == 1);
     }
   }
+}
+
+// An output gradient made one image at a time (Images::make, as the fused Conv2d -> ReLU -> MaxPool2d
+// backward unpools it) gives the bits of the same gradient stored whole, on every path that reads it: the
+// indirect data and weight gradients, the per-image data gradient (stride 2), and the per-image weight
+// gradient (K x OC partial sums past the indirect form's 2 MiB), at every CPU level.
+TEST(DemiConv, AnOutputGradientMadePerImageGivesTheStoredOnesBits) {
+  const Geometry wide_k{"K x OC past 2 MiB", 2, 64, 3, 3, 1024, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  for (const Geometry& g : {kGeometries[2], kGeometries[3], wide_k})
+    for (DType t : {F32, BF16})
+      for (CpuLevel level : supported_cpu_levels()) {
+        ScopedCpuLevel scoped(level);
+        SCOPED_TRACE(std::string(g.name) + " " + std::string(dtype_name(t)) + " at " + std::string(cpu_level_name(level)));
+        Conv2dParams p = kernels::testing::params_of(g);
+        p.x_dtype = p.w_dtype = p.y_dtype = t;
+        p.bias_dtype = F32;
+        using kernels::testing::random_operand;
+        const auto x = random_operand(t, p.x_numel(), 1), w = random_operand(t, p.w_numel(), 2);
+        const auto dy = random_operand(t, p.y_numel(), 3);
+        const size_t image_bytes = static_cast<size_t>(p.y_numel() / p.n) * dtype_size(t);
+        std::atomic<int64_t> made{0};
+        const Images per_image{.make =
+                                   [&](int64_t n, void* dst) {
+                                     std::memcpy(dst, static_cast<const char*>(dy.data()) + n * image_bytes,
+                                                 image_bytes);
+                                     ++made;
+                                   },
+                               .make_bytes = image_bytes};
+        auto dx_stored = random_operand(t, p.x_numel(), 4), dx_made = dx_stored;
+        conv2d_backward_data(p, dy.data(), w.data(), dx_stored.data());
+        conv2d_backward_data(p, per_image, w.data(), dx_made.data());
+        EXPECT_EQ(dx_made.bytes, dx_stored.bytes) << "dx";
+        Conv2dParams pw = p;
+        pw.w_dtype = F32;
+        auto dw_stored = random_operand(F32, p.w_numel(), 5), dw_made = dw_stored;
+        auto db_stored = random_operand(F32, p.oc, 6), db_made = db_stored;
+        conv2d_backward_weights(pw, x.data(), dy.data(), dw_stored.data(), db_stored.data());
+        conv2d_backward_weights(pw, x.data(), per_image, dw_made.data(), db_made.data());
+        EXPECT_EQ(dw_made.bytes, dw_stored.bytes) << "dw";
+        EXPECT_EQ(db_made.bytes, db_stored.bytes) << "db";
+        EXPECT_GE(made.load(), 2 * p.n) << "every image made, for both gradients";
+      }
+  EXPECT_FALSE(conv2d_backward_data_indirect_supported(kernels::testing::params_of(kGeometries[3])));
+  EXPECT_FALSE(conv2d_backward_weights_indirect_supported(kernels::testing::params_of(wide_k)));
 }
 
 TEST(DemiConv, RejectsGroupsAndFloat64) {

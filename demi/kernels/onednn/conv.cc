@@ -1057,51 +1057,39 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
   pw.x_dtype = p.x_dtype;
   pw.w_dtype = dw_dtype;
   pw.bias_dtype = db ? db_dtype : DType::kF32;
-  // The whole batch's dense gradient, made only to measure a choice between demi's kernels and oneDNN's
-  // (the chosen run reads dense_images, below, and oneDNN's calls pool a chunk at a time).
+  // The dense gradient of images [n0, n0 + count): their pool's gradient unpooled into dst, then rounded (in
+  // place) or converted there (`wide`: count images' room in dy's dtype, where the sizes differ).
+  const int64_t dz_image = p.y_numel() / p.n, dy_image = pool.y_numel() / pool.n;
+  const bool dz_wider = dtype_size(dy_dtype) != dtype_size(dz_dtype);
+  auto unpool = [&](int64_t n0, int64_t count, void* dst, void* wide) {
+    Pool2dParams q = pool;
+    q.n = count;
+    void* unpooled = dz_wider ? wide : dst;
+    max_pool2d_backward(q, dy_dtype, element_at(dy, n0 * dy_image, dy_dtype), argmax + n0 * dy_image, unpooled);
+    if (dz_dtype != dy_dtype) convert(unpooled, dy_dtype, dst, dz_dtype, count * dz_image);
+  };
+  // The same an image at a time, for demi's kernels to read as they go (cpu::Images), into each thread's
+  // buffer: so their runs hold no batch-sized dense gradient (model B's second layer: 3 MiB in bf16, 6 MiB
+  // in f32).
+  const size_t dz_bytes = cpu_internal::bytes64(static_cast<size_t>(dz_image) * dtype_size(dz_dtype));
+  const cpu::Images dense_images{
+      .make = [&](int64_t n, void* dst) { unpool(n, 1, dst, static_cast<char*>(dst) + dz_bytes); },
+      .make_bytes = dz_bytes + (dz_wider ? static_cast<size_t>(dz_image) * dtype_size(dy_dtype) : 0)};
+  // The whole batch's, made only for oneDNN's separate calls when a choice between them and demi's kernels
+  // is measured (oneDNN's fused calls pool a chunk at a time).
   std::optional<internal::Workspace> dz;
   auto dense = [&] {
     if (!dz) {
       dz.emplace(static_cast<size_t>(p.y_numel()) * dtype_size(dz_dtype));
-      if (dtype_size(dy_dtype) == dtype_size(dz_dtype)) {  // f16 values rounded to bf16 in place, if at all
-        max_pool2d_backward(pool, dy_dtype, dy, argmax, dz->get());
-        if (dz_dtype != dy_dtype) convert(dz->get(), dy_dtype, dz->get(), dz_dtype, p.y_numel());
-      } else {
-        internal::Workspace wide(static_cast<size_t>(p.y_numel()) * dtype_size(dy_dtype));
-        max_pool2d_backward(pool, dy_dtype, dy, argmax, wide.get());
-        convert(wide.get(), dy_dtype, dz->get(), dz_dtype, p.y_numel());
-      }
+      internal::Workspace wide(dz_wider ? static_cast<size_t>(pool.x_numel()) * dtype_size(dy_dtype) : 0);
+      unpool(0, p.n, dz->get(), wide.get());
     }
     return dz->get();
   };
-  // The same dense gradient an image at a time, for demi's kernels to read as they go (cpu::Images): the
-  // pool's gradient of image n unpooled into the thread's buffer, then rounded (in place) or converted
-  // there, as dense() does for the batch. So the chosen run holds no batch-sized dense gradient (model B's
-  // second layer: 3 MiB in bf16, 6 MiB in f32); dense() is made only to measure the choices.
-  const int64_t dz_image = p.y_numel() / p.n, dy_image = pool.y_numel() / pool.n;
-  const size_t dz_bytes = cpu_internal::bytes64(static_cast<size_t>(dz_image) * dtype_size(dz_dtype));
-  const bool dz_wider = dtype_size(dy_dtype) != dtype_size(dz_dtype);
-  Pool2dParams one_image = pool;
-  one_image.n = 1;
-  const cpu::Images dense_images{
-      .make =
-          [&](int64_t n, void* dst) {
-            const void* dyn = element_at(dy, n * dy_image, dy_dtype);
-            const uint8_t* an = argmax + n * dy_image;
-            if (!dz_wider) {
-              max_pool2d_backward(one_image, dy_dtype, dyn, an, dst);
-              if (dz_dtype != dy_dtype) convert(dst, dy_dtype, dst, dz_dtype, dz_image);
-              return;
-            }
-            void* unpooled = static_cast<char*>(dst) + dz_bytes;
-            max_pool2d_backward(one_image, dy_dtype, dyn, an, unpooled);
-            convert(unpooled, dy_dtype, dst, dz_dtype, dz_image);
-          },
-      .make_bytes = dz_bytes + (dz_wider ? static_cast<size_t>(dz_image) * dtype_size(dy_dtype) : 0)};
   // Whether the separate data gradient would be demi's indirect product.
   auto demi_data_gradient = [&] {
     return dx && gemm_chosen(pd, ConvDirection::kBackwardData, [&](bool d) {
-             d ? cpu::conv2d_backward_data(pd, dense(), w, dx) : onednn_backward_data(pd, dense(), w, dx);
+             d ? cpu::conv2d_backward_data(pd, dense_images, w, dx) : onednn_backward_data(pd, dense(), w, dx);
            });
   };
   // oneDNN's data gradient, as the separate call's, from dy a chunk at a time.
@@ -1128,7 +1116,7 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
   // Nothing accumulates here (check_fused): tuning writes dx, dw and db, which the chosen run overwrites.
   auto run = [&](bool direct) {
     const bool demi_dx = demi_data_gradient();
-    dz.reset();  // (made only if the choice was measured now: the runs below read dense_images)
+    dz.reset();  // (made only if oneDNN's data gradient was measured now)
     if (demi_dx) cpu::conv2d_backward_data(pd, dense_images, w, dx);
     dx_fused = demi_dx || dx_apart ? nullptr : dx;
     // The weight gradient: the direct kernel (from dy, unpooled as it goes), demi's indirect product on
@@ -1136,7 +1124,8 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
     // demi's is chosen).
     const bool demi_dw =
         !direct && gemm_chosen(pw, ConvDirection::kBackwardWeights, [&](bool d) {
-          d ? cpu::conv2d_backward_weights(pw, x, dense(), dw, db) : onednn_backward_weights(pw, x, dense(), dw, db);
+          d ? cpu::conv2d_backward_weights(pw, x, dense_images, dw, db)
+            : onednn_backward_weights(pw, x, dense(), dw, db);
         });
     if (demi_dw) cpu::conv2d_backward_weights(pw, x, dense_images, dw, db);
     dz.reset();

@@ -40,6 +40,13 @@ Tensor relu_mask_of(const Tensor& y) {
   return bits;
 }
 
+Tensor relu_backward_from_mask(const Tensor& incoming, const Tensor& gy, const Tensor& bits) {
+  Tensor dx = reuse_incoming_or_empty(incoming, gy);
+  kernels::relu_backward_mask(gy.dtype(), static_cast<const uint8_t*>(bits.raw_data()), gy.raw_data(), dx.raw_data(),
+                              gy.numel());
+  return dx;
+}
+
 CallWeight weight_for_call(const Dispatch& d, size_t index, const Tensor& w_in, bool recast) {
   if (!recast) {
     Tensor w = d.input(index);

@@ -40,6 +40,9 @@ Tensor reuse_incoming_or_empty(const Tensor& incoming, const Tensor& gy);
 // ReLU's mask kept as bits instead of its output (kernels::relu_mask): a uint8 tensor of (n + 7) / 8
 // bytes, bit i = y[i] > 0.
 Tensor relu_mask_of(const Tensor& y);
+// ReLU's backward from that mask: gy where the bit is set, else +0, in gy's bytes where
+// reuse_incoming_or_empty allows (incoming and gy as there).
+Tensor relu_backward_from_mask(const Tensor& incoming, const Tensor& gy, const Tensor& bits);
 
 // A weight input of an op, as this call reads it and as its backward keeps it. Recast: cast for this call
 // only (Dispatch::input_uncached: no cast cache entry, no low-precision copy outlives the call) and the
