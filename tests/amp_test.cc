@@ -376,6 +376,57 @@ TEST(FusedConvPool, MatchesTheTwoOpsBitForBitAtEveryLevel) {
   EXPECT_TRUE(conv_only.outputs_to_fp32(ops::Op::kConv2dReluMaxPool2d));
 }
 
+// The data batch (f32, no gradient) of a convolution computed in bf16 or f16 is read by the kernels as the
+// low dtype's values (the cast fused into the read): no Cast of it runs, and the output and the weight and
+// bias gradients are bit for bit those of the same layer on the batch cast first. Both the convolution and
+// the fused Conv2d -> ReLU -> MaxPool2d, on A's first-layer geometry (the direct kernels' choice) and a
+// 5-channel one, twice (a geometry's first call measures its kernels).
+TEST(DataBatch, IsReadAsTheLowDtypeWithNoCastAndTheCastsValues) {
+  ops::Pool2dOptions po;
+  po.kernel = {2, 2};
+  po.stride = {2, 2};
+  for (Level level : {Level::kO1, Level::kO2, Level::kO3})
+  for (DType low : {DType::kBF16, DType::kF16})
+  for (int64_t c : {3, 5})
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(std::string(amp::level_name(level)) + " " + std::string(dtype_name(low)) + " " +
+                 std::to_string(c) + " channels" + (fused ? ", fused" : ""));
+    amp::AmpPolicy policy(level, low);
+    auto run = [&](bool cast_first) {
+      Generator g(78);
+      Tensor x = normal({4, c, 12, 12}, 0, 1, g), w = normal({8, c, 3, 3}, 0, 0.3, g), b = normal({8}, 0, 0.1, g);
+      x.set(0, 1.0 + std::ldexp(1.0, -8));  // a tie in bf16
+      x.set(1, 70000.0);                     // past f16's range
+      if (cast_first) x = x.to(low);
+      for (Tensor* t : {&w, &b}) t->set_requires_grad(true);
+      Tensor y;
+      {
+        ops::PrecisionScope scope(&policy);
+        y = fused ? ops::conv2d_relu_max_pool2d(x, w, b, {}, po) : ops::conv2d(x, w, b, {});
+      }
+      Tensor r = normal(y.shape(), 0, 1, g).to(y.dtype());
+      autograd::backward(y, r);
+      return std::vector<Tensor>{y.to(DType::kF32), w.grad(), b.grad()};
+    };
+    for (int call = 0; call < 2; ++call) {
+      std::vector<Tensor> fused_read;
+      {
+        ops::OpTrace trace;
+        fused_read = run(false);
+        for (const auto& rec : trace.of(Op::kCast))
+          EXPECT_NE(rec.input_shapes[0], (Shape{4, c, 12, 12})) << "the batch was cast\n" << trace.to_string();
+      }
+      const std::vector<Tensor> cast_first = run(true);
+      const char* names[] = {"y", "dw", "db"};
+      for (size_t i = 0; i < fused_read.size(); ++i) {
+        ASSERT_EQ(fused_read[i].dtype(), cast_first[i].dtype()) << names[i];
+        EXPECT_EQ(std::memcmp(fused_read[i].raw_data(), cast_first[i].raw_data(), fused_read[i].nbytes()), 0)
+            << names[i] << ", call " << call;
+      }
+    }
+  }
+}
+
 // A network whose true gradients are ~1e-8: below FP16's smallest subnormal (6e-8) they flush to zero
 // without loss scaling; with it, O2-fp16 matches O0.
 class Tiny : public nn::Cell {

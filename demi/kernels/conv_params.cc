@@ -8,7 +8,8 @@
 namespace demi::kernels {
 
 std::string describe(const Conv2dParams& p) {
-  return str_cat("x(", p.n, ", ", p.c, ", ", p.h, ", ", p.w, ") ", dtype_name(p.x_dtype), ", w(", p.oc, ", ",
+  return str_cat("x(", p.n, ", ", p.c, ", ", p.h, ", ", p.w, ") ", dtype_name(p.x_dtype),
+                 p.x_round == DType::kF32 ? "" : str_cat(" read as ", dtype_name(p.x_round)), ", w(", p.oc, ", ",
                  p.groups > 0 ? p.c / p.groups : p.c, ", ", p.kh, ", ", p.kw, ") ", dtype_name(p.w_dtype),
                  " -> y(", p.n, ", ", p.oc, ", ", p.out_h(), ", ", p.out_w(), ") ", dtype_name(p.y_dtype),
                  ", stride ", p.stride_h, "x", p.stride_w, ", pad (top ", p.pad_top, ", bottom ",
@@ -53,6 +54,9 @@ void check_conv2d_params(const Conv2dParams& p, const char* op) {
   bool any_f64 = p.x_dtype == DType::kF64 || p.w_dtype == DType::kF64 || p.y_dtype == DType::kF64;
   bool all_f64 = p.x_dtype == DType::kF64 && p.w_dtype == DType::kF64 && p.y_dtype == DType::kF64;
   DEMI_CHECK(!any_f64 || all_f64, op, ": float64 cannot be mixed with other dtypes, got ", describe(p));
+  DEMI_CHECK(p.x_round == DType::kF32 || ((p.x_round == DType::kBF16 || p.x_round == DType::kF16) &&
+                                          p.x_dtype == DType::kF32),
+             op, ": x can be read as bfloat16 or float16 values only when it is float32, got ", describe(p));
 }
 
 PadMode parse_pad_mode(std::string_view name) {

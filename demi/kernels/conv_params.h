@@ -38,12 +38,18 @@ struct Conv2dParams {
   DType w_dtype = DType::kF32;
   DType y_dtype = DType::kF32;
   DType bias_dtype = DType::kF32;
+  // An f32 x read as the values of this dtype (bf16 or f16): each value rounded as Tensor::to rounds it,
+  // as it is read (AMP's cast of the data batch fused into the read: the direct kernels round while they
+  // pad each image, every other path reads a rounded copy). kF32: x's own values. Forward and
+  // backward-weights only (x_values(p) is the dtype the call computes with).
+  DType x_round = DType::kF32;
   bool relu = false;        // forward: fused ReLU after the bias
   bool accumulate = false;  // backward: dx += ..., dw += ..., db += ... instead of overwriting
   ConvLayout layout = ConvLayout::kAuto;
 
   int64_t out_h() const { return (h + pad_top + pad_bottom - ((kh - 1) * dilation_h + 1)) / stride_h + 1; }
   int64_t out_w() const { return (w + pad_left + pad_right - ((kw - 1) * dilation_w + 1)) / stride_w + 1; }
+  DType x_values() const { return x_round == DType::kF32 ? x_dtype : x_round; }
   int64_t x_numel() const { return n * c * h * w; }
   int64_t w_numel() const { return oc * (c / groups) * kh * kw; }
   int64_t y_numel() const { return n * oc * out_h() * out_w(); }

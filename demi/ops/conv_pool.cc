@@ -135,6 +135,19 @@ ProductDtypes products_of(Tensor& x, Tensor& w) {
   return pt;
 }
 
+// The layer's x: the data batch (an f32 input that needs no gradient) where AMP computes the layer in bf16 or
+// f16 (and no f16 product is rounded to bf16 on top) is handed to the kernels as it is, to be read as the
+// compute dtype's values (Conv2dParams::x_round: the cast fused into the kernels' read, the same values, no
+// rounded copy of the batch in forward or in backward); any other x is cast as the op's inputs are.
+Tensor layer_input(const Dispatch& d, const Tensor& x_in, kernels::Conv2dParams& p) {
+  const DType t = d.compute_dtype();
+  if (x_in.dtype() != DType::kF32 || !is_low_precision(t) || d.input_needs_grad(0) ||
+      kernels::f16_products_in_bf16(t, t))
+    return d.input(0);
+  p.x_round = t;
+  return x_in;
+}
+
 }  // namespace
 
 std::string conv2d_bf16_kernel(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw,
@@ -167,9 +180,9 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   kernels::Conv2dPadding pad = conv_padding(Op::kConv2d, x_in, w_in, b_in, o);
   Dispatch d(Op::kConv2d, {&x_in, &w_in, &b_in});
   const internal::CallWeight cw = conv_weight(d, w_in);
-  Tensor x = d.input(0), w = cw.now, b = d.input(2);
+  kernels::Conv2dParams p = conv_params(x_in, w_in, o, pad);
+  Tensor x = layer_input(d, x_in, p), w = cw.now, b = d.input(2);
   const ProductDtypes pt = products_of(x, w);
-  kernels::Conv2dParams p = conv_params(x, w, o, pad);
   p.x_dtype = x.dtype();
   p.w_dtype = w.dtype();
   p.y_dtype = d.compute_dtype();
@@ -356,7 +369,7 @@ Tensor conv2d_relu_max_pool2d(const Tensor& x_in, const Tensor& w_in, const Tens
   Dispatch d(op, {&x_in, &w_in, &b_in});
   d.set_flops(conv_flops(p));
   const internal::CallWeight cw = conv_weight(d, w_in);
-  Tensor x = d.input(0), w = cw.now, b = d.input(2);
+  Tensor x = layer_input(d, x_in, p), w = cw.now, b = d.input(2);
   const ProductDtypes pt = products_of(x, w);
   const DType out = d.compute_dtype();  // the pooled output's dtype, as the two ops would store it
   p.x_dtype = x.dtype();

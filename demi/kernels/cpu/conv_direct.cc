@@ -118,10 +118,17 @@ size_t padded_floats(const DirectGeom& g) {
   return static_cast<size_t>(g.c * g.hp * g.wp + cpu_internal::kDirectSlack);
 }
 
-// Image n of x (dtype t) -> xp, zero-padded f32 (bf16 and f16 converted exactly on the way).
+// Image n of x (dtype t) -> xp, zero-padded f32 (bf16 and f16 converted exactly on the way; an f32 x read as
+// bf16 or f16 values, Conv2dParams::x_round, rounded on the way, bit for bit as Tensor::to rounds it).
 void pad_image(const Conv2dParams& p, const DirectGeom& g, const void* x, int64_t n, float* xp) {
   const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(cpu_level());
   std::memset(xp, 0, padded_floats(g) * sizeof(float));
+  if (p.x_round != DType::kF32 && p.pad_left == 0 && p.pad_right == 0) {  // each plane's rows one run
+    for (int64_t c = 0; c < p.c; ++c)
+      round_f32(static_cast<const float*>(x) + (n * p.c + c) * p.h * p.w, xp + (c * g.hp + p.pad_top) * g.wp,
+                p.h * p.w, p.x_round);
+    return;
+  }
   for (int64_t c = 0; c < p.c; ++c)
     for (int64_t iy = 0; iy < p.h; ++iy) {
       const char* src = element_at(x, ((n * p.c + c) * p.h + iy) * p.w, p.x_dtype);
@@ -129,7 +136,12 @@ void pad_image(const Conv2dParams& p, const DirectGeom& g, const void* x, int64_
       switch (p.x_dtype) {
         case DType::kBF16: cvt.bf16_to_f32(reinterpret_cast<const BFloat16*>(src), dst, p.w); break;
         case DType::kF16: cvt.f16_to_f32(reinterpret_cast<const Half*>(src), dst, p.w); break;
-        default: std::memcpy(dst, src, static_cast<size_t>(p.w) * sizeof(float)); break;
+        default:
+          if (p.x_round != DType::kF32)
+            round_f32(reinterpret_cast<const float*>(src), dst, p.w, p.x_round);
+          else
+            std::memcpy(dst, src, static_cast<size_t>(p.w) * sizeof(float));
+          break;
       }
     }
 }
@@ -137,7 +149,7 @@ void pad_image(const Conv2dParams& p, const DirectGeom& g, const void* x, int64_
 // Whether the forward takes the taps in bf16 pairs (DirectConvKernels::forward_pairs): a bf16 image and bf16
 // weights on a level that has the pair tiles.
 bool forward_in_pairs(const DirectConvKernels& kern, const Conv2dParams& p) {
-  return kern.forward_pairs != nullptr && p.x_dtype == DType::kBF16 && p.w_dtype == DType::kBF16;
+  return kern.forward_pairs != nullptr && p.x_values() == DType::kBF16 && p.w_dtype == DType::kBF16;
 }
 
 // The pair image (DirectConvKernels::pair_image) beside the padded image xp in a thread's scratch: xp_bytes on
@@ -224,7 +236,7 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
                            float* dw32, float* db32) {
   const DirectConvKernels& kern = kernels();
   const DirectGeom g = geometry(p);
-  const bool bf16 = kern.dot_rows_bf16 && p.x_dtype == DType::kBF16 && dz_dtype == DType::kBF16;
+  const bool bf16 = kern.dot_rows_bf16 && p.x_values() == DType::kBF16 && dz_dtype == DType::kBF16;
   const int64_t positions = g.oh * g.ow, threads = parts_for(p.n);
   const int64_t part = (p.oc * g.k + p.oc) * 16;  // one thread's lanes for dw and db
   // The columns of every input channel at once, built once per image, where they fit kAllColumnsBytes;
@@ -233,7 +245,7 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
   // its bf16 columns 12 times per image, one channel per chunk of 8 output channels: columns took as long
   // as the dot products.)
   // An f16 image's columns in f16 where the level has them (dz stays f32: its products are FMAs on f32).
-  const bool f16_columns = !bf16 && kern.dot_rows_f16 && p.x_dtype == DType::kF16;
+  const bool f16_columns = !bf16 && kern.dot_rows_f16 && p.x_values() == DType::kF16;
   const size_t value_bytes = bf16 || f16_columns ? size_t{2} : sizeof(float);
   const bool all_channels = static_cast<size_t>(g.k * positions) * value_bytes <= kAllColumnsBytes;
   DirectGeom gc = g;

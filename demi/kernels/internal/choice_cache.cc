@@ -131,6 +131,12 @@ int ChoiceCache::choose(const Key& key, const std::function<std::string()>& text
   return k;
 }
 
+std::optional<int> ChoiceCache::find(const Key& key) {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  if (auto it = s_->fast.find(key); it != s_->fast.end()) return it->second;
+  return std::nullopt;
+}
+
 std::string ChoiceCache::path() {
   std::lock_guard<std::mutex> lock(s_->mu);
   return cache_path(stem_, s_->path_checked, s_->path, s_->dir);

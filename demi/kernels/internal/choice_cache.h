@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ class ChoiceCache {
   // The choice for `key`: from memory, else from the file (under text(), the file's key for it), else
   // tune() now — under the file's lock, so that concurrent processes agree — and recorded.
   int choose(const Key& key, const std::function<std::string()>& text, const std::function<int()>& tune);
+
+  // The choice for `key` if this process has made or read it already (no file read, no tuning).
+  std::optional<int> find(const Key& key);
 
   const std::string& name(int choice) const { return names_[static_cast<size_t>(choice)]; }
   // The file in use, or "" when choices are kept in memory only.

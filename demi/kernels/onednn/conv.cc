@@ -766,24 +766,57 @@ int demi_measures_faster(const std::function<void(bool)>& run) {
 
 // run(direct) makes the call with the direct kernel or with oneDNN's; the choice is measured on the call's
 // own operands (its outputs are written by each candidate, then by the chosen one).
-bool direct_chosen(const Conv2dParams& p, ConvDirection dir, const std::function<void(bool)>& run) {
+kernels::internal::ChoiceCache::Key direct_key(const Conv2dParams& p, ConvDirection dir) {
+  const bool forward = dir == ConvDirection::kForward;
+  return {static_cast<int64_t>(cpu_level()) | int64_t{num_threads()} << 8 | static_cast<int64_t>(p.x_dtype) << 24 |
+              int64_t{forward} << 32,
+          p.n, p.c, p.h, p.w, p.oc, p.kh, p.kw, p.pad_top, p.pad_bottom, p.pad_left, p.pad_right};
+}
+
+// std::nullopt where the policy leaves it to measurement; else whether the direct kernels run p.
+std::optional<bool> direct_by_policy(const Conv2dParams& p, ConvDirection dir) {
   if (dir == ConvDirection::kBackwardData || p.x_dtype == DType::kF64 || !cpu::direct_conv_supported(p)) return false;
   switch (direct_policy_slot().load()) {
     case ConvDirectPolicy::kOff: return false;
     case ConvDirectPolicy::kOn: return true;
     case ConvDirectPolicy::kAuto: break;
   }
+  return std::nullopt;
+}
+
+bool direct_chosen(const Conv2dParams& p, ConvDirection dir, const std::function<void(bool)>& run) {
+  if (const std::optional<bool> by_policy = direct_by_policy(p, dir)) return *by_policy;
   const bool forward = dir == ConvDirection::kForward;
-  kernels::internal::ChoiceCache::Key key{static_cast<int64_t>(cpu_level()) | int64_t{num_threads()} << 8 |
-                                              static_cast<int64_t>(p.x_dtype) << 24 | int64_t{forward} << 32,
-                                          p.n, p.c, p.h, p.w, p.oc, p.kh, p.kw,
-                                          p.pad_top, p.pad_bottom, p.pad_left, p.pad_right};
+  const kernels::internal::ChoiceCache::Key key = direct_key(p, dir);
   auto text = [&] {
     return str_cat(cpu_level_name(cpu_level()), " t", num_threads(), forward ? " fwd " : " dw ", dtype_name(p.x_dtype),
                    " n", p.n, " c", p.c, " ", p.h, "x", p.w, " oc", p.oc, " k", p.kh, "x", p.kw, " p", p.pad_top, ",",
                    p.pad_bottom, ",", p.pad_left, ",", p.pad_right);
   };
   return direct_choices().choose(key, text, [&] { return demi_measures_faster(run); }) == 1;
+}
+
+// Whether the direct kernels run p (for dir) by the policy or by a choice already made (no measuring).
+bool direct_chosen_already(const Conv2dParams& p, ConvDirection dir) {
+  if (const std::optional<bool> by_policy = direct_by_policy(p, dir)) return *by_policy;
+  return direct_choices().find(direct_key(p, dir)) == 1;
+}
+
+// ---- an f32 x read as bf16 or f16 values (Conv2dParams::x_round: AMP's cast of the data batch) ----
+// The direct kernels round x as they pad each image, so where they run the call (their choice for the call
+// on a rounded x made already) nothing else is done; anywhere else, and at a geometry's first call (which
+// measures that choice), the call runs on a rounded copy of x, as it would after a separate cast.
+Conv2dParams with_x_rounded(const Conv2dParams& p) {
+  Conv2dParams q = p;
+  q.x_dtype = p.x_round;
+  q.x_round = DType::kF32;
+  return q;
+}
+
+internal::Workspace rounded_x(const Conv2dParams& p, const void* x) {
+  internal::Workspace xr(static_cast<size_t>(p.x_numel()) * dtype_size(p.x_round));
+  convert(x, DType::kF32, xr.get(), p.x_round, p.x_numel());
+  return xr;
 }
 
 // ---- demi's indirect convolution forward (cpu/conv.h) or oneDNN, chosen per geometry by measurement ----
@@ -897,6 +930,12 @@ std::string conv2d_forward_kernel(const Conv2dParams& p_in) {
 
 void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {
   check_conv2d_params(p, op_name(ConvDirection::kForward));
+  if (p.x_round != DType::kF32) {
+    const Conv2dParams q = with_x_rounded(p);
+    if (direct_chosen_already(q, ConvDirection::kForward)) return cpu::direct_conv2d_forward(p, x, w, bias, y);
+    const internal::Workspace xr = rounded_x(p, x);
+    return conv2d_forward(q, xr.get(), w, bias, y);
+  }
   if (p.x_dtype == DType::kF64) return ref::conv2d_forward(p, x, w, bias, y);
   // Tuning writes y, which the chosen run then overwrites.
   const bool direct = direct_chosen(p, ConvDirection::kForward, [&](bool d) {
@@ -945,6 +984,13 @@ void onednn_backward_data(const Conv2dParams& p, const void* dy, const void* w, 
 
 void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db) {
   check_conv2d_params(p, op_name(ConvDirection::kBackwardWeights));
+  if (p.x_round != DType::kF32) {
+    const Conv2dParams q = with_x_rounded(p);
+    if (direct_chosen_already(q, ConvDirection::kBackwardWeights))
+      return cpu::direct_conv2d_backward_weights(p, x, dy, dw, db);
+    const internal::Workspace xr = rounded_x(p, x);
+    return conv2d_backward_weights(q, xr.get(), dy, dw, db);
+  }
   if (p.x_dtype == DType::kF64) return ref::conv2d_backward_weights(p, x, dy, dw, db);
   auto call = [&](bool direct, const Conv2dParams& q, void* gw, void* gb) {
     direct ? cpu::direct_conv2d_backward_weights(q, x, dy, gw, gb) : onednn_backward_weights(q, x, dy, gw, gb);
@@ -997,6 +1043,13 @@ void onednn_backward_weights(const Conv2dParams& p, const void* x, const void* d
 void conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dParams& pool, const void* x, const void* w,
                                     const void* bias, DType y_dtype, void* y, uint8_t* argmax) {
   check_fused(p, pool, "conv2d + relu + max_pool2d forward");
+  if (p.x_round != DType::kF32) {
+    const Conv2dParams q = with_x_rounded(p);
+    if (direct_chosen_already(q, ConvDirection::kForward))
+      return cpu::direct_conv2d_relu_max_pool2d_forward(p, pool, x, w, bias, y_dtype, y, argmax);
+    const internal::Workspace xr = rounded_x(p, x);
+    return conv2d_relu_max_pool2d_forward(q, pool, xr.get(), w, bias, y_dtype, y, argmax);
+  }
   auto onednn_run = [&](bool wd) { fused_forward_impl(p, wd, pool, x, w, bias, y_dtype, y, argmax); };
   // Tuning writes y and argmax, which the chosen run then overwrites.
   auto run_onednn = [&] {
@@ -1040,6 +1093,17 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
                                      DType dy_dtype, const void* dy, const uint8_t* argmax, void* dx, void* dw,
                                      DType dw_dtype, void* db, DType db_dtype, std::optional<DType> dx_dtype) {
   check_fused(p, pool, "conv2d + relu + max_pool2d backward");
+  if (p.x_round != DType::kF32) {
+    DEMI_CHECK(dx == nullptr && dw != nullptr, "conv2d + relu + max_pool2d backward: an x read as ",
+               dtype_name(p.x_round), " values has no data gradient here (", describe(p), ")");
+    const Conv2dParams q = with_x_rounded(p);
+    if (direct_chosen_already(q, ConvDirection::kBackwardWeights))
+      return cpu::direct_conv2d_relu_max_pool2d_backward_weights(p, pool, x, dy_dtype, dy, argmax, dw, dw_dtype, db,
+                                                                 db_dtype);
+    const internal::Workspace xr = rounded_x(p, x);
+    return conv2d_relu_max_pool2d_backward(q, pool, xr.get(), w, dy_dtype, dy, argmax, dx, dw, dw_dtype, db, db_dtype,
+                                           dx_dtype);
+  }
   // The gradients are computed as the separate calls compute them: from the pool's dense gradient in dy's
   // dtype (the separate convolution's output dtype; for f16 storage the fused forward kept its output in
   // f32, but the gradient's values are dy's, exact in f16) or rounded to bf16 (fused_dense_gradient_dtype),

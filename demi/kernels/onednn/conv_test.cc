@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "demi/core/convert.h"
+#include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/core/memory.h"
 #include "demi/kernels/cpu/conv.h"
@@ -534,6 +536,103 @@ TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
   set_conv_gemm_policy(saved_gemm);
   set_conv_direct_policy(saved_direct);
   set_conv_bf16_policy(saved_bf16);
+}
+
+// An f32 x read as bf16 or f16 values (Conv2dParams::x_round: AMP's cast of the data batch fused into the
+// kernels' read) gives, bit for bit, the call on the rounded x: the forward, the weight gradient and both
+// fused calls, on the direct kernels (which round as they pad each image; at every CPU level), on oneDNN's
+// and demi's other paths (a rounded copy), and under measurement (a geometry's first call measures on a
+// rounded copy, the later ones follow the choice). The image holds values that round: halfway cases, a NaN,
+// a value past f16's range, a subnormal.
+TEST(OnednnConv, AnF32ImageReadAsLowValuesGivesTheRoundedImagesBits) {
+  const std::string dir = ::testing::TempDir() + "/demi-conv-round-x-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const ConvDirectPolicy saved_direct = conv_direct_policy();
+  const ConvGemmPolicy saved_gemm = conv_gemm_policy();
+  set_conv_direct_cache_dir(dir);
+  struct Setting {
+    const char* name;
+    ConvDirectPolicy direct;
+    ConvGemmPolicy gemm;
+  };
+  const Setting settings[] = {{"direct", ConvDirectPolicy::kOn, ConvGemmPolicy::kAuto},
+                              {"oneDNN", ConvDirectPolicy::kOff, ConvGemmPolicy::kOff},
+                              {"demi's indirect", ConvDirectPolicy::kOff, ConvGemmPolicy::kOn},
+                              {"measured", ConvDirectPolicy::kAuto, ConvGemmPolicy::kAuto}};
+  for (CpuLevel level : supported_cpu_levels())
+  for (const Setting& s : settings) {
+    if (s.direct != ConvDirectPolicy::kOn && level != cpu_level()) continue;  // the other paths at the best level
+    ScopedCpuLevel scoped(level);
+    set_conv_direct_policy(s.direct);
+    set_conv_gemm_policy(s.gemm);
+    for (const Geometry& g : {kGeometries[0], kGeometries[1]})  // A's and B's first layers
+    for (DType t : {BF16, F16}) {
+      SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << s.name << " " << g.name << " "
+                                        << dtype_name(t));
+      Conv2dParams p = params_of(g);
+      p.x_dtype = F32;
+      p.x_round = t;
+      p.w_dtype = t;
+      p.bias_dtype = F32;
+      Operand x = random_operand(F32, p.x_numel(), 41);
+      auto* xs = static_cast<float*>(x.data());
+      for (int64_t i = 0; i < p.x_numel(); i += 7) xs[i] = 1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -11);
+      xs[1] = std::nanf("");
+      xs[2] = 70000.0f;
+      xs[3] = 1e-40f;
+      xs[4] = 1.0f + std::ldexp(1.0f, -8);  // a tie: to even in bf16
+      Operand xr = random_operand(t, p.x_numel(), 1);
+      convert(x.data(), F32, xr.data(), t, p.x_numel());
+      Conv2dParams q = p;  // the same call on the rounded image
+      q.x_dtype = t;
+      q.x_round = F32;
+      Operand w = random_operand(t, p.w_numel(), 42), b = random_operand(F32, p.oc, 43);
+      const Pool2dParams pool = make_pool2d_params(p.n, p.oc, p.out_h(), p.out_w(), 2, 2, 2, 2, PadMode::kValid);
+      const DType conv_out = t == BF16 ? BF16 : F32;  // the fused convolution's own output
+      Operand dy = random_operand(t, pool.y_numel(), 44), dz = random_operand(t, p.y_numel(), 45);
+      for (int call = 0; call < 2; ++call) {  // (measured: the first call chooses, the second follows)
+        for (Conv2dParams* c : {&p, &q}) c->y_dtype = t;
+        Operand y1 = random_operand(t, p.y_numel(), 1), y2 = random_operand(t, p.y_numel(), 2);
+        conv2d_forward(p, x.data(), w.data(), b.data(), y1.data());
+        conv2d_forward(q, xr.data(), w.data(), b.data(), y2.data());
+        EXPECT_EQ(y1.bytes, y2.bytes) << "forward, call " << call;
+        for (Conv2dParams* c : {&p, &q}) c->w_dtype = c->bias_dtype = F32;
+        Operand dw1 = random_operand(F32, p.w_numel(), 3), dw2 = random_operand(F32, p.w_numel(), 4);
+        Operand db1 = random_operand(F32, p.oc, 5), db2 = random_operand(F32, p.oc, 6);
+        conv2d_backward_weights(p, x.data(), dz.data(), dw1.data(), db1.data());
+        conv2d_backward_weights(q, xr.data(), dz.data(), dw2.data(), db2.data());
+        EXPECT_EQ(dw1.bytes, dw2.bytes) << "weight gradient, call " << call;
+        EXPECT_EQ(db1.bytes, db2.bytes) << "bias gradient, call " << call;
+        for (Conv2dParams* c : {&p, &q}) {
+          c->y_dtype = conv_out;
+          c->w_dtype = t;
+        }
+        Operand p1 = random_operand(t, pool.y_numel(), 7), p2 = random_operand(t, pool.y_numel(), 8);
+        std::vector<uint8_t> a1(static_cast<size_t>(pool.y_numel())), a2(a1.size());
+        conv2d_relu_max_pool2d_forward(p, pool, x.data(), w.data(), b.data(), t, p1.data(), a1.data());
+        conv2d_relu_max_pool2d_forward(q, pool, xr.data(), w.data(), b.data(), t, p2.data(), a2.data());
+        EXPECT_EQ(p1.bytes, p2.bytes) << "fused forward, call " << call;
+        EXPECT_EQ(a1, a2) << "fused forward's window indices, call " << call;
+        conv2d_relu_max_pool2d_backward(p, pool, x.data(), w.data(), t, dy.data(), a1.data(), nullptr, dw1.data(), F32,
+                                        db1.data(), F32);
+        conv2d_relu_max_pool2d_backward(q, pool, xr.data(), w.data(), t, dy.data(), a1.data(), nullptr, dw2.data(),
+                                        F32, db2.data(), F32);
+        EXPECT_EQ(dw1.bytes, dw2.bytes) << "fused weight gradient, call " << call;
+        EXPECT_EQ(db1.bytes, db2.bytes) << "fused bias gradient, call " << call;
+        for (Conv2dParams* c : {&p, &q}) c->bias_dtype = F32;
+      }
+    }
+  }
+  // An x read as low values must be f32, and has no data gradient.
+  Conv2dParams bad = params_of(kGeometries[0]);
+  bad.x_dtype = BF16;
+  bad.x_round = F16;
+  std::vector<float> buf(1 << 16);
+  EXPECT_THROW(conv2d_forward(bad, buf.data(), buf.data(), nullptr, buf.data()), Error);
+  set_conv_direct_cache_dir("");
+  set_conv_direct_policy(saved_direct);
+  set_conv_gemm_policy(saved_gemm);
+  std::filesystem::remove_all(dir);
 }
 
 // The fused backward for f16 storage (its forward kept the convolution's output in f32) never holds the
