@@ -427,6 +427,65 @@ TEST(DataBatch, IsReadAsTheLowDtypeWithNoCastAndTheCastsValues) {
   }
 }
 
+// The same for a Dense layer reading the batch (model C's first layer): its products read the batch rounded
+// as they pack it (DenseParams::x_round) in forward and in the weight gradient, and no Cast of it runs. Its
+// products are tuned as what they are (an f32 operand read rounded: oneDNN's candidate pays for a rounded
+// copy), so the kernel, and with it the order of the sums, may differ from the cast batch's: on oneDNN's
+// kernels (which get the rounded copy) y, dW and db are bit for bit the layer's on the batch cast first; on
+// the kernels each shape picks they are the same within the products' tolerance. With and without a fused
+// ReLU; many outputs and 10 (demi-dot's shape).
+TEST(DataBatch, IsReadByDenseAsTheLowDtypeWithNoCastAndTheCastsValues) {
+  for (kernels::MatmulPolicy matmul : {kernels::MatmulPolicy::kOnednn, kernels::MatmulPolicy::kAuto})
+  for (Level level : {Level::kO1, Level::kO2})
+  for (DType low : {DType::kBF16, DType::kF16})
+  for (int64_t out : {64, 10})
+  for (bool relu : {false, true}) {
+    SCOPED_TRACE(std::string(amp::level_name(level)) + " " + std::string(dtype_name(low)) + " " +
+                 std::to_string(out) + " outputs" + (relu ? ", relu" : "") +
+                 (matmul == kernels::MatmulPolicy::kOnednn ? ", oneDNN's kernels" : ""));
+    kernels::set_matmul_policy(matmul);
+    amp::AmpPolicy policy(level, low);
+    auto run = [&](bool cast_first) {
+      Generator g(79);
+      Tensor x = normal({48, 100}, 0, 1, g), w = normal({out, 100}, 0, 0.1, g), b = normal({out}, 0, 0.1, g);
+      x.set(0, 1.0 + std::ldexp(1.0, -8));  // a tie in bf16
+      if (cast_first) x = x.to(low);
+      for (Tensor* t : {&w, &b}) t->set_requires_grad(true);
+      Tensor y;
+      {
+        ops::PrecisionScope scope(&policy);
+        y = ops::dense(x, w, b, relu);
+      }
+      Tensor r = normal(y.shape(), 0, 1, g).to(y.dtype());
+      autograd::backward(y, r);
+      return std::vector<Tensor>{y.to(DType::kF32), w.grad().to(DType::kF32), b.grad().to(DType::kF32)};
+    };
+    for (int call = 0; call < 2; ++call) {
+      std::vector<Tensor> fused_read;
+      {
+        ops::OpTrace trace;
+        fused_read = run(false);
+        for (const auto& rec : trace.of(Op::kCast))
+          EXPECT_NE(rec.input_shapes[0], (Shape{48, 100})) << "the batch was cast\n" << trace.to_string();
+      }
+      const std::vector<Tensor> cast_first = run(true);
+      const char* names[] = {"y", "dw", "db"};
+      for (size_t i = 0; i < fused_read.size(); ++i) {
+        if (matmul == kernels::MatmulPolicy::kOnednn) {
+          EXPECT_EQ(std::memcmp(fused_read[i].raw_data(), cast_first[i].raw_data(), fused_read[i].nbytes()), 0)
+              << names[i] << ", call " << call;
+          continue;
+        }
+        // Other sums of the same products: apart by an ulp of the stored dtype at most (bf16: 2^-8 relative).
+        for (int64_t j = 0; j < fused_read[i].numel(); ++j)
+          ASSERT_NEAR(fused_read[i].get(j), cast_first[i].get(j), 1e-2 * std::abs(cast_first[i].get(j)) + 1e-3)
+              << names[i] << "[" << j << "], call " << call;
+      }
+    }
+  }
+  kernels::set_matmul_policy(kernels::MatmulPolicy::kAuto);
+}
+
 // A network whose true gradients are ~1e-8: below FP16's smallest subnormal (6e-8) they flush to zero
 // without loss scaling; with it, O2-fp16 matches O0.
 class Tiny : public nn::Cell {

@@ -70,6 +70,7 @@ void OverflowFinder::on_op(const ops::OpEvent& e) {
   source_.max_abs_finite = out.max_finite;
   source_.max_abs_input = in.max_finite;
   source_.input_nonfinite = in.inf + in.nan > 0;
+  source_.input_past_f16_range = !e.backward && e.compute_dtype == DType::kF16 && in.max_finite > 65504.0;
 }
 
 std::string OverflowSource::describe() const {
@@ -83,7 +84,10 @@ std::string OverflowSource::describe() const {
   return str_cat(backward ? "backward of " : "forward ", ops::op_name(op), " ", where, ", ", dtype_name(dtype),
                  output_dtype != dtype ? str_cat(" -> ", dtype_name(output_dtype)) : std::string(), ": ",
                  inf, " of ", numel, " values Inf, ", nan, " NaN", values,
-                 input_nonfinite ? " (an input was already non-finite: it came from the data or a parameter)" : "");
+                 input_nonfinite ? " (an input was already non-finite: it came from the data or a parameter)" : "",
+                 input_past_f16_range ? " (an input holds values past float16's range, 65504, which read as float16 "
+                                        "are Inf: scale the data down, or keep this layer in FP32)"
+                                      : "");
 }
 
 }  // namespace demi::amp

@@ -31,6 +31,9 @@ struct OverflowSource {
   double max_abs_finite = 0;  // the largest finite |value| among its outputs
   double max_abs_input = 0;   // the largest finite |value| among its inputs
   bool input_nonfinite = false;  // an input was already non-finite (it came from outside the observed ops)
+  // A forward op computing in float16 read a finite input past float16's range (65504), which reads as Inf:
+  // the data batch, which the first layer reads rounded with no Cast op (ops' x_round), or a value cast in.
+  bool input_past_f16_range = false;
 
   // "forward Dense in layer 'fc2' (Dense), float16: 37 of 8192 values Inf, 0 NaN; largest finite
   // |output| 6.5e+04, largest finite |input| 812" ("float32 -> float16" when the output dtype differs)

@@ -153,7 +153,7 @@ TEST(OverflowAttribution, AnInputThatIsAlreadyNonFiniteIsSaidToComeFromOutside) 
 TEST(OverflowAttribution, WithAccumulationEveryMicroBatchIsReRunUntilTheOneThatOverflowed) {
   Net n(1.0);
   Tensor bad = batch_data(6);
-  bad.data<float>()[0] = 3e38f;  // finite in FP32, Inf once cast to float16 at the first Dense
+  bad.data<float>()[0] = 3e38f;  // finite in FP32, Inf once read as float16 by the first Dense
   n.step->accumulate(batch_data(5), batch_labels());
   n.step->accumulate(bad, batch_labels());
   StepResult r = n.step->step();
@@ -161,10 +161,12 @@ TEST(OverflowAttribution, WithAccumulationEveryMicroBatchIsReRunUntilTheOneThatO
   ASSERT_TRUE(r.overflow_source.found);
   EXPECT_EQ(r.micro_batches, 2);
   EXPECT_EQ(r.overflow_source.layer, "0") << r.overflow_source.describe();
-  EXPECT_EQ(r.overflow_source.op, ops::Op::kCast) << "the input's cast to float16 made the Inf";
+  // The first Dense reads the FP32 batch as float16 values (no Cast op): reading 3e38 made the Inf.
+  EXPECT_EQ(r.overflow_source.op, ops::Op::kDense) << r.overflow_source.describe();
   EXPECT_FALSE(r.overflow_source.backward);
   EXPECT_EQ(r.overflow_source.output_dtype, DType::kF16);
-  EXPECT_NE(r.overflow_source.describe().find("float32 -> float16"), std::string::npos) << r.overflow_source.describe();
+  EXPECT_TRUE(r.overflow_source.input_past_f16_range);
+  EXPECT_NE(r.overflow_source.describe().find("past float16's range"), std::string::npos) << r.overflow_source.describe();
 }
 
 }  // namespace

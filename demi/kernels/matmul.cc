@@ -76,7 +76,7 @@ std::atomic<F16Products>& f16_products_slot() {
 MatmulParams with_f16_products(const MatmulParams& p) {
   MatmulParams q = p;
   if (f16_products() != F16Products::kBf16) return q;
-  q.bf16_products = q.bf16_products || f16_products_in_bf16(p.a_dtype, b_value_dtype(p));
+  q.bf16_products = q.bf16_products || f16_products_in_bf16(a_value_dtype(p), b_value_dtype(p));
   return q;
 }
 
@@ -90,13 +90,14 @@ internal::ChoiceCache::Key key_of_params(const MatmulParams& p) {
                         int64_t{matmul_policy() == MatmulPolicy::kDemi} << 29 | int64_t{p.bf16_products} << 30 |
                         static_cast<int64_t>(p.a_dtype) << 32 | static_cast<int64_t>(p.b_dtype) << 40 |
                         static_cast<int64_t>(p.c_dtype) << 48 | static_cast<int64_t>(p.b_round) << 56;
-  return {p.batch, p.m, p.n, p.k, flags};
+  return {p.batch, p.m, p.n, p.k, flags, static_cast<int64_t>(p.a_round)};
 }
 
 std::string key_of(const MatmulParams& p) {
   return str_cat(matmul_policy() == MatmulPolicy::kDemi ? "demi-only " : "", cpu_level_name(cpu_level()), " t",
                  num_threads(), " b", p.batch, " ", p.m, "x", p.n, "x", p.k, p.trans_a ? " ta" : " a",
-                 p.trans_b ? " tb" : " b", " ", dtype_name(p.a_dtype), ",", dtype_name(p.b_dtype),
+                 p.trans_b ? " tb" : " b", " ", dtype_name(p.a_dtype),
+                 p.a_round != DType::kF32 ? str_cat(":", dtype_name(p.a_round)) : "", ",", dtype_name(p.b_dtype),
                  p.b_round != DType::kF32 ? str_cat(":", dtype_name(p.b_round)) : "", "->",
                  dtype_name(p.c_dtype), p.bias ? " bias" : "", p.relu ? " relu" : "", p.accumulate ? " acc" : "",
                  p.bf16_products ? " f16-as-bf16" : "");
@@ -111,22 +112,36 @@ internal::ChoiceCache& choices() {
 constexpr double kF16WidenMargin = 1.1;
 constexpr int64_t kMaxWideningBytes = int64_t{2} << 20;  // (demi's GEMM holds at most a 2 MiB panel of b)
 
+// An operand of n f32 values read rounded (MatmulParams::a_round, b_round) as the kernels that do not round
+// as they read get it: a copy for the call (workspace, freed on return; its cost is part of what the tuning
+// measures). Rounded to bf16 it is a bf16 copy; rounded to f16, an f32 one holding the f16 values, since
+// oneDNN (no f16 kernels) would widen an f16 copy into f32 again: one copy instead of two.
+DType rounded_copy_dtype(DType round) { return round == DType::kF16 ? DType::kF32 : round; }
+void round_into(const void* x, int64_t n, DType round, void* copy) {
+  if (rounded_copy_dtype(round) == DType::kF32)
+    round_f32(static_cast<const float*>(x), static_cast<float*>(copy), n, round);
+  else
+    convert(x, DType::kF32, copy, round, n);
+}
+
 void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c) {
-  if (p.b_round != DType::kF32 && k != Kernel::kDemiF32 && k != Kernel::kDemiBf16 && k != Kernel::kDemiDot) {
-    // demi's GEMM rounds b as it packs it and demi-dot as it widens it: oneDNN gets a rounded copy for this
-    // call (workspace, freed on return; its cost is part of what the tuning measures). Rounded to bf16 it
-    // is a bf16 copy; rounded to f16, an f32 one holding the f16 values, since oneDNN (no f16 kernels)
-    // would widen an f16 copy into f32 again: one copy instead of two.
-    const int64_t n = p.batch * p.k * p.n;
-    const DType copy = p.b_round == DType::kF16 ? DType::kF32 : p.b_round;
-    cpu_internal::Workspace low(static_cast<size_t>(n) * dtype_size(copy));
-    if (copy == DType::kF32)
-      round_f32(static_cast<const float*>(b), low.f32(), n, p.b_round);
-    else
-      convert(b, DType::kF32, low.f32(), copy, n);
+  // demi's GEMM rounds a and b as it packs them and demi-dot b as it widens it; every other kernel (and
+  // demi-dot for a) gets a rounded copy.
+  const bool gemm = k == Kernel::kDemiF32 || k == Kernel::kDemiBf16;
+  if (p.a_round != DType::kF32 && !gemm) {
+    const int64_t n = p.batch * p.m * p.k;
     MatmulParams q = p;
-    q.b_dtype = copy;
-    q.b_round = DType::kF32;
+    q.a_dtype = rounded_copy_dtype(std::exchange(q.a_round, DType::kF32));
+    const cpu_internal::Workspace low(static_cast<size_t>(n) * dtype_size(q.a_dtype));
+    round_into(a, n, p.a_round, low.f32());
+    return run(k, q, low.f32(), b, c);
+  }
+  if (p.b_round != DType::kF32 && !gemm && k != Kernel::kDemiDot) {
+    const int64_t n = p.batch * p.k * p.n;
+    MatmulParams q = p;
+    q.b_dtype = rounded_copy_dtype(std::exchange(q.b_round, DType::kF32));
+    const cpu_internal::Workspace low(static_cast<size_t>(n) * dtype_size(q.b_dtype));
+    round_into(b, n, p.b_round, low.f32());
     return run(k, q, a, low.f32(), c);
   }
   switch (k) {
@@ -166,7 +181,7 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   } else {
     if (matmul_policy() != MatmulPolicy::kDemi) cand.push_back(Kernel::kOnednn);
     cand.push_back(Kernel::kDemiF32);
-    const bool bf16 = p.a_dtype == DType::kBF16 && b_value_dtype(p) == DType::kBF16;
+    const bool bf16 = a_value_dtype(p) == DType::kBF16 && b_value_dtype(p) == DType::kBF16;
     if (bf16 && cpu::gemm_has_bf16_dot()) cand.push_back(Kernel::kDemiBf16);
     if (bf16 && matmul_policy() != MatmulPolicy::kDemi) cand.push_back(Kernel::kOnednnF32);
   }
@@ -207,9 +222,9 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   // whole b per call (run()): to bf16 too, not only to f16 (model C's 1024 x 1024 forward at O2-bf16 took
   // oneDNN on its bf16 copy when a tuning measured it a few percent faster than demi's pair kernel, and
   // the 2 MiB copies raised C's O2-bf16 training peak from 18.98 to 24.38 MiB).
-  const bool f16 = p.a_dtype == DType::kF16 || b_value_dtype(p) == DType::kF16;
+  const bool f16 = a_value_dtype(p) == DType::kF16 || b_value_dtype(p) == DType::kF16;
   for (size_t i = 0; i < cand.size(); ++i) {
-    const bool copies = cand[i] == Kernel::kOnednn && (f16 || p.b_round != DType::kF32);
+    const bool copies = cand[i] == Kernel::kOnednn && (f16 || p.a_round != DType::kF32 || p.b_round != DType::kF32);
     const bool widens = copies || cand[i] == Kernel::kOnednnF32;
     if (!widens) continue;
     best[i] = workspace[i] > kMaxWideningBytes ? std::numeric_limits<double>::infinity() : best[i] * kF16WidenMargin;
@@ -258,9 +273,9 @@ std::string matmul_kernel(const MatmulParams& p_in) {
   const MatmulParams p = with_f16_products(p_in);
   if (p.c_dtype == DType::kF64) return "reference";
   const Kernel k = choose(p, nullptr, nullptr, nullptr);
-  MatmulParams widened = p;  // what oneDNN runs: a rounded b's copy (see run()), or (onednn-f32) widened operands
-  if (widened.b_round != DType::kF32)
-    widened.b_dtype = std::exchange(widened.b_round, DType::kF32) == DType::kF16 ? DType::kF32 : DType::kBF16;
+  MatmulParams widened = p;  // what oneDNN runs: rounded copies (see run()), or (onednn-f32) widened operands
+  if (widened.a_round != DType::kF32) widened.a_dtype = rounded_copy_dtype(std::exchange(widened.a_round, DType::kF32));
+  if (widened.b_round != DType::kF32) widened.b_dtype = rounded_copy_dtype(std::exchange(widened.b_round, DType::kF32));
   if (k == Kernel::kOnednnF32) widened.a_dtype = widened.b_dtype = DType::kF32;
   const std::string impl = k == Kernel::kOnednn || k == Kernel::kOnednnF32 ? onednn::matmul_implementation(widened)
                            : k == Kernel::kDemiDot ? cpu::gemm_dot_implementation()

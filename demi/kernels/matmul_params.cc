@@ -10,7 +10,8 @@ std::string describe(const MatmulParams& p) {
                                      : str_cat("(", p.batch, ", ", rows, ", ", cols, ")");
   };
   std::string s = str_cat("a", p.trans_a ? "^T" : "", p.trans_a ? shape(p.k, p.m) : shape(p.m, p.k), " ",
-                          dtype_name(p.a_dtype), " x b", p.trans_b ? "^T" : "",
+                          dtype_name(p.a_dtype), p.a_round != DType::kF32 ? str_cat(" read as ", dtype_name(p.a_round)) : "",
+                          " x b", p.trans_b ? "^T" : "",
                           p.trans_b ? shape(p.n, p.k) : shape(p.k, p.n), " ", dtype_name(p.b_dtype),
                           p.b_round != DType::kF32 ? str_cat(" read as ", dtype_name(p.b_round)) : "", " -> c",
                           shape(p.m, p.n), " ", dtype_name(p.c_dtype));
@@ -39,7 +40,10 @@ void check_matmul_params(const MatmulParams& p, const char* op) {
   DEMI_CHECK(p.b_round == DType::kF32 || ((p.b_round == DType::kBF16 || p.b_round == DType::kF16) &&
                                           p.b_dtype == DType::kF32),
              op, ": b can be read rounded to bfloat16 or float16 only from float32, got ", describe(p));
-  DEMI_CHECK(!p.bf16_products || (is_low_precision(p.a_dtype) && is_low_precision(b_value_dtype(p))), op,
+  DEMI_CHECK(p.a_round == DType::kF32 || ((p.a_round == DType::kBF16 || p.a_round == DType::kF16) &&
+                                          p.a_dtype == DType::kF32),
+             op, ": a can be read rounded to bfloat16 or float16 only from float32, got ", describe(p));
+  DEMI_CHECK(!p.bf16_products || (is_low_precision(a_value_dtype(p)) && is_low_precision(b_value_dtype(p))), op,
              ": float16 values are multiplied as bfloat16 only in a product of float16|bfloat16 operands, got ",
              describe(p));
 }

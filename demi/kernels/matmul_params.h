@@ -15,7 +15,8 @@
 // b_round (bf16 or f16; f32 = none): b is stored in f32 and its values are read rounded to b_round, bit
 // for bit as if b had been cast to b_round first (round to nearest even, overflow to inf) — AMP's FP32
 // master weights read by a low-precision product with no low-precision copy of them held anywhere (demi's
-// GEMM rounds in its packing; the other kernels get a rounded copy for the call).
+// GEMM rounds in its packing; the other kernels get a rounded copy for the call). a_round the same for a:
+// AMP's FP32 data batch read by a low-precision layer with no cast of it.
 //
 // bf16_products (an explicit opt-in: kernels::F16Products::kBf16, never set silently): every operand value
 // is f16 or bf16, and the f16 ones (a f16 a, a f16 b, an f32 b read as f16) are multiplied rounded to bf16
@@ -45,15 +46,18 @@ struct MatmulParams {
   const void* bias = nullptr;  // (N) added to every row, or nullptr
   DType bias_dtype = DType::kF32;
   bool relu = false;  // fused ReLU, applied last
-  DType b_round = DType::kF32;  // bf16|f16: b (f32) read as if cast to it; kF32: as stored
+  DType a_round = DType::kF32;  // bf16|f16: a (f32) read as if cast to it; kF32: as stored
+  DType b_round = DType::kF32;  // the same for b
   bool bf16_products = false;   // f16 operand values multiplied rounded to bf16 (see the top of this file)
 };
 
-// The dtype b's values have: b_round where set, else b_dtype.
+// The dtype a's and b's values have: a_round, b_round where set, else a_dtype, b_dtype.
+inline DType a_value_dtype(const MatmulParams& p) { return p.a_round == DType::kF32 ? p.a_dtype : p.a_round; }
 inline DType b_value_dtype(const MatmulParams& p) { return p.b_round == DType::kF32 ? p.b_dtype : p.b_round; }
 // The dtype of the values the product multiplies: with bf16_products an f16 value is multiplied as bf16.
 inline DType a_product_dtype(const MatmulParams& p) {
-  return p.bf16_products && p.a_dtype == DType::kF16 ? DType::kBF16 : p.a_dtype;
+  const DType v = a_value_dtype(p);
+  return p.bf16_products && v == DType::kF16 ? DType::kBF16 : v;
 }
 inline DType b_product_dtype(const MatmulParams& p) {
   const DType v = b_value_dtype(p);

@@ -54,34 +54,36 @@ TEST(Matmul, EveryPolicyMatchesTheReference) {
   set_matmul_policy(MatmulPolicy::kAuto);
 }
 
-// An f32 b read rounded to bf16|f16 (AMP's master weight): every policy gives the product of the cast b —
-// the reference's within the product's tolerance, and under oneDNN (which gets a rounded copy: bf16, or
-// f32 holding the f16 values) bit for bit oneDNN's product of the cast b; few output columns (demi-dot's
-// shape) included.
+// An f32 b read rounded to bf16|f16 (AMP's master weight), or an f32 a (AMP's data batch): every policy
+// gives the product of the cast operand — the reference's within the product's tolerance, and under oneDNN
+// (which gets a rounded copy: bf16, or f32 holding the f16 values) bit for bit oneDNN's product of the cast
+// operand; few output columns (demi-dot's shape, which gets a rounded copy of a) included.
 TEST(Matmul, AnF32OperandReadRoundedIsTheCastOperandsProductUnderEveryPolicy) {
   for (MatmulPolicy policy : {MatmulPolicy::kAuto, MatmulPolicy::kDemi, MatmulPolicy::kOnednn})
+    for (bool round_a : {false, true})
     for (DType t : {DType::kBF16, DType::kF16})
       for (int64_t n : {int64_t{70}, int64_t{10}}) {
         set_matmul_policy(policy);
         MatmulParams p = product(37, n, 45, t);
-        p.b_dtype = DType::kF32;
-        p.b_round = t;
+        (round_a ? p.a_dtype : p.b_dtype) = DType::kF32;
+        (round_a ? p.a_round : p.b_round) = t;
         SCOPED_TRACE(describe(p) + " -> " + matmul_kernel(p));
-        Operand a = random_operand(t, p.m * p.k, 1), b = random_operand(DType::kF32, p.n * p.k, 2);
-        std::vector<char> b_low(static_cast<size_t>(p.n * p.k) * dtype_size(t));
-        convert(b.data(), DType::kF32, b_low.data(), t, p.n * p.k);
+        Operand a = random_operand(p.a_dtype, p.m * p.k, 1), b = random_operand(p.b_dtype, p.n * p.k, 2);
+        const Operand& rounded = round_a ? a : b;
+        std::vector<char> low(static_cast<size_t>(rounded.n) * dtype_size(t));
+        convert(rounded.data(), DType::kF32, low.data(), t, rounded.n);
         std::vector<float> want(static_cast<size_t>(p.m * p.n));
         MatmulParams r = p;
-        r.a_dtype = r.c_dtype = DType::kF32;
-        ref::matmul(r, a.f32.data(), b.f32.data(), want.data());  // (ref rounds b itself)
+        r.a_dtype = r.b_dtype = r.c_dtype = DType::kF32;
+        ref::matmul(r, a.f32.data(), b.f32.data(), want.data());  // (ref rounds the operand itself)
         Operand c = random_operand(t, p.m * p.n, 3), c_cast = c;
         matmul(p, a.data(), b.data(), c.data());
         EXPECT_TRUE(all_close(c.data(), t, widen(want.data(), DType::kF32, c.n), tolerance_for_sum(t, p.k, 1.0)));
         if (policy == MatmulPolicy::kOnednn) {
           MatmulParams cast = p;
-          cast.b_dtype = t;
-          cast.b_round = DType::kF32;
-          matmul(cast, a.data(), b_low.data(), c_cast.data());
+          (round_a ? cast.a_dtype : cast.b_dtype) = t;
+          cast.a_round = cast.b_round = DType::kF32;
+          matmul(cast, round_a ? low.data() : a.data(), round_a ? b.data() : low.data(), c_cast.data());
           EXPECT_EQ(c.bytes, c_cast.bytes);
         }
       }

@@ -142,7 +142,7 @@ ProductDtypes products_of(Tensor& x, Tensor& w) {
 Tensor layer_input(const Dispatch& d, const Tensor& x_in, kernels::Conv2dParams& p) {
   const DType t = d.compute_dtype();
   if (x_in.dtype() != DType::kF32 || !is_low_precision(t) || d.input_needs_grad(0) ||
-      kernels::f16_products_in_bf16(t, t))
+      kernels::f16_products_in_bf16(t, t) || !fusion_enabled())
     return d.input(0);
   p.x_round = t;
   return x_in;

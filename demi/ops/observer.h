@@ -107,8 +107,10 @@ const char* intern_layer_path(std::string_view path);
 // root, "").
 bool layer_within(std::string_view layer, std::string_view path);
 
-// Whether layers may run as one fused op (Conv2d + ReLU + MaxPool2d, ReLU + MaxPool2d, Dense + ReLU). On
-// by default; a diagnostic that must see each layer's own output (the numerics report) turns it off for a scope.
+// Whether layers may run as one fused op (Conv2d + ReLU + MaxPool2d, ReLU + MaxPool2d, Dense + ReLU), and
+// whether an op may read its data batch rounded to its compute dtype with no Cast op (the convolutions' and
+// Dense's x_round). On by default; a diagnostic that must see each layer's own output (the numerics report)
+// turns it off for a scope.
 class FusionScope {
  public:
   explicit FusionScope(bool enabled);
@@ -120,5 +122,6 @@ class FusionScope {
   bool saved_;
 };
 bool fusion_enabled();
+
 
 }  // namespace demi::ops

@@ -157,7 +157,7 @@ bool swap_operands(const MatmulParams& p) {
   return p.k >= kMinSwapK && prepare_cost(!p.trans_a, p.n, p.m, p.k) < 0.9 * prepare_cost(p.trans_b, p.m, p.n, p.k);
 }
 
-// An f32 operand read rounded to a low dtype (MatmulParams::b_round) is rounded as it is packed, with the
+// An f32 operand read rounded to a low dtype (MatmulParams::a_round, b_round) is rounded as it is packed, with the
 // conversions every cast uses (so bit for bit a product of the cast operand): in place in f32 panels and
 // blocks (round_f32), or through kRoundRows rows of k at a time on the stack into the bf16 pair packers
 // (the bf16 path rounds only to bf16).
@@ -181,7 +181,7 @@ void to_bf16(const GemmKernels& g, const void* src, DType t, DType round, BFloat
 // a batch of products run one per thread takes every thread's at once).
 struct Layout {
   bool swapped = false;  // computed as c^T = op(b)^T op(a)^T: tiles stored transposed, bias down their rows
-  MatmulParams p;        // as computed (swapped: b's dims and layout as a's and a's as b's); p.b_round unused
+  MatmulParams p;        // as computed (swapped: b's dims and layout as a's and a's as b's); p.a/b_round unused
   // The dtype an f32 operand is read rounded to (kF32: read as stored); swapped, b's is a's.
   DType a_round = DType::kF32, b_round = DType::kF32;
   int threads = 1;
@@ -208,8 +208,9 @@ Layout layout(const MatmulParams& p_in, const GemmKernels& g, bool bf16, int thr
   L.swapped = swap_operands(p_in);
   MatmulParams& p = L.p;
   p = p_in;
+  L.a_round = p_in.a_round;
   L.b_round = p_in.b_round;
-  p.b_round = DType::kF32;
+  p.a_round = p.b_round = DType::kF32;
   if (L.swapped) {
     std::swap(p.m, p.n);
     std::swap(p.a_dtype, p.b_dtype);

@@ -255,38 +255,47 @@ std::string where(const MatmulParams& p, CpuLevel level, GemmPath path) {
   return describe(p) + " at " + std::string(cpu_level_name(level)) + (path == GemmPath::kF32 ? " (f32 path)" : "");
 }
 
-// An f32 b read rounded to bf16|f16 (MatmulParams::b_round: AMP's master weights) is rounded as it is
-// packed: bit for bit the product of the cast b, on either micro-kernel, in every layout — including
-// products whose operands are swapped (b then packed as a, in both orientations), several K blocks,
-// column-split threads and a batch — and an f32 value past f16's range reads as inf, as the cast gives.
+// An f32 b read rounded to bf16|f16 (MatmulParams::b_round: AMP's master weights), an f32 a likewise
+// (a_round: AMP's data batch), or both, is rounded as it is packed: bit for bit the product of the cast
+// operands, on either micro-kernel, in every layout — including products whose operands are swapped (b then
+// packed as a, in both orientations), several K blocks, column-split threads and a batch — and an f32 value
+// past f16's range reads as inf, as the cast gives.
 TEST(Gemm, AnF32OperandReadRoundedIsBitForBitTheCastOperand) {
   struct Mix {
-    DType a, round, c;
+    DType other, round, c;  // the operand that is not rounded, the rounding, the output
   };
   const Mix mixes[] = {{BF16, BF16, F32}, {BF16, BF16, BF16}, {F16, F16, F32}, {F16, F16, F16}, {F32, BF16, F32}};
   // ({70, 190, 300}: swapped, then too few rows to split: the threads share the rounded block of a.)
   const std::vector<Mnk> shapes = {{7, 65, 17},   {13, 129, 21}, {5, 300, 300}, {40, 70, 600},
                                    {300, 5, 260}, {10, 3000, 32}, {70, 190, 300}};
   uint64_t seed = 20000;
-  for (const Mix& mix : mixes)
-    for_each_layout(shapes, [&](const Mnk& s, int t, GemmPath path, CpuLevel level) {
-      MatmulParams p = params(s, t, s.m == 7 ? 2 : 1, {mix.a, F32, mix.c});
-      p.b_round = mix.round;
-      SCOPED_TRACE(where(p, level, path));
-      const int64_t na = p.batch * p.m * p.k, nb = p.batch * p.k * p.n, nc = p.batch * p.m * p.n;
-      auto a = kernels::testing::random_operand(mix.a, na, seed += 10);
-      auto b = kernels::testing::random_operand(F32, nb, seed + 1);
-      static_cast<float*>(b.data())[nb / 2] = 70000.0f;  // inf in f16
-      std::vector<char> b_low(static_cast<size_t>(nb) * dtype_size(mix.round));
-      convert(b.data(), F32, b_low.data(), mix.round, nb);
-      std::vector<char> got(static_cast<size_t>(nc) * dtype_size(mix.c)), want(got.size());
-      gemm(p, a.data(), b.data(), got.data(), path);
-      MatmulParams cast = p;
-      cast.b_dtype = mix.round;
-      cast.b_round = F32;
-      gemm(cast, a.data(), b_low.data(), want.data(), path);
-      ASSERT_EQ(got, want);
-    });
+  for (int rounded : {0, 1, 2})  // b, a, both
+    for (const Mix& mix : mixes) {
+      if (rounded == 2 && mix.other != mix.round) continue;
+      const bool round_a = rounded >= 1, round_b = rounded != 1;
+      for_each_layout(shapes, [&](const Mnk& s, int t, GemmPath path, CpuLevel level) {
+        MatmulParams p = params(s, t, s.m == 7 ? 2 : 1, {round_a ? F32 : mix.other, round_b ? F32 : mix.other, mix.c});
+        if (round_a) p.a_round = mix.round;
+        if (round_b) p.b_round = mix.round;
+        SCOPED_TRACE(where(p, level, path));
+        const int64_t na = p.batch * p.m * p.k, nb = p.batch * p.k * p.n, nc = p.batch * p.m * p.n;
+        auto a = kernels::testing::random_operand(p.a_dtype, na, seed += 10);
+        auto b = kernels::testing::random_operand(p.b_dtype, nb, seed + 1);
+        if (round_a) static_cast<float*>(a.data())[na / 3] = -70000.0f;  // -inf in f16
+        if (round_b) static_cast<float*>(b.data())[nb / 2] = 70000.0f;   // inf in f16
+        std::vector<char> a_low(static_cast<size_t>(na) * dtype_size(mix.round)), b_low(static_cast<size_t>(nb) *
+                                                                                       dtype_size(mix.round));
+        if (round_a) convert(a.data(), F32, a_low.data(), mix.round, na);
+        if (round_b) convert(b.data(), F32, b_low.data(), mix.round, nb);
+        std::vector<char> got(static_cast<size_t>(nc) * dtype_size(mix.c)), want(got.size());
+        gemm(p, a.data(), b.data(), got.data(), path);
+        MatmulParams cast = p;
+        if (round_a) cast.a_dtype = mix.round, cast.a_round = F32;
+        if (round_b) cast.b_dtype = mix.round, cast.b_round = F32;
+        gemm(cast, round_a ? a_low.data() : a.data(), round_b ? b_low.data() : b.data(), want.data(), path);
+        ASSERT_EQ(got, want);
+      });
+    }
 }
 
 // MatmulParams::bf16_products: the f16 values (an f16 a or b, an f32 b read as f16) multiplied rounded to
@@ -353,6 +362,9 @@ TEST(Gemm, RejectsFloat64AndBadSizes) {
   EXPECT_THROW(gemm(p, x.data(), x.data(), x.data()), Error);
   p.b_dtype = F32;
   p.b_round = DType::kI32;
+  EXPECT_THROW(gemm(p, x.data(), x.data(), x.data()), Error);
+  p.b_round = F32;
+  p.a_round = BF16;  // a must be f32 to be read rounded
   EXPECT_THROW(gemm(p, x.data(), x.data(), x.data()), Error);
 }
 

@@ -300,11 +300,15 @@ TEST(OnednnConv, AChoiceNeverTakesOnednnWorkspaceOverTwoMiB) {
   EXPECT_FALSE(demi_kernel_preferred(2.0, 1.0, 3 * kMiB, 4 * kMiB));  // both over: by the times
   EXPECT_TRUE(demi_kernel_preferred(1.05, 1.0, 0, 0));              // within the 10% margin: demi's
   EXPECT_FALSE(demi_kernel_preferred(1.2, 1.0, 0, 0));
-  // On model A's first layer the fused f16 backward's choice is recorded as the direct kernel.
+  // On model A's first layer the fused f16 backward's choice is recorded as the direct kernel. (Against
+  // oneDNN's products: where the other candidate is demi's indirect product on per-image gradients, which
+  // holds little workspace, the times decide, and a loaded machine could then record either.)
   const std::string dir = ::testing::TempDir() + "/demi-conv-workspace-choices-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   const ConvDirectPolicy saved = conv_direct_policy();
+  const ConvGemmPolicy saved_gemm = conv_gemm_policy();
   set_conv_direct_policy(ConvDirectPolicy::kAuto);
+  set_conv_gemm_policy(ConvGemmPolicy::kOff);
   set_conv_direct_cache_dir(dir);
   Conv2dParams p;  // model A: 3 -> 32, k3, valid, on 32 x 32 images, batch 32, f16
   p.n = 32, p.c = 3, p.h = p.w = 32, p.oc = 32, p.kh = p.kw = 3;
@@ -322,6 +326,7 @@ TEST(OnednnConv, AChoiceNeverTakesOnednnWorkspaceOverTwoMiB) {
   EXPECT_NE(lines[0].find(" dw float16 "), std::string::npos) << lines[0];
   EXPECT_TRUE(lines[0].ends_with(" = demi-direct")) << lines[0];
   set_conv_direct_cache_dir("");
+  set_conv_gemm_policy(saved_gemm);
   set_conv_direct_policy(saved);
   std::filesystem::remove_all(dir);
 }

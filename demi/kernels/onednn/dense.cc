@@ -22,6 +22,7 @@ void dense_forward(const DenseParams& p, const void* x, const void* w, const voi
   mp.k = p.k;
   mp.trans_b = true;
   mp.a_dtype = p.x_dtype;
+  mp.a_round = p.x_round;
   mp.b_dtype = p.w_dtype;
   mp.b_round = p.w_round;
   mp.c_dtype = p.y_dtype;
@@ -32,6 +33,8 @@ void dense_forward(const DenseParams& p, const void* x, const void* w, const voi
 }
 
 void dense_backward_data(const DenseParams& p, const void* dy, const void* w, void* dx) {
+  DEMI_CHECK(p.x_round == DType::kF32, "Dense: an x read as ", dtype_name(p.x_round), " values (", p.m, " x ", p.k,
+             ") has no data gradient here");
   MatmulParams mp;
   mp.m = p.m;
   mp.n = p.k;
@@ -65,7 +68,7 @@ struct IpWeightsEntry {
 constexpr int64_t kIpRows = 1024;
 
 bool ip_weights_applies(const DenseParams& p, const void* db) {
-  const bool io = p.x_dtype == DType::kBF16 && p.y_dtype == DType::kBF16 && p.m >= kIpRows;
+  const bool io = p.x_dtype == DType::kBF16 && p.y_dtype == DType::kBF16 && p.m >= kIpRows;  // (so x is not rounded)
   const bool w = p.w_dtype == DType::kF32 || p.w_dtype == DType::kBF16;
   const bool b = db == nullptr || p.bias_dtype == DType::kF32 || p.bias_dtype == DType::kBF16;
   return io && w && b && !p.accumulate;
@@ -112,6 +115,7 @@ void dense_backward_weights(const DenseParams& p, const void* x, const void* dy,
   mp.trans_a = true;  // dy stored (M, N), read as dy^T (N, M)
   mp.a_dtype = p.y_dtype;
   mp.b_dtype = p.x_dtype;
+  mp.b_round = p.x_round;
   mp.c_dtype = p.w_dtype;
   mp.accumulate = p.accumulate;
   // Where the product would run on oneDNN anyway, its inner-product primitive (dW and db in one pass)

@@ -28,6 +28,9 @@ struct DenseParams {
   // bf16|f16: an f32 w is read rounded to it, as if cast there (forward and input gradient; the products
   // round it in packing, MatmulParams::b_round). AMP's master weights need no low-precision copy then.
   DType w_round = DType::kF32;
+  // bf16|f16: an f32 x is read rounded to it, as if cast there (forward and weight gradient: the products
+  // round it in packing, MatmulParams::a_round / b_round). AMP's data batch needs no cast then.
+  DType x_round = DType::kF32;
   bool relu = false;        // forward: fused ReLU after the bias
   bool accumulate = false;  // backward: dx += ..., dw += ..., db += ... instead of overwriting
 };

@@ -310,6 +310,8 @@ namespace {
 void check_exact(const MatmulParams& p) {
   DEMI_CHECK(!p.bf16_products, "oneDNN's matmul multiplies float16 values exactly; ", describe(p),
              " runs on demi's bfloat16 pair kernel (kernels::matmul)");
+  DEMI_CHECK(p.a_round == DType::kF32 && p.b_round == DType::kF32, "oneDNN's matmul reads its operands as stored; ",
+             describe(p), " gets rounded copies from kernels::matmul");
 }
 }  // namespace
 
