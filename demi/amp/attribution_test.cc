@@ -166,7 +166,8 @@ TEST(OverflowAttribution, WithAccumulationEveryMicroBatchIsReRunUntilTheOneThatO
   EXPECT_FALSE(r.overflow_source.backward);
   EXPECT_EQ(r.overflow_source.output_dtype, DType::kF16);
   EXPECT_TRUE(r.overflow_source.input_past_f16_range);
-  EXPECT_NE(r.overflow_source.describe().find("past float16's range"), std::string::npos) << r.overflow_source.describe();
+  EXPECT_NE(r.overflow_source.describe().find("past float16's range"), std::string::npos)
+      << r.overflow_source.describe();
 }
 
 }  // namespace

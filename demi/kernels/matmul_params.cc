@@ -10,8 +10,9 @@ std::string describe(const MatmulParams& p) {
                                      : str_cat("(", p.batch, ", ", rows, ", ", cols, ")");
   };
   std::string s = str_cat("a", p.trans_a ? "^T" : "", p.trans_a ? shape(p.k, p.m) : shape(p.m, p.k), " ",
-                          dtype_name(p.a_dtype), p.a_round != DType::kF32 ? str_cat(" read as ", dtype_name(p.a_round)) : "",
-                          " x b", p.trans_b ? "^T" : "",
+                          dtype_name(p.a_dtype),
+                          p.a_round != DType::kF32 ? str_cat(" read as ", dtype_name(p.a_round)) : "", " x b",
+                          p.trans_b ? "^T" : "",
                           p.trans_b ? shape(p.n, p.k) : shape(p.k, p.n), " ", dtype_name(p.b_dtype),
                           p.b_round != DType::kF32 ? str_cat(" read as ", dtype_name(p.b_round)) : "", " -> c",
                           shape(p.m, p.n), " ", dtype_name(p.c_dtype));
