@@ -248,6 +248,14 @@ const char* op_name(ConvDirection dir) {
 // geometry and the compute dtype (itself a choice kept on disk) only, so every process computes the same
 // bits.
 constexpr int64_t kChunkBytes = int64_t{2} << 20;
+// demi's fused Conv2d -> ReLU -> MaxPool2d forward on its indirect product computes the convolution's output
+// of this many bytes of images at a time, then pools it while it is in L2. At kChunkBytes it held 2.2-2.7
+// MiB on model B's second layer (the f32 output of 41 images, and for f16 storage their pooled f32 values),
+// the O2 training peak's largest part wherever that kernel is chosen (a choice by time: B's O2-fp16 peak
+// read 9.84 or 8.77 MB with the same build by the choice file); at 512 KiB the peaks are 8.70 MB at
+// O2-bf16 and 8.77 at O2-fp16 either way, the same speed (Zen 4, bench/ab.py, 6 pairs each: samples/s
+// 0.995-1.000, the pairs split). The per-image products are the same whatever the chunk, so the bits are.
+constexpr int64_t kDemiChunkBytes = int64_t{512} << 10;
 
 // A chunk's copies of one image (input and output, two each at most) in the compute dtype.
 int64_t chunk_image_bytes(const Conv2dParams& p, bool widen) {
@@ -1069,8 +1077,8 @@ void conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dParams& p
   // once, as the f16 layers' separate calls compute: max and ReLU commute with the rounding).
   auto run_demi = [&] {
     const int64_t per_image = p.oc * p.out_h() * p.out_w(), pooled = pool.c * pool.oh * pool.ow;
-    const int64_t chunk = std::clamp<int64_t>(kChunkBytes / (per_image * static_cast<int64_t>(dtype_size(p.y_dtype))),
-                                              1, p.n);
+    const int64_t chunk = std::clamp<int64_t>(
+        kDemiChunkBytes / (per_image * static_cast<int64_t>(dtype_size(p.y_dtype))), 1, p.n);
     const bool round = y_dtype != p.y_dtype;
     internal::Workspace z(static_cast<size_t>(chunk * per_image) * dtype_size(p.y_dtype)),
         zp(round ? static_cast<size_t>(chunk * pooled) * dtype_size(p.y_dtype) : 0);
