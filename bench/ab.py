@@ -30,7 +30,7 @@ import sys
 
 
 def run(binary, args, env):
-    """(CPU seconds, wall seconds, samples/s) of one `demi train --json` run."""
+    """(CPU seconds, samples/s) of one `demi train --json` run."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run([binary, "train", "--json"] + args, capture_output=True, text=True, env=env, check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

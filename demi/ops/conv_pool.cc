@@ -135,17 +135,12 @@ ProductDtypes products_of(Tensor& x, Tensor& w) {
   return pt;
 }
 
-// The layer's x: the data batch (an f32 input that needs no gradient) where AMP computes the layer in bf16 or
-// f16 (and no f16 product is rounded to bf16 on top) is handed to the kernels as it is, to be read as the
-// compute dtype's values (Conv2dParams::x_round: the cast fused into the kernels' read, the same values, no
-// rounded copy of the batch in forward or in backward); any other x is cast as the op's inputs are.
+// The layer's x: the data batch handed to the kernels as it is, read as the compute dtype's values
+// (internal::batch_read_as, Conv2dParams::x_round: no rounded copy of it in forward or in backward); any
+// other x cast as the op's inputs are.
 Tensor layer_input(const Dispatch& d, const Tensor& x_in, kernels::Conv2dParams& p) {
-  const DType t = d.compute_dtype();
-  if (x_in.dtype() != DType::kF32 || !is_low_precision(t) || d.input_needs_grad(0) ||
-      kernels::f16_products_in_bf16(t, t) || !fusion_enabled())
-    return d.input(0);
-  p.x_round = t;
-  return x_in;
+  p.x_round = internal::batch_read_as(d, x_in);
+  return p.x_round == DType::kF32 ? d.input(0) : x_in;
 }
 
 }  // namespace

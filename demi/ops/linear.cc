@@ -117,13 +117,10 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
   const bool recast_w = !round_w && x_in.dim(0) >= kRecastRows && w_in.dtype() != d.compute_dtype();
   const internal::CallWeight cw =
       round_w ? internal::CallWeight{w_in, w_in} : internal::weight_for_call(d, 1, w_in, recast_w);
-  // The data batch (an f32 input that needs no gradient) under a bf16 or f16 compute dtype is not cast: the
-  // products read it rounded as they pack it (DenseParams::x_round, as the convolutions' x_round), in
-  // forward and in the weight gradient, bit for bit the cast batch.
-  const DType t = d.compute_dtype();
-  const bool round_x = x_in.dtype() == DType::kF32 && is_low_precision(t) && !d.input_needs_grad(0) &&
-                       !kernels::f16_products_in_bf16(t, t) && fusion_enabled();
-  Tensor x = round_x ? x_in : d.input(0), w = cw.now, b = d.input(2);
+  // The data batch is not cast: the products read it rounded as they pack it (internal::batch_read_as,
+  // DenseParams::x_round), in forward and in the weight gradient, bit for bit the cast batch.
+  const DType x_round = internal::batch_read_as(d, x_in);
+  Tensor x = x_round == DType::kF32 ? d.input(0) : x_in, w = cw.now, b = d.input(2);
   kernels::onednn::DenseParams p;
   p.m = x.dim(0);
   p.k = x.dim(1);
@@ -131,7 +128,7 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
   p.x_dtype = x.dtype();
   p.w_dtype = w.dtype();
   p.w_round = round_w ? d.compute_dtype() : DType::kF32;
-  p.x_round = round_x ? t : DType::kF32;
+  p.x_round = x_round;
   p.y_dtype = d.compute_dtype();
   p.bias_dtype = b.defined() ? b.dtype() : p.y_dtype;
   p.relu = relu;

@@ -460,6 +460,8 @@ void check(const Conv2dParams& p, const char* op) {
   check_conv2d_params(p, op);
   DEMI_CHECK(conv2d_supported(p), op, ": demi's convolution takes groups = 1 and f32|bf16|f16 tensors, got ",
              describe(p));
+  DEMI_CHECK(p.x_round == DType::kF32, op, ": demi's indirect convolution reads x as stored; ", describe(p),
+             " gets a rounded copy of x from kernels::onednn");
 }
 
 }  // namespace

@@ -814,17 +814,16 @@ bool direct_chosen_already(const Conv2dParams& p, ConvDirection dir) {
 // The direct kernels round x as they pad each image, so where they run the call (their choice for the call
 // on a rounded x made already) nothing else is done; anywhere else, and at a geometry's first call (which
 // measures that choice), the call runs on a rounded copy of x, as it would after a separate cast.
-Conv2dParams with_x_rounded(const Conv2dParams& p) {
+// direct() runs the direct kernel on p and x; logical(q, xr) the entry point on the rounded copy.
+template <class Direct, class Logical>
+void with_rounded_x(const Conv2dParams& p, ConvDirection dir, const void* x, Direct&& direct, Logical&& logical) {
   Conv2dParams q = p;
   q.x_dtype = p.x_round;
   q.x_round = DType::kF32;
-  return q;
-}
-
-internal::Workspace rounded_x(const Conv2dParams& p, const void* x) {
+  if (direct_chosen_already(q, dir)) return direct();
   internal::Workspace xr(static_cast<size_t>(p.x_numel()) * dtype_size(p.x_round));
   convert(x, DType::kF32, xr.get(), p.x_round, p.x_numel());
-  return xr;
+  logical(q, static_cast<const void*>(xr.get()));
 }
 
 // ---- demi's indirect convolution forward (cpu/conv.h) or oneDNN, chosen per geometry by measurement ----
@@ -938,12 +937,10 @@ std::string conv2d_forward_kernel(const Conv2dParams& p_in) {
 
 void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {
   check_conv2d_params(p, op_name(ConvDirection::kForward));
-  if (p.x_round != DType::kF32) {
-    const Conv2dParams q = with_x_rounded(p);
-    if (direct_chosen_already(q, ConvDirection::kForward)) return cpu::direct_conv2d_forward(p, x, w, bias, y);
-    const internal::Workspace xr = rounded_x(p, x);
-    return conv2d_forward(q, xr.get(), w, bias, y);
-  }
+  if (p.x_round != DType::kF32)
+    return with_rounded_x(
+        p, ConvDirection::kForward, x, [&] { cpu::direct_conv2d_forward(p, x, w, bias, y); },
+        [&](const Conv2dParams& q, const void* xr) { conv2d_forward(q, xr, w, bias, y); });
   if (p.x_dtype == DType::kF64) return ref::conv2d_forward(p, x, w, bias, y);
   // Tuning writes y, which the chosen run then overwrites.
   const bool direct = direct_chosen(p, ConvDirection::kForward, [&](bool d) {
@@ -957,6 +954,8 @@ void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const v
 void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, void* dx) {
   const ConvDirection dir = ConvDirection::kBackwardData;
   check_conv2d_params(p, op_name(dir));
+  DEMI_CHECK(p.x_round == DType::kF32, op_name(dir), ": an x read as ", dtype_name(p.x_round),
+             " values has no data gradient here (", describe(p), ")");
   if (p.x_dtype == DType::kF64) return ref::conv2d_backward_data(p, dy, w, dx);
   // demi's indirect product (stride 1) or oneDNN's, measured per geometry; an accumulating call is measured
   // into scratch, so that dx takes the sum once.
@@ -992,13 +991,10 @@ void onednn_backward_data(const Conv2dParams& p, const void* dy, const void* w, 
 
 void conv2d_backward_weights(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db) {
   check_conv2d_params(p, op_name(ConvDirection::kBackwardWeights));
-  if (p.x_round != DType::kF32) {
-    const Conv2dParams q = with_x_rounded(p);
-    if (direct_chosen_already(q, ConvDirection::kBackwardWeights))
-      return cpu::direct_conv2d_backward_weights(p, x, dy, dw, db);
-    const internal::Workspace xr = rounded_x(p, x);
-    return conv2d_backward_weights(q, xr.get(), dy, dw, db);
-  }
+  if (p.x_round != DType::kF32)
+    return with_rounded_x(
+        p, ConvDirection::kBackwardWeights, x, [&] { cpu::direct_conv2d_backward_weights(p, x, dy, dw, db); },
+        [&](const Conv2dParams& q, const void* xr) { conv2d_backward_weights(q, xr, dy, dw, db); });
   if (p.x_dtype == DType::kF64) return ref::conv2d_backward_weights(p, x, dy, dw, db);
   auto call = [&](bool direct, const Conv2dParams& q, void* gw, void* gb) {
     direct ? cpu::direct_conv2d_backward_weights(q, x, dy, gw, gb) : onednn_backward_weights(q, x, dy, gw, gb);
@@ -1051,13 +1047,13 @@ void onednn_backward_weights(const Conv2dParams& p, const void* x, const void* d
 void conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dParams& pool, const void* x, const void* w,
                                     const void* bias, DType y_dtype, void* y, uint8_t* argmax) {
   check_fused(p, pool, "conv2d + relu + max_pool2d forward");
-  if (p.x_round != DType::kF32) {
-    const Conv2dParams q = with_x_rounded(p);
-    if (direct_chosen_already(q, ConvDirection::kForward))
-      return cpu::direct_conv2d_relu_max_pool2d_forward(p, pool, x, w, bias, y_dtype, y, argmax);
-    const internal::Workspace xr = rounded_x(p, x);
-    return conv2d_relu_max_pool2d_forward(q, pool, xr.get(), w, bias, y_dtype, y, argmax);
-  }
+  if (p.x_round != DType::kF32)
+    return with_rounded_x(
+        p, ConvDirection::kForward, x,
+        [&] { cpu::direct_conv2d_relu_max_pool2d_forward(p, pool, x, w, bias, y_dtype, y, argmax); },
+        [&](const Conv2dParams& q, const void* xr) {
+          conv2d_relu_max_pool2d_forward(q, pool, xr, w, bias, y_dtype, y, argmax);
+        });
   auto onednn_run = [&](bool wd) { fused_forward_impl(p, wd, pool, x, w, bias, y_dtype, y, argmax); };
   // Tuning writes y and argmax, which the chosen run then overwrites.
   auto run_onednn = [&] {
@@ -1104,13 +1100,16 @@ void conv2d_relu_max_pool2d_backward(const Conv2dParams& p, const Pool2dParams& 
   if (p.x_round != DType::kF32) {
     DEMI_CHECK(dx == nullptr && dw != nullptr, "conv2d + relu + max_pool2d backward: an x read as ",
                dtype_name(p.x_round), " values has no data gradient here (", describe(p), ")");
-    const Conv2dParams q = with_x_rounded(p);
-    if (direct_chosen_already(q, ConvDirection::kBackwardWeights))
-      return cpu::direct_conv2d_relu_max_pool2d_backward_weights(p, pool, x, dy_dtype, dy, argmax, dw, dw_dtype, db,
-                                                                 db_dtype);
-    const internal::Workspace xr = rounded_x(p, x);
-    return conv2d_relu_max_pool2d_backward(q, pool, xr.get(), w, dy_dtype, dy, argmax, dx, dw, dw_dtype, db, db_dtype,
-                                           dx_dtype);
+    return with_rounded_x(
+        p, ConvDirection::kBackwardWeights, x,
+        [&] {
+          cpu::direct_conv2d_relu_max_pool2d_backward_weights(p, pool, x, dy_dtype, dy, argmax, dw, dw_dtype, db,
+                                                              db_dtype);
+        },
+        [&](const Conv2dParams& q, const void* xr) {
+          conv2d_relu_max_pool2d_backward(q, pool, xr, w, dy_dtype, dy, argmax, dx, dw, dw_dtype, db, db_dtype,
+                                          dx_dtype);
+        });
   }
   // The gradients are computed as the separate calls compute them: from the pool's dense gradient in dy's
   // dtype (the separate convolution's output dtype; for f16 storage the fused forward kept its output in

@@ -55,6 +55,30 @@ void check_all_directions(const Fixture& f, DType in, DType out, ConvLayout layo
   kernels::testing::check_all_directions(kOnednn, f, in, out, layout, accumulate);
 }
 
+// The direct and indirect-product policies for a scope, restored at its end.
+struct ScopedConvPolicies {
+  ScopedConvPolicies(ConvDirectPolicy direct, ConvGemmPolicy gemm) {
+    set_conv_direct_policy(direct);
+    set_conv_gemm_policy(gemm);
+  }
+  ~ScopedConvPolicies() {
+    set_conv_direct_policy(saved_direct);
+    set_conv_gemm_policy(saved_gemm);
+  }
+  const ConvDirectPolicy saved_direct = conv_direct_policy();
+  const ConvGemmPolicy saved_gemm = conv_gemm_policy();
+};
+
+// Model B's second layer: 32 -> 64, k3, pad 1, on 14 x 14, batch 128, x and w in t, f32 bias.
+Conv2dParams model_b_second_layer(DType t) {
+  Conv2dParams p;
+  p.n = 128, p.c = 32, p.h = p.w = 14, p.oc = 64, p.kh = p.kw = 3;
+  p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 1;
+  p.x_dtype = p.w_dtype = p.y_dtype = t;
+  p.bias_dtype = F32;
+  return p;
+}
+
 TEST(OnednnConv, MatchesReferenceForEveryGeometryDtypeAndLayout) {
   // Both layouts for f32 and bf16 (different oneDNN kernels); f16 runs the f32 kernels behind a
   // conversion, so the automatic layout suffices there. Accumulation alternates.
@@ -303,9 +327,7 @@ TEST(OnednnConv, AChoiceNeverTakesOnednnWorkspaceOverTwoMiB) {
   // On model A's first layer, the fused f16 backward (whose oneDNN path held 4.39 MiB of widened copies,
   // 74% of the O2-fp16 training peak, before it widened a chunk of images at a time) holds under the bound
   // on either candidate, so the times decide there.
-  const ConvDirectPolicy saved = conv_direct_policy();
-  const ConvGemmPolicy saved_gemm = conv_gemm_policy();
-  set_conv_gemm_policy(ConvGemmPolicy::kOff);
+  ScopedConvPolicies policies(conv_direct_policy(), ConvGemmPolicy::kOff);
   Conv2dParams p;  // model A: 3 -> 32, k3, valid, on 32 x 32 images, batch 32, f16
   p.n = 32, p.c = 3, p.h = p.w = 32, p.oc = 32, p.kh = p.kw = 3;
   p.x_dtype = p.w_dtype = F16;
@@ -324,8 +346,6 @@ TEST(OnednnConv, AChoiceNeverTakesOnednnWorkspaceOverTwoMiB) {
     EXPECT_LE(peak.peak().pk(MemCategory::kWorkspace) - before, 2 * kMiB)
         << (policy == ConvDirectPolicy::kOn ? "the direct kernel" : "oneDNN");
   }
-  set_conv_gemm_policy(saved_gemm);
-  set_conv_direct_policy(saved);
 }
 
 // A weight gradient that accumulates (gradient accumulation) and is the geometry's first: the measurement
@@ -549,8 +569,7 @@ TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
 TEST(OnednnConv, AnF32ImageReadAsLowValuesGivesTheRoundedImagesBits) {
   const std::string dir = ::testing::TempDir() + "/demi-conv-round-x-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
-  const ConvDirectPolicy saved_direct = conv_direct_policy();
-  const ConvGemmPolicy saved_gemm = conv_gemm_policy();
+  ScopedConvPolicies policies(conv_direct_policy(), conv_gemm_policy());
   set_conv_direct_cache_dir(dir);
   struct Setting {
     const char* name;
@@ -625,15 +644,29 @@ TEST(OnednnConv, AnF32ImageReadAsLowValuesGivesTheRoundedImagesBits) {
       }
     }
   }
-  // An x read as low values must be f32, and has no data gradient.
+  // The reference twin reads it rounded too; demi's indirect product (which kernels::onednn gives a
+  // rounded copy) refuses it. An x read as low values must be f32, and has no data gradient.
+  {
+    Conv2dParams p = params_of(kGeometries[1]);
+    p.x_round = BF16;
+    Operand x = random_operand(F32, p.x_numel(), 46), xr = random_operand(BF16, p.x_numel(), 1);
+    convert(x.data(), F32, xr.data(), BF16, p.x_numel());
+    Operand w = random_operand(F32, p.w_numel(), 47), y1 = random_operand(F32, p.y_numel(), 2), y2 = y1;
+    ref::conv2d_forward(p, x.data(), w.data(), nullptr, y1.data());
+    Conv2dParams q = p;
+    q.x_dtype = BF16;
+    q.x_round = F32;
+    ref::conv2d_forward(q, xr.data(), w.data(), nullptr, y2.data());
+    EXPECT_EQ(y1.bytes, y2.bytes) << "the reference forward";
+    EXPECT_THROW(kernels::cpu::conv2d_forward(p, x.data(), w.data(), nullptr, y1.data()), Error);
+    EXPECT_THROW(conv2d_backward_data(p, y1.data(), w.data(), x.data()), Error);
+  }
   Conv2dParams bad = params_of(kGeometries[0]);
   bad.x_dtype = BF16;
   bad.x_round = F16;
   std::vector<float> buf(1 << 16);
   EXPECT_THROW(conv2d_forward(bad, buf.data(), buf.data(), nullptr, buf.data()), Error);
   set_conv_direct_cache_dir("");
-  set_conv_direct_policy(saved_direct);
-  set_conv_gemm_policy(saved_gemm);
   std::filesystem::remove_all(dir);
 }
 
@@ -676,16 +709,9 @@ TEST(OnednnConv, FusedF16BackwardHoldsNoF32DenseGradient) {
 // On model B's second layer that buffer (6.1 MiB in f32, 3.1 MiB in bf16) was the largest workspace of the
 // training peak. The values are the three steps' (FusedReluMaxPoolMatchesTheThreeStepsExactly).
 TEST(OnednnConv, FusedBackwardOnDemisProductsHoldsNoDenseGradient) {
-  const ConvGemmPolicy saved_gemm = conv_gemm_policy();
-  const ConvDirectPolicy saved_direct = conv_direct_policy();
-  set_conv_gemm_policy(ConvGemmPolicy::kOn);
-  set_conv_direct_policy(ConvDirectPolicy::kOff);
+  ScopedConvPolicies policies(ConvDirectPolicy::kOff, ConvGemmPolicy::kOn);
   for (DType t : {F32, BF16}) {
-    Conv2dParams p;  // model B: 32 -> 64, k3, pad 1, on 14 x 14, batch 128
-    p.n = 128, p.c = 32, p.h = p.w = 14, p.oc = 64, p.kh = p.kw = 3;
-    p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 1;
-    p.x_dtype = p.w_dtype = p.y_dtype = t;
-    p.bias_dtype = F32;
+    const Conv2dParams p = model_b_second_layer(t);
     ASSERT_TRUE(kernels::cpu::conv2d_backward_data_indirect_supported(p));
     ASSERT_TRUE(kernels::cpu::conv2d_backward_weights_indirect_supported(p));
     const Pool2dParams pool = make_pool2d_params(p.n, p.oc, p.out_h(), p.out_w(), 2, 2, 2, 2, PadMode::kValid);
@@ -707,8 +733,6 @@ TEST(OnednnConv, FusedBackwardOnDemisProductsHoldsNoDenseGradient) {
                 static_cast<long long>(dense));
     EXPECT_LT(workspace, dense / 4) << dtype_name(t);
   }
-  set_conv_gemm_policy(saved_gemm);
-  set_conv_direct_policy(saved_direct);
 }
 
 // The fused forward on demi's indirect product holds the convolution's output of a few images at a time
@@ -717,17 +741,10 @@ TEST(OnednnConv, FusedBackwardOnDemisProductsHoldsNoDenseGradient) {
 // peak's largest part wherever that kernel was chosen. Pooled values and window indices are bit for bit
 // the whole batch's convolution, then ReLU -> MaxPool2d (chunks of 10 images and a last one of 8).
 TEST(OnednnConv, FusedForwardOnDemisProductsPoolsSmallChunks) {
-  const ConvGemmPolicy saved_gemm = conv_gemm_policy();
-  const ConvDirectPolicy saved_direct = conv_direct_policy();
-  set_conv_gemm_policy(ConvGemmPolicy::kOn);
-  set_conv_direct_policy(ConvDirectPolicy::kOff);
+  ScopedConvPolicies policies(ConvDirectPolicy::kOff, ConvGemmPolicy::kOn);
   for (DType t : {F32, BF16, F16}) {
-    Conv2dParams p;  // model B: 32 -> 64, k3, pad 1, on 14 x 14, batch 128
-    p.n = 128, p.c = 32, p.h = p.w = 14, p.oc = 64, p.kh = p.kw = 3;
-    p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 1;
-    p.x_dtype = p.w_dtype = t;
+    Conv2dParams p = model_b_second_layer(t);
     p.y_dtype = t == BF16 ? BF16 : F32;  // the fused op's convolution output (f16 storage: f32)
-    p.bias_dtype = F32;
     const Pool2dParams pool = make_pool2d_params(p.n, p.oc, p.out_h(), p.out_w(), 2, 2, 2, 2, PadMode::kValid);
     Operand x = random_operand(t, p.x_numel(), 1), w = random_operand(t, p.w_numel(), 2);
     Operand b = random_operand(F32, p.oc, 3);
@@ -754,8 +771,6 @@ TEST(OnednnConv, FusedForwardOnDemisProductsPoolsSmallChunks) {
     EXPECT_EQ(y.bytes, want.bytes) << dtype_name(t);
     EXPECT_EQ(argmax, want_argmax) << dtype_name(t);
   }
-  set_conv_gemm_policy(saved_gemm);
-  set_conv_direct_policy(saved_direct);
 }
 
 TEST(OnednnConv, FusedReluMaxPoolRefusesAPoolThatDoesNotFit) {

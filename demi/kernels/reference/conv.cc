@@ -40,9 +40,17 @@ void for_each_tap(const Conv2dParams& p, F&& f) {
 
 bool is_f64(const Conv2dParams& p) { return p.x_dtype == DType::kF64; }
 
+// x widened, each value read as if cast to p.x_round first.
+template <typename Acc>
+std::vector<Acc> widen_x(const Conv2dParams& p, const void* x) {
+  std::vector<Acc> X = internal::widen<Acc>(x, p.x_dtype, p.x_numel());
+  internal::round_values(X, p.x_round);
+  return X;
+}
+
 template <typename Acc>
 void forward_impl(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {
-  std::vector<Acc> X = internal::widen<Acc>(x, p.x_dtype, p.x_numel());
+  std::vector<Acc> X = widen_x<Acc>(p, x);
   std::vector<Acc> W = internal::widen<Acc>(w, p.w_dtype, p.w_numel());
   std::vector<Acc> Y(static_cast<size_t>(p.y_numel()), Acc(0));
   for_each_tap(p, [&](int64_t xi, int64_t wi, int64_t yi) { Y[yi] += X[xi] * W[wi]; });
@@ -66,7 +74,7 @@ void backward_data_impl(const Conv2dParams& p, const void* dy, const void* w, vo
 
 template <typename Acc>
 void backward_weights_impl(const Conv2dParams& p, const void* x, const void* dy, void* dw, void* db) {
-  std::vector<Acc> X = internal::widen<Acc>(x, p.x_dtype, p.x_numel());
+  std::vector<Acc> X = widen_x<Acc>(p, x);
   std::vector<Acc> DY = internal::widen<Acc>(dy, p.y_dtype, p.y_numel());
   std::vector<Acc> DW(static_cast<size_t>(p.w_numel()), Acc(0));
   for_each_tap(p, [&](int64_t xi, int64_t wi, int64_t yi) { DW[wi] += DY[yi] * X[xi]; });
@@ -87,6 +95,8 @@ void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const v
 }
 
 void conv2d_backward_data(const Conv2dParams& p, const void* dy, const void* w, void* dx) {
+  DEMI_CHECK(p.x_round == DType::kF32, "conv2d backward data: an x read as ", dtype_name(p.x_round),
+             " values has no data gradient here (", describe(p), ")");
   check_conv2d_params(p, "conv2d backward-data (reference)");
   is_f64(p) ? backward_data_impl<double>(p, dy, w, dx) : backward_data_impl<float>(p, dy, w, dx);
 }

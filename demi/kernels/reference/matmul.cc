@@ -15,15 +15,8 @@ void matmul_impl(const MatmulParams& p, const void* a, const void* b, void* c) {
   const int64_t M = p.m, N = p.n, K = p.k;
   std::vector<Acc> A = internal::widen<Acc>(a, p.a_dtype, p.batch * M * K);
   std::vector<Acc> B = internal::widen<Acc>(b, p.b_dtype, p.batch * K * N);
-  // a and b read as if cast to a_round, b_round (the scalar conversions every cast is bit-identical to)
-  const auto round_to = [](std::vector<Acc>& values, DType round) {
-    for (Acc& v : values) {
-      if (round == DType::kBF16) v = static_cast<Acc>(static_cast<float>(BFloat16(static_cast<float>(v))));
-      if (round == DType::kF16) v = static_cast<Acc>(static_cast<float>(Half(static_cast<float>(v))));
-    }
-  };
-  round_to(A, p.a_round);
-  round_to(B, p.b_round);
+  internal::round_values(A, p.a_round);  // a and b read as if cast to a_round, b_round
+  internal::round_values(B, p.b_round);
   // bf16_products: the f16 values multiplied as bf16 (f16 -> f32 is exact, then one rounding).
   const auto as_bf16 = [](std::vector<Acc>& values) {
     for (Acc& v : values) v = static_cast<Acc>(static_cast<float>(BFloat16(static_cast<float>(v))));

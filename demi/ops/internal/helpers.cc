@@ -6,6 +6,7 @@
 #include "demi/core/memory.h"
 #include "demi/kernels/cpu/activation.h"
 #include "demi/kernels/cpu/elementwise.h"
+#include "demi/kernels/matmul.h"
 
 namespace demi::ops::internal {
 
@@ -59,6 +60,13 @@ Tensor as_dtype_for_call(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
   MemCategoryScope cat(MemCategory::kWorkspace);
   return t.to(dtype);
+}
+
+DType batch_read_as(const Dispatch& d, const Tensor& x_in) {
+  const DType t = d.compute_dtype();
+  const bool read_rounded = x_in.dtype() == DType::kF32 && is_low_precision(t) && !d.input_needs_grad(0) &&
+                            !kernels::f16_products_in_bf16(t, t) && fusion_enabled();
+  return read_rounded ? t : DType::kF32;
 }
 
 Tensor as_product_operand(const Tensor& t, DType stored, DType dtype) {

@@ -63,6 +63,13 @@ Tensor as_dtype_for_call(const Tensor& t, DType dtype);
 // the f16 layer reads, rounded once more). In the current memory category.
 Tensor as_product_operand(const Tensor& t, DType stored, DType dtype);
 
+// The dtype a layer's products read its input x_in as with no Cast (Conv2dParams::x_round,
+// DenseParams::x_round: the same values as the cast input), or kF32 where x_in is cast as the op's inputs
+// are. The data batch qualifies: an f32 input that needs no gradient, under a bf16 or f16 compute dtype,
+// while layers may be fused (the numerics report unfuses them and sees the Cast), and not where f16
+// values are multiplied as bf16 (their rounding goes through f16 first).
+DType batch_read_as(const Dispatch& d, const Tensor& x_in);
+
 // Kernel-level elementwise on tensors of one dtype (broadcasting for binary).
 Tensor binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b);
 Tensor unary(kernels::UnaryOp op, const Tensor& x);

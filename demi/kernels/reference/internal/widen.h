@@ -9,6 +9,7 @@
 
 #include "demi/core/dtype.h"
 #include "demi/core/error.h"
+#include "demi/core/half.h"
 
 namespace demi::kernels::ref::internal {
 
@@ -27,6 +28,17 @@ std::vector<Acc> widen(const void* src, DType t, int64_t n) {
     }
   });
   return out;
+}
+
+// Each value read as if cast to `round` first (bf16 or f16; kF32: as it is), with the scalar conversions every
+// cast is bit-identical to: an f32 operand read rounded (MatmulParams::a_round / b_round,
+// Conv2dParams::x_round).
+template <typename Acc>
+void round_values(std::vector<Acc>& values, DType round) {
+  for (Acc& v : values) {
+    if (round == DType::kBF16) v = static_cast<Acc>(static_cast<float>(BFloat16(static_cast<float>(v))));
+    if (round == DType::kF16) v = static_cast<Acc>(static_cast<float>(Half(static_cast<float>(v))));
+  }
 }
 
 // dst[i] = round(src[i]) into dtype t; with `accumulate`, dst[i] = round(dst[i] + src[i]) (the sum taken
