@@ -116,8 +116,11 @@ std::vector<SweepCase> make_cases() {
        [](const V& x) { return ops::matmul(x[0], x[1], false, true); }, true, 3},
       {Op::kBatchMatmul, [](Generator& g) { return V{rnd(g, {2, 5, 3}), rnd(g, {2, 5, 4})}; }, {true, true},
        [](const V& x) { return ops::batch_matmul(x[0], x[1], true, false); }, true, 3},
-      {Op::kDense, [](Generator& g) { return V{rnd(g, {3, 6}), rnd(g, {4, 6}), rnd(g, {4})}; }, {true, true, true},
-       [](const V& x) { return ops::dense(x[0], x[1], x[2]); }, true, 3},
+      // Dense, and Dense with a residual added in its product's store (ops::dense_add).
+      {Op::kDense, [](Generator& g) { return V{rnd(g, {3, 6}), rnd(g, {4, 6}), rnd(g, {4}), rnd(g, {3, 4})}; },
+       {true, true, true, true},
+       [](const V& x) { return ops::add(ops::dense(x[0], x[1], x[2]), ops::dense_add(x[0], x[1], x[2], x[3])); },
+       true, 3},
       {Op::kConv2d, [](Generator& g) { return V{rnd(g, {2, 3, 6, 5}), rnd(g, {4, 3, 3, 2}), rnd(g, {4})}; },
        {true, true, true}, [](const V& x) { return ops::conv2d(x[0], x[1], x[2], conv_opts()); }, true, 5},
       {Op::kMaxPool2d, [](Generator& g) { return V{distinct(g, {2, 2, 5, 4})}; }, {true},

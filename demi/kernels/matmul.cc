@@ -90,7 +90,7 @@ internal::ChoiceCache::Key key_of_params(const MatmulParams& p) {
                         int64_t{matmul_policy() == MatmulPolicy::kDemi} << 29 | int64_t{p.bf16_products} << 30 |
                         static_cast<int64_t>(p.a_dtype) << 32 | static_cast<int64_t>(p.b_dtype) << 40 |
                         static_cast<int64_t>(p.c_dtype) << 48 | static_cast<int64_t>(p.b_round) << 56;
-  return {p.batch, p.m, p.n, p.k, flags, static_cast<int64_t>(p.a_round)};
+  return {p.batch, p.m, p.n, p.k, flags, static_cast<int64_t>(p.a_round) | int64_t{p.residual != nullptr} << 8};
 }
 
 std::string key_of(const MatmulParams& p) {
@@ -100,7 +100,7 @@ std::string key_of(const MatmulParams& p) {
                  p.a_round != DType::kF32 ? str_cat(":", dtype_name(p.a_round)) : "", ",", dtype_name(p.b_dtype),
                  p.b_round != DType::kF32 ? str_cat(":", dtype_name(p.b_round)) : "", "->",
                  dtype_name(p.c_dtype), p.bias ? " bias" : "", p.relu ? " relu" : "", p.accumulate ? " acc" : "",
-                 p.bf16_products ? " f16-as-bf16" : "");
+                 p.residual ? " residual" : "", p.bf16_products ? " f16-as-bf16" : "");
 }
 
 internal::ChoiceCache& choices() {
@@ -128,6 +128,16 @@ void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c)
   // demi's GEMM rounds a and b as it packs them and demi-dot b as it widens it; every other kernel (and
   // demi-dot for a) gets a rounded copy.
   const bool gemm = k == Kernel::kDemiF32 || k == Kernel::kDemiBf16;
+  // demi's GEMM adds a residual in its store; the other kernels accumulate onto a copy of it in c (the same
+  // sum, one pass over c more).
+  if (p.residual != nullptr && !gemm) {
+    if (p.residual != c)
+      std::memcpy(c, p.residual, static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(p.c_dtype));
+    MatmulParams q = p;
+    q.residual = nullptr;
+    q.accumulate = true;
+    return run(k, q, a, b, c);
+  }
   if (p.a_round != DType::kF32 && !gemm) {
     const int64_t n = p.batch * p.m * p.k;
     MatmulParams q = p;
@@ -162,8 +172,9 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   const size_t a_bytes = static_cast<size_t>(p.batch * p.m * p.k) * dtype_size(p.a_dtype);
   const size_t b_bytes = static_cast<size_t>(p.batch * p.k * p.n) * dtype_size(p.b_dtype);
   const size_t bias_bytes = static_cast<size_t>(p.n) * dtype_size(p.bias_dtype);
+  const size_t c_bytes = static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(p.c_dtype);
   cpu_internal::Workspace sa(scratch_in ? a_bytes : 0), sb(scratch_in ? b_bytes : 0),
-      sbias(scratch_in && p.bias ? bias_bytes : 0);
+      sbias(scratch_in && p.bias ? bias_bytes : 0), sres(scratch_in && p.residual ? c_bytes : 0);
   if (scratch_in) {
     std::memset(sa.f32(), 0, a_bytes);
     std::memset(sb.f32(), 0, b_bytes);
@@ -172,6 +183,10 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
     if (p.bias) {
       std::memset(sbias.f32(), 0, bias_bytes);
       p.bias = sbias.f32();
+    }
+    if (p.residual) {
+      std::memset(sres.f32(), 0, c_bytes);
+      p.residual = sres.f32();
     }
   }
   std::vector<Kernel> cand;
@@ -187,10 +202,11 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   }
   if (cpu::gemm_dot_supported(p)) cand.push_back(Kernel::kDemiDot);
   if (cand.size() == 1) return cand[0];
-  // Output: c itself unless the product reads it (accumulate): the chosen kernel's run overwrites it after.
-  const size_t c_bytes = static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(p.c_dtype);
-  cpu_internal::Workspace scratch(p.accumulate || c == nullptr ? c_bytes : 0);
-  void* out = p.accumulate || c == nullptr ? static_cast<void*>(scratch.f32()) : c;
+  // Output: c itself unless the product reads it (accumulate, or a residual that is c): the chosen
+  // kernel's run overwrites it after.
+  const bool reads_c = p.accumulate || (p.residual != nullptr && p.residual == c) || c == nullptr;
+  cpu_internal::Workspace scratch(reads_c ? c_bytes : 0);
+  void* out = reads_c ? static_cast<void*>(scratch.f32()) : c;
   if (out != c) std::memset(out, 0, c_bytes);
   std::vector<double> best(cand.size(), 1e30);
   double total = 0;

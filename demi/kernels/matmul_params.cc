@@ -19,6 +19,7 @@ std::string describe(const MatmulParams& p) {
   if (p.bias) s += str_cat(", bias(", p.n, ") ", dtype_name(p.bias_dtype));
   if (p.relu) s += ", relu";
   if (p.accumulate) s += ", accumulate";
+  if (p.residual) s += str_cat(", + residual", shape(p.m, p.n), " ", dtype_name(p.c_dtype));
   if (p.bf16_products) s += ", float16 values multiplied as bfloat16";
   return s;
 }
@@ -44,6 +45,9 @@ void check_matmul_params(const MatmulParams& p, const char* op) {
   DEMI_CHECK(p.a_round == DType::kF32 || ((p.a_round == DType::kBF16 || p.a_round == DType::kF16) &&
                                           p.a_dtype == DType::kF32),
              op, ": a can be read rounded to bfloat16 or float16 only from float32, got ", describe(p));
+  DEMI_CHECK(!p.residual || !p.accumulate, op,
+             ": a product adds a residual or accumulates into c, not both (a residual that is c is accumulate), got ",
+             describe(p));
   DEMI_CHECK(!p.bf16_products || (is_low_precision(a_value_dtype(p)) && is_low_precision(b_value_dtype(p))), op,
              ": float16 values are multiplied as bfloat16 only in a product of float16|bfloat16 operands, got ",
              describe(p));

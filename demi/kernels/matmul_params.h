@@ -1,11 +1,16 @@
 // The description of one (batched) matrix product, shared by the oneDNN kernel (onednn/matmul.h) and its
 // reference twin (reference/matmul.h), so both read the same contract:
 //
-//   for every b < batch:  c[b] = act(op(a[b]) · op(b[b]) + bias + (accumulate ? c[b] : 0))
+//   for every b < batch:  c[b] = act(op(a[b]) · op(b[b]) + bias + (accumulate ? c[b] : 0) + residual[b])
 //
 //   a: (batch, M, K), or (batch, K, M) stored when trans_a    op(a) is (M, K)
 //   b: (batch, K, N), or (batch, N, K) stored when trans_b    op(b) is (K, N)
 //   c: (batch, M, N)                    bias: (N) or none     act: ReLU or identity
+//
+// residual (none when null): a (batch, M, N) matrix in c_dtype, laid out as c, added before the ReLU (a
+// residual connection's add fused into the product: read by the store, so the product's output and the sum
+// are never two tensors; one rounding instead of two). It may be c itself (then it is accumulate), and
+// cannot be combined with accumulate.
 //
 // All row-major and contiguous. The product accumulates in f32 (f64 when every operand is f64) and is
 // rounded once into c_dtype. Operand dtypes are f32, bf16 or f16 and may differ from each other and
@@ -46,6 +51,7 @@ struct MatmulParams {
   const void* bias = nullptr;  // (N) added to every row, or nullptr
   DType bias_dtype = DType::kF32;
   bool relu = false;  // fused ReLU, applied last
+  const void* residual = nullptr;  // (batch, M, N) c_dtype added in the store, or nullptr (see above)
   DType a_round = DType::kF32;  // bf16|f16: a (f32) read as if cast to it; kF32: as stored
   DType b_round = DType::kF32;  // the same for b
   bool bf16_products = false;   // f16 operand values multiplied rounded to bf16 (see the top of this file)

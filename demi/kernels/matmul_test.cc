@@ -13,6 +13,8 @@
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/kernels/cpu/gemm.h"
+#include "demi/kernels/cpu/gemm_dot.h"
+#include "demi/kernels/onednn/matmul.h"
 #include "demi/kernels/internal/matmul_conv_test_util.h"
 #include "demi/kernels/reference/matmul.h"
 #include "demi/kernels/tolerance.h"
@@ -52,6 +54,42 @@ TEST(Matmul, EveryPolicyMatchesTheReference) {
       EXPECT_TRUE(all_close(c.data(), t, widen(want.data(), DType::kF32, c.n), tolerance_for_sum(t, p.k, 1.0)));
     }
   set_matmul_policy(MatmulPolicy::kAuto);
+}
+
+// A residual added to the product (MatmulParams::residual): demi's GEMM reads it in its store, every other
+// kernel accumulates onto a copy of it in c; under every policy the sum is the reference's, with the bias
+// and ReLU, for a residual beside c and for c itself (the copy skipped). A product oneDNN runs directly
+// refuses one (it would be ignored).
+TEST(Matmul, AResidualIsAddedUnderEveryPolicy) {
+  uint64_t seed = 300;
+  for (MatmulPolicy policy : {MatmulPolicy::kAuto, MatmulPolicy::kDemi, MatmulPolicy::kOnednn})
+    for (DType t : {DType::kF32, DType::kBF16, DType::kF16})
+      for (int64_t n : {int64_t{70}, int64_t{5}}) {  // 5 columns: demi-dot's shape too
+        set_matmul_policy(policy);
+        MatmulParams p = product(37, n, 45, t);
+        p.bias_dtype = t;
+        p.relu = n == 5;
+        SCOPED_TRACE(describe(p) + " + residual -> " + matmul_kernel(p));
+        testing::check_product([](auto&&... args) { matmul(args...); }, p, true, seed += 10, false, true);
+        Operand a = random_operand(t, p.m * p.k, seed + 1), b = random_operand(t, p.n * p.k, seed + 2);
+        Operand c = random_operand(t, p.m * p.n, seed + 3), copy = c;
+        MatmulParams q = p;
+        q.residual = c.data();
+        matmul(q, a.data(), b.data(), c.data());
+        q.residual = nullptr;
+        q.accumulate = true;
+        std::vector<float> want = copy.f32;
+        MatmulParams r = q;
+        r.a_dtype = r.b_dtype = r.c_dtype = DType::kF32;
+        ref::matmul(r, a.f32.data(), b.f32.data(), want.data());
+        EXPECT_TRUE(all_close(c.data(), t, widen(want.data(), DType::kF32, c.n), tolerance_for_sum(t, p.k, 1.0)));
+      }
+  set_matmul_policy(MatmulPolicy::kAuto);
+  MatmulParams p = product(4, 4, 4, DType::kF32);
+  std::vector<float> a(16, 1.0f), b(16, 1.0f), c(16, 0.0f), r(16, 2.0f);
+  p.residual = r.data();
+  EXPECT_THROW(onednn::matmul(p, a.data(), b.data(), c.data()), Error);
+  EXPECT_THROW(cpu::gemm_dot(p, a.data(), b.data(), c.data()), Error);
 }
 
 // An f32 b read rounded to bf16|f16 (AMP's master weight), or an f32 a (AMP's data batch): every policy

@@ -59,8 +59,16 @@ Tensor CausalSelfAttention::construct(const Tensor& x) {
   std::vector<Tensor> qkv = split_heads(c_attn->call(x), b, t);
   Tensor o = ops::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], Tensor(), 0, n_head, /*causal=*/true,
                                                recompute_probabilities);
+  if (residual_.defined() && !resid_dropout) return c_proj->call_add(merge_heads(o, b, t), residual_);
   Tensor y = c_proj->call(merge_heads(o, b, t));
-  return resid_dropout ? resid_dropout->call(y) : y;
+  y = resid_dropout ? resid_dropout->call(y) : y;
+  return residual_.defined() ? ops::add(residual_, y) : y;
+}
+
+Tensor CausalSelfAttention::call_add(const Tensor& x, const Tensor& residual) {
+  // (Recomputed on its own, the cell's backward would return no gradient for the residual.)
+  if (recomputing_now()) return ops::add(residual, call(x));
+  return call_with(residual_, residual, x);
 }
 
 Tensor CausalSelfAttention::forward_cached(const Tensor& x, KVCache::Layer& layer, int64_t cached) {
@@ -82,8 +90,16 @@ GPTMLP::GPTMLP(const GPTOptions& o) : Cell("GPTMLP") {
 }
 
 Tensor GPTMLP::construct(const Tensor& x) {
-  Tensor y = c_proj->call(gelu->call(c_fc->call(x)));
-  return dropout ? dropout->call(y) : y;
+  Tensor h = gelu->call(c_fc->call(x));
+  if (residual_.defined() && !dropout) return c_proj->call_add(h, residual_);
+  Tensor y = c_proj->call(h);
+  y = dropout ? dropout->call(y) : y;
+  return residual_.defined() ? ops::add(residual_, y) : y;
+}
+
+Tensor GPTMLP::call_add(const Tensor& x, const Tensor& residual) {
+  if (recomputing_now()) return ops::add(residual, call(x));
+  return call_with(residual_, residual, x);
 }
 
 // ---- GPTBlock ----
@@ -95,8 +111,8 @@ GPTBlock::GPTBlock(const GPTOptions& o) : Cell("GPTBlock") {
 }
 
 Tensor GPTBlock::construct(const Tensor& x) {
-  Tensor y = ops::add(x, attn->call(ln_1->call(x)));
-  return ops::add(y, mlp->call(ln_2->call(y)));
+  Tensor y = attn->call_add(ln_1->call(x), x);
+  return mlp->call_add(ln_2->call(y), y);
 }
 
 Tensor GPTBlock::forward_cached(const Tensor& x, KVCache::Layer& layer, int64_t cached) {

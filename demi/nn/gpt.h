@@ -57,6 +57,8 @@ class CausalSelfAttention : public Cell {
   CausalSelfAttention(const GPTOptions& o);
   // x (B, T, E) -> (B, T, E)
   Tensor construct(const Tensor& x) override;
+  // residual + this(x), the add in c_proj's product where no dropout follows it (Dense::call_add).
+  Tensor call_add(const Tensor& x, const Tensor& residual);
   // Inference: x (B, Tn, E) holds the next Tn positions; their keys and values are appended to `layer`
   // (which holds `cached` positions) and the queries attend to every cached position and themselves.
   Tensor forward_cached(const Tensor& x, KVCache::Layer& layer, int64_t cached);
@@ -69,6 +71,7 @@ class CausalSelfAttention : public Cell {
   bool recompute_probabilities = false;
 
  private:
+  Tensor residual_;  // set only during call_add
   // qkv (B*T, 3E) -> q, k, v (B*H, T, Dh)
   std::vector<Tensor> split_heads(const Tensor& qkv, int64_t b, int64_t t) const;
   Tensor merge_heads(const Tensor& o, int64_t b, int64_t t) const;
@@ -78,9 +81,14 @@ class GPTMLP : public Cell {
  public:
   GPTMLP(const GPTOptions& o);
   Tensor construct(const Tensor& x) override;
+  // residual + this(x), the add in c_proj's product where no dropout follows it (Dense::call_add).
+  Tensor call_add(const Tensor& x, const Tensor& residual);
   std::shared_ptr<Dense> c_fc, c_proj;
   std::shared_ptr<GELU> gelu;
   std::shared_ptr<Dropout> dropout;  // null when dropout == 0
+
+ private:
+  Tensor residual_;  // set only during call_add
 };
 
 class GPTBlock : public Cell {

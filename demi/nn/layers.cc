@@ -67,15 +67,29 @@ Tensor Dense::construct(const Tensor& x) {
                                      "before (e.g. a Conv2d's pad_mode, whose MindSpore default is \"same\")")
                            : std::string());
   const bool relu = relu_ || fused_relu_;
-  if (x.rank() == 2) return ops::dense(x, weight, bias, relu);
-  // (*, in) -> flatten the leading dimensions, then restore them.
   Shape out_shape = x.shape();
   out_shape[-1] = out_channels;
+  if (residual_.defined()) {
+    DEMI_CHECK(residual_.shape() == out_shape, "expected a residual of the output's shape ", out_shape, ", got ",
+               residual_.describe());
+    if (x.rank() == 2) return ops::dense_add(x, weight, bias, residual_);
+    Tensor y = ops::dense_add(ops::reshape(x, {-1, in_channels}), weight, bias,
+                              ops::reshape(residual_, {-1, out_channels}));
+    return ops::reshape(y, out_shape);
+  }
+  if (x.rank() == 2) return ops::dense(x, weight, bias, relu);
+  // (*, in) -> flatten the leading dimensions, then restore them.
   Tensor y = ops::dense(ops::reshape(x, {-1, in_channels}), weight, bias, relu);
   return ops::reshape(y, out_shape);
 }
 
 Tensor Dense::call_relu(const Tensor& x) { return call_with(fused_relu_, true, x); }
+
+Tensor Dense::call_add(const Tensor& x, const Tensor& residual) {
+  // (Recomputed on its own, the layer's backward would return no gradient for the residual.)
+  if (relu_ || recomputing_now()) return ops::add(residual, (*this)(x));
+  return call_with(residual_, residual, x);
+}
 
 // ---- Conv2d ----
 Conv2dOptions Conv2dOptions::Make(int64_t stride, const std::string& pad_mode, int64_t padding, bool has_bias) {

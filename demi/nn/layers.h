@@ -31,12 +31,17 @@ class Dense : public Cell {
   // This layer followed by a ReLU as one op (SequentialCell's fusion): called as the layer (its hooks,
   // precision and name), the ReLU applied in the product's epilogue.
   Tensor call_relu(const Tensor& x);
+  // residual + this layer(x) as one op (a residual connection's add in the product's store: ops::dense_add),
+  // called as the layer; residual has the output's shape. A layer with a ReLU, or one recomputed on its own,
+  // runs the two ops.
+  Tensor call_add(const Tensor& x, const Tensor& residual);
   Tensor weight, bias;
   int64_t in_channels, out_channels;
 
  private:
   bool relu_;
   bool fused_relu_ = false;  // set only during call_relu
+  Tensor residual_;          // set only during call_add
 };
 
 struct Conv2dOptions {

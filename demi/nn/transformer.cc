@@ -96,7 +96,17 @@ Tensor MultiheadAttention::operator()(const Tensor& query, const Tensor& key, co
                                       const Tensor& attn_mask, const Tensor& key_padding_mask) {
   DEMI_CHECK(!recomputing_now(), "recompute(): ", describe(), " takes key and value besides the query, whose ",
              "gradients a recomputed cell cannot return; recompute the layer that encloses it instead");
-  PendingScope<Pending> scope(pending_, Pending{key, value, attn_mask, key_padding_mask});
+  PendingScope<Pending> scope(pending_, Pending{key, value, attn_mask, key_padding_mask, Tensor()});
+  return Cell::operator()(query);
+}
+
+Tensor MultiheadAttention::call_add(const Tensor& query, const Tensor& key, const Tensor& value,
+                                   const Tensor& attn_mask, const Tensor& key_padding_mask, const Tensor& residual) {
+  DEMI_CHECK(!recomputing_now(), "recompute(): ", describe(), " takes key and value besides the query, whose ",
+             "gradients a recomputed cell cannot return; recompute the layer that encloses it instead");
+  DEMI_CHECK(residual.defined() && residual.shape() == query.shape(), describe(),
+             ": expected a residual of the query's shape ", query.shape(), ", got ", residual.describe());
+  PendingScope<Pending> scope(pending_, Pending{key, value, attn_mask, key_padding_mask, residual});
   return Cell::operator()(query);
 }
 
@@ -153,6 +163,8 @@ Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const 
     o = ops::batch_matmul(p, v);
   }
   o = ops::reshape(ops::transpose(ops::reshape(o, {b, h, sq, dh}), {0, 2, 1, 3}), {b * sq, e});
+  if (pending_.residual.defined())
+    return ops::reshape(out_proj->call_add(o, ops::reshape(pending_.residual, {b * sq, e})), {b, sq, e});
   return ops::reshape((*out_proj)(o), {b, sq, e});
 }
 
@@ -229,27 +241,29 @@ Tensor TransformerEncoderLayer::operator()(const Tensor& src, const Tensor& src_
   return Cell::operator()(src);
 }
 
-Tensor TransformerEncoderLayer::self_attention(const Tensor& x) {
-  Tensor y = (*self_attn)(x, x, x, pending_mask_, pending_padding_);
-  return dropout1 ? (*dropout1)(y) : y;
+// residual + the block's branch: without the branch's dropout, the add is in its last product's store
+// (Dense::call_add), one op instead of two.
+Tensor TransformerEncoderLayer::self_attention_add(const Tensor& x, const Tensor& residual) {
+  if (!dropout1) return self_attn->call_add(x, x, x, pending_mask_, pending_padding_, residual);
+  return ops::add(residual, (*dropout1)((*self_attn)(x, x, x, pending_mask_, pending_padding_)));
 }
 
-Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) {
+Tensor TransformerEncoderLayer::feed_forward_add(const Tensor& x, const Tensor& residual) {
   Tensor hidden = (*linear1)(x);
   if (gelu_) hidden = ops::gelu(hidden, /*approximate=*/false);
   if (dropout) hidden = (*dropout)(hidden);
-  Tensor y = (*linear2)(hidden);
-  return dropout2 ? (*dropout2)(y) : y;
+  if (!dropout2) return linear2->call_add(hidden, residual);
+  return ops::add(residual, (*dropout2)((*linear2)(hidden)));
 }
 
 Tensor TransformerEncoderLayer::construct(const Tensor& src) {
   Tensor x = src;
   if (norm_first) {
-    x = ops::add(x, self_attention((*norm1)(x)));
-    return ops::add(x, feed_forward((*norm2)(x)));
+    x = self_attention_add((*norm1)(x), x);
+    return feed_forward_add((*norm2)(x), x);
   }
-  x = (*norm1)(ops::add(x, self_attention(x)));
-  return (*norm2)(ops::add(x, feed_forward(x)));
+  x = (*norm1)(self_attention_add(x, x));
+  return (*norm2)(feed_forward_add(x, x));
 }
 
 // ---- TransformerEncoder ----

@@ -69,6 +69,10 @@ class MultiheadAttention : public Cell {
   // query (B, Sq, E), key and value (B, Sk, E) -> (B, Sq, E); masks as described at the top of this file.
   Tensor operator()(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& attn_mask = Tensor(),
                     const Tensor& key_padding_mask = Tensor());
+  // residual (B, Sq, E) + operator()(query, key, value, masks), the add in out_proj's product
+  // (Dense::call_add: one op, no tensor for the attention's output alone).
+  Tensor call_add(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& attn_mask,
+                  const Tensor& key_padding_mask, const Tensor& residual);
   // Self-attention without masks (the Cell interface).
   Tensor construct(const Tensor& x) override;
 
@@ -88,7 +92,7 @@ class MultiheadAttention : public Cell {
  private:
   Tensor attend(const Tensor& query, const Tensor& key, const Tensor& value);
   struct Pending {
-    Tensor key, value, attn_mask, key_padding_mask;
+    Tensor key, value, attn_mask, key_padding_mask, residual;
   };
   Pending pending_;
   Generator gen_;
@@ -124,8 +128,9 @@ class TransformerEncoderLayer : public Cell {
   bool norm_first;
 
  private:
-  Tensor feed_forward(const Tensor& x);
-  Tensor self_attention(const Tensor& x);
+  // residual + the branch (of x): the add fused into the branch's last product where no dropout follows it.
+  Tensor feed_forward_add(const Tensor& x, const Tensor& residual);
+  Tensor self_attention_add(const Tensor& x, const Tensor& residual);
   bool gelu_;
   Tensor pending_mask_, pending_padding_;
 };

@@ -6,6 +6,7 @@
 #include "demi/kernels/onednn/dense.h"
 #include "demi/kernels/matmul.h"
 #include "demi/ops/internal/helpers.h"
+#include "demi/ops/observer.h"
 #include "demi/ops/ops.h"
 
 namespace demi::ops {
@@ -94,7 +95,9 @@ Tensor batch_matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b
   return matmul_impl(Op::kBatchMatmul, a, b, trans_a, trans_b, 3);
 }
 
-Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool relu) {
+namespace {
+
+void check_dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   internal::check_floating(Op::kDense, x_in, "x");
   internal::check_floating(Op::kDense, w_in, "weight");
   DEMI_CHECK(x_in.rank() == 2 && w_in.rank() == 2 && x_in.dim(1) == w_in.dim(1), "Dense: expected x (M, K) and ",
@@ -102,7 +105,11 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
   if (b_in.defined())
     DEMI_CHECK(b_in.rank() == 1 && b_in.dim(0) == w_in.dim(0), "Dense: expected bias (", w_in.dim(0), "), got ",
                b_in.describe());
-  Dispatch d(Op::kDense, {&x_in, &w_in, &b_in});
+}
+
+// Dense, with the residual r_in (undefined: none) added in the product's store; dense_add decides when.
+Tensor dense_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool relu, const Tensor& r_in) {
+  Dispatch d(Op::kDense, {&x_in, &w_in, &b_in, &r_in});
   // An FP32 weight (AMP's master) under a low compute dtype is not cast: the products read it rounded to
   // that dtype as they pack it (DenseParams::w_round), bit for bit a product of the cast weight, so no
   // low-precision copy of it is held — not in the cast cache, not as the optimizer's low copy, not saved
@@ -133,7 +140,12 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
   p.bias_dtype = b.defined() ? b.dtype() : p.y_dtype;
   p.relu = relu;
   Tensor y = empty({p.m, p.n}, p.y_dtype);
-  kernels::onednn::dense_forward(p, x.raw_data(), w.raw_data(), b.defined() ? b.raw_data() : nullptr, y.raw_data());
+  const bool residual = r_in.defined();
+  DEMI_ASSERT(!residual || (r_in.dtype() == p.y_dtype && r_in.shape() == y.shape() && !relu),
+              "Dense: a residual ", r_in.describe(), " is added in the store of a ", dtype_name(p.y_dtype), " ",
+              y.shape(), " product without ReLU only");
+  kernels::onednn::dense_forward(p, x.raw_data(), w.raw_data(), b.defined() ? b.raw_data() : nullptr, y.raw_data(),
+                                 residual ? r_in.raw_data() : nullptr);
   bool has_bias = b.defined();
   DType b_dtype = has_bias ? b.dtype() : p.y_dtype;
   bool need_dx = d.input_needs_grad(0);
@@ -144,7 +156,7 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
   const DType dw_dtype = d.param_grad_dtype(1, round_w ? p.w_round : p.w_dtype);
   const DType db_dtype = d.param_grad_dtype(2, b_dtype);
   return d.finish(y, [x = x_saved, w_saved = cw.saved, mask, p, has_bias, b_dtype, relu, need_dx, dw_dtype,
-                      db_dtype](const TensorList& g) {
+                      db_dtype, residual](const TensorList& g) {
     Tensor gy = grad_as(g[0], p.y_dtype);
     if (relu) gy = internal::relu_backward_from_mask(g[0], gy, mask);
     kernels::onednn::DenseParams q = p;
@@ -183,8 +195,35 @@ Tensor dense(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool re
       if (need_dx) data_gradient(empty(x.shape(), x.dtype()));  // a first layer's data needs no gradient
       weight_gradient();
     }
-    return TensorList{dx, dw, db};
+    // The residual's gradient is the output's (the add passes it through), as the Add's backward gives it.
+    return TensorList{dx, dw, db, residual ? gy : Tensor()};
   });
+}
+
+}  // namespace
+
+Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b, bool relu) {
+  check_dense(x, w, b);
+  return dense_impl(x, w, b, relu, Tensor());
+}
+
+Tensor dense_add(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual) {
+  check_dense(x, w, b);
+  internal::check_floating(Op::kDense, residual, "residual");
+  DEMI_CHECK(residual.rank() == 2 && residual.dim(0) == x.dim(0) && residual.dim(1) == w.dim(0),
+             "Dense: expected a residual (", x.dim(0), ", ", w.dim(0), ") for x ", x.describe(), " and weight ",
+             w.describe(), ", got ", residual.describe());
+  // The product's dtype as Dense alone would compute it (the residual not counted), and whether an Add of
+  // it and the residual would compute and return that dtype: only then is the fused sum the Add's but for
+  // its one rounding.
+  const DType out = Dispatch(Op::kDense, {&x, &w, &b}).compute_dtype();
+  const PrecisionPolicy* policy = current_precision_policy();
+  const bool to_fp32 = policy != nullptr && !current_dtype_pin() &&
+                       (policy->outputs_to_fp32(Op::kDense) || policy->outputs_to_fp32(Op::kAdd));
+  const bool fuse = fusion_enabled() && residual.dtype() == out && !to_fp32 &&
+                    resolve_compute_dtype(Op::kAdd, out) == out;
+  if (!fuse) return add(residual, dense(x, w, b));
+  return dense_impl(x, w, b, false, residual);
 }
 
 }  // namespace demi::ops

@@ -51,6 +51,11 @@ std::string matmul_kernel(int64_t m, int64_t n, int64_t k, bool trans_a, bool tr
 std::string matmul_kernel_cache();
 // x (M, K), w (N, K), b (N) or undefined -> y (M, N) = x·wᵀ + b, optionally ReLU fused
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), bool relu = false);
+// residual (M, N) + dense(x, w, b) as one op (a residual connection's add): where the sum is in the
+// Dense's own dtype (the residual has it, and an Add of the two would compute and return it), the product
+// adds the residual in its store (one rounding instead of two, no tensor for the product alone, no Add's
+// pass); anywhere else, and while FusionScope is off, exactly add(residual, dense(x, w, b)).
+Tensor dense_add(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual);
 
 // ---- convolution and pooling ----
 // How a bf16 convolution of x (N, C, H, W) with OC filters of kh x kw (stride 1, symmetric padding `pad`)

@@ -35,7 +35,7 @@ void store_scalar(const float (&acc)[kScalarMr][kScalarNr], const GemmTile& t) {
     for (int j = 0; j < t.n; ++j) {
       const int64_t i = t.transposed ? j * t.ldc + r : r * t.ldc + j;
       float v = acc[r][j];
-      if (t.load_c) v += to_float(t.c, t.c_dtype, i);
+      if (t.load_c) v += to_float(load_source(t), t.c_dtype, i);
       if (t.bias) v += t.bias[t.bias_rows ? r : j];
       if (t.relu) v = std::max(v, 0.0f);
       switch (t.c_dtype) {
@@ -291,9 +291,9 @@ Layout layout(const MatmulParams& p_in, const GemmKernels& g, bool bf16, int thr
 }
 
 // One (batch-1) product laid out by `L`, in `scratch` (L.scratch_bytes(), 64-byte aligned). bias is f32
-// (converted by the caller) or null; c is p.c_dtype.
+// (converted by the caller) or null; c and residual (null, or the matrix added in the store) are p.c_dtype.
 void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in, const void* b_in, void* c,
-             const float* bias, bool bias_per_row, char* scratch) {
+             const void* residual, const float* bias, bool bias_per_row, char* scratch) {
   const bool swapped = L.swapped;
   const MatmulParams& p = L.p;
   const void* a = swapped ? b_in : a_in;
@@ -315,8 +315,11 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
   char* bpack = scratch + bytes64(L.stage_bytes);
   void* ashared = L.ashared_bytes ? bpack + bytes64(L.bpack_bytes) : nullptr;
   char* parts_base = bpack + bytes64(L.bpack_bytes) + bytes64(L.ashared_bytes);
-  if (staged && p.accumulate) convert(c, p.c_dtype, stage, DType::kF32, M * N);  // (M * N = c's size)
+  // Staged, what the sums start from is in the stage: c (accumulate) or the residual, widened. Otherwise the
+  // first K block's store reads the residual (GemmTile::src) and the later ones c, which then holds the sums.
+  if (staged && (p.accumulate || residual)) convert(residual ? residual : c, p.c_dtype, stage, DType::kF32, M * N);
   void* target = staged ? static_cast<void*>(stage) : c;
+  const bool add_residual = residual != nullptr && !staged;
   const DType target_dtype = staged ? DType::kF32 : p.c_dtype;
   struct PartBuffers {
     void* ablock;
@@ -488,7 +491,7 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
             t.ldc = ldc;
             t.c_dtype = target_dtype;
             t.n = static_cast<int>(std::min(NR, N - j));
-            t.load_c = p.accumulate || !first;
+            t.load_c = p.accumulate || residual != nullptr || !first;
             t.relu = last && p.relu;
             t.transposed = swapped;
             panel = bp + pn * panel_bytes;
@@ -521,6 +524,7 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
               o.bias = last && bias ? bias + (bias_per_row ? j : i0) : nullptr;
               o.bias_rows = bias_per_row;
               o.c = element_at(target, j * ldc + i0, target_dtype);
+              o.src = first && add_residual ? element_at(residual, j * ldc + i0, target_dtype) : nullptr;
               g.store_f32_transposed(block, NR, o);
               continue;
             }
@@ -531,7 +535,9 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
               const bool along_rows = bias_per_row != swapped;
               t.bias = last && bias ? bias + (along_rows ? i : j) : nullptr;
               t.bias_rows = along_rows;
-              t.c = element_at(target, swapped ? j * ldc + i : i * ldc + j, target_dtype);
+              const int64_t at = swapped ? j * ldc + i : i * ldc + j;
+              t.c = element_at(target, at, target_dtype);
+              t.src = first && add_residual ? element_at(residual, at, target_dtype) : nullptr;
               multiply(ir, t);
             }
           }
@@ -592,7 +598,8 @@ void gemm_row_bias(const MatmulParams& p, const void* a, const void* b, void* c,
   for_each_part(parts, p.batch, [&](int64_t part, int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i)
       product(L, g, bf16, element_at(a, i * sa, p.a_dtype), element_at(b, i * sb, p.b_dtype),
-              element_at(c, i * sc, p.c_dtype), bias, per_row, scratch.part(part));
+              element_at(c, i * sc, p.c_dtype), p.residual ? element_at(p.residual, i * sc, p.c_dtype) : nullptr,
+              bias, per_row, scratch.part(part));
   });
 }
 

@@ -72,7 +72,8 @@ void ukr_f32(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b,
       char* row = static_cast<char*>(t.c) + j * t.ldc * static_cast<int64_t>(esize);
       for (int r = 0; r < t.m; ++r) v[r] = tile[r][j];
       if (t.load_c) {
-        row_to_f32(row, t.c_dtype, old, t.m);
+        row_to_f32(static_cast<const char*>(load_source(t)) + j * t.ldc * static_cast<int64_t>(esize), t.c_dtype, old,
+                   t.m);
         for (int r = 0; r < t.m; ++r) v[r] += old[r];
       }
       if (t.bias)
@@ -88,7 +89,8 @@ void ukr_f32(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b,
     _mm256_store_ps(v, acc[r][0]);
     _mm256_store_ps(v + 8, acc[r][1]);
     if (t.load_c) {
-      row_to_f32(row, t.c_dtype, old, t.n);
+      row_to_f32(static_cast<const char*>(load_source(t)) + r * t.ldc * static_cast<int64_t>(esize), t.c_dtype, old,
+                 t.n);
       for (int j = 0; j < t.n; ++j) v[j] += old[j];
     }
     if (t.bias)

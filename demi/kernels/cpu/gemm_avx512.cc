@@ -47,6 +47,7 @@ void ukr_f32(int64_t kc, const float* a, int64_t rs, int64_t cs, const float* b,
 template <typename T>
 void store_transposed(const float* src, int64_t sld, const GemmTile& t) {
   T* c = static_cast<T*>(t.c);
+  const T* in = static_cast<const T*>(load_source(t));
   const __m512 zero = _mm512_setzero_ps();
   __m512 r[16];
   // 16 rows of c at a time, each written left to right (c's rows are often 4 KiB apart: one cache set).
@@ -67,7 +68,8 @@ void store_transposed(const float* src, int64_t sld, const GemmTile& t) {
         if (i == h) break;
         T* dst = c + (r0 + i) * t.ldc + j0;
         __m512 x = r[i];
-        if (t.load_c) x = _mm512_add_ps(x, w == 16 ? V::load(dst) : V::load_n(dst, w));
+        const T* old = in + (r0 + i) * t.ldc + j0;
+        if (t.load_c) x = _mm512_add_ps(x, w == 16 ? V::load(old) : V::load_n(old, w));
         if (t.bias) x = _mm512_add_ps(x, t.bias_rows ? _mm512_set1_ps(t.bias[r0 + i]) : col_bias);
         if (t.relu) x = _mm512_max_ps(x, zero);
         if (w == 16)

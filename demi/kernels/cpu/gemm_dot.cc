@@ -145,6 +145,8 @@ void gemm_dot(const MatmulParams& p, const void* a, const void* b, void* c) {
   check_matmul_params(p, "gemm_dot");
   DEMI_CHECK(p.a_round == DType::kF32, "gemm_dot: reads a as stored; ", describe(p),
              " gets a rounded copy of a from kernels::matmul");
+  DEMI_CHECK(p.residual == nullptr, "gemm_dot: adds no residual; ", describe(p),
+             " is accumulated onto a copy of it by kernels::matmul");
   DEMI_CHECK(gemm_dot_supported(p), "gemm_dot: takes c = a . b^T (trans_b, not trans_a) with N <= ", kDotMaxN,
              " and f32|bf16|f16 tensors, got ", describe(p));
   float bias32[kDotMaxN];

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -34,9 +35,10 @@ class ScopedBlocking {
 
 // gemm on operands in p's dtypes against ref::matmul in f32 on the same (rounded) values; dyadic operands
 // (exact) are compared bit for bit.
-void check(const MatmulParams& p, bool with_bias, uint64_t seed, bool exact = false) {
-  SCOPED_TRACE(describe(p) + " at " + std::string(cpu_level_name(cpu_level())) + (exact ? " (dyadic)" : ""));
-  kernels::testing::check_product([](auto&&... args) { cpu::gemm(args...); }, p, with_bias, seed, exact);
+void check(const MatmulParams& p, bool with_bias, uint64_t seed, bool exact = false, bool residual = false) {
+  SCOPED_TRACE(describe(p) + " at " + std::string(cpu_level_name(cpu_level())) + (exact ? " (dyadic)" : "") +
+               (residual ? " + residual" : ""));
+  kernels::testing::check_product([](auto&&... args) { cpu::gemm(args...); }, p, with_bias, seed, exact, residual);
 }
 
 using Dtypes = kernels::testing::MatmulDtypes;
@@ -123,6 +125,67 @@ TEST(Gemm, SwappedProductsFuseBiasReluAndAccumulate) {
     }
   }
   set_num_threads(saved_threads);
+}
+
+// A residual added in the store (MatmulParams::residual), with the bias and the ReLU after it: against the
+// reference, on random and dyadic operands, through small blocks (several K blocks: a low-precision c is
+// staged, an f32 one reads the residual in the first block's store and itself after), swapped products
+// (their tiles stored through a transposed block) and both threads.
+TEST(Gemm, EpiloguesAddAResidual) {
+  uint64_t seed = 6000;
+  const int saved_threads = num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (CpuLevel level : supported_cpu_levels()) {
+      ScopedCpuLevel scoped(level);
+      for (const Dtypes& d : kDtypes)
+        for (const Mnk& s : {Mnk{7, 65, 17}, Mnk{13, 129, 21}, Mnk{2, 3, 40}, Mnk{20, 300, 260}, Mnk{7, 70, 1500}})
+          for (int t = 0; t < 4; ++t)
+            for (int flags : {0, 3}) {
+              const bool small = s.k < 100;
+              if (threads == 2 && small) continue;
+              ScopedBlocking blocks(small ? GemmBlocking{12, 10, 128} : gemm_blocking());
+              MatmulParams p = params(s, t, t == 1 ? 2 : 1, d);
+              p.relu = flags & 2;
+              p.bias_dtype = d.c;
+              check(p, flags & 1, seed += 10, /*exact=*/false, /*residual=*/true);
+              check(p, flags & 1, seed += 10, /*exact=*/true, /*residual=*/true);
+            }
+    }
+  }
+  set_num_threads(saved_threads);
+}
+
+// The residual read by the store is the same sum as accumulating onto a copy of it, bit for bit, and it may
+// be c itself; with accumulate it is refused.
+TEST(Gemm, AResidualIsAccumulatingOntoItsCopyBitForBit) {
+  uint64_t seed = 6500;
+  for (CpuLevel level : supported_cpu_levels()) {
+    ScopedCpuLevel scoped(level);
+    for (const Dtypes& d : {Dtypes{F32, F32, F32}, Dtypes{BF16, BF16, BF16}, Dtypes{F16, F16, F16}})
+      for (const Mnk& s : {Mnk{33, 130, 45}, Mnk{20, 300, 1300}, Mnk{130, 70, 300}})
+        for (int t = 0; t < 4; ++t) {
+          MatmulParams p = params(s, t, 1, d);
+          SCOPED_TRACE(describe(p) + " at " + std::string(cpu_level_name(level)));
+          auto a = kernels::testing::random_operand(d.a, p.m * p.k, seed += 10);
+          auto b = kernels::testing::random_operand(d.b, p.k * p.n, seed + 1);
+          auto r = kernels::testing::random_operand(d.c, p.m * p.n, seed + 2);
+          auto fused = kernels::testing::random_operand(d.c, p.m * p.n, seed + 3);
+          auto copy = r, in_place = r;
+          MatmulParams acc = p;
+          acc.accumulate = true;
+          gemm(acc, a.data(), b.data(), copy.data());
+          p.residual = r.data();
+          gemm(p, a.data(), b.data(), fused.data());
+          const size_t bytes = static_cast<size_t>(p.m * p.n) * dtype_size(d.c);
+          EXPECT_EQ(std::memcmp(fused.data(), copy.data(), bytes), 0);
+          p.residual = in_place.data();
+          gemm(p, a.data(), b.data(), in_place.data());
+          EXPECT_EQ(std::memcmp(in_place.data(), copy.data(), bytes), 0);
+          p.accumulate = true;
+          EXPECT_THROW(gemm(p, a.data(), b.data(), fused.data()), Error);
+        }
+  }
 }
 
 // A row bias (a convolution's per-channel bias, c's row i gets bias[i]) on swapped and unswapped products,

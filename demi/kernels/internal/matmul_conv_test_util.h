@@ -132,18 +132,23 @@ inline const std::vector<MatmulDtypes> kMatmulDtypes = {
 // are compared within tolerance_for_sum; dyadic ones exactly (every f32 partial sum is exact, so any
 // summation order gives the same f32 value, rounded once into c's dtype).
 template <typename Product>
-void check_product(Product&& product, MatmulParams p, bool with_bias, uint64_t seed, bool exact = false) {
+// with_residual: a residual (c's dtype) added in the store (MatmulParams::residual), which p must not set.
+void check_product(Product&& product, MatmulParams p, bool with_bias, uint64_t seed, bool exact = false,
+                   bool with_residual = false) {
   auto make = [&](DType t, int64_t n, uint64_t s) { return exact ? dyadic_operand(t, n, s) : random_operand(t, n, s); };
   Operand a = make(p.a_dtype, p.batch * p.m * p.k, seed);
   Operand b = make(p.b_dtype, p.batch * p.k * p.n, seed + 1);
   Operand bias = make(p.bias_dtype, p.n, seed + 2);
   Operand c = make(p.c_dtype, p.batch * p.m * p.n, seed + 3);  // what accumulate adds to
+  Operand residual = make(p.c_dtype, with_residual ? p.batch * p.m * p.n : 0, seed + 4);
   std::vector<float> want = c.f32;
   MatmulParams r = p;
   r.a_dtype = r.b_dtype = r.c_dtype = r.bias_dtype = DType::kF32;
   r.bias = with_bias ? bias.f32.data() : nullptr;
+  r.residual = with_residual ? residual.f32.data() : nullptr;
   ref::matmul(r, a.f32.data(), b.f32.data(), want.data());
   p.bias = with_bias ? bias.data() : nullptr;
+  p.residual = with_residual ? residual.data() : nullptr;
   product(p, a.data(), b.data(), c.data());
   std::vector<double> expect = widen(want.data(), DType::kF32, c.n);
   if (exact && p.c_dtype != DType::kF32) {

@@ -15,7 +15,8 @@
 
 namespace demi::kernels::onednn {
 
-void dense_forward(const DenseParams& p, const void* x, const void* w, const void* bias, void* y) {
+void dense_forward(const DenseParams& p, const void* x, const void* w, const void* bias, void* y,
+                   const void* residual) {
   MatmulParams mp;
   mp.m = p.m;
   mp.n = p.n;
@@ -29,6 +30,7 @@ void dense_forward(const DenseParams& p, const void* x, const void* w, const voi
   mp.bias = bias;
   mp.bias_dtype = p.bias_dtype;
   mp.relu = p.relu;
+  mp.residual = residual;
   kernels::matmul(mp, x, w, y);
 }
 

@@ -35,8 +35,10 @@ struct DenseParams {
   bool accumulate = false;  // backward: dx += ..., dw += ..., db += ... instead of overwriting
 };
 
-// x (M, K) x_dtype, w (N, K) w_dtype, bias (N) bias_dtype or nullptr -> y (M, N) y_dtype
-void dense_forward(const DenseParams& p, const void* x, const void* w, const void* bias, void* y);
+// x (M, K) x_dtype, w (N, K) w_dtype, bias (N) bias_dtype or nullptr -> y (M, N) y_dtype; residual (M, N)
+// y_dtype or nullptr: added before the ReLU, in the product's store (MatmulParams::residual); it may be y.
+void dense_forward(const DenseParams& p, const void* x, const void* w, const void* bias, void* y,
+                   const void* residual = nullptr);
 // dy (M, N) y_dtype, w (N, K) w_dtype -> dx (M, K) x_dtype
 void dense_backward_data(const DenseParams& p, const void* dy, const void* w, void* dx);
 // x (M, K) x_dtype, dy (M, N) y_dtype -> dw (N, K) w_dtype, and db (N) bias_dtype unless db is nullptr

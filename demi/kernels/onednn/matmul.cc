@@ -312,6 +312,8 @@ void check_exact(const MatmulParams& p) {
              " runs on demi's bfloat16 pair kernel (kernels::matmul)");
   DEMI_CHECK(p.a_round == DType::kF32 && p.b_round == DType::kF32, "oneDNN's matmul reads its operands as stored; ",
              describe(p), " gets rounded copies from kernels::matmul");
+  DEMI_CHECK(p.residual == nullptr, "oneDNN's matmul adds no residual; ", describe(p),
+             " is accumulated onto a copy of it by kernels::matmul");
 }
 }  // namespace
 

@@ -25,8 +25,9 @@ void matmul_impl(const MatmulParams& p, const void* a, const void* b, void* c) {
   if (p.bf16_products && b_value_dtype(p) == DType::kF16) as_bf16(B);
   std::vector<Acc> bias =
       p.bias ? internal::widen<Acc>(p.bias, p.bias_dtype, N) : std::vector<Acc>(N, Acc(0));
-  std::vector<Acc> old =
-      p.accumulate ? internal::widen<Acc>(c, p.c_dtype, p.batch * M * N) : std::vector<Acc>();
+  std::vector<Acc> old = p.accumulate || p.residual
+                             ? internal::widen<Acc>(p.residual ? p.residual : c, p.c_dtype, p.batch * M * N)
+                             : std::vector<Acc>();
   std::vector<Acc> C(static_cast<size_t>(p.batch * M * N));
   for (int64_t bi = 0; bi < p.batch; ++bi) {
     const Acc* Ab = A.data() + bi * M * K;
@@ -41,7 +42,7 @@ void matmul_impl(const MatmulParams& p, const void* a, const void* b, void* c) {
         }
         int64_t idx = (bi * M + i) * N + j;
         sum += bias[static_cast<size_t>(j)];
-        if (p.accumulate) sum += old[static_cast<size_t>(idx)];
+        if (!old.empty()) sum += old[static_cast<size_t>(idx)];  // c (accumulate) or the residual
         if (p.relu) sum = std::max(sum, Acc(0));
         C[static_cast<size_t>(idx)] = sum;
       }

@@ -35,6 +35,14 @@ TEST(RefMatmul, SmallProductWithBiasAndReluByHand) {
   c = {1, 20, 30, 40};
   matmul(p, a.data(), b.data(), c.data());
   EXPECT_EQ(c, (std::vector<float>{11.5f, 6.0f, 8.5f, 28.0f}));
+  // A residual adds the same way, from its own matrix (c's old values unread), before the ReLU.
+  p.accumulate = false;
+  p.relu = true;
+  std::vector<float> residual = {1, 20, 30, 40};
+  p.residual = residual.data();
+  c = {-1, -1, -1, -1};
+  matmul(p, a.data(), b.data(), c.data());
+  EXPECT_EQ(c, (std::vector<float>{11.5f, 6.0f, 8.5f, 28.0f}));
 }
 
 TEST(RefMatmul, TransposedStorageGivesTheSameProduct) {

@@ -31,21 +31,23 @@ template <typename T>
 inline void store_rows(Acc& acc, const GemmTile& t) {
   using V = VecAvx512;
   T* c = static_cast<T*>(t.c);
+  const T* in = static_cast<const T*>(load_source(t));
   const __m512 zero = _mm512_setzero_ps();
   for (int r = 0; r < t.m; ++r) {
     T* row = c + r * t.ldc;
+    const T* in_row = in + r * t.ldc;
     for (int v = 0; v < kVecs; ++v) {
       const int j = v * 16;
       if (j >= t.n) break;
       const int w = std::min(16, t.n - j);
       __m512 x = acc[r][v];
       if (w == 16) {
-        if (t.load_c) x = _mm512_add_ps(x, V::load(row + j));
+        if (t.load_c) x = _mm512_add_ps(x, V::load(in_row + j));
         if (t.bias) x = _mm512_add_ps(x, t.bias_rows ? _mm512_set1_ps(t.bias[r]) : _mm512_loadu_ps(t.bias + j));
         if (t.relu) x = _mm512_max_ps(x, zero);
         V::store(row + j, x);
       } else {
-        if (t.load_c) x = _mm512_add_ps(x, V::load_n(row + j, w));
+        if (t.load_c) x = _mm512_add_ps(x, V::load_n(in_row + j, w));
         if (t.bias) x = _mm512_add_ps(x, t.bias_rows ? _mm512_set1_ps(t.bias[r]) : V::load_n(t.bias + j, w));
         if (t.relu) x = _mm512_max_ps(x, zero);
         V::store_n(row + j, x, w);
@@ -60,6 +62,7 @@ template <typename T>
 inline void store_columns(Acc& acc, const GemmTile& t) {
   using V = VecAvx512;
   T* c = static_cast<T*>(t.c);
+  const T* in = static_cast<const T*>(load_source(t));
   const __m512 zero = _mm512_setzero_ps();
   const __m512 row_bias = t.bias && t.bias_rows ? V::load_n(t.bias, t.m) : zero;
   __m512 r[16];
@@ -70,7 +73,7 @@ inline void store_columns(Acc& acc, const GemmTile& t) {
     for (int jj = 0; jj < cols; ++jj) {
       T* dst = c + (v * 16 + jj) * t.ldc;
       __m512 x = r[jj];
-      if (t.load_c) x = _mm512_add_ps(x, V::load_n(dst, t.m));
+      if (t.load_c) x = _mm512_add_ps(x, V::load_n(in + (v * 16 + jj) * t.ldc, t.m));
       if (t.bias) x = _mm512_add_ps(x, t.bias_rows ? row_bias : _mm512_set1_ps(t.bias[v * 16 + jj]));
       if (t.relu) x = _mm512_max_ps(x, zero);
       V::store_n(dst, x, t.m);
@@ -100,6 +103,7 @@ template <typename T>
       for (int v = 0; v < kVecs; ++v) V::store(c + r * t.ldc + v * 16, acc[r][v]);
     return;
   }
+  const T* in = static_cast<const T*>(load_source(t));
   const __m512 zero = _mm512_setzero_ps();
 #pragma GCC unroll 6
   for (int r = 0; r < kMr; ++r) {
@@ -107,7 +111,7 @@ template <typename T>
 #pragma GCC unroll 4
     for (int v = 0; v < kVecs; ++v) {
       __m512 x = acc[r][v];
-      if (t.load_c) x = _mm512_add_ps(x, V::load(row + v * 16));
+      if (t.load_c) x = _mm512_add_ps(x, V::load(in + r * t.ldc + v * 16));
       if (t.bias) x = _mm512_add_ps(x, t.bias_rows ? _mm512_set1_ps(t.bias[r]) : _mm512_loadu_ps(t.bias + v * 16));
       if (t.relu) x = _mm512_max_ps(x, zero);
       V::store(row + v * 16, x);
@@ -166,7 +170,7 @@ inline void store_narrow(NarrowAcc& acc, const GemmTile& t) {
       float* dst = c + r * t.ldc + v * 16;
       const int w = std::min(16, t.n - v * 16);
       __m512 x = acc[r][v];
-      if (t.load_c) x = _mm512_add_ps(x, V::load_n(dst, w));
+      if (t.load_c) x = _mm512_add_ps(x, V::load_n(static_cast<const float*>(load_source(t)) + r * t.ldc + v * 16, w));
       V::store_n(dst, x, w);
     }
 }

@@ -20,6 +20,8 @@ namespace demi::kernels::cpu_internal {
 
 // Where one micro-kernel call's tile goes and what its store does, in this order:
 //   v = acc (+ c if load_c) (+ bias) (max(v, 0) if relu), rounded once into c's dtype.
+// With `src` set, load_c reads the tile's previous values from src (c's layout, ldc and dtype) instead of c:
+// a residual added in the store (MatmulParams::residual).
 // A transposed tile (the driver computed c^T = op(b)^T op(a)^T, packing the smaller operand) stores its
 // element (r, j) at c[j * ldc + r]. The bias runs along the tile's columns (bias[j]) or, with bias_rows,
 // down its rows (bias[r]): a swapped product's column bias, or a convolution's per-channel one.
@@ -29,11 +31,15 @@ struct GemmTile {
   DType c_dtype = DType::kF32;
   int m = 0, n = 0;        // valid rows (1..MR) and columns (1..NR); the rest of the tile is dropped
   bool load_c = false;     // accumulate onto c (beta = 1, or a later K block)
+  const void* src = nullptr;  // with load_c: where the values added are read (the tile's (0, 0)); null: c
   const float* bias = nullptr;  // the tile's bias values (n of them, or m with bias_rows), or nullptr
   bool bias_rows = false;
   bool relu = false;
   bool transposed = false;
 };
+
+// Where a tile's load_c reads: src, or c itself.
+inline const void* load_source(const GemmTile& t) { return t.src != nullptr ? t.src : t.c; }
 
 struct GemmKernels {
   const char* name = nullptr;  // "avx512", ... (for diagnostics)
