@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 #include "demi/core/convert.h"
@@ -43,10 +44,42 @@ void scan(const Tensor& t, Scan& s) {
   }
 }
 
+// Whether any of n values (their bits, `mask` the exponent's) is Inf or NaN: an exponent of all ones. A
+// loop over the raw bits the compiler vectorises (no conversion, no branch per value), in chunks so that a
+// non-finite value ends it early.
+template <typename Bits>
+bool any_exponent_all_ones(const Bits* p, int64_t n, Bits mask) {
+  constexpr int64_t kChunk = 4096;
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t m = std::min(kChunk, n - i);
+    bool any = false;
+    for (int64_t j = 0; j < m; ++j) any |= (p[i + j] & mask) == mask;
+    if (any) return true;
+  }
+  return false;
+}
+
+bool any_nonfinite(const Tensor& t) {
+  if (!t.defined() || t.numel() == 0) return false;
+  const int64_t n = t.numel();
+  switch (t.dtype()) {
+    case DType::kF32: return any_exponent_all_ones(static_cast<const uint32_t*>(t.raw_data()), n, 0x7f800000u);
+    case DType::kF64:
+      return any_exponent_all_ones(static_cast<const uint64_t*>(t.raw_data()), n, uint64_t{0x7ff0000000000000});
+    case DType::kBF16: return any_exponent_all_ones(static_cast<const uint16_t*>(t.raw_data()), n, uint16_t{0x7f80});
+    case DType::kF16: return any_exponent_all_ones(static_cast<const uint16_t*>(t.raw_data()), n, uint16_t{0x7c00});
+    default: return false;
+  }
+}
+
 }  // namespace
 
 void OverflowFinder::on_op(const ops::OpEvent& e) {
   if (source_.found) return;
+  // Most ops of the re-run are finite: checked on their bits first, counted only where one is not (the
+  // counting scan, per value with a conversion, was 8% of a 10-step model D run at O2-fp16 with its three
+  // overflow steps at the start).
+  if (std::none_of(e.outputs.begin(), e.outputs.end(), [](const Tensor& o) { return any_nonfinite(o); })) return;
   Scan out;
   DType bad_dtype = DType::kF32;
   for (const Tensor& o : e.outputs) {

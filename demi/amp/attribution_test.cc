@@ -44,6 +44,34 @@ Tensor batch_labels() {
   return from_vector(v, {32});
 }
 
+// The finder checks each output's bits first (an exponent of all ones) and counts only where one is not
+// finite: every floating dtype, an Inf or a NaN anywhere (past the first chunk too) is found and counted;
+// finite outputs, largest values included, are not.
+TEST(OverflowAttribution, FindsInfAndNanInEveryFloatingDtype) {
+  for (DType t : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16}) {
+    for (double bad : {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                       std::numeric_limits<double>::quiet_NaN(), 0.0}) {
+      SCOPED_TRACE(str_cat(dtype_name(t), " with ", bad));
+      std::vector<float> v(10000, 1.0f);
+      v[1] = t == DType::kF16 ? 65504.0f : t == DType::kBF16 ? 3.3e38f : 3.4e38f;  // the largest finite values
+      v[9000] = static_cast<float>(bad);
+      Tensor out = from_vector(v, {10000});
+      out = t == DType::kF64 ? out.to(DType::kF64) : out.to(t);
+      if (t == DType::kF64) out.set(9000, bad);
+      Tensor in = from_vector(std::vector<float>{1.0f}, {1});
+      const Tensor* inputs[] = {&in};
+      OverflowFinder finder;
+      finder.on_op({.op = ops::Op::kRelu, .inputs = inputs, .outputs = std::span<const Tensor>(&out, 1)});
+      const bool finite = bad == 0.0;
+      EXPECT_EQ(finder.found(), !finite);
+      if (!finite) {
+        EXPECT_EQ(finder.source().inf + finder.source().nan, 1);
+        EXPECT_EQ(finder.source().nan, std::isnan(bad) ? 1 : 0);
+      }
+    }
+  }
+}
+
 TEST(OverflowAttribution, AForwardOverflowIsAttributedToTheLayerThatMadeIt) {
   Net n(1.0);
   // fc2's outputs leave FP16's range (|y| ~ 16 * 1e4 * |h|): its forward Dense overflows in float16.
