@@ -90,7 +90,8 @@ internal::ChoiceCache::Key key_of_params(const MatmulParams& p) {
                         int64_t{matmul_policy() == MatmulPolicy::kDemi} << 29 | int64_t{p.bf16_products} << 30 |
                         static_cast<int64_t>(p.a_dtype) << 32 | static_cast<int64_t>(p.b_dtype) << 40 |
                         static_cast<int64_t>(p.c_dtype) << 48 | static_cast<int64_t>(p.b_round) << 56;
-  return {p.batch, p.m, p.n, p.k, flags, static_cast<int64_t>(p.a_round) | int64_t{p.residual != nullptr} << 8};
+  return {p.batch, p.m, p.n, p.k, flags, static_cast<int64_t>(p.a_round) | int64_t{p.residual != nullptr} << 8 |
+                                                    int64_t{p.a_row_sums != nullptr} << 9};
 }
 
 std::string key_of(const MatmulParams& p) {
@@ -100,7 +101,8 @@ std::string key_of(const MatmulParams& p) {
                  p.a_round != DType::kF32 ? str_cat(":", dtype_name(p.a_round)) : "", ",", dtype_name(p.b_dtype),
                  p.b_round != DType::kF32 ? str_cat(":", dtype_name(p.b_round)) : "", "->",
                  dtype_name(p.c_dtype), p.bias ? " bias" : "", p.relu ? " relu" : "", p.accumulate ? " acc" : "",
-                 p.residual ? " residual" : "", p.bf16_products ? " f16-as-bf16" : "");
+                 p.residual ? " residual" : "", p.a_row_sums ? " row-sums" : "",
+                 p.bf16_products ? " f16-as-bf16" : "");
 }
 
 internal::ChoiceCache& choices() {
@@ -124,10 +126,64 @@ void round_into(const void* x, int64_t n, DType round, void* copy) {
     convert(x, DType::kF32, copy, round, n);
 }
 
+// MatmulParams::a_row_sums in a pass of their own, for the kernels that do not take them from their
+// packing: op(a)'s rows summed in f32, k ascending (the GEMM's order), a's values as read (a_round). The
+// threads take blocks of the sums; a transposed a (a Dense weight gradient's dy) is read a row of K at a
+// time across a block, in blocks as narrow as 64 sums so that both threads work on a layer of 256.
+void row_sums_of_a(const MatmulParams& p, const void* a) {
+  const int64_t M = p.m, K = p.k;
+  const size_t esize = dtype_size(p.a_dtype);
+  const int64_t threads = num_threads();
+  const int64_t block = std::clamp<int64_t>(((M + threads - 1) / threads + 15) / 16 * 16, 64, 256);
+  // (On the threads: the conversion kernels directly, not the bulk conversion, which would split a row.)
+  const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(cpu_level());
+  const auto convert = [&](const void* src, DType t, float* dst, DType, int64_t n) {
+    if (t == DType::kBF16) return cvt.bf16_to_f32(static_cast<const BFloat16*>(src), dst, n);
+    if (t == DType::kF16) return cvt.f16_to_f32(static_cast<const Half*>(src), dst, n);
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  };
+  parallel_for(0, (M + block - 1) / block, 1, [&](int64_t b0, int64_t b1) {
+    alignas(64) float row[256];
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t i0 = blk * block, w = std::min(block, M - i0);
+      float* sums = p.a_row_sums + i0;
+      if (p.trans_a) {
+        std::fill(sums, sums + w, 0.0f);
+        for (int64_t kk = 0; kk < K; ++kk) {
+          const char* src = static_cast<const char*>(a) + static_cast<size_t>(kk * M + i0) * esize;
+          convert(src, p.a_dtype, row, DType::kF32, w);
+          if (p.a_round != DType::kF32) round_f32(row, row, w, p.a_round);
+          for (int64_t i = 0; i < w; ++i) sums[i] += row[i];
+        }
+        continue;
+      }
+      for (int64_t i = 0; i < w; ++i) {
+        float sum = 0;
+        for (int64_t k0 = 0; k0 < K; k0 += 256) {
+          const int64_t n = std::min<int64_t>(256, K - k0);
+          const char* src = static_cast<const char*>(a) + static_cast<size_t>((i0 + i) * K + k0) * esize;
+          convert(src, p.a_dtype, row, DType::kF32, n);
+          if (p.a_round != DType::kF32) round_f32(row, row, n, p.a_round);
+          for (int64_t j = 0; j < n; ++j) sum += row[j];
+        }
+        sums[i] = sum;
+      }
+    }
+  });
+}
+
 void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c) {
   // demi's GEMM rounds a and b as it packs them and demi-dot b as it widens it; every other kernel (and
   // demi-dot for a) gets a rounded copy.
   const bool gemm = k == Kernel::kDemiF32 || k == Kernel::kDemiBf16;
+  // demi's GEMM sums a's rows from its packing (unless it packs other values than a's: f16 ones multiplied
+  // as bf16); the other kernels leave them to a pass of their own.
+  if (p.a_row_sums != nullptr && (!gemm || p.bf16_products)) {
+    row_sums_of_a(p, a);
+    MatmulParams q = p;
+    q.a_row_sums = nullptr;
+    return run(k, q, a, b, c);
+  }
   // demi's GEMM adds a residual in its store; the other kernels accumulate onto a copy of it in c (the same
   // sum, one pass over c more).
   if (p.residual != nullptr && !gemm) {
@@ -174,7 +230,9 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   const size_t bias_bytes = static_cast<size_t>(p.n) * dtype_size(p.bias_dtype);
   const size_t c_bytes = static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(p.c_dtype);
   cpu_internal::Workspace sa(scratch_in ? a_bytes : 0), sb(scratch_in ? b_bytes : 0),
-      sbias(scratch_in && p.bias ? bias_bytes : 0), sres(scratch_in && p.residual ? c_bytes : 0);
+      sbias(scratch_in && p.bias ? bias_bytes : 0), sres(scratch_in && p.residual ? c_bytes : 0),
+      ssums(scratch_in && p.a_row_sums ? static_cast<size_t>(p.m) * sizeof(float) : 0);
+  if (scratch_in && p.a_row_sums) p.a_row_sums = ssums.f32();
   if (scratch_in) {
     std::memset(sa.f32(), 0, a_bytes);
     std::memset(sb.f32(), 0, b_bytes);

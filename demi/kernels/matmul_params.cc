@@ -20,6 +20,7 @@ std::string describe(const MatmulParams& p) {
   if (p.relu) s += ", relu";
   if (p.accumulate) s += ", accumulate";
   if (p.residual) s += str_cat(", + residual", shape(p.m, p.n), " ", dtype_name(p.c_dtype));
+  if (p.a_row_sums) s += str_cat(", row sums of a (", p.m, ")");
   if (p.bf16_products) s += ", float16 values multiplied as bfloat16";
   return s;
 }
@@ -47,6 +48,9 @@ void check_matmul_params(const MatmulParams& p, const char* op) {
              op, ": a can be read rounded to bfloat16 or float16 only from float32, got ", describe(p));
   DEMI_CHECK(!p.residual || !p.accumulate, op,
              ": a product adds a residual or accumulates into c, not both (a residual that is c is accumulate), got ",
+             describe(p));
+  DEMI_CHECK(!p.a_row_sums || (p.batch == 1 && !p.bf16_products && p.c_dtype != DType::kF64), op,
+             ": the row sums of a are taken of one float32|bfloat16|float16 product whose a is multiplied as read, got ",
              describe(p));
   DEMI_CHECK(!p.bf16_products || (is_low_precision(a_value_dtype(p)) && is_low_precision(b_value_dtype(p))), op,
              ": float16 values are multiplied as bfloat16 only in a product of float16|bfloat16 operands, got ",

@@ -12,6 +12,11 @@
 // are never two tensors; one rounding instead of two). It may be c itself (then it is accumulate), and
 // cannot be combined with accumulate.
 //
+// a_row_sums (none when null; batch 1 only): M f32 values written with the sums over K of op(a)'s rows,
+// of a's values as the product reads them (a_round applied; not with bf16_products), each summed in f32 with
+// k ascending — a Dense weight gradient's bias gradient (op(a) = dy^T) from the same pass over dy: demi's
+// GEMM sums the blocks of a it packs; the other kernels sum a in a pass of their own.
+//
 // All row-major and contiguous. The product accumulates in f32 (f64 when every operand is f64) and is
 // rounded once into c_dtype. Operand dtypes are f32, bf16 or f16 and may differ from each other and
 // from c_dtype (bf16 x bf16 -> f32 and f16 x f16 -> f32 write AMP's weight gradients straight into FP32);
@@ -52,6 +57,7 @@ struct MatmulParams {
   DType bias_dtype = DType::kF32;
   bool relu = false;  // fused ReLU, applied last
   const void* residual = nullptr;  // (batch, M, N) c_dtype added in the store, or nullptr (see above)
+  float* a_row_sums = nullptr;     // (M) f32: the sums over K of op(a)'s rows, or nullptr (see above)
   DType a_round = DType::kF32;  // bf16|f16: a (f32) read as if cast to it; kF32: as stored
   DType b_round = DType::kF32;  // the same for b
   bool bf16_products = false;   // f16 operand values multiplied rounded to bf16 (see the top of this file)

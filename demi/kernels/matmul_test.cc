@@ -92,6 +92,38 @@ TEST(Matmul, AResidualIsAddedUnderEveryPolicy) {
   EXPECT_THROW(cpu::gemm_dot(p, a.data(), b.data(), c.data()), Error);
 }
 
+// op(a)'s row sums (MatmulParams::a_row_sums) under every policy, from demi's GEMM's packing or from a pass
+// of their own (oneDNN, demi-dot, f16 values multiplied as bf16): bit for bit the plain f32 sums, k
+// ascending, of a's values, both layouts of a, an f32 a read rounded to f16.
+TEST(Matmul, RowSumsOfAAreThePlainSumsUnderEveryPolicy) {
+  uint64_t seed = 500;
+  for (MatmulPolicy policy : {MatmulPolicy::kAuto, MatmulPolicy::kDemi, MatmulPolicy::kOnednn})
+    for (DType t : {DType::kF32, DType::kBF16, DType::kF16})
+      for (int64_t n : {int64_t{300}, int64_t{5}})
+        for (bool ta : {false, true}) {
+          set_matmul_policy(policy);
+          MatmulParams p = product(70, n, 45, t);
+          p.trans_a = ta;
+          p.trans_b = !ta;  // (x . w^T, demi-dot's layout, untransposed)
+          p.c_dtype = DType::kF32;
+          if (t == DType::kF32 && n == 5) p.a_round = DType::kF16;
+          SCOPED_TRACE(describe(p) + " -> " + matmul_kernel(p));
+          Operand a = random_operand(t, p.m * p.k, seed += 10), b = random_operand(t, p.n * p.k, seed + 1);
+          std::vector<float> values = a.f32;
+          if (p.a_round != DType::kF32) values = testing::cast_operand(testing::cast_operand(a, DType::kF16),
+                                                                       DType::kF32).f32;
+          std::vector<float> want(static_cast<size_t>(p.m), 0.0f), sums(want.size(), -1.0f);
+          for (int64_t i = 0; i < p.m; ++i)
+            for (int64_t k = 0; k < p.k; ++k)
+              want[static_cast<size_t>(i)] += values[static_cast<size_t>(ta ? k * p.m + i : i * p.k + k)];
+          Operand c = random_operand(DType::kF32, p.m * p.n, seed + 2);
+          p.a_row_sums = sums.data();
+          matmul(p, a.data(), b.data(), c.data());
+          EXPECT_EQ(sums, want);
+        }
+  set_matmul_policy(MatmulPolicy::kAuto);
+}
+
 // An f32 b read rounded to bf16|f16 (AMP's master weight), or an f32 a (AMP's data batch): every policy
 // gives the product of the cast operand — the reference's within the product's tolerance, and under oneDNN
 // (which gets a rounded copy: bf16, or f32 holding the f16 values) bit for bit oneDNN's product of the cast

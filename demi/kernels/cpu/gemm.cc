@@ -176,6 +176,37 @@ void to_bf16(const GemmKernels& g, const void* src, DType t, DType round, BFloat
   g.f16_to_bf16(src, t, dst, n);
 }
 
+// MatmulParams::a_row_sums from what the product packs: each sum takes its row's values k ascending, across
+// K blocks too (the blocks come in k order), so the sums are the plain f32 sums whatever the blocking.
+// rows x kc of a as the f32 micro-kernel reads it: a(r, k) = p[r * rs + k * cs].
+void add_row_sums(const float* p, int64_t rs, int64_t cs, int64_t rows, int64_t kc, float* sums) {
+  if (rs == 1) {  // columns of k (a transposed a's block): vector adds across the rows
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t r = 0; r < rows; ++r) sums[r] += p[k * cs + r];
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < kc; ++k) sums[r] += p[r * rs + k * cs];
+}
+// The same as the pair kernel reads it: a(r, k) = p[r * rs + (k / 2) * cs + k % 2].
+void add_row_sums(const BFloat16* p, int64_t rs, int64_t cs, int64_t rows, int64_t kc, float* sums) {
+  for (int64_t k = 0; k < kc; ++k)
+    for (int64_t r = 0; r < rows; ++r) sums[r] += static_cast<float>(p[r * rs + (k / 2) * cs + k % 2]);
+}
+// The columns of a packed panel of b (a swapped product's op(a)^T): kc x w values, f32 [k][nr] or bf16 pairs
+// [k / 2][nr][2].
+void add_panel_sums(const void* panel, bool bf16, int64_t nr, int64_t kc, int64_t w, float* sums) {
+  if (!bf16) {
+    const auto* f = static_cast<const float*>(panel);
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t j = 0; j < w; ++j) sums[j] += f[k * nr + j];
+    return;
+  }
+  const auto* h = static_cast<const BFloat16*>(panel);
+  for (int64_t k = 0; k < kc; ++k)
+    for (int64_t j = 0; j < w; ++j) sums[j] += static_cast<float>(h[(k / 2) * 2 * nr + 2 * j + k % 2]);
+}
+
 // How one (batch-1) product is computed: which way round, its blocks, and the bytes of scratch it takes,
 // all from its parameters and thread count (a product's scratch is taken before it runs, by its caller:
 // a batch of products run one per thread takes every thread's at once).
@@ -291,9 +322,10 @@ Layout layout(const MatmulParams& p_in, const GemmKernels& g, bool bf16, int thr
 }
 
 // One (batch-1) product laid out by `L`, in `scratch` (L.scratch_bytes(), 64-byte aligned). bias is f32
-// (converted by the caller) or null; c and residual (null, or the matrix added in the store) are p.c_dtype.
+// (converted by the caller) or null; c and residual (null, or the matrix added in the store) are p.c_dtype;
+// row_sums (null, or the caller's M values): MatmulParams::a_row_sums.
 void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in, const void* b_in, void* c,
-             const void* residual, const float* bias, bool bias_per_row, char* scratch) {
+             const void* residual, const float* bias, bool bias_per_row, float* row_sums, char* scratch) {
   const bool swapped = L.swapped;
   const MatmulParams& p = L.p;
   const void* a = swapped ? b_in : a_in;
@@ -320,6 +352,10 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
   if (staged && (p.accumulate || residual)) convert(residual ? residual : c, p.c_dtype, stage, DType::kF32, M * N);
   void* target = staged ? static_cast<void*>(stage) : c;
   const bool add_residual = residual != nullptr && !staged;
+  // The caller's a is this product's a, its row sums taken from the blocks of a (once: in the first column
+  // block, by the first task of a row block); swapped, it is b, its sums the packed panels' columns.
+  const bool sum_a = row_sums != nullptr && !swapped, sum_b = row_sums != nullptr && swapped;
+  if (row_sums != nullptr) std::fill(row_sums, row_sums + (swapped ? N : M), 0.0f);
   const DType target_dtype = staged ? DType::kF32 : p.c_dtype;
   struct PartBuffers {
     void* ablock;
@@ -396,6 +432,12 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
           else
             g.pack_b_f32(b, p.b_dtype, p.trans_b, ldb, pc, kcur, j, w, reinterpret_cast<float*>(dst), stride);
         }
+        if (sum_b)
+          for (int64_t q = p0; q < p1; ++q) {
+            const int64_t j = jc + q * NR;
+            add_panel_sums(dst + (q - p0) * static_cast<int64_t>(panel_bytes), bf16, NR, kcur, std::min(NR, N - j),
+                           row_sums + j);
+          }
         if (b_to_bf16_f32)  // f16 values in f32 panels, rounded once more, to bf16
           for (int64_t q = 0; q < p1 - p0; ++q) {
             float* f = reinterpret_cast<float*>(dst) + q * stride;
@@ -475,6 +517,12 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
           const void* ap = L.a_in_place ? element_at(a, i0 * lda + pc, DType::kF32) : shared_a ? ashared : own.ablock;
           if (!shared_a && !L.a_in_place) prepare_a(i0, mcur, own.ablock, own.low, 0, 1);
           const auto [rs, cs] = a_strides(mcur);
+          if (sum_a && jc == 0 && ns == 0) {
+            if (bf16)
+              add_row_sums(static_cast<const BFloat16*>(ap), rs, cs, mcur, kcur, row_sums + i0);
+            else
+              add_row_sums(static_cast<const float*>(ap), rs, cs, mcur, kcur, row_sums + i0);
+          }
           // The tile of the block's rows ir ... ir + MR against `panel` (set below, per panel).
           const char* panel = nullptr;
           const auto multiply = [&](int64_t ir, const GemmTile& tile) {
@@ -599,7 +647,7 @@ void gemm_row_bias(const MatmulParams& p, const void* a, const void* b, void* c,
     for (int64_t i = i0; i < i1; ++i)
       product(L, g, bf16, element_at(a, i * sa, p.a_dtype), element_at(b, i * sb, p.b_dtype),
               element_at(c, i * sc, p.c_dtype), p.residual ? element_at(p.residual, i * sc, p.c_dtype) : nullptr,
-              bias, per_row, scratch.part(part));
+              bias, per_row, p.a_row_sums, scratch.part(part));
   });
 }
 

@@ -188,6 +188,52 @@ TEST(Gemm, AResidualIsAccumulatingOntoItsCopyBitForBit) {
   }
 }
 
+// op(a)'s row sums (MatmulParams::a_row_sums, a Dense weight gradient's bias gradient) taken from what the
+// product packs: the blocks of a, or a swapped product's panels of b; across row blocks, K blocks and column
+// blocks, both threads, both micro-kernels, an f32 a read rounded: bit for bit the plain f32 sums (k
+// ascending) of a's values as read, and the product unchanged.
+TEST(Gemm, RowSumsOfAFromThePackingAreThePlainSums) {
+  uint64_t seed = 6700;
+  const int saved_threads = num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (CpuLevel level : supported_cpu_levels()) {
+      ScopedCpuLevel scoped(level);
+      for (const Dtypes& d : {Dtypes{F32, F32, F32}, Dtypes{BF16, BF16, F32}, Dtypes{F16, F16, BF16},
+                              Dtypes{F32, BF16, F32}})
+        for (const Mnk& s : {Mnk{13, 129, 21}, Mnk{20, 300, 260}, Mnk{130, 70, 300}, Mnk{7, 70, 1500}})
+          for (int t = 0; t < 4; ++t)
+            for (GemmPath path : {GemmPath::kBf16Dot, GemmPath::kF32})
+              for (DType round : {F32, BF16}) {
+                if (round != F32 && d.a != F32) continue;
+                ScopedBlocking blocks(s.k < 100 ? GemmBlocking{12, 10, 128} : gemm_blocking());
+                MatmulParams p = params(s, t, 1, d);
+                p.a_round = round;
+                SCOPED_TRACE(describe(p) + " at " + std::string(cpu_level_name(level)) + ", " + gemm_implementation(p, path));
+                auto a = kernels::testing::random_operand(d.a, p.m * p.k, seed += 10);
+                auto b = kernels::testing::random_operand(d.b, p.k * p.n, seed + 1);
+                std::vector<float> values = a.f32;  // a's values as read
+                if (round != F32) {
+                  std::vector<char> low(values.size() * 2);
+                  convert(values.data(), F32, low.data(), round, p.m * p.k);
+                  convert(low.data(), round, values.data(), F32, p.m * p.k);
+                }
+                std::vector<float> want(static_cast<size_t>(p.m), 0.0f), sums(want.size(), -1.0f);
+                for (int64_t i = 0; i < p.m; ++i)
+                  for (int64_t k = 0; k < p.k; ++k)
+                    want[static_cast<size_t>(i)] += values[static_cast<size_t>(p.trans_a ? k * p.m + i : i * p.k + k)];
+                auto plain = kernels::testing::random_operand(d.c, p.m * p.n, seed + 2), with = plain;
+                gemm(p, a.data(), b.data(), plain.data(), path);
+                p.a_row_sums = sums.data();
+                gemm(p, a.data(), b.data(), with.data(), path);
+                EXPECT_EQ(sums, want);
+                EXPECT_EQ(std::memcmp(plain.data(), with.data(), static_cast<size_t>(p.m * p.n) * dtype_size(d.c)), 0);
+              }
+    }
+  }
+  set_num_threads(saved_threads);
+}
+
 // A row bias (a convolution's per-channel bias, c's row i gets bias[i]) on swapped and unswapped products,
 // exact on dyadic operands.
 TEST(Gemm, RowBiasIsAddedDownTheRows) {

@@ -107,6 +107,15 @@ void ip_backward_weights(const DenseParams& p, const void* x, const void* dy, vo
   ctx.execute(entry->prim, std::move(args));
 }
 
+template <typename T>
+void store(const float* acc, T* dst, int64_t n, bool accumulate) {
+  for (int64_t j = 0; j < n; ++j) {
+    float v = acc[j];
+    if (accumulate) v += static_cast<float>(dst[j]);
+    dst[j] = T(v);
+  }
+}
+
 }  // namespace
 
 void dense_backward_weights(const DenseParams& p, const void* x, const void* dy, void* dw, void* db) {
@@ -142,22 +151,31 @@ void dense_backward_weights(const DenseParams& p, const void* x, const void* dy,
                   dtype_name(p.x_dtype), "): ", e.what());
     }
   }
+  if (p.y_dtype == DType::kF64) {  // (the reference kernels)
+    kernels::matmul(mp, dy, x, dw);
+    if (db) bias_grad(dy, p.y_dtype, p.m, p.n, db, p.bias_dtype, p.accumulate);
+    return;
+  }
+  // db from the product's pass over dy (MatmulParams::a_row_sums: demi's GEMM sums the blocks of dy it packs),
+  // the same f32 sums bias_grad takes, then stored (or accumulated) in db's dtype.
+  internal::Workspace db_sums(db ? static_cast<size_t>(p.n) * sizeof(float) : 0);
+  mp.a_row_sums = db ? static_cast<float*>(db_sums.get()) : nullptr;
   kernels::matmul(mp, dy, x, dw);
-  if (db) bias_grad(dy, p.y_dtype, p.m, p.n, db, p.bias_dtype, p.accumulate);
+  if (db) {
+    const auto* s = static_cast<const float*>(db_sums.get());
+    switch (p.bias_dtype) {
+      case DType::kF32: store(s, static_cast<float*>(db), p.n, p.accumulate); break;
+      case DType::kBF16: store(s, static_cast<BFloat16*>(db), p.n, p.accumulate); break;
+      case DType::kF16: store(s, static_cast<Half*>(db), p.n, p.accumulate); break;
+      default: DEMI_CHECK(false, "Dense: a bias gradient in ", dtype_name(p.bias_dtype), " beside a ",
+                          dtype_name(p.w_dtype), " weight gradient is not supported");
+    }
+  }
 }
 
 namespace {
 
 constexpr int64_t kColBlock = 256;  // columns per task: a 1 KiB f32 accumulator, whole cache lines of dy
-
-template <typename T>
-void store(const float* acc, T* dst, int64_t n, bool accumulate) {
-  for (int64_t j = 0; j < n; ++j) {
-    float v = acc[j];
-    if (accumulate) v += static_cast<float>(dst[j]);
-    dst[j] = T(v);
-  }
-}
 
 }  // namespace
 

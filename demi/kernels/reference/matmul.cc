@@ -17,6 +17,12 @@ void matmul_impl(const MatmulParams& p, const void* a, const void* b, void* c) {
   std::vector<Acc> B = internal::widen<Acc>(b, p.b_dtype, p.batch * K * N);
   internal::round_values(A, p.a_round);  // a and b read as if cast to a_round, b_round
   internal::round_values(B, p.b_round);
+  if (p.a_row_sums)  // op(a)'s rows summed k ascending, in f32 (batch 1: check_matmul_params)
+    for (int64_t i = 0; i < M; ++i) {
+      float sum = 0;
+      for (int64_t kk = 0; kk < K; ++kk) sum += static_cast<float>(p.trans_a ? A[kk * M + i] : A[i * K + kk]);
+      p.a_row_sums[i] = sum;
+    }
   // bf16_products: the f16 values multiplied as bf16 (f16 -> f32 is exact, then one rounding).
   const auto as_bf16 = [](std::vector<Acc>& values) {
     for (Acc& v : values) v = static_cast<Acc>(static_cast<float>(BFloat16(static_cast<float>(v))));
