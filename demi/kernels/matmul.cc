@@ -148,13 +148,18 @@ void row_sums_of_a(const MatmulParams& p, const void* a) {
       const int64_t i0 = blk * block, w = std::min(block, M - i0);
       float* sums = p.a_row_sums + i0;
       if (p.trans_a) {
-        std::fill(sums, sums + w, 0.0f);
+        alignas(64) float acc[256] = {};
         for (int64_t kk = 0; kk < K; ++kk) {
           const char* src = static_cast<const char*>(a) + static_cast<size_t>(kk * M + i0) * esize;
-          convert(src, p.a_dtype, row, DType::kF32, w);
-          if (p.a_round != DType::kF32) round_f32(row, row, w, p.a_round);
-          for (int64_t i = 0; i < w; ++i) sums[i] += row[i];
+          const float* r = reinterpret_cast<const float*>(src);  // an f32 row read as stored
+          if (p.a_dtype != DType::kF32 || p.a_round != DType::kF32) {
+            convert(src, p.a_dtype, row, DType::kF32, w);
+            if (p.a_round != DType::kF32) round_f32(row, row, w, p.a_round);
+            r = row;
+          }
+          for (int64_t i = 0; i < w; ++i) acc[i] += r[i];
         }
+        std::copy(acc, acc + w, sums);
         continue;
       }
       for (int64_t i = 0; i < w; ++i) {
