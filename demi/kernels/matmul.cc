@@ -137,10 +137,11 @@ void row_sums_of_a(const MatmulParams& p, const void* a) {
   const int64_t block = std::clamp<int64_t>(((M + threads - 1) / threads + 15) / 16 * 16, 64, 256);
   // (On the threads: the conversion kernels directly, not the bulk conversion, which would split a row.)
   const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(cpu_level());
-  const auto convert = [&](const void* src, DType t, float* dst, DType, int64_t n) {
-    if (t == DType::kBF16) return cvt.bf16_to_f32(static_cast<const BFloat16*>(src), dst, n);
-    if (t == DType::kF16) return cvt.f16_to_f32(static_cast<const Half*>(src), dst, n);
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  const auto widen = [&](const void* src, float* dst, int64_t n) {
+    if (p.a_dtype == DType::kBF16) cvt.bf16_to_f32(static_cast<const BFloat16*>(src), dst, n);
+    else if (p.a_dtype == DType::kF16) cvt.f16_to_f32(static_cast<const Half*>(src), dst, n);
+    else std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    if (p.a_round != DType::kF32) round_f32(dst, dst, n, p.a_round);
   };
   parallel_for(0, (M + block - 1) / block, 1, [&](int64_t b0, int64_t b1) {
     alignas(64) float row[256];
@@ -153,8 +154,7 @@ void row_sums_of_a(const MatmulParams& p, const void* a) {
           const char* src = static_cast<const char*>(a) + static_cast<size_t>(kk * M + i0) * esize;
           const float* r = reinterpret_cast<const float*>(src);  // an f32 row read as stored
           if (p.a_dtype != DType::kF32 || p.a_round != DType::kF32) {
-            convert(src, p.a_dtype, row, DType::kF32, w);
-            if (p.a_round != DType::kF32) round_f32(row, row, w, p.a_round);
+            widen(src, row, w);
             r = row;
           }
           for (int64_t i = 0; i < w; ++i) acc[i] += r[i];
@@ -167,8 +167,7 @@ void row_sums_of_a(const MatmulParams& p, const void* a) {
         for (int64_t k0 = 0; k0 < K; k0 += 256) {
           const int64_t n = std::min<int64_t>(256, K - k0);
           const char* src = static_cast<const char*>(a) + static_cast<size_t>((i0 + i) * K + k0) * esize;
-          convert(src, p.a_dtype, row, DType::kF32, n);
-          if (p.a_round != DType::kF32) round_f32(row, row, n, p.a_round);
+          widen(src, row, n);
           for (int64_t j = 0; j < n; ++j) sum += row[j];
         }
         sums[i] = sum;
