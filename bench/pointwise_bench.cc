@@ -1,7 +1,8 @@
 // Throughput of the memory-bound pointwise and pooling kernels on the activations of models A and B
 // (BENCHMARKS.md), in f32, bf16 and f16, on demi's thread pool (every core by default):
 //   relu / gelu forward and backward, MaxPool2d(2, 2) forward (with argmax) and backward, the fused
-//   ReLU -> MaxPool2d against ReLU then MaxPool2d (forward and backward), and dropout.
+//   ReLU -> MaxPool2d against ReLU then MaxPool2d (forward and backward), dropout, and model D's attention
+//   head split and merge (permute).
 // GB/s counts the bytes each variant must move (inputs read once, outputs written once, the 1-byte argmax
 // and the 1-bit dropout mask included); compare with DRAM's ~57-70 GB/s on 2 cores. Working sets of tens
 // of MB may sit in a large last-level cache, which can lift the number past DRAM's.
@@ -26,6 +27,7 @@
 #include "demi/kernels/cpu/activation.h"
 #include "demi/kernels/cpu/dropout.h"
 #include "demi/kernels/cpu/pool.h"
+#include "demi/kernels/cpu/transpose.h"
 
 namespace demi::kernels {
 namespace {
@@ -201,6 +203,44 @@ void register_all() {
       });
     }
   }
+  // Model D's attention layouts (32 sequences x 128 tokens, 4 heads of 64): the packed q, k, v split into
+  // heads, (B, S, 3, H, Dh) -> (3, B, H, S, Dh), and the heads merged back, (B, H, S, Dh) -> (B, S, H, Dh):
+  // runs of Dh contiguous elements, against a parallel memcpy of the same bytes.
+  struct Permutation {
+    const char* name;
+    std::vector<int64_t> shape;
+    std::vector<int> perm;
+  };
+  const Permutation perms[] = {{"split_heads", {32, 128, 3, 4, 64}, {2, 0, 3, 1, 4}},
+                               {"merge_heads", {32, 4, 128, 64}, {0, 2, 1, 3}}};
+  for (const Permutation& pm : perms)
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      int64_t n = 1;
+      for (int64_t d : pm.shape) n *= d;
+      const size_t bytes = static_cast<size_t>(n) * dtype_size(dt);
+      auto buffers = std::make_shared<std::pair<Buffer, Buffer>>(bytes, bytes);
+      const std::string suffix = std::string("/D/") + std::string(dtype_name(dt));
+      benchmark::RegisterBenchmark(("permute_" + std::string(pm.name) + suffix).c_str(),
+                                   [pm, dt, bytes, buffers](benchmark::State& state) {
+                                     for (auto _ : state)
+                                       permute(buffers->first.get(), dtype_size(dt), pm.shape, pm.perm,
+                                               buffers->second.get());
+                                     set_rate(state, 2.0 * static_cast<double>(bytes));
+                                   })
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+      benchmark::RegisterBenchmark(("permute_memcpy" + std::string("_") + pm.name + suffix).c_str(),
+                                   [bytes, buffers](benchmark::State& state) {
+                                     for (auto _ : state)
+                                       parallel_for(0, static_cast<int64_t>(bytes), 1 << 16, [&](int64_t b, int64_t e) {
+                                         std::memcpy(buffers->second.bytes() + b, buffers->first.bytes() + b,
+                                                     static_cast<size_t>(e - b));
+                                       });
+                                     set_rate(state, 2.0 * static_cast<double>(bytes));
+                                   })
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+    }
 }
 
 }  // namespace
