@@ -56,23 +56,24 @@ Collapsed collapse(std::span<const int64_t> shape, std::span<const int> perm) {
   return c;
 }
 
-// `count` runs of kBytes from src (step bytes apart) to consecutive places from dst: a copy of a size known at
+// `count` runs of kBytes from src to dst, src_step and dst_step bytes apart: a copy of a size known at
 // compile time is a few vector moves, not a call (attention's head split: runs of 64 bf16 or f32).
 template <size_t kBytes>
-void copy_runs(unsigned char* dst, const unsigned char* src, int64_t count, int64_t step) {
-  for (int64_t i = 0; i < count; ++i, dst += kBytes, src += step) std::memcpy(dst, src, kBytes);
+void copy_runs(unsigned char* dst, int64_t dst_step, const unsigned char* src, int64_t src_step, int64_t count) {
+  for (int64_t i = 0; i < count; ++i, dst += dst_step, src += src_step) std::memcpy(dst, src, kBytes);
 }
-void copy_runs(unsigned char* dst, const unsigned char* src, int64_t count, int64_t step, size_t bytes) {
+void copy_runs(unsigned char* dst, int64_t dst_step, const unsigned char* src, int64_t src_step, int64_t count,
+               size_t bytes) {
   switch (bytes) {
-    case 1: return copy_runs<1>(dst, src, count, step);
-    case 2: return copy_runs<2>(dst, src, count, step);
-    case 4: return copy_runs<4>(dst, src, count, step);
-    case 8: return copy_runs<8>(dst, src, count, step);
-    case 64: return copy_runs<64>(dst, src, count, step);
-    case 128: return copy_runs<128>(dst, src, count, step);
-    case 256: return copy_runs<256>(dst, src, count, step);
+    case 1: return copy_runs<1>(dst, dst_step, src, src_step, count);
+    case 2: return copy_runs<2>(dst, dst_step, src, src_step, count);
+    case 4: return copy_runs<4>(dst, dst_step, src, src_step, count);
+    case 8: return copy_runs<8>(dst, dst_step, src, src_step, count);
+    case 64: return copy_runs<64>(dst, dst_step, src, src_step, count);
+    case 128: return copy_runs<128>(dst, dst_step, src, src_step, count);
+    case 256: return copy_runs<256>(dst, dst_step, src, src_step, count);
     default:
-      for (int64_t i = 0; i < count; ++i, dst += bytes, src += step) std::memcpy(dst, src, bytes);
+      for (int64_t i = 0; i < count; ++i, dst += dst_step, src += src_step) std::memcpy(dst, src, bytes);
   }
 }
 
@@ -129,8 +130,8 @@ void permute(const void* x, size_t elem_size, std::span<const int64_t> shape, st
     const int64_t step = stride[last];
     for (int64_t u = u0; u < u1;) {
       const int64_t count = std::min(out_dim[last] - idx[last], u1 - u);
-      copy_runs(dst + static_cast<size_t>(u) * run_bytes, src + static_cast<size_t>(off) * elem_size, count,
-                step * static_cast<int64_t>(elem_size), run_bytes);
+      copy_runs(dst + static_cast<size_t>(u) * run_bytes, static_cast<int64_t>(run_bytes),
+                src + static_cast<size_t>(off) * elem_size, step * static_cast<int64_t>(elem_size), count, run_bytes);
       u += count;
       off += count * step;
       idx[last] += count;
@@ -155,10 +156,10 @@ void copy_strided(const void* src, int64_t src_stride, void* dst, int64_t dst_st
   auto d = static_cast<unsigned char*>(dst);
   const size_t run_bytes = static_cast<size_t>(run) * elem_size;
   const int64_t grain = std::max<int64_t>(1, kGrainBytes / static_cast<int64_t>(run_bytes));
+  const int64_t es = static_cast<int64_t>(elem_size);
   parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      std::memcpy(d + static_cast<size_t>(r * dst_stride) * elem_size,
-                  s + static_cast<size_t>(r * src_stride) * elem_size, run_bytes);
+    copy_runs(d + static_cast<size_t>(r0 * dst_stride * es), dst_stride * es,
+              s + static_cast<size_t>(r0 * src_stride * es), src_stride * es, r1 - r0, run_bytes);
   });
 }
 
