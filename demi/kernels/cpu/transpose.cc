@@ -157,6 +157,20 @@ void copy_strided(const void* src, int64_t src_stride, void* dst, int64_t dst_st
   const size_t run_bytes = static_cast<size_t>(run) * elem_size;
   const int64_t grain = std::max<int64_t>(1, kGrainBytes / static_cast<int64_t>(run_bytes));
   const int64_t es = static_cast<int64_t>(elem_size);
+  // Fewer rows than threads, each long (attention's q, k and v gradients joined: one row of 2 MiB per
+  // part): the rows' bytes are split into chunks across the threads.
+  const int64_t chunks = (static_cast<int64_t>(run_bytes) + kGrainBytes - 1) / kGrainBytes;
+  if (rows < num_threads() && chunks > 1) {
+    parallel_for(0, rows * chunks, 1, [&](int64_t u0, int64_t u1) {
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t r = u / chunks, at = u % chunks * kGrainBytes;
+        const size_t n = static_cast<size_t>(std::min(kGrainBytes, static_cast<int64_t>(run_bytes) - at));
+        std::memcpy(d + static_cast<size_t>(r * dst_stride * es + at),
+                    s + static_cast<size_t>(r * src_stride * es + at), n);
+      }
+    });
+    return;
+  }
   parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
     copy_runs(d + static_cast<size_t>(r0 * dst_stride * es), dst_stride * es,
               s + static_cast<size_t>(r0 * src_stride * es), src_stride * es, r1 - r0, run_bytes);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "demi/core/error.h"
+#include "demi/core/parallel.h"
 
 namespace demi::kernels {
 namespace {
@@ -57,6 +58,22 @@ TEST(Transpose, CopyStridedMatchesReference) {
     copy_strided(src.data() + 3 * elem, 40, got.data() + 2 * elem, 25, 7, 13, elem);
     EXPECT_EQ(got, want);
   }
+}
+
+// Fewer rows than threads, each longer than a parallel chunk (attention's q, k, v gradients joined): the
+// rows' bytes are split across the threads.
+TEST(Transpose, CopyStridedSplitsLongRowsAcrossThreads) {
+  const int saved = num_threads();
+  set_num_threads(2);
+  for (int64_t rows : {1, 2}) {
+    const int64_t run = 150001, stride = run + 37;  // 300 KB of 2-byte elements per row: three chunks
+    std::vector<unsigned char> src = pattern(static_cast<size_t>(rows * stride * 2)), want(src.size(), 0),
+                               got(src.size(), 0);
+    ref::copy_strided(src.data(), stride, want.data() + 6, stride, rows, run, 2);
+    copy_strided(src.data(), stride, got.data() + 6, stride, rows, run, 2);
+    EXPECT_EQ(got, want) << rows << " rows";
+  }
+  set_num_threads(saved);
 }
 
 TEST(Transpose, RejectsABadPermutation) {
