@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Model D (BENCHMARKS.md), demi against PyTorch, interleaved: demi O0, PyTorch fp32, demi O2-bf16, PyTorch bf16
 autocast, demi O2-fp16 (and O2-fp16bp: its f16 matrix products rounded to bf16, `--f16-products bf16`, where the
-CPU has AVX512-BF16), repeated; prints the median samples/s of each, the ratios, and demi's tracked peak memory
-O2 / O0. Every measurement is appended to bench/results/compare.jsonl, as bench/compare.py does.
+CPU has AVX512-BF16), repeated; prints the median samples/s of each, the ratios, each setting's share of the
+hardware ceiling measured in the same run (gemm_bench's f32 FMA and bf16 loops, before each repetition), and demi's
+tracked peak memory O2 / O0. Every measurement is appended to bench/results/compare.jsonl, as bench/compare.py does.
 
     /usr/bin/python3 bench/compare_model_d.py [--reps 3] [--steps 8] [--bench build/release/bench/transformer_bench]
                                               [--no-torch-fp32] [--torch-python PY]
@@ -14,7 +15,9 @@ import os
 import statistics
 import sys
 
-from compare import ROOT, TORCH_ENV, has_bf16_products, run_json_lines as run_json, torch_peers
+from compare import ROOT, TORCH_ENV, ceilings, has_bf16_products, run_json_lines as run_json, torch_peers
+
+FLOPS_PER_SAMPLE = 2.62e9  # model D's training FLOPs per sample (BENCHMARKS.md)
 
 
 def main():
@@ -33,7 +36,12 @@ def main():
     stamp = datetime.datetime.utcnow().isoformat(timespec="seconds")
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
     log = open(os.path.join(ROOT, "bench", "results", "compare.jsonl"), "a")
+    build = os.path.dirname(os.path.dirname(os.path.abspath(args.bench)))
+    peaks = []  # (fma, bf16) measured before each repetition: the ceilings of the same run
     for rep in range(args.reps):
+        c = ceilings(build)
+        if c:
+            peaks.append(c)
         runs = [("demi", ["O0"])] + [(peer, "fp32") for peer in peers] + [("demi", ["O2-bf16"])]
         runs += [(peer, "bf16") for peer in peers] + [("demi", ["O2-fp16"])]
         runs += [("demi", ["O2-fp16bp"])] if bf16_products else []
@@ -72,6 +80,13 @@ def main():
     print(f"  demi O2-fp16 / demi O0:           {med('demi', 'O2-fp16') / med('demi', 'O0'):.2f}x")
     if bf16_products:
         print(f"  demi O2-fp16bp / demi O0:         {med('demi', 'O2-fp16bp') / med('demi', 'O0'):.2f}x")
+    if peaks:
+        fma, bf16 = statistics.median(p[0] for p in peaks), statistics.median(p[1] for p in peaks)
+        print(f"  share of the ceiling measured in this run (f32 FMA {fma:.0f} GFLOP/s, bf16 vdpbf16ps {bf16:.0f}):"
+              " training FLOPs per sample x samples/s / the ceiling of the setting's arithmetic")
+        for fw, s in columns + [("demi", s) for s in demi_settings]:
+            ceiling = bf16 if s.endswith(("bf16", "bp")) else fma
+            print(f"    {fw:12s} {s:10s} {100 * FLOPS_PER_SAMPLE * med(fw, s) / (ceiling * 1e9):5.0f}%")
     print(f"  demi tracked peak O2 / O0:        {med('demi', 'O2-bf16', 'peak_tracked') / med('demi', 'O0', 'peak_tracked'):.3f}"
           f" (activations {med('demi', 'O2-bf16', 'peak_activation') / med('demi', 'O0', 'peak_activation'):.3f};"
           f" O2-fp16 / O0 {med('demi', 'O2-fp16', 'peak_tracked') / med('demi', 'O0', 'peak_tracked'):.3f})")
