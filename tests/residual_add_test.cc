@@ -171,6 +171,31 @@ TEST(ResidualAdd, LayersFuseWhereTheirBranchEndsInAProduct) {
   }
 }
 
+// A Dense recomputed on its own (its forward re-run in backward from its input alone) cannot return the
+// residual's gradient from the fused op, so call_add runs the two ops there: the residual still gets its
+// gradient, and every gradient is the plain layer's.
+TEST(ResidualAdd, ARecomputedDenseRunsTheTwoOps) {
+  Tensor grads[2][2];
+  for (int recomputed = 0; recomputed < 2; ++recomputed) {
+    set_seed(12);
+    nn::Dense layer(12, 6);
+    if (recomputed) layer.recompute();
+    Generator gen(13);
+    Tensor x = uniform({5, 12}, -1, 1, gen).set_requires_grad(true);
+    Tensor r = uniform({5, 6}, -1, 1, gen).set_requires_grad(true);
+    ops::OpTrace trace;
+    Tensor y = layer.call_add(x, r);
+    EXPECT_EQ(trace.of(Op::kAdd).size(), recomputed ? 1u : 0u) << trace.to_string();
+    autograd::backward(ops::sum(y));
+    grads[recomputed][0] = x.grad();
+    grads[recomputed][1] = r.grad();
+  }
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(grads[1][i].defined()) << "input " << i << " got no gradient";
+    EXPECT_TRUE(same_bits(grads[0][i], grads[1][i])) << "input " << i;
+  }
+}
+
 // The GPT's blocks the same way: both residual adds in their branch's last product without dropout (the
 // embedding's add stays), the two ops with it; the logits those of the two ops (fusion off) up to the one
 // rounding.

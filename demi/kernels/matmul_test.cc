@@ -124,6 +124,33 @@ TEST(Matmul, RowSumsOfAAreThePlainSumsUnderEveryPolicy) {
   set_matmul_policy(MatmulPolicy::kAuto);
 }
 
+// A product with a residual and row sums named before it ever ran (`demi info`'s path): the tuning runs the
+// candidates on zeroed scratch for a, b, the residual and the sums, and records the choice under its own key.
+TEST(Matmul, AProductWithAResidualAndRowSumsIsTunedWithoutOperands) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("demi_matmul_epilogue_test_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  set_matmul_cache_dir(dir);
+  const float mark = 0;  // (only whether each is present matters without operands)
+  float sums_mark = 0;
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    MatmulParams p = product(37, 70, 45, t);
+    p.trans_a = true;
+    p.trans_b = false;
+    p.residual = &mark;
+    p.a_row_sums = &sums_mark;
+    const std::string kernel = matmul_kernel(p);
+    EXPECT_FALSE(kernel.empty());
+  }
+  std::ifstream in(matmul_cache_path());
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("37x70x45 ta b float32,float32->float32 residual row-sums = "), std::string::npos) << text;
+  EXPECT_NE(text.find("37x70x45 ta b bfloat16,bfloat16->bfloat16 residual row-sums = "), std::string::npos) << text;
+  EXPECT_EQ(sums_mark, 0.0f) << "the caller's sums are not written without operands";
+  set_matmul_cache_dir("");
+  std::filesystem::remove_all(dir);
+}
+
 // An f32 b read rounded to bf16|f16 (AMP's master weight), or an f32 a (AMP's data batch): every policy
 // gives the product of the cast operand — the reference's within the product's tolerance, and under oneDNN
 // (which gets a rounded copy: bf16, or f32 holding the f16 values) bit for bit oneDNN's product of the cast
