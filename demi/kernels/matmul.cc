@@ -236,7 +236,6 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   cpu_internal::Workspace sa(scratch_in ? a_bytes : 0), sb(scratch_in ? b_bytes : 0),
       sbias(scratch_in && p.bias ? bias_bytes : 0), sres(scratch_in && p.residual ? c_bytes : 0),
       ssums(scratch_in && p.a_row_sums ? static_cast<size_t>(p.m) * sizeof(float) : 0);
-  if (scratch_in && p.a_row_sums) p.a_row_sums = ssums.f32();
   if (scratch_in) {
     std::memset(sa.f32(), 0, a_bytes);
     std::memset(sb.f32(), 0, b_bytes);
@@ -250,6 +249,7 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
       std::memset(sres.f32(), 0, c_bytes);
       p.residual = sres.f32();
     }
+    if (p.a_row_sums) p.a_row_sums = ssums.f32();
   }
   std::vector<Kernel> cand;
   if (p.bf16_products) {  // demi's kernels, which round f16 values to bf16: the pair kernel first

@@ -5,6 +5,7 @@
 
 #include "demi/autograd/autograd.h"
 #include "demi/ops/dispatch.h"
+#include "demi/ops/ops.h"
 
 namespace demi::nn {
 namespace {
@@ -30,6 +31,11 @@ Cell& Cell::recompute(bool on) {
 }
 
 bool Cell::recomputing_now() const { return recompute_ && training_ && autograd::grad_enabled(); }
+
+Tensor Cell::call_adding(Tensor& slot, const Tensor& residual, const Tensor& x) {
+  if (recomputing_now()) return ops::add(residual, (*this)(x));
+  return call_with(slot, residual, x);
+}
 
 Tensor Cell::run_recomputed(const Tensor& x, std::function<Tensor(const Tensor&)> fn) {
   autograd::RecomputeState state;

@@ -108,6 +108,10 @@ class Cell {
   bool recomputing_now() const;
   // operator()(x) with `slot` set to `value` for each run of construct, the one a recomputing backward
   // makes included, and reset to T{} after it (a fusion SequentialCell asks of its cell for one call).
+  // residual + operator()(x), with `slot` holding the residual while construct runs, for construct to add
+  // it in its last product's store (Dense::call_add). A cell recomputed on its own runs the two ops: its
+  // backward could return no gradient for the residual.
+  Tensor call_adding(Tensor& slot, const Tensor& residual, const Tensor& x);
   template <typename T>
   Tensor call_with(T& slot, T value, const Tensor& x) {
     auto with = [this, &slot, value](const Tensor& in) {

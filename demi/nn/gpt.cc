@@ -66,9 +66,7 @@ Tensor CausalSelfAttention::construct(const Tensor& x) {
 }
 
 Tensor CausalSelfAttention::call_add(const Tensor& x, const Tensor& residual) {
-  // (Recomputed on its own, the cell's backward would return no gradient for the residual.)
-  if (recomputing_now()) return ops::add(residual, call(x));
-  return call_with(residual_, residual, x);
+  return call_adding(residual_, residual, x);
 }
 
 Tensor CausalSelfAttention::forward_cached(const Tensor& x, KVCache::Layer& layer, int64_t cached) {
@@ -97,10 +95,7 @@ Tensor GPTMLP::construct(const Tensor& x) {
   return residual_.defined() ? ops::add(residual_, y) : y;
 }
 
-Tensor GPTMLP::call_add(const Tensor& x, const Tensor& residual) {
-  if (recomputing_now()) return ops::add(residual, call(x));
-  return call_with(residual_, residual, x);
-}
+Tensor GPTMLP::call_add(const Tensor& x, const Tensor& residual) { return call_adding(residual_, residual, x); }
 
 // ---- GPTBlock ----
 GPTBlock::GPTBlock(const GPTOptions& o) : Cell("GPTBlock") {

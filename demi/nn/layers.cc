@@ -86,9 +86,8 @@ Tensor Dense::construct(const Tensor& x) {
 Tensor Dense::call_relu(const Tensor& x) { return call_with(fused_relu_, true, x); }
 
 Tensor Dense::call_add(const Tensor& x, const Tensor& residual) {
-  // (Recomputed on its own, the layer's backward would return no gradient for the residual.)
-  if (relu_ || recomputing_now()) return ops::add(residual, (*this)(x));
-  return call_with(residual_, residual, x);
+  if (relu_) return ops::add(residual, (*this)(x));  // (the ReLU comes before the add)
+  return call_adding(residual_, residual, x);
 }
 
 // ---- Conv2d ----

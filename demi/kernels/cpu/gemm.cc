@@ -193,20 +193,6 @@ void add_row_sums(const BFloat16* p, int64_t rs, int64_t cs, int64_t rows, int64
   for (int64_t k = 0; k < kc; ++k)
     for (int64_t r = 0; r < rows; ++r) sums[r] += static_cast<float>(p[r * rs + (k / 2) * cs + k % 2]);
 }
-// The columns of a packed panel of b (a swapped product's op(a)^T): kc x w values, f32 [k][nr] or bf16 pairs
-// [k / 2][nr][2].
-void add_panel_sums(const void* panel, bool bf16, int64_t nr, int64_t kc, int64_t w, float* sums) {
-  if (!bf16) {
-    const auto* f = static_cast<const float*>(panel);
-    for (int64_t k = 0; k < kc; ++k)
-      for (int64_t j = 0; j < w; ++j) sums[j] += f[k * nr + j];
-    return;
-  }
-  const auto* h = static_cast<const BFloat16*>(panel);
-  for (int64_t k = 0; k < kc; ++k)
-    for (int64_t j = 0; j < w; ++j) sums[j] += static_cast<float>(h[(k / 2) * 2 * nr + 2 * j + k % 2]);
-}
-
 // How one (batch-1) product is computed: which way round, its blocks, and the bytes of scratch it takes,
 // all from its parameters and thread count (a product's scratch is taken before it runs, by its caller:
 // a batch of products run one per thread takes every thread's at once).
@@ -432,11 +418,14 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
           else
             g.pack_b_f32(b, p.b_dtype, p.trans_b, ldb, pc, kcur, j, w, reinterpret_cast<float*>(dst), stride);
         }
-        if (sum_b)
+        if (sum_b)  // a panel's columns are op(a)'s rows: [k][NR] f32 (rs 1, cs NR) or pairs (rs 2, cs 2 NR)
           for (int64_t q = p0; q < p1; ++q) {
-            const int64_t j = jc + q * NR;
-            add_panel_sums(dst + (q - p0) * static_cast<int64_t>(panel_bytes), bf16, NR, kcur, std::min(NR, N - j),
-                           row_sums + j);
+            const int64_t j = jc + q * NR, w = std::min(NR, N - j);
+            const char* panel = dst + (q - p0) * static_cast<int64_t>(panel_bytes);
+            if (bf16)
+              add_row_sums(reinterpret_cast<const BFloat16*>(panel), 2, 2 * NR, w, kcur, row_sums + j);
+            else
+              add_row_sums(reinterpret_cast<const float*>(panel), 1, NR, w, kcur, row_sums + j);
           }
         if (b_to_bf16_f32)  // f16 values in f32 panels, rounded once more, to bf16
           for (int64_t q = 0; q < p1 - p0; ++q) {

@@ -33,6 +33,20 @@ class ScopedBlocking {
   GemmBlocking saved_;
 };
 
+// fn(threads) on 1 and 2 threads, at every CPU level this machine has; the thread count restored after.
+template <typename Fn>
+void at_threads_and_levels(Fn fn) {
+  const int saved = num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (CpuLevel level : supported_cpu_levels()) {
+      ScopedCpuLevel scoped(level);
+      fn(threads);
+    }
+  }
+  set_num_threads(saved);
+}
+
 // gemm on operands in p's dtypes against ref::matmul in f32 on the same (rounded) values; dyadic operands
 // (exact) are compared bit for bit.
 void check(const MatmulParams& p, bool with_bias, uint64_t seed, bool exact = false, bool residual = false) {
@@ -106,25 +120,20 @@ TEST(Gemm, EpiloguesFuseBiasReluAndAccumulate) {
 // transposed tile by tile (other levels). Every epilogue, both threads, several row blocks and K blocks.
 TEST(Gemm, SwappedProductsFuseBiasReluAndAccumulate) {
   uint64_t seed = 7000;
-  const int saved_threads = num_threads();
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    for (CpuLevel level : supported_cpu_levels()) {
-      ScopedCpuLevel scoped(level);
-      for (const Dtypes& d : {Dtypes{F32, F32, F32}, Dtypes{BF16, BF16, BF16}, Dtypes{F16, F16, F16}, Dtypes{F16, F16, F32}})
-        for (const Mnk& s : {Mnk{20, 300, 260}, Mnk{7, 70, 1500}})  // two row blocks; two K blocks
-          for (int t = 0; t < 4; ++t)
-            for (int flags : {3, 7}) {
-              MatmulParams p = params(s, t, 1, d);
-              p.relu = flags & 2;
-              p.accumulate = flags & 4;
-              p.bias_dtype = d.c;
-              check(p, flags & 1, seed += 10);
-              check(p, flags & 1, seed += 10, /*exact=*/true);
-            }
-    }
-  }
-  set_num_threads(saved_threads);
+  at_threads_and_levels([&](int) {
+    for (const Dtypes& d :
+         {Dtypes{F32, F32, F32}, Dtypes{BF16, BF16, BF16}, Dtypes{F16, F16, F16}, Dtypes{F16, F16, F32}})
+      for (const Mnk& s : {Mnk{20, 300, 260}, Mnk{7, 70, 1500}})  // two row blocks; two K blocks
+        for (int t = 0; t < 4; ++t)
+          for (int flags : {3, 7}) {
+            MatmulParams p = params(s, t, 1, d);
+            p.relu = flags & 2;
+            p.accumulate = flags & 4;
+            p.bias_dtype = d.c;
+            check(p, flags & 1, seed += 10);
+            check(p, flags & 1, seed += 10, /*exact=*/true);
+          }
+  });
 }
 
 // A residual added in the store (MatmulParams::residual), with the bias and the ReLU after it: against the
@@ -133,27 +142,21 @@ TEST(Gemm, SwappedProductsFuseBiasReluAndAccumulate) {
 // (their tiles stored through a transposed block) and both threads.
 TEST(Gemm, EpiloguesAddAResidual) {
   uint64_t seed = 6000;
-  const int saved_threads = num_threads();
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    for (CpuLevel level : supported_cpu_levels()) {
-      ScopedCpuLevel scoped(level);
-      for (const Dtypes& d : kDtypes)
-        for (const Mnk& s : {Mnk{7, 65, 17}, Mnk{13, 129, 21}, Mnk{2, 3, 40}, Mnk{20, 300, 260}, Mnk{7, 70, 1500}})
-          for (int t = 0; t < 4; ++t)
-            for (int flags : {0, 3}) {
-              const bool small = s.k < 100;
-              if (threads == 2 && small) continue;
-              ScopedBlocking blocks(small ? GemmBlocking{12, 10, 128} : gemm_blocking());
-              MatmulParams p = params(s, t, t == 1 ? 2 : 1, d);
-              p.relu = flags & 2;
-              p.bias_dtype = d.c;
-              check(p, flags & 1, seed += 10, /*exact=*/false, /*residual=*/true);
-              check(p, flags & 1, seed += 10, /*exact=*/true, /*residual=*/true);
-            }
-    }
-  }
-  set_num_threads(saved_threads);
+  at_threads_and_levels([&](int threads) {
+    for (const Dtypes& d : kDtypes)
+      for (const Mnk& s : {Mnk{7, 65, 17}, Mnk{13, 129, 21}, Mnk{2, 3, 40}, Mnk{20, 300, 260}, Mnk{7, 70, 1500}})
+        for (int t = 0; t < 4; ++t)
+          for (int flags : {0, 3}) {
+            const bool small = s.k < 100;
+            if (threads == 2 && small) continue;
+            ScopedBlocking blocks(small ? GemmBlocking{12, 10, 128} : gemm_blocking());
+            MatmulParams p = params(s, t, t == 1 ? 2 : 1, d);
+            p.relu = flags & 2;
+            p.bias_dtype = d.c;
+            check(p, flags & 1, seed += 10, /*exact=*/false, /*residual=*/true);
+            check(p, flags & 1, seed += 10, /*exact=*/true, /*residual=*/true);
+          }
+  });
 }
 
 // The residual read by the store is the same sum as accumulating onto a copy of it, bit for bit, and it may
@@ -194,44 +197,39 @@ TEST(Gemm, AResidualIsAccumulatingOntoItsCopyBitForBit) {
 // ascending) of a's values as read, and the product unchanged.
 TEST(Gemm, RowSumsOfAFromThePackingAreThePlainSums) {
   uint64_t seed = 6700;
-  const int saved_threads = num_threads();
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    for (CpuLevel level : supported_cpu_levels()) {
-      ScopedCpuLevel scoped(level);
-      for (const Dtypes& d : {Dtypes{F32, F32, F32}, Dtypes{BF16, BF16, F32}, Dtypes{F16, F16, BF16},
-                              Dtypes{F32, BF16, F32}})
-        for (const Mnk& s : {Mnk{13, 129, 21}, Mnk{20, 300, 260}, Mnk{130, 70, 300}, Mnk{7, 70, 1500}})
-          for (int t = 0; t < 4; ++t)
-            for (GemmPath path : {GemmPath::kBf16Dot, GemmPath::kF32})
-              for (DType round : {F32, BF16}) {
-                if (round != F32 && d.a != F32) continue;
-                ScopedBlocking blocks(s.k < 100 ? GemmBlocking{12, 10, 128} : gemm_blocking());
-                MatmulParams p = params(s, t, 1, d);
-                p.a_round = round;
-                SCOPED_TRACE(describe(p) + " at " + std::string(cpu_level_name(level)) + ", " + gemm_implementation(p, path));
-                auto a = kernels::testing::random_operand(d.a, p.m * p.k, seed += 10);
-                auto b = kernels::testing::random_operand(d.b, p.k * p.n, seed + 1);
-                std::vector<float> values = a.f32;  // a's values as read
-                if (round != F32) {
-                  std::vector<char> low(values.size() * 2);
-                  convert(values.data(), F32, low.data(), round, p.m * p.k);
-                  convert(low.data(), round, values.data(), F32, p.m * p.k);
-                }
-                std::vector<float> want(static_cast<size_t>(p.m), 0.0f), sums(want.size(), -1.0f);
-                for (int64_t i = 0; i < p.m; ++i)
-                  for (int64_t k = 0; k < p.k; ++k)
-                    want[static_cast<size_t>(i)] += values[static_cast<size_t>(p.trans_a ? k * p.m + i : i * p.k + k)];
-                auto plain = kernels::testing::random_operand(d.c, p.m * p.n, seed + 2), with = plain;
-                gemm(p, a.data(), b.data(), plain.data(), path);
-                p.a_row_sums = sums.data();
-                gemm(p, a.data(), b.data(), with.data(), path);
-                EXPECT_EQ(sums, want);
-                EXPECT_EQ(std::memcmp(plain.data(), with.data(), static_cast<size_t>(p.m * p.n) * dtype_size(d.c)), 0);
+  at_threads_and_levels([&](int) {
+    for (const Dtypes& d : {Dtypes{F32, F32, F32}, Dtypes{BF16, BF16, F32}, Dtypes{F16, F16, BF16},
+                            Dtypes{F32, BF16, F32}})
+      for (const Mnk& s : {Mnk{13, 129, 21}, Mnk{20, 300, 260}, Mnk{130, 70, 300}, Mnk{7, 70, 1500}})
+        for (int t = 0; t < 4; ++t)
+          for (GemmPath path : {GemmPath::kBf16Dot, GemmPath::kF32})
+            for (DType round : {F32, BF16}) {
+              if (round != F32 && d.a != F32) continue;
+              ScopedBlocking blocks(s.k < 100 ? GemmBlocking{12, 10, 128} : gemm_blocking());
+              MatmulParams p = params(s, t, 1, d);
+              p.a_round = round;
+              SCOPED_TRACE(describe(p) + " at " + std::string(cpu_level_name(cpu_level())) + ", " +
+                           gemm_implementation(p, path));
+              auto a = kernels::testing::random_operand(d.a, p.m * p.k, seed += 10);
+              auto b = kernels::testing::random_operand(d.b, p.k * p.n, seed + 1);
+              std::vector<float> values = a.f32;  // a's values as read
+              if (round != F32) {
+                std::vector<char> low(values.size() * 2);
+                convert(values.data(), F32, low.data(), round, p.m * p.k);
+                convert(low.data(), round, values.data(), F32, p.m * p.k);
               }
-    }
-  }
-  set_num_threads(saved_threads);
+              std::vector<float> want(static_cast<size_t>(p.m), 0.0f), sums(want.size(), -1.0f);
+              for (int64_t i = 0; i < p.m; ++i)
+                for (int64_t k = 0; k < p.k; ++k)
+                  want[static_cast<size_t>(i)] += values[static_cast<size_t>(p.trans_a ? k * p.m + i : i * p.k + k)];
+              auto plain = kernels::testing::random_operand(d.c, p.m * p.n, seed + 2), with = plain;
+              gemm(p, a.data(), b.data(), plain.data(), path);
+              p.a_row_sums = sums.data();
+              gemm(p, a.data(), b.data(), with.data(), path);
+              EXPECT_EQ(sums, want);
+              EXPECT_EQ(std::memcmp(plain.data(), with.data(), static_cast<size_t>(p.m * p.n) * dtype_size(d.c)), 0);
+            }
+  });
 }
 
 // A row bias (a convolution's per-channel bias, c's row i gets bias[i]) on swapped and unswapped products,

@@ -116,6 +116,15 @@ void store(const float* acc, T* dst, int64_t n, bool accumulate) {
   }
 }
 
+// n f32 sums into db (f32, bf16 or f16), or added to what it holds.
+void store_sums(const float* sums, void* db, DType db_dtype, int64_t n, bool accumulate) {
+  switch (db_dtype) {
+    case DType::kF32: return store(sums, static_cast<float*>(db), n, accumulate);
+    case DType::kBF16: return store(sums, static_cast<BFloat16*>(db), n, accumulate);
+    default: return store(sums, static_cast<Half*>(db), n, accumulate);
+  }
+}
+
 }  // namespace
 
 void dense_backward_weights(const DenseParams& p, const void* x, const void* dy, void* dw, void* db) {
@@ -156,21 +165,15 @@ void dense_backward_weights(const DenseParams& p, const void* x, const void* dy,
     if (db) bias_grad(dy, p.y_dtype, p.m, p.n, db, p.bias_dtype, p.accumulate);
     return;
   }
+  DEMI_CHECK(db == nullptr || p.bias_dtype == DType::kF32 || p.bias_dtype == DType::kBF16 ||
+                 p.bias_dtype == DType::kF16,
+             "Dense: a bias gradient in float32, bfloat16 or float16 only, got ", dtype_name(p.bias_dtype));
   // db from the product's pass over dy (MatmulParams::a_row_sums: demi's GEMM sums the blocks of dy it packs),
   // the same f32 sums bias_grad takes, then stored (or accumulated) in db's dtype.
   internal::Workspace db_sums(db ? static_cast<size_t>(p.n) * sizeof(float) : 0);
   mp.a_row_sums = db ? static_cast<float*>(db_sums.get()) : nullptr;
   kernels::matmul(mp, dy, x, dw);
-  if (db) {
-    const auto* s = static_cast<const float*>(db_sums.get());
-    switch (p.bias_dtype) {
-      case DType::kF32: store(s, static_cast<float*>(db), p.n, p.accumulate); break;
-      case DType::kBF16: store(s, static_cast<BFloat16*>(db), p.n, p.accumulate); break;
-      case DType::kF16: store(s, static_cast<Half*>(db), p.n, p.accumulate); break;
-      default: DEMI_CHECK(false, "Dense: a bias gradient in ", dtype_name(p.bias_dtype), " beside a ",
-                          dtype_name(p.w_dtype), " weight gradient is not supported");
-    }
-  }
+  if (db) store_sums(static_cast<const float*>(db_sums.get()), db, p.bias_dtype, p.n, p.accumulate);
 }
 
 namespace {
@@ -212,11 +215,8 @@ void bias_grad(const void* dy, DType dy_dtype, int64_t rows, int64_t cols, void*
         }
         for (int64_t j = 0; j < width; ++j) acc[j] += r[j];
       }
-      switch (db_dtype) {
-        case DType::kF32: store(acc, static_cast<float*>(db) + j0, width, accumulate); break;
-        case DType::kBF16: store(acc, static_cast<BFloat16*>(db) + j0, width, accumulate); break;
-        default: store(acc, static_cast<Half*>(db) + j0, width, accumulate); break;
-      }
+      store_sums(acc, static_cast<char*>(db) + j0 * static_cast<int64_t>(dtype_size(db_dtype)), db_dtype, width,
+                 accumulate);
     }
   });
 }
