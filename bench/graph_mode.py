@@ -2,12 +2,14 @@
 """GRAPH_MODE against PYNATIVE_MODE (issue 14's table): for each model and AMP setting, `demi train --json`
 in both modes, interleaved round by round on one machine. Prints per model x setting:
 
-  - samples/s in each mode (median of the rounds) and graph / eager;
+  - samples/s in each mode (median of the rounds), graph / eager (the median of each round's pair of runs)
+    and in how many rounds graph mode was faster;
   - the training peak (tracked tensor bytes), the process's peak RSS and the bytes the allocator holds
     from the system at the end (the caching allocator's blocks, and in graph mode the arena), and whether
     graph mode placed the update in backward (below PYNATIVE's peak where it did);
   - the static plan: its arena against the lower bound (most bytes of step temporaries alive at once) and
-    the upper bound (their sum), the step's allocations, the time to plan, and how many updates replayed
+    the upper bound (their sum), the step's allocations, the traced step's time (against the median
+    step) and the time to plan, and how many updates replayed
     the plan and how many left it (overflow steps).
 
 Then sink mode on model A (where a step is shortest, so per-step work outside the kernels weighs most):
@@ -44,15 +46,21 @@ def main():
     a = ap.parse_args()
     models = a.models.split(",")
     runs = {}  # (model, setting, mode) -> [summaries]
+    ratios = {}  # (model, setting) -> [graph / eager samples/s of each round's pair of runs]
     for r in range(a.rounds):
         for model in models:
             base = ["--model", model, "--data", "synthetic", "--epochs", "2",
                     "--train-samples", str(SAMPLES.get(model, 2048))]
             for label, extra in SETTINGS:
-                for mode in ("pynative", "graph"):
+                pair = {}
+                # (alternating which mode runs first, so that a drift within a pair favours neither)
+                for mode in ("pynative", "graph") if r % 2 == 0 else ("graph", "pynative"):
                     s = last_json([a.demi, "train", "--json", "--mode", mode] + base + extra)
                     if s is not None:
                         runs.setdefault((model, label, mode), []).append(s)
+                        pair[mode] = float(s["samples_per_second"])
+                if len(pair) == 2:
+                    ratios.setdefault((model, label), []).append(pair["graph"] / pair["pynative"])
         print(f"round {r + 1} of {a.rounds} done", file=sys.stderr)
 
     def med(model, label, mode, key):
@@ -60,8 +68,9 @@ def main():
         return statistics.median(v) if v else float("nan")
 
     print("GRAPH_MODE against PYNATIVE_MODE: samples/s (median of %d interleaved rounds) and memory, MiB" % a.rounds)
-    head = ("model", "setting", "eager/s", "graph/s", "g/e", "peak e", "peak g", "RSS e", "RSS g", "held e",
-            "held g", "arena", "lower", "a/l", "upper", "allocs", "plan ms", "replay", "left", "upd.bwd")
+    head = ("model", "setting", "eager/s", "graph/s", "g/e", "g wins", "peak e", "peak g", "RSS e", "RSS g",
+            "held e", "held g", "arena", "lower", "a/l", "upper", "allocs", "step ms", "trace ms", "plan ms",
+            "replay", "left", "upd.bwd")
     print(("%-5s %-8s" + " %8s" * (len(head) - 2)) % head)
     for model in models:
         for label, _ in SETTINGS:
@@ -71,7 +80,10 @@ def main():
             e_sps, g_sps = med(model, label, "pynative", "samples_per_second"), med(model, label, "graph",
                                                                                       "samples_per_second")
             arena, lower = float(g["graph_arena"]), float(g["graph_lower_bound"])
-            row = (model, label, "%.0f" % e_sps, "%.0f" % g_sps, "%.3f" % (g_sps / e_sps),
+            pairs = ratios.get((model, label), [])
+            row = (model, label, "%.0f" % e_sps, "%.0f" % g_sps,
+                   "%.3f" % statistics.median(pairs) if pairs else "nan",
+                   "%d/%d" % (sum(x > 1 for x in pairs), len(pairs)),
                    "%.2f" % (med(model, label, "pynative", "peak_train") / MIB),
                    "%.2f" % (med(model, label, "graph", "peak_train") / MIB),
                    "%.1f" % (med(model, label, "pynative", "peak_rss") / MIB),
@@ -80,10 +92,15 @@ def main():
                    "%.1f" % (med(model, label, "graph", "reserved_end") / MIB),
                    "%.2f" % (arena / MIB), "%.2f" % (lower / MIB), "%.3f" % (arena / lower if lower else 1),
                    "%.2f" % (float(g["graph_upper_bound"]) / MIB), "%d" % g["graph_allocations"],
+                   "%.2f" % med(model, label, "graph", "median_step_ms"),
+                   "%.2f" % med(model, label, "graph", "graph_trace_ms"),
                    "%.2f" % float(g["graph_plan_ms"]), "%d" % g["graph_replayed_steps"],
                    "%d" % g["graph_diverged_steps"], "yes" if g.get("optimizer_in_backward") else "no")
             print(("%-5s %-8s" + " %8s" * (len(row) - 2)) % row)
-    print("peak: the training peak (tracked tensor bytes but the data set); RSS: the process's peak resident set;\n"
+    print("g/e: the median over rounds of each round's graph / eager samples/s (the two runs back to back, in\n"
+          "alternating order); g wins: in how many rounds graph mode was the faster; step ms: graph mode's median\n"
+          "step; trace ms: the step it traced (its allocations recorded), plan ms: the placement after it;\n"
+          "peak: the training peak (tracked tensor bytes but the data set); RSS: the process's peak resident set;\n"
           "held: bytes the allocator holds from the system at the end of training (cache, and the arena in graph\n"
           "mode); arena/lower/upper: graph mode's static plan of one update's temporaries; replay/left: updates\n"
           "that replayed the plan / that left it (an overflow step skips its update and allocates differently);\n"

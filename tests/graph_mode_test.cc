@@ -163,6 +163,8 @@ void expect_graph_equals_pynative(const std::string& what, const std::function<s
   ASSERT_EQ(graph.plans.size(), 1u);
   const graph::PlanSummary& p = graph.plans[0].second;
   EXPECT_LE(static_cast<double>(p.arena_bytes), kArenaSanity * static_cast<double>(p.lower_bound)) << p.describe();
+  EXPECT_GT(p.trace_seconds, 0) << p.describe();
+  EXPECT_NE(p.describe().find("traced in a step of"), std::string::npos) << p.describe();
   if (s.dynamic_scale) {
     EXPECT_GT(skipped, 0) << "the dynamic scale from 2^24 should overflow at first";
   }

@@ -64,11 +64,12 @@ std::string PlanSummary::describe() const {
   char ratio[32];
   std::snprintf(ratio, sizeof ratio, "%.3f",
                 lower_bound > 0 ? static_cast<double>(arena_bytes) / static_cast<double>(lower_bound) : 1.0);
-  char ms[32];
+  char ms[32], trace[48] = "";
   std::snprintf(ms, sizeof ms, "%.1f", plan_seconds * 1e3);
+  if (trace_seconds > 0) std::snprintf(trace, sizeof trace, "traced in a step of %.1f ms, ", trace_seconds * 1e3);
   return str_cat("arena ", mib(arena_bytes), " = ", ratio, " x the lower bound ", mib(lower_bound), " (upper bound ",
                  mib(upper_bound), "; ", planned, " of ", allocations, " allocations planned, ",
-                 mib(outliving_bytes), " outlive the step; planned in ", ms, " ms)");
+                 mib(outliving_bytes), " outlive the step; ", trace, "planned in ", ms, " ms)");
 }
 
 ArenaPlan plan_arena(const std::vector<AllocationEvent>& events, PlanSummary* summary) {

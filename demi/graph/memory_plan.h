@@ -32,8 +32,9 @@ struct PlanSummary {
   int64_t arena_bytes = 0;  // the plan's arena
   int64_t outliving_bytes = 0;  // bytes of blocks that outlive the step (served as in eager mode)
   double plan_seconds = 0;      // the placement's time (StepGraphs fills it in)
+  double trace_seconds = 0;     // the traced step's time, recording included (StepGraphs fills it in)
   // "arena 12.30 MiB = 1.010 x the lower bound 12.18 MiB (upper bound 80.10 MiB; 412 of 415 allocations
-  // planned, 0.50 MiB outlive the step; planned in 0.4 ms)"
+  // planned, 0.50 MiB outlive the step; traced in a step of 35.2 ms, planned in 0.4 ms)"
   std::string describe() const;
 };
 

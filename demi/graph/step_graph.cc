@@ -109,6 +109,7 @@ void StepGraphs::run(const std::string& key, const std::function<bool()>& step) 
         (void)step();
         return;
       }
+      const auto start = std::chrono::steady_clock::now();
       const bool typical = run_step(step, [] { mem_record_end(); });
       std::vector<AllocationEvent> events = mem_record_end();
       if (!typical) {  // not a step to plan from: trace the next one
@@ -118,6 +119,7 @@ void StepGraphs::run(const std::string& key, const std::function<bool()>& step) 
       const auto t0 = std::chrono::steady_clock::now();
       e.plan = plan_arena(events, &e.summary);
       e.summary.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      e.summary.trace_seconds = std::chrono::duration<double>(t0 - start).count();
       // The traced step's blocks, cached for reuse, are what the arena replaces: give them back.
       mem_empty_cache();
       e.planned = true;

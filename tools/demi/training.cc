@@ -705,6 +705,7 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
         {"graph_lower_bound", num(static_cast<double>(s.graph_plan.lower_bound))},
         {"graph_upper_bound", num(static_cast<double>(s.graph_plan.upper_bound))},
         {"graph_plan_ms", num(s.graph_plan.plan_seconds * 1e3)},
+        {"graph_trace_ms", num(s.graph_plan.trace_seconds * 1e3)},
         {"graph_allocations", num(static_cast<double>(s.graph_plan.allocations))},
         {"reserved_end", num(static_cast<double>(s.reserved_end))},
     };
