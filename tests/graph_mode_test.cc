@@ -131,7 +131,7 @@ Run train(const std::function<std::shared_ptr<nn::Cell>()>& make, const Batches&
   return r;
 }
 
-// `skipped` (if given): which steps skipped their update.
+// `skipped_steps` (if given): which steps skipped their update.
 void expect_graph_equals_pynative(const std::string& what, const std::function<std::shared_ptr<nn::Cell>()>& make,
                                   const Batches& b, Setting s, std::vector<char>* skipped_steps = nullptr) {
   SCOPED_TRACE(what);
