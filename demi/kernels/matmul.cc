@@ -137,11 +137,18 @@ void row_sums_of_a(const MatmulParams& p, const void* a) {
   const int64_t block = std::clamp<int64_t>(((M + threads - 1) / threads + 15) / 16 * 16, 64, 256);
   // (On the threads: the conversion kernels directly, not the bulk conversion, which would split a row.)
   const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(cpu_level());
-  const auto widen = [&](const void* src, float* dst, int64_t n) {
-    if (p.a_dtype == DType::kBF16) cvt.bf16_to_f32(static_cast<const BFloat16*>(src), dst, n);
-    else if (p.a_dtype == DType::kF16) cvt.f16_to_f32(static_cast<const Half*>(src), dst, n);
-    else std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-    if (p.a_round != DType::kF32) round_f32(dst, dst, n, p.a_round);
+  // n values of a from src as f32: an f32 row read as stored, any other widened (and rounded) into buf.
+  const bool as_stored = p.a_dtype == DType::kF32 && p.a_round == DType::kF32;
+  const auto as_f32 = [&](const char* src, float* buf, int64_t n) -> const float* {
+    if (as_stored) return reinterpret_cast<const float*>(src);
+    const float* wide = reinterpret_cast<const float*>(src);  // f32 values to round
+    if (p.a_dtype != DType::kF32) {
+      if (p.a_dtype == DType::kBF16) cvt.bf16_to_f32(reinterpret_cast<const BFloat16*>(src), buf, n);
+      else cvt.f16_to_f32(reinterpret_cast<const Half*>(src), buf, n);
+      wide = buf;
+    }
+    if (p.a_round != DType::kF32) round_f32(wide, buf, n, p.a_round);
+    return buf;
   };
   parallel_for(0, (M + block - 1) / block, 1, [&](int64_t b0, int64_t b1) {
     alignas(64) float row[256];
@@ -151,12 +158,7 @@ void row_sums_of_a(const MatmulParams& p, const void* a) {
       if (p.trans_a) {
         alignas(64) float acc[256] = {};
         for (int64_t kk = 0; kk < K; ++kk) {
-          const char* src = static_cast<const char*>(a) + static_cast<size_t>(kk * M + i0) * esize;
-          const float* r = reinterpret_cast<const float*>(src);  // an f32 row read as stored
-          if (p.a_dtype != DType::kF32 || p.a_round != DType::kF32) {
-            widen(src, row, w);
-            r = row;
-          }
+          const float* r = as_f32(static_cast<const char*>(a) + static_cast<size_t>(kk * M + i0) * esize, row, w);
           for (int64_t i = 0; i < w; ++i) acc[i] += r[i];
         }
         std::copy(acc, acc + w, sums);
@@ -166,9 +168,8 @@ void row_sums_of_a(const MatmulParams& p, const void* a) {
         float sum = 0;
         for (int64_t k0 = 0; k0 < K; k0 += 256) {
           const int64_t n = std::min<int64_t>(256, K - k0);
-          const char* src = static_cast<const char*>(a) + static_cast<size_t>((i0 + i) * K + k0) * esize;
-          widen(src, row, n);
-          for (int64_t j = 0; j < n; ++j) sum += row[j];
+          const float* r = as_f32(static_cast<const char*>(a) + static_cast<size_t>((i0 + i) * K + k0) * esize, row, n);
+          for (int64_t j = 0; j < n; ++j) sum += r[j];
         }
         sums[i] = sum;
       }
