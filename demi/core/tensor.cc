@@ -54,6 +54,25 @@ Storage::~Storage() { mem_free(data_, bytes_, cat_); }
 
 // ---- Tensor ----
 
+void Tensor::materialize() const {
+  // Taken out first, so that a second read while it computes cannot compute it again; put back if it throws.
+  std::shared_ptr<PendingValue> pending = std::move(impl_->pending);
+  impl_->pending = nullptr;
+  Tensor value;
+  try {
+    value = pending->compute();
+  } catch (...) {
+    impl_->pending = std::move(pending);
+    throw;
+  }
+  const TensorImpl& v = value.impl();
+  DEMI_ASSERT(v.shape == impl_->shape && v.dtype == impl_->dtype, "a pending ", dtype_name(impl_->dtype),
+              impl_->shape, " computed as ", dtype_name(v.dtype), v.shape);
+  impl_->storage = v.storage;
+  impl_->offset = v.offset;
+  impl_->autograd = v.autograd;  // its node and version counter, shared with the computed handle
+}
+
 MemCategory Tensor::category() const {
   const TensorImpl& t = impl();
   return t.storage ? t.storage->category() : MemCategory::kOther;

@@ -61,6 +61,17 @@ struct AutogradMeta {
   int64_t low_version = -1;
 };
 
+// A value not computed yet. Graph mode's rewrite of a network's calls (nn/call_fusion.h) hands one out as
+// the output of a layer whose consumers it runs as one fused op, so that output is never made: its shape and
+// dtype are known, and reading it in any other way (its values, its storage, its autograd metadata) computes
+// it first, with the same calls eager mode would have made, so the same values and the same autograd graph.
+class PendingValue {
+ public:
+  virtual ~PendingValue() = default;
+  // The tensor this one stands for; it must have this one's shape and dtype.
+  virtual Tensor compute() = 0;
+};
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   int64_t offset = 0;  // in elements
@@ -68,6 +79,7 @@ struct TensorImpl {
   DType dtype = DType::kF32;
   std::shared_ptr<AutogradMeta> autograd;  // null until autograd needs it
   std::string name;                        // parameter path or debug name, may be empty
+  std::shared_ptr<PendingValue> pending;   // set while the value is not computed yet (above)
 };
 
 class Tensor {
@@ -76,11 +88,12 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   bool defined() const { return impl_ != nullptr; }
-  const Shape& shape() const { return impl().shape; }
-  int rank() const { return impl().shape.rank(); }
-  int64_t dim(int i) const { return impl().shape[i]; }
-  int64_t numel() const { return impl().shape.numel(); }
-  DType dtype() const { return impl().dtype; }
+  // Shape and dtype (a pending value's too, without computing it).
+  const Shape& shape() const { return meta().shape; }
+  int rank() const { return meta().shape.rank(); }
+  int64_t dim(int i) const { return meta().shape[i]; }
+  int64_t numel() const { return meta().shape.numel(); }
+  DType dtype() const { return meta().dtype; }
   size_t element_size() const { return dtype_size(dtype()); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
   MemCategory category() const;
@@ -127,22 +140,38 @@ class Tensor {
   void set_grad(const Tensor& g);
   AutogradMeta& autograd_meta() const;  // creates the metadata on first use
   bool has_autograd_meta() const { return impl_ && impl().autograd != nullptr; }
-  const std::string& name() const { return impl().name; }
+  const std::string& name() const { return meta().name; }
+  // Whether this is a value not computed yet (PendingValue): any access but its shape, dtype and name
+  // computes it.
+  bool is_pending() const { return impl_ && impl_->pending != nullptr; }
   Tensor& set_name(std::string name);
 
   // "float32(32, 3, 32, 32)" plus the name when it has one; used in error messages.
   std::string describe() const;
   std::string to_string(int max_elements = 16) const;  // values, for debugging
 
+  // The implementation, computed first when pending.
   TensorImpl& impl() const {
     DEMI_CHECK(impl_ != nullptr, "use of an undefined (empty) tensor");
+    if (impl_->pending != nullptr) [[unlikely]] materialize();
     return *impl_;
   }
-  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const {
+    if (impl_ != nullptr && impl_->pending != nullptr) [[unlikely]] materialize();
+    return impl_;
+  }
   bool same_storage(const Tensor& o) const;
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
 
  private:
+  // Shape, dtype and name, never computing a pending value.
+  const TensorImpl& meta() const {
+    DEMI_CHECK(impl_ != nullptr, "use of an undefined (empty) tensor");
+    return *impl_;
+  }
+  // Computes a pending value into this implementation (every handle on it sees the result).
+  void materialize() const;
+
   std::shared_ptr<TensorImpl> impl_;
 };
 

@@ -330,5 +330,64 @@ TEST(Tensor, RandomArgumentsAreChecked) {
   EXPECT_THROW(normal({2}, 0, -1, g), Error);
 }
 
+// A pending value (graph mode's rewrites hand them out): its shape, dtype and name are there without
+// computing it; any other access computes it once, into the same implementation, for every handle on it.
+class CountingValue : public PendingValue {
+ public:
+  CountingValue(Tensor value, int* computed, bool fail = false)
+      : value_(std::move(value)), computed_(computed), fail_(fail) {}
+  Tensor compute() override {
+    ++*computed_;
+    if (fail_) {
+      fail_ = false;
+      throw Error("not yet");
+    }
+    return value_;
+  }
+
+ private:
+  Tensor value_;
+  int* computed_;
+  bool fail_;
+};
+
+Tensor pending_tensor(const Tensor& value, Shape shape, DType dtype, int* computed, bool fail = false) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = std::move(shape);
+  impl->dtype = dtype;
+  impl->pending = std::make_shared<CountingValue>(value, computed, fail);
+  return Tensor(std::move(impl));
+}
+
+TEST(Tensor, APendingValueIsComputedOnceWhenRead) {
+  int computed = 0;
+  const Tensor value = from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor p = pending_tensor(value, {2, 3}, DType::kF32, &computed);
+  Tensor other = p;  // a second handle on the same value
+  EXPECT_TRUE(p.is_pending());
+  EXPECT_EQ(p.shape(), (Shape{2, 3}));
+  EXPECT_EQ(p.dtype(), DType::kF32);
+  EXPECT_EQ(p.numel(), 6);
+  EXPECT_EQ(p.describe(), "float32(2, 3)");
+  EXPECT_EQ(computed, 0) << "shape, dtype and description do not compute it";
+  EXPECT_EQ(p.get(4), 5.0);
+  EXPECT_EQ(computed, 1);
+  EXPECT_FALSE(other.is_pending());
+  EXPECT_EQ(other.to_vector(), value.to_vector());
+  EXPECT_TRUE(other.same_storage(value));
+  EXPECT_EQ(computed, 1) << "computed once, for every handle";
+}
+
+TEST(Tensor, APendingValueThatFailsStaysPendingAndAWrongOneIsABug) {
+  int computed = 0;
+  Tensor p = pending_tensor(zeros({4}), {4}, DType::kF32, &computed, /*fail=*/true);
+  EXPECT_THROW((void)p.raw_data(), Error);
+  EXPECT_TRUE(p.is_pending()) << "computed again at the next read";
+  EXPECT_EQ(p.to_vector(), std::vector<float>(4, 0.0f));
+  EXPECT_EQ(computed, 2);
+  Tensor wrong = pending_tensor(zeros({4}), {2, 2}, DType::kF32, &computed);
+  EXPECT_THROW((void)wrong.raw_data(), InternalError);
+}
+
 }  // namespace
 }  // namespace demi
