@@ -310,35 +310,27 @@ SequentialCell& SequentialCell::append(CellPtr cell) {
 Tensor SequentialCell::construct(const Tensor& x) {
   Tensor y = x;
   for (size_t i = 0; i < cells_.size(); ++i) {
-    // Conv2d, ReLU, MaxPool2d run as one fused op: the convolution's full-size output is never stored
-    // (nor reordered to NCHW), only the pooled result and one-byte window indices.
+    auto next = [&](size_t k) { return i + k < cells_.size() ? cells_[i + k].get() : nullptr; };
     auto* conv = dynamic_cast<Conv2d*>(cells_[i].get());
-    auto* conv_relu = conv != nullptr && i + 1 < cells_.size() ? dynamic_cast<ReLU*>(cells_[i + 1].get()) : nullptr;
-    auto* conv_pool = conv_relu != nullptr && i + 2 < cells_.size() ? dynamic_cast<MaxPool2d*>(cells_[i + 2].get())
-                                                                     : nullptr;
-    const bool fuse = ops::fusion_enabled();
-    if (fuse && conv_pool != nullptr && !conv_relu->pinned_dtype() && !conv_pool->pinned_dtype() && y.rank() == 4) {
-      y = conv->call_relu_max_pool(y, conv_pool->options);
-      i += 2;
-      continue;
-    }
-    // Dense then ReLU runs as one op: the ReLU is applied where the product stores its output, so the
-    // pre-activation is never stored (one hidden-sized buffer less at the end of forward; model C at batch
-    // 2048: 8 MiB of a 39 MiB peak) and backward keeps the mask as bits.
     auto* dense = dynamic_cast<Dense*>(cells_[i].get());
-    auto* dense_relu = dense != nullptr && i + 1 < cells_.size() ? dynamic_cast<ReLU*>(cells_[i + 1].get()) : nullptr;
-    if (fuse && dense_relu != nullptr && !dense_relu->pinned_dtype() && dense_relu->precision_policy() == nullptr) {
-      y = dense->call_relu(y);
+    auto* relu = dynamic_cast<ReLU*>(cells_[i].get());
+    auto* relu_next = dynamic_cast<ReLU*>(next(1));
+    if (conv != nullptr && relu_next != nullptr) {
+      auto* pool = dynamic_cast<MaxPool2d*>(next(2));
+      if (pool != nullptr && fusion::conv_relu_max_pool_applies(*relu_next, *pool, y)) {
+        y = fusion::conv_relu_max_pool(*conv, *pool, y);
+        i += 2;
+        continue;
+      }
+    }
+    if (dense != nullptr && relu_next != nullptr && fusion::dense_relu_applies(*relu_next)) {
+      y = fusion::dense_relu(*dense, y);
       ++i;
       continue;
     }
-    // ReLU then MaxPool2d runs as one fused op: one pass instead of two, and backward needs only the
-    // pool's one-byte window indices, not the ReLU's output. (Pinned cells keep their own path.)
-    auto* relu = dynamic_cast<ReLU*>(cells_[i].get());
-    auto* pool = i + 1 < cells_.size() ? dynamic_cast<MaxPool2d*>(cells_[i + 1].get()) : nullptr;
-    if (fuse && relu != nullptr && pool != nullptr && !relu->pinned_dtype() && !pool->pinned_dtype() && y.rank() == 4) {
-      ops::LayerScope layer(relu->layer_id());  // the fused op is the ReLU's (and its pool's)
-      y = ops::relu_max_pool2d(y, pool->options);
+    auto* pool_next = dynamic_cast<MaxPool2d*>(next(1));
+    if (relu != nullptr && pool_next != nullptr && fusion::relu_max_pool_applies(*relu, *pool_next, y)) {
+      y = fusion::relu_max_pool(*relu, *pool_next, y);
       ++i;
       continue;
     }
@@ -346,6 +338,33 @@ Tensor SequentialCell::construct(const Tensor& x) {
   }
   return y;
 }
+
+namespace fusion {
+
+bool conv_relu_max_pool_applies(const ReLU& relu, const MaxPool2d& pool, const Tensor& x) {
+  return ops::fusion_enabled() && !relu.pinned_dtype() && !pool.pinned_dtype() && x.rank() == 4;
+}
+
+Tensor conv_relu_max_pool(Conv2d& conv, const MaxPool2d& pool, const Tensor& x) {
+  return conv.call_relu_max_pool(x, pool.options);
+}
+
+bool dense_relu_applies(const ReLU& relu) {
+  return ops::fusion_enabled() && !relu.pinned_dtype() && relu.precision_policy() == nullptr;
+}
+
+Tensor dense_relu(Dense& dense, const Tensor& x) { return dense.call_relu(x); }
+
+bool relu_max_pool_applies(const ReLU& relu, const MaxPool2d& pool, const Tensor& x) {
+  return ops::fusion_enabled() && !relu.pinned_dtype() && !pool.pinned_dtype() && x.rank() == 4;
+}
+
+Tensor relu_max_pool(ReLU& relu, const MaxPool2d& pool, const Tensor& x) {
+  ops::LayerScope layer(relu.layer_id());  // the fused op is the ReLU's (and its pool's)
+  return ops::relu_max_pool2d(x, pool.options);
+}
+
+}  // namespace fusion
 
 // ---- losses ----
 SoftmaxCrossEntropyWithLogits::SoftmaxCrossEntropyWithLogits(bool sparse, const std::string& reduction)

@@ -300,6 +300,24 @@ class SequentialCell : public Cell {
   std::vector<CellPtr> cells_;
 };
 
+// The eager fusions: a layer and the layers that consume its output, run as one op with the same values.
+// SequentialCell applies them to its consecutive cells; graph mode to any network's calls
+// (nn/call_fusion.h). Each `*_applies` says whether the fusion holds now (fusion on, no pinned dtype or
+// policy that the fused op would not honour, the input's rank); the others run the fused call.
+namespace fusion {
+// Conv2d -> ReLU -> MaxPool2d: the convolution's full-size output is never stored (nor reordered to NCHW),
+// only the pooled result and one-byte window indices.
+bool conv_relu_max_pool_applies(const ReLU& relu, const MaxPool2d& pool, const Tensor& x);
+Tensor conv_relu_max_pool(Conv2d& conv, const MaxPool2d& pool, const Tensor& x);
+// Dense -> ReLU: the ReLU applied where the product stores its output, so the pre-activation is never stored
+// and backward keeps the mask as bits.
+bool dense_relu_applies(const ReLU& relu);
+Tensor dense_relu(Dense& dense, const Tensor& x);
+// ReLU -> MaxPool2d: one pass instead of two; backward needs only the pool's window indices.
+bool relu_max_pool_applies(const ReLU& relu, const MaxPool2d& pool, const Tensor& x);
+Tensor relu_max_pool(ReLU& relu, const MaxPool2d& pool, const Tensor& x);
+}  // namespace fusion
+
 // MindSpore: GroupNorm(num_groups, num_channels, eps=1e-5, affine=True): x (N, C, *) normalised over each
 // group of C / num_groups channels and all trailing positions, then gamma, beta (C) per channel. Computed
 // as a LayerNorm of (N * groups, C / groups * positions) — FP32 statistics, on the AMP black list like the
