@@ -58,6 +58,66 @@ class LeNet : public Cell {
   std::shared_ptr<SequentialCell> features, classifier;
 };
 
+// Models A and B written as the seed and MindSpore's model zoo write networks: every layer called in
+// construct, one ReLU and one max-pool cell called wherever the network needs one, no SequentialCell and no
+// hand-fused call (`demi train --zoo-style`). The same layers, parameters and values as SimpleCNN and LeNet;
+// PYNATIVE runs every call as written, graph mode runs the fused ops (nn/call_fusion.h).
+class SeedSimpleCNN : public Cell {
+ public:
+  explicit SeedSimpleCNN(int64_t num_classes = 10) : Cell("SeedSimpleCNN") {
+    conv1 = register_cell("conv1", std::make_shared<Conv2d>(3, 32, 3, Conv2dOptions::Make(1, "valid")));
+    relu = register_cell("relu", std::make_shared<ReLU>());
+    max_pool = register_cell("max_pool", std::make_shared<MaxPool2d>(2, 2));
+    flatten = register_cell("flatten", std::make_shared<Flatten>());
+    fc = register_cell("fc", std::make_shared<Dense>(32 * 15 * 15, num_classes));
+  }
+  Tensor construct(const Tensor& input) override {
+    Tensor x = conv1->call(input);
+    x = relu->call(x);
+    x = max_pool->call(x);
+    x = flatten->call(x);
+    return fc->call(x);
+  }
+  std::shared_ptr<Conv2d> conv1;
+  std::shared_ptr<ReLU> relu;
+  std::shared_ptr<MaxPool2d> max_pool;
+  std::shared_ptr<Flatten> flatten;
+  std::shared_ptr<Dense> fc;
+};
+
+class ZooLeNet : public Cell {
+ public:
+  explicit ZooLeNet(bool batch_norm = false) : Cell("ZooLeNet") {
+    auto pad1 = Conv2dOptions::Make(1, "pad", 1, true);
+    conv1 = register_cell("conv1", std::make_shared<Conv2d>(1, 32, 3, pad1));
+    if (batch_norm) bn1 = register_cell("bn1", std::make_shared<BatchNorm2d>(32));
+    conv2 = register_cell("conv2", std::make_shared<Conv2d>(32, 64, 3, pad1));
+    if (batch_norm) bn2 = register_cell("bn2", std::make_shared<BatchNorm2d>(64));
+    relu = register_cell("relu", std::make_shared<ReLU>());
+    max_pool2d = register_cell("max_pool2d", std::make_shared<MaxPool2d>(2, 2));
+    flatten = register_cell("flatten", std::make_shared<Flatten>());
+    fc1 = register_cell("fc1", std::make_shared<Dense>(64 * 7 * 7, 128));
+    fc2 = register_cell("fc2", std::make_shared<Dense>(128, 10));
+  }
+  Tensor construct(const Tensor& input) override {
+    Tensor x = conv1->call(input);
+    if (bn1) x = bn1->call(x);
+    x = max_pool2d->call(relu->call(x));
+    x = conv2->call(x);
+    if (bn2) x = bn2->call(x);
+    x = max_pool2d->call(relu->call(x));
+    x = flatten->call(x);
+    x = relu->call(fc1->call(x));
+    return fc2->call(x);
+  }
+  std::shared_ptr<Conv2d> conv1, conv2;
+  std::shared_ptr<BatchNorm2d> bn1, bn2;
+  std::shared_ptr<ReLU> relu;
+  std::shared_ptr<MaxPool2d> max_pool2d;
+  std::shared_ptr<Flatten> flatten;
+  std::shared_ptr<Dense> fc1, fc2;
+};
+
 // Model C: MLP 784-1024-1024-10 with ReLU.
 class MLP : public Cell {
  public:
