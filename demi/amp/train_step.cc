@@ -7,6 +7,7 @@
 
 #include "demi/autograd/autograd.h"
 #include "demi/core/context.h"
+#include "demi/nn/call_fusion.h"
 #include "demi/ops/dispatch.h"
 #include "demi/ops/ops.h"
 
@@ -26,6 +27,60 @@ TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell
     param_names_.push_back(name);
   }
   generators_ = nn::generators_of(*net_);
+  graphs_.set_rewrites(make_call_fusions);
+}
+
+namespace {
+
+// The network's running statistics and generators, set aside and put back (a forward that must leave no
+// trace).
+class NetStateSnapshot {
+ public:
+  NetStateSnapshot(nn::Cell& net, const std::vector<std::pair<std::string, Generator*>>& generators)
+      : generators_(generators) {
+    for (auto& [name, b] : net.buffers_and_names()) buffers_.emplace_back(b, b.clone());
+    for (const auto& [name, g] : generators_) states_.emplace_back(g->seed(), g->offset());
+  }
+  void restore() {
+    autograd::NoGradGuard no_grad;
+    for (auto& [b, copy] : buffers_) b.copy_(copy);
+    for (size_t i = 0; i < generators_.size(); ++i) generators_[i].second->set_state(states_[i].first, states_[i].second);
+  }
+
+ private:
+  const std::vector<std::pair<std::string, Generator*>>& generators_;
+  std::vector<std::pair<Tensor, Tensor>> buffers_;
+  std::vector<std::pair<uint64_t, uint64_t>> states_;
+};
+
+class CallFusionRewrite final : public graph::StepRewrite {
+ public:
+  void begin_learning() override { fusions_.begin_learning(); }
+  void end_learning(bool learnt) override { fusions_.end_learning(learnt); }
+  void begin_applying() override { fusions_.begin_applying(); }
+  void end_applying() override { fusions_.end_applying(); }
+  std::string describe() const override { return fusions_.describe(); }
+
+ private:
+  nn::CallFusions fusions_;
+};
+
+}  // namespace
+
+std::unique_ptr<graph::StepRewrite> make_call_fusions() { return std::make_unique<CallFusionRewrite>(); }
+
+void TrainStep::forward_leaving_no_trace(const Tensor& data) {
+  if (!nn::CallFusions::could_fuse(*net_)) return;  // nothing to learn: no second run of construct
+  NetStateSnapshot state(*net_, generators_);
+  try {
+    autograd::NoGradGuard no_grad;
+    net_->set_train(true);
+    (void)net_->call(nn::CallFusions::learning_batch(data));
+  } catch (...) {
+    state.restore();
+    throw;
+  }
+  state.restore();
 }
 
 // The key of a plan: what changes a step's allocations besides the network and the AMP level, which a
@@ -68,10 +123,13 @@ StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
   const bool in_backward = optimizer_in_backward();
   if (get_context().mode != ExecMode::kGraph) return update(data, label, in_backward);
   StepResult r;
-  graphs_.run(graph_key(update_key_, "update", &data, &label, in_backward), [&] {
-    r = update(data, label, in_backward);
-    return !r.overflow;  // an overflow step (skipped, attributed) is not the step to plan from
-  });
+  graphs_.run(
+      graph_key(update_key_, "update", &data, &label, in_backward),
+      [&] {
+        r = update(data, label, in_backward);
+        return !r.overflow;  // an overflow step (skipped, attributed) is not the step to plan from
+      },
+      [&] { forward_leaving_no_trace(data); });
   return r;
 }
 
@@ -83,10 +141,13 @@ float TrainStep::accumulate(const Tensor& data, const Tensor& label) {
   const std::string& key = micro_batches_ == 0
                                ? graph_key(first_micro_key_, "first micro-batch", &data, &label, false)
                                : graph_key(micro_key_, "micro-batch", &data, &label, false);
-  graphs_.run(key, [&] {
-    loss = accumulate_micro_batch(data, label);
-    return true;
-  });
+  graphs_.run(
+      key,
+      [&] {
+        loss = accumulate_micro_batch(data, label);
+        return true;
+      },
+      [&] { forward_leaving_no_trace(data); });
   return loss;
 }
 
@@ -183,6 +244,7 @@ float TrainStep::accumulate_micro_batch(const Tensor& data, const Tensor& label)
 
 float TrainStep::forward_backward(const Tensor& data, const Tensor& label, bool notify_reducer) {
   net_->set_train(true);
+  nn::CallFusions::begin_forward();  // (a step's attribution re-runs its forward)
   float loss_value = 0;
   {
     ops::CastCacheScope cast_cache;  // each parameter is cast to the low dtype once in this micro-batch
@@ -317,19 +379,14 @@ void TrainStep::replay(const std::vector<MicroBatch>& micro, double loss_scale, 
     grads.push_back(p.grad());
     p.set_grad(Tensor());
   }
-  std::vector<std::pair<Tensor, Tensor>> buffers;
-  for (auto& [name, b] : net_->buffers_and_names()) buffers.emplace_back(b, b.clone());
+  NetStateSnapshot state(*net_, generators_);
   const auto& gens = generators_;
-  std::vector<std::pair<uint64_t, uint64_t>> gen_states;
-  for (const auto& [name, g] : gens) gen_states.emplace_back(g->seed(), g->offset());
   Tensor logits = last_logits_;
   const double saved_scale = micro_scale_;
   const double saved_sum = micro_loss_sum_;
   auto restore = [&] {
     for (size_t i = 0; i < params.size(); ++i) params[i].set_grad(grads[i]);
-    autograd::NoGradGuard no_grad;
-    for (auto& [b, copy] : buffers) b.copy_(copy);
-    for (size_t i = 0; i < gens.size(); ++i) gens[i].second->set_state(gen_states[i].first, gen_states[i].second);
+    state.restore();
     last_logits_ = logits;
     micro_scale_ = saved_scale;
     micro_loss_sum_ = saved_sum;

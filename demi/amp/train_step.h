@@ -196,6 +196,10 @@ class TrainStep {
   graph::SignatureKey update_key_, first_micro_key_, micro_key_, apply_key_;  // one per kind of call
   float forward_backward(const Tensor& data, const Tensor& label, bool notify_reducer);
   StepResult step_in_backward(const Tensor& data, const Tensor& label);
+  // The network's forward on the first samples of `data` (nn::CallFusions::learning_batch) without
+  // gradients, its running statistics and generators put back: what graph mode's rewrite of the calls
+  // learns from (StepGraphs::run's `learn`); nothing where the network has no cell a chain could end in.
+  void forward_leaving_no_trace(const Tensor& data);
   void replay(const std::vector<MicroBatch>& micro, double loss_scale, ops::OpObserver& observer,
               const std::function<bool()>& done);
   OverflowSource find_overflow_source(const std::vector<MicroBatch>& micro, double loss_scale);
@@ -208,6 +212,10 @@ class TrainStep {
 // gradient's products are rounded to its dtype; TrainStep instead folds the coefficient into what the
 // optimizer multiplies them by).
 double clip_grad_norm(std::vector<Tensor>& grads, double max_norm);
+
+// Graph mode's rewrite of a step's layer calls (nn::CallFusions: the eager fusions applied to any
+// network's calls) as the StepGraphs rewrite of each key. TrainStep's steps and Model::eval's use it.
+std::unique_ptr<graph::StepRewrite> make_call_fusions();
 
 // MindSpore's amp.build_train_network(network, optimizer, loss_fn, level): attaches the level's precision
 // policy to `net` and returns its train step.

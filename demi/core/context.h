@@ -4,8 +4,9 @@
 //
 // GRAPH_MODE (the default): a TrainStep's updates (build_train_network, Model::train) run under static
 // memory plans, one arena planned from a traced step and replayed every later step (demi/graph/
-// step_graph.h); the results are bit for bit PYNATIVE_MODE's, which runs every op as it comes. The mode
-// is read at each update. "CPU" is the only device target today; any other is a demi::Error that lists
+// step_graph.h), with the eager fusions applied to any network's layer calls (graph_fusion below); the
+// results are bit for bit PYNATIVE_MODE's, which runs every op as it comes, except where graph mode fused
+// calls that PYNATIVE runs one by one. The mode is read at each update. "CPU" is the only device target today; any other is a demi::Error that lists
 // the available ones.
 #pragma once
 
@@ -20,6 +21,11 @@ struct ContextOptions {
   std::string device_target = "CPU";
   int device_id = 0;
   int num_threads = 0;  // 0: every core available to the process
+  // GRAPH_MODE runs the eager fusions (Conv2d -> ReLU -> MaxPool2d, Dense -> ReLU, ReLU -> MaxPool2d) on any
+  // network's layer calls, not only inside a SequentialCell (nn/call_fusion.h): the results are then those
+  // of the network written with SequentialCells, which may differ from PYNATIVE's calls in a gradient's last
+  // bits (the fused kernel sums in its own order). false: GRAPH_MODE gives PYNATIVE's bits on every network.
+  bool graph_fusion = true;
 };
 
 void set_context(const ContextOptions& options);

@@ -69,7 +69,8 @@ std::string PlanSummary::describe() const {
   if (trace_seconds > 0) std::snprintf(trace, sizeof trace, "traced in a step of %.1f ms, ", trace_seconds * 1e3);
   return str_cat("arena ", mib(arena_bytes), " = ", ratio, " x the lower bound ", mib(lower_bound), " (upper bound ",
                  mib(upper_bound), "; ", planned, " of ", allocations, " allocations planned, ",
-                 mib(outliving_bytes), " outlive the step; ", trace, "planned in ", ms, " ms)");
+                 mib(outliving_bytes), " outlive the step; ", trace, "planned in ", ms, " ms)",
+                 rewrites.empty() ? "" : "; ", rewrites);
 }
 
 ArenaPlan plan_arena(const std::vector<AllocationEvent>& events, PlanSummary* summary) {

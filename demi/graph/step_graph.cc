@@ -74,12 +74,26 @@ void StepGraphs::clear() { entries_.clear(); }
 
 std::vector<std::pair<std::string, PlanSummary>> StepGraphs::plans() const {
   std::vector<std::pair<std::string, PlanSummary>> out;
-  for (const auto& [key, e] : entries_)
-    if (e.planned) out.emplace_back(key, e.summary);
+  for (const auto& [key, e] : entries_) {
+    if (!e.planned) continue;
+    out.emplace_back(key, e.summary);
+    if (e.rewrite != nullptr) out.back().second.rewrites = e.rewrite->describe();  // as it stands now
+  }
   return out;
 }
 
-void StepGraphs::run(const std::string& key, const std::function<bool()>& step) {
+bool StepGraphs::run_rewritten(Entry& e, const std::function<bool()>& step) {
+  StepRewrite* r = e.rewrite.get();
+  if (r == nullptr) return step();
+  r->begin_applying();
+  struct End {
+    StepRewrite* r;
+    ~End() { r->end_applying(); }
+  } end{r};
+  return step();
+}
+
+void StepGraphs::run(const std::string& key, const std::function<bool()>& step, const std::function<void()>& learn) {
   auto it = entries_.find(key);
   if (it == entries_.end()) {
     if (entries_.size() >= max_plans_) {
@@ -94,23 +108,40 @@ void StepGraphs::run(const std::string& key, const std::function<bool()>& step) 
       return;
     }
     it = entries_.emplace(key, Entry{}).first;
+    if (make_rewrite_ && learn) {
+      std::unique_ptr<StepRewrite> r = make_rewrite_();
+      r->begin_learning();
+      try {
+        learn();
+        r->end_learning(true);
+        it->second.rewrite = std::move(r);
+      } catch (const Error& e) {  // (a network the learning run cannot run, on a part of the batch, say)
+        r->end_learning(false);
+        warn(str_cat("graph mode: the ", what_, "s of ", key, " run their layer calls as written: the run that ",
+                     "learns which to fuse failed (", e.what(), ")"));
+      } catch (...) {
+        r->end_learning(false);
+        entries_.erase(it);
+        throw;
+      }
+    }
   }
   Entry& e = it->second;
   switch (e.phase) {
     case Phase::kWarmup:
     case Phase::kEager:
       ++stats_.eager_steps;
-      (void)step();
+      (void)run_rewritten(e, step);
       if (e.phase == Phase::kWarmup) e.phase = Phase::kTrace;
       return;
     case Phase::kTrace: {
       if (!mem_record_begin()) {  // another thread is recording its step: trace the next call
         ++stats_.eager_steps;
-        (void)step();
+        (void)run_rewritten(e, step);
         return;
       }
       const auto start = std::chrono::steady_clock::now();
-      const bool typical = run_step(step, [] { mem_record_end(); });
+      const bool typical = run_step([&] { return run_rewritten(e, step); }, [] { mem_record_end(); });
       std::vector<AllocationEvent> events = mem_record_end();
       if (!typical) {  // not a step to plan from: trace the next one
         ++stats_.eager_steps;
@@ -141,12 +172,12 @@ void StepGraphs::run(const std::string& key, const std::function<bool()>& step) 
                        "s run on the caching allocator until it is free"));
         }
         ++stats_.eager_steps;
-        (void)step();
+        (void)run_rewritten(e, step);
         return;
       }
       busy_in_a_row_ = 0;
       ++stats_.replayed_steps;
-      const bool typical = run_step(step, [] { mem_replay_end(); });
+      const bool typical = run_step([&] { return run_rewritten(e, step); }, [] { mem_replay_end(); });
       const ReplayOutcome out = mem_replay_end();
       stats_.arena_allocations += out.served;
       if (!out.diverged && !out.incomplete) {

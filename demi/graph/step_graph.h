@@ -3,13 +3,15 @@
 // else changes the program: the caller builds the key).
 //
 //   graph::StepGraphs graphs("train step");
-//   graphs.run(key, [&] { result = eager_step(data, label); return !result.overflow; });
+//   graphs.set_rewrites(amp::make_call_fusions);   // optional: the eager fusions on any network
+//   graphs.run(key, [&] { result = eager_step(data, label); return !result.overflow; },
+//              [&] { forward_leaving_no_trace(data); });   // what the rewrite learns from
 //
-// For each key, the first step runs as in PYNATIVE mode (it makes the kernel choices for its shapes and
-// whatever state a first step creates); the second is recorded, every allocation the stepping thread
-// makes with its lifetime, and planned into one arena (a step that says it was atypical is not planned
-// from: the next one is traced instead) (memory_plan.h); every later step is replayed:
-// the same code runs the same kernels, so results are bit for bit those of PYNATIVE mode, and every
+// For each key, the first step runs eagerly (it makes the kernel choices for its shapes and whatever state
+// a first step creates); the second is recorded, every allocation the stepping thread makes with its
+// lifetime, and planned into one arena (a step that says it was atypical is not planned from: the next one
+// is traced instead) (memory_plan.h); every later step is replayed: the same code runs the same kernels,
+// so results are bit for bit those of the first step's ops (PYNATIVE mode's where no rewrite), and every
 // allocation it makes is served from the arena at its planned offset, checked against the plan as it
 // goes (core/memory.h: a block still alive is never handed out twice). A step whose allocations leave
 // the plan (an overflow step that skips its update, a tensor held longer than in the traced step)
@@ -17,16 +19,17 @@
 // more than kMaxRetraces times runs eagerly from then on, with one warning naming why. More than
 // `max_plans` keys: the new ones run eagerly, with one warning.
 //
-// What graph mode changes in the step itself is the train step's (amp/train_step.h): it places each
-// parameter's update in backward where nothing waits on every gradient. What it does not do yet (issue
-// 14): replay without re-running the host code (autograd nodes and the cast cache are still built per
-// step), graph passes on a recorded op list (cast elimination, fusion as rewrites). DESIGN.md, "Graph
-// mode", has the plan.
+// What graph mode changes in the step itself: the train step (amp/train_step.h) places each parameter's
+// update in backward where nothing waits on every gradient, and a caller's StepRewrite (nn::CallFusions)
+// runs the eager fusions on any network's calls. What it does not do yet (issue 14): replay without
+// re-running the host code (autograd nodes and the cast cache are still built per step), passes on a
+// recorded op list (cast elimination). DESIGN.md, "Graph mode", has the plan.
 #pragma once
 
 #include <functional>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -59,6 +62,23 @@ class SignatureKey {
   std::string key_;
 };
 
+// A rewrite of a kind of step's program (nn::CallFusions: the eager fusions applied to any network's
+// calls): learnt, before the first step of a key, from a run of the step's forward that changes nothing
+// (the caller's `learn` function), and applied to every step of that key, the first (eager) one included,
+// so the plan is the rewritten step's. The caller brings one per key (StepGraphs::set_rewrites).
+class StepRewrite {
+ public:
+  virtual ~StepRewrite() = default;
+  // Scopes around the learning run and around each step (both thread-local). end_learning(false): the
+  // learning run threw, and taught nothing.
+  virtual void begin_learning() = 0;
+  virtual void end_learning(bool learnt) = 0;
+  virtual void begin_applying() = 0;
+  virtual void end_applying() = 0;
+  // What it rewrote, for the plan's summary ("fused 2 chains of layer calls: ..."); empty when nothing.
+  virtual std::string describe() const = 0;
+};
+
 class StepGraphs {
  public:
   static constexpr int kMaxRetraces = 3;
@@ -88,7 +108,10 @@ class StepGraphs {
   // typical step, one to plan from: a train step whose update was applied. An atypical one (an overflow
   // step that skipped its update and re-ran its batch for attribution) is never traced, and leaving the
   // plan does not count against it.
-  void run(const std::string& key, const std::function<bool()>& step);
+  // `learn` (optional): a run of the step's forward that leaves no trace (no gradient, running statistic or
+  // generator changed), which the key's rewrite learns from before its first step (set_rewrites); without
+  // it, or where it throws a demi::Error (said in a warning), the key's steps run as written.
+  void run(const std::string& key, const std::function<bool()>& step, const std::function<void()>& learn = {});
   // Forgets every plan: the program has changed (a layer promoted to FP32, a setting changed).
   void clear();
 
@@ -97,6 +120,8 @@ class StepGraphs {
   std::vector<std::pair<std::string, PlanSummary>> plans() const;
   // Where warnings go (default: standard error).
   void set_warning_sink(WarningSink sink) { warn_ = std::move(sink); }
+  // Makes the rewrite of each new key (null: none). Keys seen before keep theirs until clear().
+  void set_rewrites(std::function<std::unique_ptr<StepRewrite>()> make) { make_rewrite_ = std::move(make); }
 
  private:
   enum class Phase { kWarmup, kTrace, kReplay, kEager };
@@ -107,7 +132,11 @@ class StepGraphs {
     bool planned = false;
     int traces = 0;
     int diverged_in_a_row = 0;
+    std::unique_ptr<StepRewrite> rewrite;  // learnt before the first step, applied to every step
   };
+
+  // Runs the step of `e` with its rewrite applied.
+  static bool run_rewritten(Entry& e, const std::function<bool()>& step);
 
   void warn(const std::string& message);
 
@@ -119,6 +148,7 @@ class StepGraphs {
   int busy_in_a_row_ = 0;
   Stats stats_;
   WarningSink warn_;
+  std::function<std::unique_ptr<StepRewrite>()> make_rewrite_;
 };
 
 }  // namespace demi::graph

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "demi/autograd/autograd.h"
+#include "demi/nn/call_fusion.h"
 #include "demi/ops/dispatch.h"
 #include "demi/ops/ops.h"
 
@@ -21,6 +22,11 @@ class CellError : public Error {
 Cell::Cell(std::string type_name) : type_name_(std::move(type_name)) { autograd::install(); }
 
 Tensor Cell::operator()(const Tensor& x) {
+  if (internal::call_fusions_active()) [[unlikely]] return internal::call_through_fusions(*this, x);
+  return call_as_written(x);
+}
+
+Tensor Cell::call_as_written(const Tensor& x) {
   if (recomputing_now()) return run_recomputed(x, [this](const Tensor& in) { return run(in); });
   return run(x);
 }

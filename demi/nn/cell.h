@@ -38,6 +38,9 @@ class Cell {
   // backward when recompute() is on and grad mode is).
   Tensor operator()(const Tensor& x);
   Tensor call(const Tensor& x) { return (*this)(x); }
+  // operator() without graph mode's rewrite of the calls (nn/call_fusion.h): what it runs for a call it
+  // does not rewrite, and how a pending output of this cell is computed.
+  Tensor call_as_written(const Tensor& x);
   virtual Tensor construct(const Tensor& x) = 0;
 
   // Named parameters of this cell and all sub-cells, with dotted paths ("features.0.weight").

@@ -10,6 +10,7 @@
 #include "demi/autograd/autograd.h"
 #include "demi/core/context.h"
 #include "demi/data/iterator.h"
+#include "demi/nn/call_fusion.h"
 
 namespace demi::train {
 namespace {
@@ -140,6 +141,7 @@ Model::Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> lo
   train_step_->graphs().set_warning_sink(
       [](const std::string& m) { callback_stream() << "Model.train: " << m << std::endl; });
   eval_graphs_.set_warning_sink([](const std::string& m) { callback_stream() << "Model.eval: " << m << std::endl; });
+  eval_graphs_.set_rewrites(amp::make_call_fusions);
   if (options.amp_adapt) {
     DEMI_CHECK(options.optimizer_in_backward != true,
                "Model: amp_adapt promotes the layers overflow attribution names, ",
@@ -593,7 +595,9 @@ std::map<std::string, double> Model::eval(const std::shared_ptr<const data::Data
         return true;
       };
       if (get_context().mode == ExecMode::kGraph) {
-        eval_graphs_.run(eval_key_.get("eval", &data, &label), batch);
+        eval_graphs_.run(eval_key_.get("eval", &data, &label), batch, [&] {
+          if (nn::CallFusions::could_fuse(*network_)) (void)network_->call(nn::CallFusions::learning_batch(data));
+        });
       } else {
         batch();
       }
