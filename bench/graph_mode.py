@@ -17,7 +17,11 @@ graph mode with every step seen by the callbacks (--sink-size 0) against one sin
 sinks of 64 batches, steps/s, interleaved. The CLI's progress bar is the callback (no --json for these
 runs; the summary line is parsed).
 
-    bench/graph_mode.py [--models A,B,C,D] [--rounds 3] [--sink-rounds 5] [--demi build/release/tools/demi/demi]
+A-zoo and B-zoo are models A and B written as the seed and MindSpore's model zoo write networks (`demi train
+--zoo-style`: each layer called in construct): PYNATIVE runs every call as written, graph mode fuses them
+(nn/call_fusion.h), as A's and B's own code does by hand.
+
+    bench/graph_mode.py [--models A,B,C,D,A-zoo,B-zoo] [--rounds 3] [--sink-rounds 5] [--demi build/release/tools/demi/demi]
 """
 import argparse
 import os
@@ -39,7 +43,7 @@ SAMPLES = {"A": 8192, "B": 4096, "C": 8192, "D": 512, "R": 256}
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="A,B,C,D")
+    ap.add_argument("--models", default="A,B,C,D,A-zoo,B-zoo")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sink-rounds", type=int, default=5)
     ap.add_argument("--demi", default=os.path.join(ROOT, "build/release/tools/demi/demi"))
@@ -49,8 +53,9 @@ def main():
     ratios = {}  # (model, setting) -> [graph / eager samples/s of each round's pair of runs]
     for r in range(a.rounds):
         for model in models:
-            base = ["--model", model, "--data", "synthetic", "--epochs", "2",
-                    "--train-samples", str(SAMPLES.get(model, 2048))]
+            name = model.removesuffix("-zoo")
+            base = ["--model", name, "--data", "synthetic", "--epochs", "2",
+                    "--train-samples", str(SAMPLES.get(name, 2048))] + (["--zoo-style"] if name != model else [])
             for label, extra in SETTINGS:
                 pair = {}
                 # (alternating which mode runs first, so that a drift within a pair favours neither)
@@ -70,7 +75,7 @@ def main():
     print("GRAPH_MODE against PYNATIVE_MODE: samples/s (median of %d interleaved rounds) and memory, MiB" % a.rounds)
     head = ("model", "setting", "eager/s", "graph/s", "g/e", "g wins", "peak e", "peak g", "RSS e", "RSS g",
             "held e", "held g", "arena", "lower", "a/l", "upper", "allocs", "step ms", "trace ms", "plan ms",
-            "replay", "left", "upd.bwd")
+            "replay", "left", "upd.bwd", "fused")
     print(("%-5s %-8s" + " %8s" * (len(head) - 2)) % head)
     for model in models:
         for label, _ in SETTINGS:
@@ -95,7 +100,8 @@ def main():
                    "%.2f" % med(model, label, "graph", "median_step_ms"),
                    "%.2f" % med(model, label, "graph", "graph_trace_ms"),
                    "%.2f" % float(g["graph_plan_ms"]), "%d" % g["graph_replayed_steps"],
-                   "%d" % g["graph_diverged_steps"], "yes" if g.get("optimizer_in_backward") else "no")
+                   "%d" % g["graph_diverged_steps"], "yes" if g.get("optimizer_in_backward") else "no",
+                   "%d" % fused_chains(g.get("graph_rewrites", "")))
             print(("%-5s %-8s" + " %8s" * (len(row) - 2)) % row)
     print("g/e: the median over rounds of each round's graph / eager samples/s (the two runs back to back, in\n"
           "alternating order); g wins: in how many rounds graph mode was the faster; step ms: graph mode's median\n"
@@ -105,9 +111,15 @@ def main():
           "mode); arena/lower/upper: graph mode's static plan of one update's temporaries; replay/left: updates\n"
           "that replayed the plan / that left it (an overflow step skips its update and allocates differently);\n"
           "upd.bwd: graph mode updated each parameter in backward (no loss scale, no float16: what puts its\n"
-          "peak below PYNATIVE's, which keeps every gradient until the update).")
+          "peak below PYNATIVE's, which keeps every gradient until the update); fused: chains of layer calls\n"
+          "graph mode ran as one fused op (the -zoo models' Conv2d -> ReLU -> MaxPool2d, Dense -> ReLU).")
     if a.sink_rounds > 0:
         sink_mode(a.demi, a.sink_rounds)
+
+
+def fused_chains(rewrites):
+    m = re.match(r"fused (\d+) chains?", rewrites)
+    return int(m.group(1)) if m else 0
 
 
 SINKS = [("every step", "0"), ("1 per epoch", "-1"), ("64 batches", "64")]

@@ -93,6 +93,9 @@ int main() {
     std::printf("%lld steps, %.0f samples/s, final loss %.4f, peak tracked memory %.2f MiB\n",
                 static_cast<long long>(s.steps), s.samples_per_second, s.final_loss,
                 static_cast<double>(s.peak.total_peak) / (1 << 20));
+    // GRAPH_MODE ran conv1 -> relu -> max_pool, called one by one above, as one fused op.
+    for (const auto& [key, plan] : model.train_graphs().plans())
+      if (!plan.rewrites.empty()) std::printf("graph mode, %s: %s\n", key.c_str(), plan.rewrites.c_str());
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "seed_simple_cnn: %s\n", e.what());

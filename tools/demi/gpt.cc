@@ -116,7 +116,8 @@ struct EvalPoint {
 // Options of `demi train` that mean nothing for the GPT (the reference models' data and reports): refused,
 // never silently ignored.
 void refuse_unsupported(const ParsedArgs& args) {
-  for (const char* o : {"epochs", "train-samples", "batch-norm", "report", "report-data", "numerics", "trace-dtypes"})
+  for (const char* o :
+       {"epochs", "train-samples", "batch-norm", "zoo-style", "report", "report-data", "numerics", "trace-dtypes"})
     if (args.has(o))
       throw UsageError(std::string("--") + o + " is not supported with --model gpt (use --steps and --eval-every)");
 }

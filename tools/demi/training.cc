@@ -147,8 +147,14 @@ Job make_job(const ParsedArgs& args) {
   if (data == "default") data = images3 || job.model_key == "D" ? "synthetic" : "fashion-mnist";
   job.data_name = data;
   set_seed(seed);
-  if (job.model_key == "A") job.net = std::make_shared<nn::SimpleCNN>();
-  if (job.model_key == "B") job.net = std::make_shared<nn::LeNet>(args.flag("batch-norm"));
+  const bool zoo = args.flag("zoo-style");
+  if (zoo && job.model_key != "A" && job.model_key != "B")
+    throw UsageError("--zoo-style is for models A and B (their layers called in construct, as the seed writes them)");
+  if (job.model_key == "A") job.net = zoo ? std::shared_ptr<nn::Cell>(std::make_shared<nn::SeedSimpleCNN>())
+                                          : std::make_shared<nn::SimpleCNN>();
+  if (job.model_key == "B")
+    job.net = zoo ? std::shared_ptr<nn::Cell>(std::make_shared<nn::ZooLeNet>(args.flag("batch-norm")))
+                  : std::make_shared<nn::LeNet>(args.flag("batch-norm"));
   if (args.flag("batch-norm") && job.model_key != "B")
     throw UsageError("--batch-norm is for model B (LeNet with a BatchNorm after each convolution)");
   if (job.model_key == "C") job.net = std::make_shared<nn::MLP>();
@@ -706,6 +712,7 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
         {"graph_upper_bound", num(static_cast<double>(s.graph_plan.upper_bound))},
         {"graph_plan_ms", num(s.graph_plan.plan_seconds * 1e3)},
         {"graph_trace_ms", num(s.graph_plan.trace_seconds * 1e3)},
+        {"graph_rewrites", json_str(s.graph_plan.rewrites)},
         {"graph_allocations", num(static_cast<double>(s.graph_plan.allocations))},
         {"reserved_end", num(static_cast<double>(s.reserved_end))},
     };
@@ -869,8 +876,10 @@ std::map<std::string, std::string> run_setting(const ParsedArgs& args, const std
                     "' --amp " + level + " --dtype " + dtype + " --epochs " + args.get("epochs") + " --batch-size " +
                     args.get("batch-size") + " --lr " + args.get("lr") + " --seed " + args.get("seed") +
                     " --threads " + args.get("threads") + " --train-samples " + args.get("train-samples") +
-                    " --loss-scale " + args.get("loss-scale") + " --mode " + args.get("mode");
+                    " --loss-scale " + args.get("loss-scale") + " --mode " + args.get("mode") +
+                    " --graph-fusion " + args.get("graph-fusion");
   if (args.flag("batch-norm")) cmd += " --batch-norm";
+  if (args.flag("zoo-style")) cmd += " --zoo-style";
   if (!report_data.empty()) cmd += " --report-data '" + report_data + "'";
   FILE* p = popen(cmd.c_str(), "r");
   DEMI_CHECK(p != nullptr, "compare: cannot run '", cmd, "'");
@@ -1047,6 +1056,8 @@ std::vector<Option> training_options() {
       int_option("seed", "S", "random seed (weights, data order, synthetic data)", "1", 0, 1e18),
       int_option("threads", "N", "threads (0: every core)", "0", 0, 4096),
       {"mode", "M", "graph (GRAPH_MODE: each update replays a static memory plan, one arena) or pynative", "graph"},
+      {"graph-fusion", "F", "on: graph mode runs the eager fusions on any network's layer calls (off: PYNATIVE's "
+                            "bits on every network)", "on"},
       {"f16-products", "P", "how float16 products (Dense, MatMul, convolutions and their gradients) multiply: exact "
                             "(the f16 values: the f32 FMA rate on a CPU without fp16 arithmetic) or bf16 (rounded to "
                             "bfloat16 on the bf16 kernels: up to twice as fast with AVX512-BF16, other numbers)",
@@ -1054,6 +1065,9 @@ std::vector<Option> training_options() {
       int_option("train-samples", "N", "use only the first N training samples (0: all)", "0", 0, 1e12),
       {"loss-scale", "S", "default (the level's), none, fixed:N or dynamic", "default"},
       {"batch-norm", "", "model B with a BatchNorm after each convolution (kept FP32 at O2: the black list)", ""},
+      {"zoo-style", "", "models A and B written as the seed and MindSpore's model zoo write networks: each layer "
+                        "called in construct, no SequentialCell, no hand-fused call (graph mode fuses the calls)",
+       ""},
   };
 }
 
@@ -1103,6 +1117,11 @@ void apply_thread_option(const ParsedArgs& args) {
     } else {
       throw UsageError("--mode expects graph or pynative, got '" + mode + "'");
     }
+  }
+  if (args.has("graph-fusion")) {
+    const std::string fusion = args.get("graph-fusion");
+    if (fusion != "on" && fusion != "off") throw UsageError("--graph-fusion expects on or off, got '" + fusion + "'");
+    ctx.graph_fusion = fusion == "on";
   }
   set_context(ctx);
 }
