@@ -62,15 +62,9 @@ class LeNet : public Cell {
 // construct, one ReLU and one max-pool cell called wherever the network needs one, no SequentialCell and no
 // hand-fused call (`demi train --zoo-style`). The same layers, parameters and values as SimpleCNN and LeNet;
 // PYNATIVE runs every call as written, graph mode runs the fused ops (nn/call_fusion.h).
-class SeedSimpleCNN : public Cell {
+class SeedSimpleCNN : public SimpleCNN {
  public:
-  explicit SeedSimpleCNN(int64_t num_classes = 10) : Cell("SeedSimpleCNN") {
-    conv1 = register_cell("conv1", std::make_shared<Conv2d>(3, 32, 3, Conv2dOptions::Make(1, "valid")));
-    relu = register_cell("relu", std::make_shared<ReLU>());
-    max_pool = register_cell("max_pool", std::make_shared<MaxPool2d>(2, 2));
-    flatten = register_cell("flatten", std::make_shared<Flatten>());
-    fc = register_cell("fc", std::make_shared<Dense>(32 * 15 * 15, num_classes));
-  }
+  using SimpleCNN::SimpleCNN;
   Tensor construct(const Tensor& input) override {
     Tensor x = conv1->call(input);
     x = relu->call(x);
@@ -78,11 +72,6 @@ class SeedSimpleCNN : public Cell {
     x = flatten->call(x);
     return fc->call(x);
   }
-  std::shared_ptr<Conv2d> conv1;
-  std::shared_ptr<ReLU> relu;
-  std::shared_ptr<MaxPool2d> max_pool;
-  std::shared_ptr<Flatten> flatten;
-  std::shared_ptr<Dense> fc;
 };
 
 class ZooLeNet : public Cell {
