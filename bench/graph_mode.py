@@ -21,7 +21,8 @@ A-zoo and B-zoo are models A and B written as the seed and MindSpore's model zoo
 --zoo-style`: each layer called in construct): PYNATIVE runs every call as written, graph mode fuses them
 (nn/call_fusion.h), as A's and B's own code does by hand.
 
-    bench/graph_mode.py [--models A,B,C,D,A-zoo,B-zoo] [--rounds 3] [--sink-rounds 5] [--demi build/release/tools/demi/demi]
+    bench/graph_mode.py [--models A,B,C,D,A-zoo,B-zoo] [--rounds 3] [--sink-rounds 5]
+                        [--demi build/release/tools/demi/demi]
 """
 import argparse
 import os

@@ -19,6 +19,7 @@
 #include "demi/amp/train_step.h"
 #include "demi/core/context.h"
 #include "demi/core/rng.h"
+#include "demi/data/iterator.h"
 #include "demi/data/mnist.h"
 #include "demi/data/transforms.h"
 #include "demi/train/metrics.h"
@@ -443,6 +444,46 @@ TEST(GraphMode, ALayerOutputReadElsewhereIsNeverFusedAway) {
   }
 }
 
+// A network whose forward holds only at its batch size (a reshape to a fixed batch): the learning run on 2
+// samples fails, graph mode says so once and runs the calls as written, bit for bit PYNATIVE's.
+class FixedBatchNet : public nn::Cell {
+ public:
+  FixedBatchNet() : Cell("FixedBatchNet") {
+    fc = register_cell("fc", std::make_shared<nn::Dense>(28 * 28, 16));
+    relu = register_cell("relu", std::make_shared<nn::ReLU>());
+    out = register_cell("out", std::make_shared<nn::Dense>(16, 10));
+  }
+  Tensor construct(const Tensor& x) override { return out->call(relu->call(fc->call(ops::reshape(x, {8, -1})))); }
+  std::shared_ptr<nn::Dense> fc, out;
+  std::shared_ptr<nn::ReLU> relu;
+};
+
+TEST(GraphMode, ANetworkTheLearningRunCannotRunKeepsItsCallsWithAWarning) {
+  const Batches b = fashion_batches(6, 8);
+  std::vector<std::string> warnings;
+  std::vector<float> losses[2];
+  for (ExecMode mode : {ExecMode::kPyNative, ExecMode::kGraph}) {
+    ExecModeScope in_mode(mode);
+    set_seed(3);
+    auto net = std::make_shared<FixedBatchNet>();
+    auto step = amp::build_train_network(net, std::make_shared<optim::Momentum>(net->trainable_params(), 0.02, 0.9),
+                                         std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), Level::kO0);
+    step->graphs().set_warning_sink([&](const std::string& m) { warnings.push_back(m); });
+    for (size_t i = 0; i < b.x.size(); ++i) losses[mode == ExecMode::kGraph].push_back((*step)(b.x[i], b.y[i]).loss);
+    if (mode == ExecMode::kGraph) {
+      ASSERT_EQ(step->graphs().plans().size(), 1u);
+      EXPECT_EQ(step->graphs().plans()[0].second.rewrites, "");
+      EXPECT_GE(step->graphs().stats().replayed_steps, 4);
+    }
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("run their layer calls as written: the run that learns which to fuse failed"),
+            std::string::npos)
+      << warnings[0];
+  EXPECT_NE(warnings[0].find("layer 'fc' (Dense)"), std::string::npos) << warnings[0];
+}
+
 // Graph mode places each parameter's update in backward wherever nothing waits on every gradient (no loss
 // scale, clipping, accumulation or data parallelism) and no cell computes in float16: the same weights bit
 // for bit (the tests above run these settings), no gradient held past its update, so a lower training
@@ -668,6 +709,53 @@ TEST(GraphMode, ModelTrainWithAccumulationAndEvalMatchPynative) {
       EXPECT_EQ(graph.eval_plans, 1u);
     }
   }
+}
+
+// Model::forecast probes a step as graph mode runs it: a network written the zoo's way is forecast with its
+// layer calls fused, as model B is, far below its PYNATIVE step, and its graph-mode training peaks where the
+// forecast said.
+TEST(GraphMode, TheMemoryForecastOfAZooStyleNetworkIsItsFusedStep) {
+  std::vector<data::Transform> norm = {data::Rescale(1.0 / 255, 0.0), data::Normalize({0.2860}, {0.3530})};
+  auto ds = std::make_shared<data::MnistDataset>(kFashion, "train")->map(norm, {"image"})->take(256)->batch(32);
+  auto first = ds->create_iterator()->next();
+  ASSERT_TRUE(first.has_value());
+  struct Got {
+    int64_t forecast = 0, measured = 0;
+  };
+  auto run = [&](bool zoo, ExecMode mode) {
+    ExecModeScope in_mode(mode);
+    set_seed(9);
+    std::shared_ptr<nn::Cell> net;
+    if (zoo) {
+      net = std::make_shared<nn::ZooLeNet>();
+    } else {
+      net = std::make_shared<nn::LeNet>();
+    }
+    train::ModelOptions o;
+    o.amp_level = Level::kO2;
+    o.low_dtype = DType::kBF16;
+    train::Model model(net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"),
+                       std::make_shared<optim::Momentum>(net->trainable_params(), 0.02, 0.9), {}, o);
+    Got g;
+    g.forecast = model.forecast((*first)[0], (*first)[1]).train_peak;
+    model.train(1, ds);
+    g.measured = model.last_summary().peak.train_peak;
+    return g;
+  };
+  (void)run(true, ExecMode::kGraph);  // (the kernel choices of every shape involved, made before measuring)
+  (void)run(false, ExecMode::kGraph);
+  const Got zoo = run(true, ExecMode::kGraph), lenet = run(false, ExecMode::kGraph);
+  const Got zoo_eager = run(true, ExecMode::kPyNative);
+  std::printf("forecast / measured training peak, O2 bf16: zoo LeNet GRAPH %lld / %lld, model B GRAPH %lld / %lld, "
+              "zoo LeNet PYNATIVE %lld / %lld bytes\n",
+              static_cast<long long>(zoo.forecast), static_cast<long long>(zoo.measured),
+              static_cast<long long>(lenet.forecast), static_cast<long long>(lenet.measured),
+              static_cast<long long>(zoo_eager.forecast), static_cast<long long>(zoo_eager.measured));
+  EXPECT_NEAR(static_cast<double>(zoo.forecast), static_cast<double>(lenet.forecast),
+              0.02 * static_cast<double>(lenet.forecast));
+  EXPECT_NEAR(static_cast<double>(zoo.forecast), static_cast<double>(zoo.measured),
+              0.05 * static_cast<double>(zoo.measured));
+  EXPECT_LT(static_cast<double>(zoo.forecast), 0.8 * static_cast<double>(zoo_eager.forecast));
 }
 
 }  // namespace

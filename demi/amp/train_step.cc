@@ -44,7 +44,8 @@ class NetStateSnapshot {
   void restore() {
     autograd::NoGradGuard no_grad;
     for (auto& [b, copy] : buffers_) b.copy_(copy);
-    for (size_t i = 0; i < generators_.size(); ++i) generators_[i].second->set_state(states_[i].first, states_[i].second);
+    for (size_t i = 0; i < generators_.size(); ++i)
+      generators_[i].second->set_state(states_[i].first, states_[i].second);
   }
 
  private:
@@ -418,6 +419,28 @@ void TrainStep::replay(const std::vector<MicroBatch>& micro, double loss_scale, 
 void TrainStep::run_observed(const Tensor& data, const Tensor& label, ops::OpObserver& observer) {
   MicroBatch m{data, label, {}};
   for (const auto& [name, g] : generators_) m.generators.emplace_back(g->seed(), g->offset());
+  // In graph mode, with the layer calls a graph-mode step would fuse fused (its memory, its ops).
+  std::optional<nn::CallFusions> fused;
+  if (get_context().mode == ExecMode::kGraph && nn::CallFusions::could_fuse(*net_)) {
+    fused.emplace();
+    fused->begin_learning();
+    try {
+      forward_leaving_no_trace(data);
+    } catch (...) {
+      fused->end_learning(false);
+      throw;
+    }
+    fused->end_learning(true);
+  }
+  struct Applying {
+    std::optional<nn::CallFusions>& f;
+    explicit Applying(std::optional<nn::CallFusions>& fused) : f(fused) {
+      if (f) f->begin_applying();
+    }
+    ~Applying() {
+      if (f) f->end_applying();
+    }
+  } applying(fused);
   replay({m}, manager_ ? manager_->get_loss_scale() : 1.0, observer, nullptr);
 }
 

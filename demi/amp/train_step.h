@@ -129,8 +129,9 @@ class TrainStep {
   bool attribute_overflow() const { return attribute_overflow_; }
 
   // Runs forward and the scaled backward of one batch exactly as a train step would (same policy, loss
-  // scale and random numbers) with `observer` installed, then puts back everything it changed: no
-  // update, gradients, running statistics and generators as they were. The dtype trace uses it.
+  // scale and random numbers; in graph mode the layer calls it would fuse fused, nn/call_fusion.h) with
+  // `observer` installed, then puts back everything it changed: no update, gradients, running statistics
+  // and generators as they were. The dtype trace and Model::forecast use it.
   void run_observed(const Tensor& data, const Tensor& label, ops::OpObserver& observer);
 
   // Clipping by global norm after unscaling (0: off).

@@ -6,8 +6,8 @@
 // memory plans, one arena planned from a traced step and replayed every later step (demi/graph/
 // step_graph.h), with the eager fusions applied to any network's layer calls (graph_fusion below); the
 // results are bit for bit PYNATIVE_MODE's, which runs every op as it comes, except where graph mode fused
-// calls that PYNATIVE runs one by one. The mode is read at each update. "CPU" is the only device target today; any other is a demi::Error that lists
-// the available ones.
+// calls that PYNATIVE runs one by one. The mode is read at each update. "CPU" is the only device target
+// today; any other is a demi::Error that lists the available ones.
 #pragma once
 
 #include <string>

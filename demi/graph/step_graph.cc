@@ -115,6 +115,10 @@ void StepGraphs::run(const std::string& key, const std::function<bool()>& step, 
         learn();
         r->end_learning(true);
         it->second.rewrite = std::move(r);
+      } catch (const InternalError&) {
+        r->end_learning(false);
+        entries_.erase(it);
+        throw;
       } catch (const Error& e) {  // (a network the learning run cannot run, on a part of the batch, say)
         r->end_learning(false);
         warn(str_cat("graph mode: the ", what_, "s of ", key, " run their layer calls as written: the run that ",

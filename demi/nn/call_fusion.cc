@@ -317,7 +317,8 @@ Tensor CallFusions::State::apply(Cell& cell, const Tensor& x) {
                            x.is_pending() && now.same_program(c.context);
     if (continues) {
       if (open.next + 1 < c.links.size()) {
-        open.last = make_pending(static_cast<size_t>(open.chain - chains.data()), open.next, open.input, open.last, now);
+        const auto index = static_cast<size_t>(open.chain - chains.data());
+        open.last = make_pending(index, open.next, open.input, open.last, now);
         ++open.next;
         return open.last;
       }

@@ -3,7 +3,9 @@
 // straight into the layers that fuse with it. A construct written as the seed and MindSpore's model zoo
 // write it,
 //
-//   Tensor construct(const Tensor& x) override { return fc->call(flatten->call(pool->call(relu->call(conv->call(x))))); }
+//   Tensor construct(const Tensor& x) override {
+//     return fc->call(flatten->call(max_pool->call(relu->call(conv->call(x)))));
+//   }
 //
 // runs Conv2d -> ReLU -> MaxPool2d as the one fused op a SequentialCell would run: the convolution's
 // full-size output and the ReLU's are never made. The fusions: Conv2d -> ReLU -> MaxPool2d, Dense -> ReLU,
