@@ -349,6 +349,22 @@ TEST(GraphMode, FusesTheLayerCallsOfANetworkWrittenAsTheModelZooWritesIt) {
   EXPECT_EQ(graph.forward.count("ReLU"), 0u) << "every ReLU fused";
 }
 
+// A ReLU pinned to FP32 (to_float) keeps its own dtype, which no fused op would honour: at O2 the zoo LeNet's
+// chains through it stay as written (PYNATIVE's bits), and the summary says nothing was fused.
+TEST(GraphMode, AChainThroughAPinnedLayerRunsAsWritten) {
+  const Batches b = fashion_batches(8, 16);
+  auto make = [] {
+    auto net = std::make_shared<nn::ZooLeNet>();
+    net->relu->to_float(DType::kF32);
+    return net;
+  };
+  const Setting s{Level::kO2, DType::kBF16, false};
+  expect_graph_equals_pynative("O2 bf16, relu pinned to float32", make, b, s);
+  const auto graph = train(make, b, s, ExecMode::kGraph);
+  ASSERT_EQ(graph.plans.size(), 1u);
+  EXPECT_EQ(graph.plans[0].second.rewrites, "");
+}
+
 // A network whose fusable layer output is also read elsewhere. An op's read, seen in the run graph mode
 // learns from, keeps that layer out of a chain (eager mode adds that op's gradient to the chain's before the
 // convolution's backward: fused, the two would be summed in another order). A read the learning run did not

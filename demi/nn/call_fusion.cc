@@ -117,6 +117,7 @@ struct CallFusions::State {
     Context context;
     std::vector<Link> links;
     bool given_up = false;  // a pending value of it was read
+    int64_t fused = 0;      // times it ran as its fused op
     std::string describe() const;
   };
   // The chain being applied in this step: its next link, the first call's input, the last value given.
@@ -324,6 +325,7 @@ Tensor CallFusions::State::apply(Cell& cell, const Tensor& x) {
       }
       Tensor input = std::move(open.input);
       open = {};
+      ++c.fused;
       return run_fused(c, input);
     }
     open = {};  // left: its pending values are computed if they are read
@@ -407,6 +409,7 @@ std::string CallFusions::describe() const {
   std::string fused, given_up;
   int64_t n_fused = 0, n_given_up = 0;
   for (const State::Chain& c : s.chains) {
+    if (c.fused == 0 && !c.given_up) continue;  // learnt, never applied (a pinned ReLU, fusion off, ...)
     std::string& out = c.given_up ? given_up : fused;
     out += str_cat(out.empty() ? "" : ", ", c.describe());
     ++(c.given_up ? n_given_up : n_fused);

@@ -56,7 +56,7 @@ class CallFusions {
   void end_applying();
 
   // "fused 2 chains of layer calls: conv1 -> relu -> pool (Conv2d -> ReLU -> MaxPool2d), fc1 -> relu (Dense
-  // -> ReLU)", plus the chains given up; empty when none was found.
+  // -> ReLU)": the chains that ran fused, then those given up; empty when none did.
   std::string describe() const;
 
   // Called before each forward of a step (TrainStep does): one that runs its forward again (overflow
