@@ -420,8 +420,9 @@ void TrainStep::run_observed(const Tensor& data, const Tensor& label, ops::OpObs
   MicroBatch m{data, label, {}};
   for (const auto& [name, g] : generators_) m.generators.emplace_back(g->seed(), g->offset());
   // In graph mode, with the layer calls a graph-mode step would fuse fused (its memory, its ops).
+  // (forward_leaving_no_trace runs nothing where there is nothing to learn)
   std::optional<nn::CallFusions> fused;
-  if (get_context().mode == ExecMode::kGraph && nn::CallFusions::could_fuse(*net_)) {
+  if (get_context().mode == ExecMode::kGraph) {
     fused.emplace();
     fused->begin_learning();
     try {

@@ -156,6 +156,12 @@ struct CallFusions::State {
   std::vector<std::weak_ptr<TensorImpl>> pending_made;  // this step's; computed at its end if still held
 
   void find_chains();
+  // Matches the chains from the step's first call again (a step's start, or a forward run again).
+  void restart() {
+    ordinal = 0;
+    next_chain = 0;
+    open = {};
+  }
   Tensor learn(Cell& cell, const Tensor& x);
   Tensor apply(Cell& cell, const Tensor& x);
   Tensor make_pending(size_t chain, size_t link, const Tensor& input, const Tensor& x, const Context& context);
@@ -378,9 +384,7 @@ void CallFusions::begin_applying() {
   DEMI_ASSERT(t_active == nullptr, "a CallFusions scope is already open in this thread");
   State& s = *state_;
   s.mode = State::Mode::kApplying;
-  s.ordinal = 0;
-  s.next_chain = 0;
-  s.open = {};
+  s.restart();
   s.pending_made.clear();
   s.inert = s.chains.empty() || s.structure_version != Cell::structure_version() || !get_context().graph_fusion;
   if (!s.inert) t_active = state_.get();  // nothing to apply: the calls take their plain path
@@ -433,10 +437,7 @@ Tensor CallFusions::learning_batch(const Tensor& batch) {
 
 void CallFusions::begin_forward() {
   State* s = t_active;
-  if (s == nullptr || s->mode != State::Mode::kApplying) return;
-  s->ordinal = 0;
-  s->next_chain = 0;
-  s->open = {};
+  if (s != nullptr && s->mode == State::Mode::kApplying) s->restart();
 }
 
 bool CallFusions::could_fuse(Cell& net) {

@@ -341,8 +341,9 @@ Tensor SequentialCell::construct(const Tensor& x) {
 
 namespace fusion {
 
+// (the conditions of its ReLU -> MaxPool2d part: the convolution runs in its own cell's scopes)
 bool conv_relu_max_pool_applies(const ReLU& relu, const MaxPool2d& pool, const Tensor& x) {
-  return ops::fusion_enabled() && !relu.pinned_dtype() && !pool.pinned_dtype() && x.rank() == 4;
+  return relu_max_pool_applies(relu, pool, x);
 }
 
 Tensor conv_relu_max_pool(Conv2d& conv, const MaxPool2d& pool, const Tensor& x) {
