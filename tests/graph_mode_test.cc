@@ -774,5 +774,44 @@ TEST(GraphMode, TheMemoryForecastOfAZooStyleNetworkIsItsFusedStep) {
   EXPECT_LT(static_cast<double>(zoo.forecast), 0.8 * static_cast<double>(zoo_eager.forecast));
 }
 
+// Model::eval's steps are rewritten too: the zoo LeNet evaluates with its layer calls fused, to model B's
+// metrics bit for bit, after training to model B's weights.
+TEST(GraphMode, EvalFusesTheLayerCallsOfAZooStyleNetwork) {
+  std::vector<data::Transform> norm = {data::Rescale(1.0 / 255, 0.0), data::Normalize({0.2860}, {0.3530})};
+  auto train_ds = std::make_shared<data::MnistDataset>(kFashion, "train")->map(norm, {"image"})->take(128)->batch(32);
+  auto test_ds = std::make_shared<data::MnistDataset>(kFashion, "test")->map(norm, {"image"})->take(256)->batch(64);
+  ExecModeScope in_graph(ExecMode::kGraph);
+  auto run = [&](bool zoo) {
+    set_seed(9);
+    std::shared_ptr<nn::Cell> net;
+    if (zoo) {
+      net = std::make_shared<nn::ZooLeNet>();
+    } else {
+      net = std::make_shared<nn::LeNet>();
+    }
+    train::ModelOptions o;
+    o.amp_level = Level::kO2;
+    o.low_dtype = DType::kBF16;
+    train::Model model(net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"),
+                       std::make_shared<optim::Momentum>(net->trainable_params(), 0.02, 0.9),
+                       {{"Accuracy", std::make_shared<train::Accuracy>()}, {"Loss", std::make_shared<train::Loss>()}}, o);
+    model.train(1, train_ds);
+    auto metrics = model.eval(test_ds);
+    std::string rewrites;
+    if (!model.eval_graphs().plans().empty()) rewrites = model.eval_graphs().plans()[0].second.rewrites;
+    return std::make_pair(metrics, rewrites);
+  };
+  const auto [zoo_metrics, zoo_rewrites] = run(true);
+  const auto [lenet_metrics, lenet_rewrites] = run(false);
+  EXPECT_EQ(zoo_rewrites, "fused 3 chains of layer calls: conv1 -> relu -> max_pool2d (Conv2d -> ReLU -> MaxPool2d), "
+                          "conv2 -> relu -> max_pool2d (Conv2d -> ReLU -> MaxPool2d), fc1 -> relu (Dense -> ReLU)");
+  EXPECT_EQ(lenet_rewrites, "");
+  ASSERT_EQ(zoo_metrics.size(), lenet_metrics.size());
+  for (const auto& [name, value] : lenet_metrics) {
+    ASSERT_TRUE(zoo_metrics.count(name)) << name;
+    EXPECT_EQ(zoo_metrics.at(name), value) << name;
+  }
+}
+
 }  // namespace
 }  // namespace demi
