@@ -15,6 +15,7 @@
 #include "demi/autograd/autograd.h"
 #include "demi/core/parallel.h"
 #include "demi/core/rng.h"
+#include "demi/core/test_support.h"
 #include "demi/data/mnist.h"
 #include "demi/kernels/cpu/gemm.h"
 #include "demi/kernels/matmul.h"
@@ -103,6 +104,31 @@ TEST_P(LevelTrace, EachLevelRunsEachOpInThePromisedDtype) {
 
 INSTANTIATE_TEST_SUITE_P(LowDtypes, LevelTrace, ::testing::Values(DType::kF16, DType::kBF16),
                          [](const ::testing::TestParamInfo<DType>& p) { return std::string(dtype_name(p.param)); });
+
+// keep_batchnorm_fp32 does what it says at every level that has BatchNorm to keep, and is refused where it
+// would change nothing: True at O3 keeps BatchNorm in FP32 (MindSpore's O3 with keep_batchnorm_fp32=True),
+// False at O2 lowers it; False at O0 or O1 is an error, not a setting stored and ignored.
+TEST(KeepBatchNormFp32, IsHonouredAtO3AndO2AndRefusedWhereItChangesNothing) {
+  const auto bn_dtype = [](Level level, std::optional<bool> keep) {
+    auto net = std::make_shared<nn::LeNet>(/*batch_norm=*/true);
+    amp::TrainOptions o;
+    o.keep_batchnorm_fp32 = keep;
+    o.low_dtype = DType::kBF16;
+    auto step = amp::build_train_network(net, std::make_shared<optim::Momentum>(net->trainable_params(), 0.01, 0.9),
+                                         std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), level, o);
+    const ops::PrecisionPolicy* p = net->precision_policy();
+    return std::pair{p ? p->compute_dtype(Op::kBatchNorm, DType::kF32) : DType::kF32,
+                     p ? p->compute_dtype(Op::kConv2d, DType::kF32) : DType::kF32};
+  };
+  EXPECT_EQ(bn_dtype(Level::kO3, std::nullopt), std::pair(DType::kBF16, DType::kBF16));
+  EXPECT_EQ(bn_dtype(Level::kO3, true), std::pair(DType::kF32, DType::kBF16));
+  EXPECT_EQ(bn_dtype(Level::kO2, std::nullopt), std::pair(DType::kF32, DType::kBF16));
+  EXPECT_EQ(bn_dtype(Level::kO2, false), std::pair(DType::kBF16, DType::kBF16));
+  EXPECT_EQ(bn_dtype(Level::kO1, true), std::pair(DType::kF32, DType::kBF16));
+  for (Level level : {Level::kO0, Level::kO1})
+    test_support::expect_error([&] { bn_dtype(level, false); },
+                               {"keep_batchnorm_fp32=false at", amp::level_name(level), "would change nothing"});
+}
 
 TEST(CastCache, EachParameterIsCastOncePerStep) {
   set_seed(4);

@@ -144,6 +144,8 @@ void auto_mixed_precision(nn::Cell& net, Level level, DType low_dtype, bool keep
   auto policy = std::make_shared<AmpPolicy>(level, low_dtype);
   if (level == Level::kO2 && !keep_batchnorm_fp32)
     policy = std::make_shared<AmpPolicy>(AmpPolicy::Mode::kAll, std::set<ops::Op>{}, low_dtype);
+  if (level == Level::kO3 && keep_batchnorm_fp32)  // MindSpore's O3 with keep_batchnorm_fp32=True
+    policy = std::make_shared<AmpPolicy>(AmpPolicy::Mode::kBlackList, std::set<ops::Op>{ops::Op::kBatchNorm}, low_dtype);
   if (low_precision_param_grads) policy->set_low_precision_param_grads(*low_precision_param_grads);
   net.set_precision_policy(policy);
 }

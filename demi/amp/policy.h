@@ -80,7 +80,8 @@ std::vector<std::string> get_black_list();
 std::set<ops::Op> ops_from_names(const std::vector<std::string>& names);
 
 // Attaches a level's policy to `net` (MindSpore's auto_mixed_precision); O0 removes any policy.
-// keep_batchnorm_fp32=false at O2 also runs BatchNorm in low precision. low_precision_param_grads: the
+// keep_batchnorm_fp32=false at O2 also runs BatchNorm in low precision; true at O3 keeps BatchNorm in FP32
+// (everything else low, as MindSpore's O3 with keep_batchnorm_fp32=True). low_precision_param_grads: the
 // policy's setting (default: the level's, see AmpPolicy::low_precision_param_grads).
 void auto_mixed_precision(nn::Cell& net, Level level, DType low_dtype = DType::kF16,
                           bool keep_batchnorm_fp32 = true, std::optional<bool> low_precision_param_grads = {});

@@ -479,6 +479,10 @@ std::shared_ptr<TrainStep> build_train_network(std::shared_ptr<nn::Cell> net,
                                                std::shared_ptr<nn::LossCell> loss_fn, Level level,
                                                const TrainOptions& options) {
   DEMI_CHECK(net != nullptr, "build_train_network: no network");
+  DEMI_CHECK(options.keep_batchnorm_fp32.value_or(true) || level == Level::kO2 || level == Level::kO3,
+             "build_train_network: keep_batchnorm_fp32=false at ", level_name(level), " would change nothing: ",
+             level == Level::kO0 ? "O0 runs every op in FP32" : "O1 runs only its white list low, never BatchNorm",
+             "; it lowers BatchNorm at O2 (O3 lowers it by default)");
   bool keep_bn = options.keep_batchnorm_fp32.value_or(level != Level::kO3);
   auto_mixed_precision(*net, level, options.low_dtype, keep_bn, options.low_precision_param_grads);
   std::shared_ptr<LossScaleManager> manager = options.loss_scale_manager;

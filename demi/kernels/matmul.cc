@@ -33,8 +33,9 @@ enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32, kDemiDot
 // 6: demi's GEMM splits few-row products by columns, swaps only from K = 256; 7: a swapped product stores
 // its tiles through a block, a column-split one shares its block of a between the threads, and a widening
 // path holding more than kMaxWideningBytes of copies is never chosen; 8: an f32 a stored by rows is read in
-// place (no block of a), and f16 products may be computed in bf16 (F16Products)
-constexpr int kTuneVersion = 8;
+// place (no block of a), and f16 products may be computed in bf16 (F16Products); 9: an operand read rounded
+// reaches oneDNN and demi-dot as a copy in its rounded dtype (the cast operand's path, whatever it costs)
+constexpr int kTuneVersion = 9;
 constexpr const char* kKernelNames[] = {"onednn", "demi-f32", "demi-bf16", "onednn-f32", "demi-dot"};
 static_assert(std::size(kKernelNames) == static_cast<size_t>(Kernel::kDemiDot) + 1, "a kernel needs its name");
 
@@ -115,16 +116,12 @@ constexpr double kF16WidenMargin = 1.1;
 constexpr int64_t kMaxWideningBytes = int64_t{2} << 20;  // (demi's GEMM holds at most a 2 MiB panel of b)
 
 // An operand of n f32 values read rounded (MatmulParams::a_round, b_round) as the kernels that do not round
-// as they read get it: a copy for the call (workspace, freed on return; its cost is part of what the tuning
-// measures). Rounded to bf16 it is a bf16 copy; rounded to f16, an f32 one holding the f16 values, since
-// oneDNN (no f16 kernels) would widen an f16 copy into f32 again: one copy instead of two.
-DType rounded_copy_dtype(DType round) { return round == DType::kF16 ? DType::kF32 : round; }
-void round_into(const void* x, int64_t n, DType round, void* copy) {
-  if (rounded_copy_dtype(round) == DType::kF32)
-    round_f32(static_cast<const float*>(x), static_cast<float*>(copy), n, round);
-  else
-    convert(x, DType::kF32, copy, round, n);
-}
+// as they read get it: a copy for the call in the rounded dtype (workspace, freed on return; its cost is
+// part of what the tuning measures), exactly the operand cast beforehand, so the kernel takes the path the
+// cast operand would take and computes the same bits. (An f32 copy holding the f16 values, one copy fewer
+// where oneDNN widens f16, took another path where both operands f16 take the bf16 split on AMX: the input
+// gradient of a Dense on its FP32 master weight was not the cast weight's.)
+void round_into(const void* x, int64_t n, DType round, void* copy) { convert(x, DType::kF32, copy, round, n); }
 
 // MatmulParams::a_row_sums in a pass of their own, for the kernels that do not take them from their
 // packing: op(a)'s rows summed in f32, k ascending (the GEMM's order), a's values as read (a_round). The
@@ -202,7 +199,7 @@ void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c)
   if (p.a_round != DType::kF32 && !gemm) {
     const int64_t n = p.batch * p.m * p.k;
     MatmulParams q = p;
-    q.a_dtype = rounded_copy_dtype(std::exchange(q.a_round, DType::kF32));
+    q.a_dtype = std::exchange(q.a_round, DType::kF32);
     const cpu_internal::Workspace low(static_cast<size_t>(n) * dtype_size(q.a_dtype));
     round_into(a, n, p.a_round, low.f32());
     return run(k, q, low.f32(), b, c);
@@ -210,7 +207,7 @@ void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c)
   if (p.b_round != DType::kF32 && !gemm && k != Kernel::kDemiDot) {
     const int64_t n = p.batch * p.k * p.n;
     MatmulParams q = p;
-    q.b_dtype = rounded_copy_dtype(std::exchange(q.b_round, DType::kF32));
+    q.b_dtype = std::exchange(q.b_round, DType::kF32);
     const cpu_internal::Workspace low(static_cast<size_t>(n) * dtype_size(q.b_dtype));
     round_into(b, n, p.b_round, low.f32());
     return run(k, q, a, low.f32(), c);
@@ -353,8 +350,8 @@ std::string matmul_kernel(const MatmulParams& p_in) {
   if (p.c_dtype == DType::kF64) return "reference";
   const Kernel k = choose(p, nullptr, nullptr, nullptr);
   MatmulParams widened = p;  // what oneDNN runs: rounded copies (see run()), or (onednn-f32) widened operands
-  if (widened.a_round != DType::kF32) widened.a_dtype = rounded_copy_dtype(std::exchange(widened.a_round, DType::kF32));
-  if (widened.b_round != DType::kF32) widened.b_dtype = rounded_copy_dtype(std::exchange(widened.b_round, DType::kF32));
+  if (widened.a_round != DType::kF32) widened.a_dtype = std::exchange(widened.a_round, DType::kF32);
+  if (widened.b_round != DType::kF32) widened.b_dtype = std::exchange(widened.b_round, DType::kF32);
   if (k == Kernel::kOnednnF32) widened.a_dtype = widened.b_dtype = DType::kF32;
   const std::string impl = k == Kernel::kOnednn || k == Kernel::kOnednnF32 ? onednn::matmul_implementation(widened)
                            : k == Kernel::kDemiDot ? cpu::gemm_dot_implementation()
