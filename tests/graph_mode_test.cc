@@ -728,15 +728,17 @@ TEST(GraphMode, ModelTrainWithAccumulationAndEvalMatchPynative) {
 }
 
 // Model::forecast probes a step as graph mode runs it: a network written the zoo's way is forecast with its
-// layer calls fused, as model B is, far below its PYNATIVE step, and its graph-mode training peaks where the
-// forecast said.
+// layer calls fused, as model B is, below its PYNATIVE step, and its graph-mode training peaks where the
+// forecast said. What the fusion saves is activations, which the network and the dtypes fix on every CPU: the
+// fused step's activations peak far below PYNATIVE's. (How far the whole training peak drops also depends on
+// the workspace of the kernels this CPU chose: a ratio of those is no law, only the order is.)
 TEST(GraphMode, TheMemoryForecastOfAZooStyleNetworkIsItsFusedStep) {
   std::vector<data::Transform> norm = {data::Rescale(1.0 / 255, 0.0), data::Normalize({0.2860}, {0.3530})};
   auto ds = std::make_shared<data::MnistDataset>(kFashion, "train")->map(norm, {"image"})->take(256)->batch(32);
   auto first = ds->create_iterator()->next();
   ASSERT_TRUE(first.has_value());
   struct Got {
-    int64_t forecast = 0, measured = 0;
+    int64_t forecast = 0, measured = 0, activations = 0;
   };
   auto run = [&](bool zoo, ExecMode mode) {
     ExecModeScope in_mode(mode);
@@ -756,6 +758,7 @@ TEST(GraphMode, TheMemoryForecastOfAZooStyleNetworkIsItsFusedStep) {
     g.forecast = model.forecast((*first)[0], (*first)[1]).train_peak;
     model.train(1, ds);
     g.measured = model.last_summary().peak.train_peak;
+    g.activations = model.last_summary().peak.pk(MemCategory::kActivation);
     return g;
   };
   (void)run(true, ExecMode::kGraph);  // (the kernel choices of every shape involved, made before measuring)
@@ -771,7 +774,10 @@ TEST(GraphMode, TheMemoryForecastOfAZooStyleNetworkIsItsFusedStep) {
               0.02 * static_cast<double>(lenet.forecast));
   EXPECT_NEAR(static_cast<double>(zoo.forecast), static_cast<double>(zoo.measured),
               0.05 * static_cast<double>(zoo.measured));
-  EXPECT_LT(static_cast<double>(zoo.forecast), 0.8 * static_cast<double>(zoo_eager.forecast));
+  EXPECT_LT(zoo.forecast, zoo_eager.forecast);
+  std::printf("activations' peak: zoo LeNet GRAPH %lld, PYNATIVE %lld bytes\n", static_cast<long long>(zoo.activations),
+              static_cast<long long>(zoo_eager.activations));
+  EXPECT_LT(static_cast<double>(zoo.activations), 0.5 * static_cast<double>(zoo_eager.activations));
 }
 
 // Model::eval's steps are rewritten too: the zoo LeNet evaluates with its layer calls fused, to model B's

@@ -214,16 +214,21 @@ TEST(OptimizerInBackward, UpdatesBitForBitAsTheStepAfterBackwardWithLessGradient
   for (Level level : {Level::kO0, Level::kO2}) {
     Trainer usual = make_trainer(level, DType::kBF16, std::nullopt);
     Trainer early = make_trainer(level, DType::kBF16, std::nullopt, 0, /*in_backward=*/true);
-    int64_t peak_usual = 0, peak_early = 0;
+    // The gradients' own peak: updated in backward, no step holds every gradient at once. (Whether that
+    // lowers the whole training peak depends on where it lies, in forward, in a kernel's workspace or at the
+    // end of backward, and so on the kernels this CPU chose: printed, not asserted.)
+    int64_t peak_usual = 0, peak_early = 0, grads_usual = 0, grads_early = 0;
     for (int s = 0; s < 4; ++s) {
       Batch b = batch(200 + static_cast<uint64_t>(s));
       mem_reset_peak();
       amp::StepResult a = (*usual.step)(b.x, b.y);
       peak_usual = std::max(peak_usual, mem_stats().train_peak);
+      grads_usual = std::max(grads_usual, mem_stats().pk(MemCategory::kGradient));
       usual.opt->zero_grad();  // one process tracks both runs: neither's gradients may outlive its step
       mem_reset_peak();
       amp::StepResult e = (*early.step)(b.x, b.y);
       peak_early = std::max(peak_early, mem_stats().train_peak);
+      grads_early = std::max(grads_early, mem_stats().pk(MemCategory::kGradient));
       ASSERT_EQ(a.loss, e.loss) << amp::level_name(level) << " step " << s;
       EXPECT_FALSE(e.overflow);
     }
@@ -234,9 +239,11 @@ TEST(OptimizerInBackward, UpdatesBitForBitAsTheStepAfterBackwardWithLessGradient
       for (int64_t k = 0; k < w_usual[i].second.numel(); ++k)
         ASSERT_EQ(w_usual[i].second.get(k), w_early[i].second.get(k)) << w_usual[i].first << " " << k;
     }
-    EXPECT_LT(peak_early, peak_usual) << amp::level_name(level) << ": no step holds every gradient";
-    std::printf("%s training peak: %lld bytes updating after backward, %lld in backward\n", amp::level_name(level),
-                static_cast<long long>(peak_usual), static_cast<long long>(peak_early));
+    EXPECT_LT(grads_early, grads_usual) << amp::level_name(level) << ": no step holds every gradient";
+    std::printf("%s training peak: %lld bytes updating after backward, %lld in backward; gradients' peak %lld, "
+                "%lld\n",
+                amp::level_name(level), static_cast<long long>(peak_usual), static_cast<long long>(peak_early),
+                static_cast<long long>(grads_usual), static_cast<long long>(grads_early));
   }
 }
 

@@ -216,6 +216,7 @@ struct Allocator {
     auto b = static_cast<int64_t>(bytes);
     stats.current[c] += b;
     stats.total_current += b;
+    if (tuning.depth > 0) tuning.high = std::max(tuning.high, stats.total_current);
     if (stats.current[c] > stats.peak[c]) stats.peak[c] = stats.current[c];
     if (stats.total_current > stats.total_peak) {
       stats.total_peak = stats.total_current;
@@ -238,6 +239,41 @@ struct Allocator {
       }
     }
   }
+
+  // Raises every peak (the global window's and each ScopedPeak's) to what is held now.
+  void note_peaks() {
+    const int64_t train = stats.total_current - stats.current[static_cast<int>(MemCategory::kData)];
+    for (int k = 0; k < kNumMemCategories; ++k) stats.peak[k] = std::max(stats.peak[k], stats.current[k]);
+    if (stats.total_current > stats.total_peak) {
+      stats.total_peak = stats.total_current;
+      stats.at_peak = stats.current;
+    }
+    if (train > stats.train_peak) {
+      stats.train_peak = train;
+      stats.at_train_peak = without_data(stats.current);
+    }
+    for (ScopeEntry& s : scopes) {
+      for (int k = 0; k < kNumMemCategories; ++k) s.peak[k] = std::max(s.peak[k], stats.current[k]);
+      if (stats.total_current > s.total_peak) {
+        s.total_peak = stats.total_current;
+        s.at_peak = stats.current;
+      }
+      if (train > s.train_peak) {
+        s.train_peak = train;
+        s.at_train_peak = without_data(stats.current);
+      }
+    }
+  }
+
+  // The outermost MemTuningScope open (on one thread): the peaks as they were when it began, put back when
+  // it ends; ScopedPeak windows opened inside it see the trial runs' blocks.
+  struct Tuning {
+    int depth = 0;
+    MemStats saved;                 // the global window's peaks
+    std::vector<ScopeEntry> saved_scopes;  // the windows open then
+    int64_t base = 0;               // total_current then
+    int64_t high = 0;               // the most total_current since
+  } tuning;
 
   // The next allocation of the replay in progress: its arena block, or nullptr for the caching allocator
   // (the plan says so, or the step has left the plan).
@@ -317,6 +353,7 @@ Allocator& allocator() {
 thread_local MemCategory t_category = MemCategory::kOther;
 thread_local bool t_recording = false;  // this thread's allocations are recorded
 thread_local bool t_replaying = false;  // this thread's allocations follow the arena plan
+thread_local int t_tuning = 0;           // MemTuningScopes open on this thread
 
 std::string human_bytes(int64_t b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -528,6 +565,7 @@ void mem_reset_peak() {
   a.stats.at_peak = a.stats.current;
   a.stats.train_peak = a.stats.total_current - a.stats.cur(MemCategory::kData);
   a.stats.at_train_peak = without_data(a.stats.current);
+  a.stats.tuning_peak = 0;
 }
 
 void mem_empty_cache() {
@@ -612,6 +650,35 @@ MemStats ScopedPeak::peak() const {
   }
   DEMI_ASSERT(false, "ScopedPeak ", id_, " is not registered");
   return s;
+}
+
+MemTuningScope::MemTuningScope() {
+  if (t_tuning++ > 0) return;
+  Allocator& a = allocator();
+  std::lock_guard<std::mutex> lock(a.mu);
+  if (a.tuning.depth++ > 0) return;  // another thread's trial runs began first: theirs is the snapshot
+  a.tuning.saved = a.stats;
+  a.tuning.saved_scopes = a.scopes;
+  a.tuning.base = a.tuning.high = a.stats.total_current;
+}
+
+MemTuningScope::~MemTuningScope() {
+  if (--t_tuning > 0) return;
+  Allocator& a = allocator();
+  std::lock_guard<std::mutex> lock(a.mu);
+  if (--a.tuning.depth > 0) return;
+  a.stats.tuning_peak = std::max(a.stats.tuning_peak, a.tuning.high - a.tuning.base);
+  const MemStats& s = a.tuning.saved;
+  a.stats.peak = s.peak;
+  a.stats.total_peak = s.total_peak;
+  a.stats.at_peak = s.at_peak;
+  a.stats.train_peak = s.train_peak;
+  a.stats.at_train_peak = s.at_train_peak;
+  for (ScopeEntry& e : a.scopes)  // windows opened inside the scope keep what they saw
+    for (const ScopeEntry& before : a.tuning.saved_scopes)
+      if (before.id == e.id) e = before;
+  a.tuning.saved_scopes.clear();
+  a.note_peaks();  // blocks that outlived the trial runs count from now on
 }
 
 MemCategory current_mem_category() { return t_category; }

@@ -52,6 +52,8 @@ struct MemStats {
   // step (the stepping thread's allocations) sees all of it, and the blocks alive at once do not depend on
   // how the threads' parts overlap in time.
   int64_t parallel_allocs = 0;
+  // The most bytes kernel tuning's trial runs held at once (MemTuningScope), counted in no peak above.
+  int64_t tuning_peak = 0;
 
   int64_t cur(MemCategory c) const { return current[static_cast<int>(c)]; }
   int64_t pk(MemCategory c) const { return peak[static_cast<int>(c)]; }
@@ -90,6 +92,22 @@ class ScopedPeak {
 
  private:
   int id_;
+};
+
+// Kernel tuning's trial runs on the calling thread (kernels::internal::ChoiceCache times each candidate
+// on a shape's first call): the blocks held inside this scope raise no peak that was open when it began
+// (MemStats' peaks, every ScopedPeak opened before it), and the most they held at once is
+// MemStats::tuning_peak. They are a one-time cost of a shape's first call, freed before it returns:
+// counted, a run's training peak would depend on what the kernel-choice cache held when it started, and a
+// forecast made on a warm cache would not hold on a cold one. A ScopedPeak opened inside the scope sees
+// them (a tuner measures each candidate's workspace so). A block still alive when the scope ends counts
+// from then on.
+class MemTuningScope {
+ public:
+  MemTuningScope();
+  ~MemTuningScope();
+  MemTuningScope(const MemTuningScope&) = delete;
+  MemTuningScope& operator=(const MemTuningScope&) = delete;
 };
 
 // The category that tensors created in this thread are tagged with, for a scope: the autograd engine

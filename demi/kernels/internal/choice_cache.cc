@@ -14,6 +14,7 @@
 
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/core/memory.h"
 
 namespace demi::kernels::internal {
 namespace {
@@ -119,7 +120,10 @@ int ChoiceCache::choose(const Key& key, const std::function<std::string()>& text
   if (auto it = c.map.find(tkey); it != c.map.end()) {
     k = it->second;
   } else {
-    k = tune();
+    {
+      MemTuningScope trials;  // a shape's first call: its trial runs count in no training peak
+      k = tune();
+    }
     DEMI_ASSERT(k >= 0 && static_cast<size_t>(k) < names_.size(), "a tuner chose ", k, " of ", names_.size());
     c.map.emplace(tkey, k);
     if (fd >= 0) {
