@@ -21,6 +21,7 @@
 #include "demi/kernels/internal/conv_test_util.h"
 #include "demi/kernels/internal/matmul_conv_test_util.h"
 #include "demi/kernels/cpu/pool.h"
+#include "demi/kernels/onednn/internal/onednn_util.h"
 #include "demi/kernels/onednn/primitive_cache.h"
 #include "demi/kernels/reference/conv.h"
 #include "demi/kernels/tolerance.h"
@@ -149,6 +150,9 @@ TEST(OnednnConv, BatchesRunInChunksOfImages) {
 // O2-fp16 runs it (bf16 parameter gradients): it matches the reference, and its workspace holds the
 // primitive's f32 dw, not a second weight-sized sum beside it.
 TEST(OnednnConv, LargeBf16WeightGradientRunsAsOneChunk) {
+  if (!internal::has_bf16_kernels())
+    GTEST_SKIP() << "oneDNN has no bf16 kernels at this ISA (" << cpu_level_name(cpu_level())
+                 << "): bf16 convolutions compute in f32, with no choice to make";
   const Geometry g = {"140 images of 256x2x2 -> 256, k3 pad 1", 140, 256, 2, 2, 256, 3, 3, 1, 1, 1, 1, 1, 1,
                       1, 1, 1};
   Fixture f(g);
@@ -243,6 +247,9 @@ TEST(OnednnConv, ModelShapesUseOptimisedKernels) {
 // The automatic choice is measured once per geometry and written to the choice file, which a fresh
 // process (here: the in-memory choices forgotten) reads instead of measuring again.
 TEST(OnednnConv, Bf16ChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
+  if (!internal::has_bf16_kernels())
+    GTEST_SKIP() << "oneDNN has no bf16 kernels at this ISA (" << cpu_level_name(cpu_level())
+                 << "): bf16 convolutions compute in f32, with no choice to make";
   const std::string dir = ::testing::TempDir() + "/demi-conv-choices-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   const ConvBf16Policy saved = conv_bf16_policy();
@@ -408,6 +415,9 @@ TEST(OnednnConv, GemmForwardMatchesTheReferenceForEveryGeometryAndDtype) {
 // oneDNN once (per input dtypes), keep the choice in its file, and a new process reads them back instead of
 // measuring.
 TEST(OnednnConv, GemmChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
+  if (!kernels::cpu::conv2d_indirect_supported(Fixture(kGeometries[2]).p))
+    GTEST_SKIP() << "demi's indirect convolution has no micro-kernel at " << cpu_level_name(cpu_level())
+                 << ": oneDNN runs every convolution, with no choice to make";
   const std::string dir = ::testing::TempDir() + "/demi-conv-gemm-choices-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   const ConvGemmPolicy saved = conv_gemm_policy();
@@ -709,6 +719,8 @@ TEST(OnednnConv, FusedF16BackwardHoldsNoF32DenseGradient) {
 // On model B's second layer that buffer (6.1 MiB in f32, 3.1 MiB in bf16) was the largest workspace of the
 // training peak. The values are the three steps' (FusedReluMaxPoolMatchesTheThreeStepsExactly).
 TEST(OnednnConv, FusedBackwardOnDemisProductsHoldsNoDenseGradient) {
+  if (!kernels::cpu::conv2d_indirect_supported(model_b_second_layer(F32)))
+    GTEST_SKIP() << "demi's indirect convolution has no micro-kernel at " << cpu_level_name(cpu_level());
   ScopedConvPolicies policies(ConvDirectPolicy::kOff, ConvGemmPolicy::kOn);
   for (DType t : {F32, BF16}) {
     const Conv2dParams p = model_b_second_layer(t);
@@ -741,6 +753,8 @@ TEST(OnednnConv, FusedBackwardOnDemisProductsHoldsNoDenseGradient) {
 // peak's largest part wherever that kernel was chosen. Pooled values and window indices are bit for bit
 // the whole batch's convolution, then ReLU -> MaxPool2d (chunks of 10 images and a last one of 8).
 TEST(OnednnConv, FusedForwardOnDemisProductsPoolsSmallChunks) {
+  if (!kernels::cpu::conv2d_indirect_supported(model_b_second_layer(F32)))
+    GTEST_SKIP() << "demi's indirect convolution has no micro-kernel at " << cpu_level_name(cpu_level());
   ScopedConvPolicies policies(ConvDirectPolicy::kOff, ConvGemmPolicy::kOn);
   for (DType t : {F32, BF16, F16}) {
     Conv2dParams p = model_b_second_layer(t);

@@ -70,7 +70,8 @@ struct IpWeightsEntry {
 constexpr int64_t kIpRows = 1024;
 
 bool ip_weights_applies(const DenseParams& p, const void* db) {
-  const bool io = p.x_dtype == DType::kBF16 && p.y_dtype == DType::kBF16 && p.m >= kIpRows;  // (so x is not rounded)
+  // (bf16 x and dy, so x is not rounded; where oneDNN has bf16 kernels: an AVX2 CPU has none)
+  const bool io = p.x_dtype == DType::kBF16 && p.y_dtype == DType::kBF16 && p.m >= kIpRows && internal::has_bf16_kernels();
   const bool w = p.w_dtype == DType::kF32 || p.w_dtype == DType::kBF16;
   const bool b = db == nullptr || p.bias_dtype == DType::kF32 || p.bias_dtype == DType::kBF16;
   return io && w && b && !p.accumulate;

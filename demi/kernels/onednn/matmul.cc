@@ -115,7 +115,7 @@ void matmul_f32_bf16(const MatmulParams& p, const void* a, const void* b, void* 
 std::atomic<F16Matmul> g_f16_mode{F16Matmul::kAuto};
 
 bool onednn_has_amx() {
-  static const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
+  static const bool amx = internal::effective_isa() == dnnl::cpu_isa::avx512_core_amx;
   return amx;
 }
 

@@ -1,14 +1,63 @@
 #include "demi/kernels/onednn/internal/onednn_util.h"
 
+#include <cstdlib>
+
 #include "demi/core/convert.h"
+#include "demi/core/cpu.h"
 #include "demi/core/error.h"
 
 namespace demi::kernels::onednn::internal {
+namespace {
+
+// The oneDNN ISA a CPU of each dispatch level has at most (a Zen 4 or 5: avx512_core_bf16; no AMX).
+dnnl::cpu_isa isa_of(CpuLevel level) {
+  switch (level) {
+    case CpuLevel::kScalar: return dnnl::cpu_isa::sse41;
+    case CpuLevel::kAvx2: return dnnl::cpu_isa::avx2;
+    case CpuLevel::kAvx512: return dnnl::cpu_isa::avx512_core;
+    case CpuLevel::kAvx512Bf16: return dnnl::cpu_isa::avx512_core_bf16;
+  }
+  return dnnl::cpu_isa::all;
+}
+
+// DEMI_CPU_LEVEL caps oneDNN's ISA too (before its first use: oneDNN takes the cap once), so that the process
+// runs what a CPU of that level runs, oneDNN's kernels included: the suite run at each level on one machine
+// then catches what another CPU family would (an AMX Xeon at avx512_bf16 runs oneDNN as a Zen 4 does, no
+// AMX). oneDNN's own ONEDNN_MAX_CPU_ISA, where set, wins; set_cpu_level() later in the process changes
+// demi's kernels only.
+void cap_isa_once() {
+  static const bool capped = [] {
+    const char* level = std::getenv("DEMI_CPU_LEVEL");
+    const char* own = std::getenv("ONEDNN_MAX_CPU_ISA");
+    const char* old_own = std::getenv("DNNL_MAX_CPU_ISA");
+    if (level == nullptr || *level == '\0' || (own && *own) || (old_own && *old_own)) return false;
+    return dnnl::set_max_cpu_isa(isa_of(cpu_level())) == dnnl::status::success;
+  }();
+  (void)capped;
+}
+
+}  // namespace
 
 // Never destroyed: cached primitives refer to the engine and may outlive any static destruction order.
 dnnl::engine& cpu_engine() {
-  static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine* engine = [] {
+    cap_isa_once();
+    return new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return *engine;
+}
+
+dnnl::cpu_isa effective_isa() {
+  static const dnnl::cpu_isa isa = [] {
+    cap_isa_once();
+    return dnnl::get_effective_cpu_isa();
+  }();
+  return isa;
+}
+
+bool has_bf16_kernels() {
+  const auto isa = static_cast<unsigned>(effective_isa()), core = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  return (isa & core) == core;
 }
 
 dnnl::stream& thread_stream() {
@@ -27,7 +76,7 @@ dnnl::memory::data_type to_dnnl(DType t) {
 }
 
 DType compute_dtype(DType a, DType b) {
-  return a == DType::kBF16 && b == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  return a == DType::kBF16 && b == DType::kBF16 && has_bf16_kernels() ? DType::kBF16 : DType::kF32;
 }
 
 DType primitive_out_dtype(DType compute, DType want) {

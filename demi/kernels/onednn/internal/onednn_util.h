@@ -17,6 +17,10 @@
 namespace demi::kernels::onednn::internal {
 
 dnnl::engine& cpu_engine();
+// The ISA oneDNN's kernels use here (capped by DEMI_CPU_LEVEL: see onednn_util.cc), and whether it has bf16
+// kernels (avx512_core and above; an AVX2 CPU has none, and a bf16 primitive cannot be created there).
+dnnl::cpu_isa effective_isa();
+bool has_bf16_kernels();
 // oneDNN CPU streams execute synchronously; one per thread keeps concurrent callers independent.
 dnnl::stream& thread_stream();
 
@@ -24,8 +28,9 @@ dnnl::stream& thread_stream();
 // on this AVX512-FP16 Xeon), so f16 never reaches a primitive: callers convert it to f32 first.
 dnnl::memory::data_type to_dnnl(DType t);
 
-// The dtype a primitive computes in for two input operands: bf16 when both are bf16 (AMX / AVX512-BF16
-// kernels), f32 otherwise (mixed inputs are promoted, f16 is converted).
+// The dtype a primitive computes in for two input operands: bf16 when both are bf16 and oneDNN has bf16
+// kernels here (AMX / AVX512-BF16 / AVX-512), f32 otherwise (mixed inputs are promoted, f16 is converted,
+// bf16 widened where oneDNN has no bf16 kernel).
 DType compute_dtype(DType a, DType b);
 // The dtype a primitive computing in `compute` writes for a caller that wants `want`: `want` itself when
 // oneDNN writes it directly (f32 always, bf16 from bf16 compute), f32 otherwise (converted afterwards).
