@@ -186,7 +186,8 @@ TEST(Checkpoint, MidEpochResumeOnAnotherBatchCountIsRefused) {
   TempDir dir;
   Model a = small_model();
   a.train(1, rows64()->batch(16),
-          {std::make_shared<ModelCheckpoint>("m", dir.path(), CheckpointConfig{.save_checkpoint_steps = 2})});
+          {std::make_shared<ModelCheckpoint>("m", dir.path(), CheckpointConfig{.save_checkpoint_steps = 2})},
+          /*dataset_sink_mode=*/false);
   auto mid = load_checkpoint(dir / "m-1_2.safetensors");
   EXPECT_EQ(mid.meta.data_position, 2);
   EXPECT_EQ(mid.meta.steps_per_epoch, 4);
@@ -208,7 +209,8 @@ TEST(Checkpoint, LatestLoadableSkipsADamagedNewestAndSetsItAside) {
   TempDir dir;
   Model a = small_model();
   a.train(1, rows64()->batch(16),
-          {std::make_shared<ModelCheckpoint>("m", dir.path(), CheckpointConfig{.save_checkpoint_steps = 2})});
+          {std::make_shared<ModelCheckpoint>("m", dir.path(), CheckpointConfig{.save_checkpoint_steps = 2})},
+          /*dataset_sink_mode=*/false);
   fs::path newest = dir / "m-1_4.safetensors";
   std::vector<uint8_t> bytes = read_bytes(newest);
   bytes[bytes.size() - 5] ^= 0x40;  // one bit of the tensor data

@@ -162,9 +162,10 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   DEMI_CHECK(epoch >= 1, "Model.train: epoch must be >= 1, got ", epoch);
   DEMI_CHECK(sink_size >= -1, "Model.train: sink_size must be -1 (one sink per epoch), 0 (no sinking: callbacks ",
              "every step) or the batches per sink, got ", sink_size);
-  DEMI_CHECK(sink_size == 0 || dataset_sink_mode, "Model.train: sink_size ", sink_size,
+  DEMI_CHECK(sink_size <= 0 || dataset_sink_mode, "Model.train: sink_size ", sink_size,
              " needs dataset_sink_mode=true (without sink mode there are no sinks; MindSpore ignores the value, ",
              "demi refuses a setting it would not use)");
+  if (!dataset_sink_mode) sink_size = 0;  // the default -1 sinks only in sink mode, as MindSpore's does
   DEMI_CHECK(sink_size <= 0 || sink_size % options_.accumulate == 0, "Model.train: sink_size ", sink_size,
              " must be a multiple of accumulate (", options_.accumulate, " batches per update), so that no update ",
              "straddles two sinks");

@@ -146,15 +146,15 @@ class Model {
   // its last, with the last step's loss, loss scale and overflow flag, and the sink's steps
   // (RunContext::sink_steps), skipped updates, samples and time. A stop a callback asks for takes effect
   // at the end of a sink; max_steps ends a sink early.
-  //   0: no sinking (demi's default): callbacks see every step.
-  //   -1: one sink per epoch of the data set.
+  //   -1 (MindSpore's default): one sink per epoch of the data set; without dataset_sink_mode, no sinking.
+  //   0: no sinking: callbacks see every step.
   //   N > 0: every epoch of train() is one sink of N batches (a multiple of `accumulate`), and the data
   //     runs on across the data set's epochs: train(2, ds, cbs, true, 100) trains 200 batches whatever
   //     the data set's size, the second epoch starting where the first stopped. Checkpoints record the
   //     data place apart from the epochs, so a resumed run takes the same batches. Single process only.
   // In GRAPH_MODE the steps of a sink replay the step's static memory plan like any other steps.
   void train(int epoch, const std::shared_ptr<const data::Dataset>& train_dataset,
-             std::vector<CallbackPtr> callbacks = {}, bool dataset_sink_mode = true, int64_t sink_size = 0);
+             std::vector<CallbackPtr> callbacks = {}, bool dataset_sink_mode = true, int64_t sink_size = -1);
   // Evaluates every metric over the dataset (eval mode, no gradients, the same precision policy). In
   // GRAPH_MODE each batch's forward and metric updates run under a static memory plan, as train steps do.
   std::map<std::string, double> eval(const std::shared_ptr<const data::Dataset>& dataset, bool dataset_sink_mode = true);

@@ -96,7 +96,8 @@ TEST(Model, TrainsAndEvaluatesAtO2WithCallbacks) {
   auto train = toy_dataset(160, 1), test = toy_dataset(64, 2);
   std::string history = ::testing::TempDir() + "/demi_history.jsonl";
   model.train(3, train, {std::make_shared<TimeMonitor>(), std::make_shared<LossMonitor>(5),
-                         std::make_shared<HistoryLogger>(history), std::make_shared<LossScaleMonitor>()});
+                         std::make_shared<HistoryLogger>(history), std::make_shared<LossScaleMonitor>()},
+              /*dataset_sink_mode=*/false);
   const TrainSummary& s = model.last_summary();
   EXPECT_EQ(s.steps, 30);
   EXPECT_GT(s.samples_per_second, 0);

@@ -2,6 +2,7 @@
 // with the data running on across the data set's epochs, and resume from a checkpoint taken inside them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -65,6 +66,26 @@ struct Recorder : Callback {
   }
   void on_epoch_end(RunContext& c) override { events.push_back(str_cat("epoch_end ", c.epoch)); }
 };
+
+// MindSpore's defaults: dataset_sink_mode=True with sink_size -1 sinks each epoch whole (callbacks see one
+// step per epoch, covering its 10 batches); without sink mode the default sinks nothing.
+TEST(SinkMode, TheDefaultSinkSizeIsMindSporesOneSinkPerEpoch) {
+  Model sunk = make_model();
+  auto rec = std::make_shared<Recorder>();
+  sunk.train(2, rows_dataset(), {rec});
+  EXPECT_EQ(rec->events, (std::vector<std::string>{
+                             "epoch_begin 1", "step_begin 1", "step_end 1 10/10 step 10 covers 10 samples 160 data 1:0",
+                             "epoch_end 1", "epoch_begin 2", "step_begin 11",
+                             "step_end 2 10/10 step 20 covers 10 samples 160 data 2:0", "epoch_end 2"}));
+  Model plain = make_model();
+  auto each = std::make_shared<Recorder>();
+  plain.train(1, rows_dataset(), {each}, /*dataset_sink_mode=*/false);
+  EXPECT_EQ(std::count_if(each->events.begin(), each->events.end(),
+                          [](const std::string& e) { return e.rfind("step_end", 0) == 0; }),
+            10);
+  expect_error([&] { plain.train(1, rows_dataset(), {}, /*dataset_sink_mode=*/false, 4); },
+               {"sink_size 4", "needs dataset_sink_mode=true"});
+}
 
 TEST(SinkMode, FixedSinksAreEpochsOfSinkSizeBatchesOverTheRunningData) {
   // 3 sinks of 4 batches: 12 batches, the last two from the data set's second epoch.

@@ -2,7 +2,6 @@
 // file, the King James Bible (Debian's bible-kjv) by default, and sampled from its checkpoint.
 #include "tools/demi/gpt.h"
 
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
@@ -27,6 +26,7 @@
 #include "demi/train/checkpoint.h"
 #include "demi/train/model.h"
 #include "tools/demi/training.h"
+#include "tools/demi/subprocess.h"
 
 namespace demi::cli {
 namespace {
@@ -50,14 +50,11 @@ fs::path ensure_kjv(bool verbose) {
   const fs::path path = kjv_path();
   std::error_code ec;
   if (fs::is_regular_file(path, ec) && fs::file_size(path, ec) > 0) return path;
-  FILE* pipe = ::popen((std::string("bible -f '") + kBibleRange + "' 2>/dev/null").c_str(), "r");
   std::string text;
-  if (pipe != nullptr) {
-    char buf[1 << 16];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) text.append(buf, n);
-    const int status = ::pclose(pipe);
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) text.clear();
+  try {
+    ChildResult bible = run_child({"bible", "-f", kBibleRange}, /*capture_stdout=*/true, /*discard_stderr=*/true);
+    if (bible.ok()) text = std::move(bible.out);
+  } catch (const Error&) {  // not installed: said below
   }
   if (text.size() < 1000000)
     throw Error("the default text is the King James Bible from Debian's bible-kjv package, and `bible -f " +
@@ -249,7 +246,7 @@ int run_train_gpt(const ParsedArgs& args) {
   std::vector<double> chunk_tps;
   while (model.steps_done() < steps) {
     const auto t0 = std::chrono::steady_clock::now();
-    model.train(1, train_ds, cbs, true);
+    model.train(1, train_ds, cbs, true, /*sink_size=*/0);  // its callbacks count steps: no sinking
     train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const train::TrainSummary& s = model.last_summary();
     chunk_tps.push_back(s.samples_per_second * static_cast<double>(o.block_size));

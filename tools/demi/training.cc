@@ -31,6 +31,7 @@
 #include "demi/train/report.h"
 #include "demi/train/report_html.h"
 #include "tools/demi/gpt.h"
+#include "tools/demi/subprocess.h"
 
 namespace demi::cli {
 namespace {
@@ -428,6 +429,19 @@ Training build_training(const ParsedArgs& args, bool reporting) {
   const amp::Level level = t.level = amp::parse_level(args.get("amp"));
   const DType low = t.low = parse_dtype(args.get("dtype"));
   if (!is_low_precision(low)) throw UsageError("--dtype must be fp16 or bf16, got '" + args.get("dtype") + "'");
+  // Settings that would change nothing at this level or dtype are refused, not stored and ignored.
+  if (level == amp::Level::kO0) {
+    if (args.get("param-grads") == "bf16")
+      throw UsageError("--param-grads bf16 changes nothing at O0, where every gradient is FP32: use it with "
+                       "--amp O1, O2 or O3");
+    if (args.flag("amp-adapt"))
+      throw UsageError("--amp-adapt adapts a mixed-precision run; at O0 nothing runs in low precision: use it "
+                       "with --amp O1, O2 or O3");
+  }
+  if (args.get("f16-products") == "bf16" && (level == amp::Level::kO0 || low != DType::kF16))
+    throw UsageError(str_cat("--f16-products bf16 changes how float16 products multiply, and this run (--amp ",
+                             amp::level_name(level), level == amp::Level::kO0 ? "" : " --dtype " + args.get("dtype"),
+                             ") has none: use it with --amp O1, O2 or O3 and --dtype fp16"));
   double lr = args.get_real("lr");
   auto opt = std::make_shared<optim::Momentum>(job.net->trainable_params(), lr, 0.9);
   opt->set_state_dtype(parse_optimizer_state(args.get("optimizer-state")));
@@ -555,9 +569,10 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
     if (args.has(o.name)) throw UsageError("--" + o.name + " is for --model gpt");
   if (plan) {
     // What only changes how training runs, not what one step holds in memory, has no place in a forecast.
-    for (const char* name : {"epochs", "steps", "lr", "clip-grad-norm", "ckpt-dir", "ckpt-every", "keep-ckpt", "resume",
-                             "profile", "report", "report-data", "amp-adapt", "comm-dtype", "bucket-mb",
-                             "sink-size"})
+    // (--clip-grad-norm and --amp-adapt do: each needs every gradient before the update, so neither runs
+    // the update in backward; the forecast's probe runs the step as they make it run.)
+    for (const char* name : {"epochs", "steps", "lr", "ckpt-dir", "ckpt-every", "keep-ckpt", "resume", "profile",
+                             "report", "report-data", "comm-dtype", "bucket-mb", "sink-size"})
       if (args.has(name))
         throw UsageError(str_cat("demi plan: --", name, " does not change what a training step holds in memory; ",
                                  "leave it out"));
@@ -620,6 +635,11 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
     epochs = static_cast<int>(std::min<int64_t>((step_budget + updates_per_epoch - 1) / updates_per_epoch, 1000000));
   }
   std::string ckpt_dir = args.get("ckpt-dir");
+  if (args.has("ckpt-dir") && ckpt_dir.empty())
+    throw UsageError("--ckpt-dir is empty: name the folder for the checkpoints, or leave the option out");
+  for (const char* name : {"ckpt-every", "keep-ckpt"})
+    if (args.has(name) && ckpt_dir.empty())
+      throw UsageError(str_cat("--", name, " says how checkpoints are kept, and this run writes none: give --ckpt-dir DIR"));
   if (args.flag("resume")) {
     if (ckpt_dir.empty()) throw UsageError("--resume needs --ckpt-dir DIR (where the run's checkpoints are)");
     auto last = resume_checkpoint(ckpt_dir, "model" + job.model_key);
@@ -869,29 +889,29 @@ std::string self_path() {
 }
 
 // Runs `demi train --json ...` for one setting and returns its summary; with `report_data`, the child
-// also writes its run record (every step) there.
+// also writes its run record (every step) there. The child gets an argument vector, never a shell line.
 std::map<std::string, std::string> run_setting(const ParsedArgs& args, const std::string& level, const std::string& dtype,
                                                const std::string& report_data = "") {
-  std::string cmd = "'" + self_path() + "' train --json --model " + args.get("model") + " --data '" + args.get("data") +
-                    "' --amp " + level + " --dtype " + dtype + " --epochs " + args.get("epochs") + " --batch-size " +
-                    args.get("batch-size") + " --lr " + args.get("lr") + " --seed " + args.get("seed") +
-                    " --threads " + args.get("threads") + " --train-samples " + args.get("train-samples") +
-                    " --loss-scale " + args.get("loss-scale") + " --mode " + args.get("mode") +
-                    " --graph-fusion " + args.get("graph-fusion");
-  if (args.flag("batch-norm")) cmd += " --batch-norm";
-  if (args.flag("zoo-style")) cmd += " --zoo-style";
-  if (!report_data.empty()) cmd += " --report-data '" + report_data + "'";
-  FILE* p = popen(cmd.c_str(), "r");
-  DEMI_CHECK(p != nullptr, "compare: cannot run '", cmd, "'");
-  std::map<std::string, std::string> summary;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) {
-    std::string line = buf;
-    if (line.find("\"kind\":\"summary\"") != std::string::npos) summary = parse_flat_json(line);
+  std::vector<std::string> argv = {self_path(), "train", "--json"};
+  for (const char* name : {"model", "data", "epochs", "batch-size", "lr", "seed", "threads", "train-samples",
+                           "loss-scale", "mode", "graph-fusion"}) {
+    argv.push_back(str_cat("--", name));
+    argv.push_back(args.get(name));
   }
-  int rc = pclose(p);
-  DEMI_CHECK(rc == 0 && !summary.empty(), "compare: the run at ", level, " ", dtype, " failed (exit status ", rc,
-             "); run it alone to see why: ", cmd);
+  argv.insert(argv.end(), {"--amp", level, "--dtype", dtype});
+  // How float16 products multiply means something only where they are float16 (a low level at fp16).
+  if (args.has("f16-products") && level != "O0" && dtype == "fp16")
+    argv.insert(argv.end(), {"--f16-products", args.get("f16-products")});
+  if (args.flag("batch-norm")) argv.push_back("--batch-norm");
+  if (args.flag("zoo-style")) argv.push_back("--zoo-style");
+  if (!report_data.empty()) argv.insert(argv.end(), {"--report-data", report_data});
+  const ChildResult child = run_child(argv, /*capture_stdout=*/true);
+  std::map<std::string, std::string> summary;
+  std::istringstream lines(child.out);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("\"kind\":\"summary\"") != std::string::npos) summary = parse_flat_json(line);
+  DEMI_CHECK(child.ok() && !summary.empty(), "compare: the run at ", level, " ", dtype, " failed (",
+             child.describe(), "); run it alone to see why: ", command_line(argv));
   return summary;
 }
 
@@ -949,6 +969,8 @@ int run_compare(const ParsedArgs& args) {
     for (std::string x; std::getline(a, x, ',');) levels.push_back(amp::level_name(amp::parse_level(x)));
     for (std::string x; std::getline(b, x, ',');) dtypes.push_back(x);
   }
+  if (levels.empty()) throw UsageError("--levels is empty: name the AMP levels to compare, e.g. O0,O2");
+  if (dtypes.empty()) throw UsageError("--dtypes is empty: name the low-precision dtypes, e.g. fp16,bf16");
   const bool reporting = args.has("report");
   if (reporting) check_report_option(args, "report");
   std::optional<ScratchDir> scratch;
@@ -1132,10 +1154,11 @@ int run_training_demo(const ParsedArgs& args) {
   std::printf("demi demo: the seed's comparison — the same network trained from the same seed at O0 and at O2\n"
               "(float16 with loss scaling, and bfloat16), measured side by side.\n");
   std::fflush(stdout);
-  int rc = std::system(("'" + self + "' compare --model A --data synthetic --epochs 3 --train-samples 1000").c_str());
-  if (rc != 0) return 1;
-  rc = std::system(("'" + self + "' compare --model B --data fashion-mnist --epochs 1").c_str());
-  return rc == 0 ? 0 : 1;
+  if (!run_child({self, "compare", "--model", "A", "--data", "synthetic", "--epochs", "3", "--train-samples", "1000"},
+                 /*capture_stdout=*/false)
+           .ok())
+    return 1;
+  return run_child({self, "compare", "--model", "B", "--data", "fashion-mnist", "--epochs", "1"}, false).ok() ? 0 : 1;
 }
 
 void add_training_commands(std::vector<Command>& cmds) {

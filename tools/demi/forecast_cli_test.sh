@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# forecast_cli_test.sh DEMI DIR: `demi plan`'s forecast and `--max-memory` hold on a cold kernel-choice
+# cache (each run below starts from an empty DEMI_CACHE_DIR, so every shape is tuned during the run, the
+# last partial batch's included: tuning's trial runs count in no training peak), with gradient clipping
+# and adaptive AMP forecast too (both keep every gradient until the update).
+set -uo pipefail
+demi=$1 dir=$2
+rm -rf "$dir" && mkdir -p "$dir" || exit 1
+fail() {
+  echo "forecast_cli_test: $*"
+  exit 1
+}
+# json_field KEY < LINES: KEY's value in the line of kind "summary" or "plan".
+json_field() {
+  python3 -c 'import json, sys
+for line in sys.stdin:
+    line = line.strip()
+    if line.startswith("{"):
+        d = json.loads(line)
+        if d.get("kind") in ("summary", "plan"): print(int(d[sys.argv[1]])); break' "$1"
+}
+n=0
+cold() {  # cold ARGS...: demi ARGS... with a cache folder of its own, empty
+  n=$((n + 1))
+  DEMI_CACHE_DIR="$dir/cache$n" "$demi" "$@"
+}
+check() {  # check NAME ARGS...: plan's forecast against the training's peak, each on a cold cache
+  local name=$1
+  shift
+  local common=(--model A --data synthetic --train-samples 250 --threads 2 --json "$@")
+  local forecast peak
+  forecast=$(cold plan "${common[@]}" | json_field train_peak) || fail "$name: demi plan failed"
+  peak=$(cold train "${common[@]}" --epochs 1 | json_field peak_train) || fail "$name: demi train failed"
+  echo "$name: forecast $forecast bytes, training peak $peak bytes (cold caches)"
+  [[ -n $forecast && -n $peak ]] || fail "$name: no forecast or no peak"
+  # Exact where every step allocates alike; 2% for the last, partial batch's different kernels.
+  ((peak <= forecast + forecast / 50)) || fail "$name: the training peak $peak is above the forecast $forecast"
+  ((forecast <= peak + peak / 5)) || fail "$name: the forecast $forecast is far above the training peak $peak"
+}
+check "A O0" --amp O0
+check "A O0 clip" --amp O0 --clip-grad-norm 1
+check "A O2 bf16 adapt" --amp O2 --dtype bf16 --amp-adapt
+# --max-memory: the batch it picks on a cold cache trains within the budget.
+budget=$((4 << 20))
+peak=$(cold train --model A --data synthetic --train-samples 512 --epochs 1 --threads 2 --json --max-memory 4MiB |
+  json_field peak_train) || fail "--max-memory 4MiB: demi train failed"
+echo "--max-memory 4MiB: training peak $peak bytes"
+((peak <= budget)) || fail "--max-memory 4MiB trained with a peak of $peak bytes"
+echo "forecast_cli_test: ok"
