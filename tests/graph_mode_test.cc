@@ -5,6 +5,7 @@
 // Real data: Debian's Fashion-MNIST (dataset-fashion-mnist) for the image networks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -656,6 +657,11 @@ TEST(GraphMode, AStepThatChangesEveryTimeRunsEagerlyWithAWarningNamingTheLayer) 
     if (mode == ExecMode::kGraph) {
       EXPECT_EQ(step->graphs().stats().traced_steps, graph::StepGraphs::kMaxRetraces + 1);
       EXPECT_GT(step->graphs().stats().eager_steps, 3);
+      // and the plan's summary (the summary line of `demi train`) says so, and why
+      ASSERT_EQ(step->graphs().plans().size(), 1u);
+      const std::string d = step->graphs().plans()[0].second.describe();
+      EXPECT_NE(d.find("; PYNATIVE from step "), std::string::npos) << d;
+      EXPECT_NE(d.find("in the forward of layer '1'"), std::string::npos) << d;
     }
   }
   EXPECT_EQ(losses[0], losses[1]);
@@ -663,6 +669,55 @@ TEST(GraphMode, AStepThatChangesEveryTimeRunsEagerlyWithAWarningNamingTheLayer) 
   EXPECT_NE(warnings[0].find("allocate differently from step to step"), std::string::npos) << warnings[0];
   EXPECT_NE(warnings[0].find("in the forward of layer '1'"), std::string::npos) << warnings[0];
   EXPECT_NE(warnings[0].find("run in PYNATIVE mode"), std::string::npos) << warnings[0];
+}
+
+// Gradient clipping takes one pass's scratch whether a step clips or not (ops::sum_of_squares_then_scale):
+// a run that clips on some steps only stays on its one plan, bit for bit as PYNATIVE. (The GPT's clipped
+// steps once left the plan of its unclipped ones, and after 4 traces graph mode ran PYNATIVE, at a higher
+// peak.)
+TEST(GraphMode, ClippingOnSomeStepsOnlyStaysOnItsPlan) {
+  auto make = [] {
+    auto net = std::make_shared<nn::SequentialCell>();
+    net->append(std::make_shared<nn::Dense>(16, 32));
+    net->append(std::make_shared<nn::ReLU>());
+    net->append(std::make_shared<nn::Dense>(32, 10));
+    return net;
+  };
+  const Batches b = synthetic_batches(24, {8, 16}, false, 10);
+  auto run = [&](ExecMode mode, double clip, std::vector<amp::StepResult>& out) {
+    ExecModeScope in_mode(mode);
+    set_seed(4);
+    auto net = make();
+    auto opt = std::make_shared<optim::Momentum>(net->trainable_params(), 0.05, 0.9);
+    amp::TrainOptions o;
+    o.clip_grad_norm = clip;
+    auto step = amp::build_train_network(net, opt, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"),
+                                         Level::kO0, o);
+    for (size_t i = 0; i < b.x.size(); ++i) out.push_back((*step)(b.x[i], b.y[i]));
+    return std::pair{step->graphs().stats(), step->graphs().plans()};
+  };
+  std::vector<amp::StepResult> free_run;
+  run(ExecMode::kPyNative, 1e9, free_run);  // the norms, to clip at their median
+  std::vector<double> norms;
+  for (const auto& r : free_run) norms.push_back(r.grad_norm);
+  std::nth_element(norms.begin(), norms.begin() + static_cast<std::ptrdiff_t>(norms.size() / 2), norms.end());
+  const double clip = norms[norms.size() / 2];
+  std::vector<amp::StepResult> eager, graph;
+  run(ExecMode::kPyNative, clip, eager);
+  const auto [stats, plans] = run(ExecMode::kGraph, clip, graph);
+  int clipped = 0;
+  for (size_t i = 0; i < eager.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&eager[i].loss, &graph[i].loss, sizeof(float)), 0) << "step " << i;
+    EXPECT_EQ(eager[i].clipped, graph[i].clipped) << "step " << i;
+    clipped += graph[i].clipped ? 1 : 0;
+  }
+  EXPECT_GT(clipped, 0);
+  EXPECT_LT(clipped, static_cast<int>(graph.size()));
+  EXPECT_EQ(stats.traced_steps, 1);
+  EXPECT_EQ(stats.diverged_steps, 0);
+  EXPECT_EQ(stats.replayed_steps, static_cast<int64_t>(graph.size()) - 2);
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].second.fallback, "") << plans[0].second.describe();
 }
 
 // Model::train with gradient accumulation (micro-batches and updates each under their plans) and

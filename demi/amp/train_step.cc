@@ -338,20 +338,20 @@ StepResult TrainStep::finish(StepResult r, const std::vector<MicroBatch>& batche
     r.overflow_source = find_overflow_source(batches, r.loss_scale);
   }
   if (!r.overflow && clip_grad_norm_ > 0) {  // on the true (unscaled) gradients
+    // (One pass's scratch whether it clips or not: a step that clips allocates as one that does not, and
+    // graph mode's plan holds for both.)
     std::vector<double> per(grads.size());
-    ops::sum_of_squares(grads, "clip_grad_norm", per.data());
-    double sum = 0;
-    for (size_t i = 0; i < grads.size(); ++i) {
-      const bool low = grads[i].defined() && grads[i].dtype() != DType::kF32;
-      sum += low ? per[i] * (static_cast<double>(inv_scale) * inv_scale) : per[i];
-    }
-    r.grad_norm = std::sqrt(sum);
-    r.clipped = r.grad_norm > clip_grad_norm_;
-    if (r.clipped) {
-      const float coef = static_cast<float>(clip_grad_norm_ / (r.grad_norm + 1e-6));
-      ops::unscale_and_check_finite(grads, coef, "clip_grad_norm");  // FP32 ones in place
-      low_multiplier *= coef;
-    }
+    const float coef = ops::sum_of_squares_then_scale(grads, "clip_grad_norm", per.data(), [&](const double* sums) {
+      double sum = 0;
+      for (size_t i = 0; i < grads.size(); ++i) {
+        const bool low = grads[i].defined() && grads[i].dtype() != DType::kF32;
+        sum += low ? sums[i] * (static_cast<double>(inv_scale) * inv_scale) : sums[i];
+      }
+      r.grad_norm = std::sqrt(sum);
+      r.clipped = r.grad_norm > clip_grad_norm_;
+      return r.clipped ? static_cast<float>(clip_grad_norm_ / (r.grad_norm + 1e-6)) : 1.0f;  // FP32 ones in place
+    });
+    if (r.clipped) low_multiplier *= coef;
   }
   bool drop = r.overflow && (manager_ == nullptr || manager_->get_drop_overflow_update());
   if (!drop) {

@@ -70,7 +70,7 @@ std::string PlanSummary::describe() const {
   return str_cat("arena ", mib(arena_bytes), " = ", ratio, " x the lower bound ", mib(lower_bound), " (upper bound ",
                  mib(upper_bound), "; ", planned, " of ", allocations, " allocations planned, ",
                  mib(outliving_bytes), " outlive the step; ", trace, "planned in ", ms, " ms)",
-                 rewrites.empty() ? "" : "; ", rewrites);
+                 rewrites.empty() ? "" : "; ", rewrites, fallback.empty() ? "" : "; ", fallback);
 }
 
 ArenaPlan plan_arena(const std::vector<AllocationEvent>& events, PlanSummary* summary) {

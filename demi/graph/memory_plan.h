@@ -34,9 +34,11 @@ struct PlanSummary {
   double plan_seconds = 0;      // the placement's time (StepGraphs fills it in)
   double trace_seconds = 0;     // the traced step's time, recording included (StepGraphs fills it in)
   std::string rewrites;         // what the step's rewrite changed (StepRewrite::describe; StepGraphs)
+  std::string fallback;         // why the steps of this plan's key went back to PYNATIVE mode ("": they did not)
   // "arena 12.30 MiB = 1.010 x the lower bound 12.18 MiB (upper bound 80.10 MiB; 412 of 415 allocations
   // planned, 0.50 MiB outlive the step; traced in a step of 35.2 ms, planned in 0.4 ms)", then the
-  // rewrites ("; fused 1 chain of layer calls: ...") when any
+  // rewrites ("; fused 1 chain of layer calls: ...") when any, and "; PYNATIVE from step 12: <why>" when the
+  // key's steps fell back
   std::string describe() const;
 };
 

@@ -195,9 +195,12 @@ void StepGraphs::run(const std::string& key, const std::function<bool()>& step, 
         return;
       }
       e.phase = Phase::kEager;
-      warn(str_cat("graph mode: the ", what_, "s of ", key, " allocate differently from step to step (",
-                   out.diverged ? out.why : "the step made fewer allocations than its plan", "), after ", e.traces,
-                   " traces; they run in PYNATIVE mode from now on"));
+      const std::string why = out.diverged ? out.why : "the step made fewer allocations than its plan";
+      e.summary.fallback = str_cat("PYNATIVE from step ", stats_.eager_steps + stats_.traced_steps +
+                                   stats_.replayed_steps + 1, ": the steps allocate differently from step to step (",
+                                   why, ") after ", e.traces, " traces");
+      warn(str_cat("graph mode: the ", what_, "s of ", key, " allocate differently from step to step (", why,
+                   "), after ", e.traces, " traces; they run in PYNATIVE mode from now on"));
       return;
     }
   }

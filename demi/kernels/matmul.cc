@@ -34,7 +34,8 @@ enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32, kDemiDot
 // its tiles through a block, a column-split one shares its block of a between the threads, and a widening
 // path holding more than kMaxWideningBytes of copies is never chosen; 8: an f32 a stored by rows is read in
 // place (no block of a), and f16 products may be computed in bf16 (F16Products); 9: an operand read rounded
-// reaches oneDNN and demi-dot as a copy in its rounded dtype (the cast operand's path, whatever it costs)
+// reaches oneDNN and demi-dot as a copy in its rounded dtype (the cast operand's path, whatever it costs),
+// and a ReLU at the store is not part of the key
 constexpr int kTuneVersion = 9;
 constexpr const char* kKernelNames[] = {"onednn", "demi-f32", "demi-bf16", "onednn-f32", "demi-dot"};
 static_assert(std::size(kKernelNames) == static_cast<size_t>(Kernel::kDemiDot) + 1, "a kernel needs its name");
@@ -82,12 +83,14 @@ MatmulParams with_f16_products(const MatmulParams& p) {
 }
 
 // What decides the fastest kernel: the product's sizes, layout, dtypes and epilogue, where it runs, and
-// whether oneDNN is a candidate. Packed into integers for the lookup every call makes; the text form
+// whether oneDNN is a candidate. Not a ReLU at the store: a product and the same product with a ReLU share
+// one choice, so a Dense fused with its ReLU gives the bits of the Dense and the ReLU apart on every CPU
+// (tuned apart, near-equal candidates went different ways on an AVX2 run). Packed into integers for the lookup every call makes; the text form
 // (key_of, the cache file's) is built only when a product is not in memory yet.
 internal::ChoiceCache::Key key_of_params(const MatmulParams& p) {
   const int64_t flags = static_cast<int64_t>(cpu_level()) | int64_t{num_threads()} << 8 |
                         int64_t{p.trans_a} << 24 | int64_t{p.trans_b} << 25 | int64_t{p.bias != nullptr} << 26 |
-                        int64_t{p.relu} << 27 | int64_t{p.accumulate} << 28 |
+                        int64_t{p.accumulate} << 28 |
                         int64_t{matmul_policy() == MatmulPolicy::kDemi} << 29 | int64_t{p.bf16_products} << 30 |
                         static_cast<int64_t>(p.a_dtype) << 32 | static_cast<int64_t>(p.b_dtype) << 40 |
                         static_cast<int64_t>(p.c_dtype) << 48 | static_cast<int64_t>(p.b_round) << 56;
@@ -101,7 +104,7 @@ std::string key_of(const MatmulParams& p) {
                  p.trans_b ? " tb" : " b", " ", dtype_name(p.a_dtype),
                  p.a_round != DType::kF32 ? str_cat(":", dtype_name(p.a_round)) : "", ",", dtype_name(p.b_dtype),
                  p.b_round != DType::kF32 ? str_cat(":", dtype_name(p.b_round)) : "", "->",
-                 dtype_name(p.c_dtype), p.bias ? " bias" : "", p.relu ? " relu" : "", p.accumulate ? " acc" : "",
+                 dtype_name(p.c_dtype), p.bias ? " bias" : "", p.accumulate ? " acc" : "",
                  p.residual ? " residual" : "", p.a_row_sums ? " row-sums" : "",
                  p.bf16_products ? " f16-as-bf16" : "");
 }

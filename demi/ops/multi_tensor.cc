@@ -51,4 +51,16 @@ double sum_of_squares(std::span<const Tensor> tensors, const char* op, double* p
   return total;
 }
 
+float sum_of_squares_then_scale(std::span<const Tensor> tensors, const char* op, double* per_tensor,
+                                const std::function<float(const double* per_tensor)>& coef) {
+  std::vector<kernels::GradBuffer> bufs;
+  std::vector<int64_t> index;
+  collect(tensors, op, bufs, index);
+  return kernels::sum_of_squares_then_scale(bufs, [&](const double* per) {
+    std::fill_n(per_tensor, tensors.size(), 0.0);
+    for (size_t k = 0; k < bufs.size(); ++k) per_tensor[index[k]] = per[k];
+    return coef(per_tensor);
+  });
+}
+
 }  // namespace demi::ops

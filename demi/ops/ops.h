@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -230,5 +231,11 @@ int64_t unscale_and_check_finite(std::span<const Tensor> grads, float inv_scale,
 // ones skipped): f32 within fixed blocks, f64 across them, so the result does not depend on the thread
 // count. per_tensor (tensors.size(), nullable): each tensor's own sum.
 double sum_of_squares(std::span<const Tensor> tensors, const char* op, double* per_tensor = nullptr);
+// Gradient clipping's two passes over one list of blocks: sum_of_squares into per_tensor (tensors.size()),
+// then every FP32 tensor multiplied in place by coef(per_tensor) unless it returns 1 (FP16/BF16 ones are
+// only read: the caller applies the coefficient where it reads them). The step allocates alike whether
+// it clips or not, so graph mode's static plan holds for both. Returns the coefficient.
+float sum_of_squares_then_scale(std::span<const Tensor> tensors, const char* op, double* per_tensor,
+                                const std::function<float(const double* per_tensor)>& coef);
 
 }  // namespace demi::ops

@@ -548,8 +548,12 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   {
     summary_.graph = train_step_->graphs().stats().since(graph_at_start);
     summary_.graph_plan = {};
-    for (const auto& [key, plan] : train_step_->graphs().plans())
+    std::string fallbacks;  // every key's, whichever plan is shown
+    for (const auto& [key, plan] : train_step_->graphs().plans()) {
       if (plan.arena_bytes >= summary_.graph_plan.arena_bytes) summary_.graph_plan = plan;
+      if (!plan.fallback.empty()) fallbacks += str_cat(fallbacks.empty() ? "" : "; ", key, ": ", plan.fallback);
+    }
+    summary_.graph_plan.fallback = fallbacks;
   }
   if (summary_.steady_steps > 0) {
     summary_.system_allocs_per_step = static_cast<double>(steady_allocs) / static_cast<double>(summary_.steady_steps);

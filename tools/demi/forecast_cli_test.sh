@@ -2,7 +2,7 @@
 # forecast_cli_test.sh DEMI DIR: `demi plan`'s forecast and `--max-memory` hold on a cold kernel-choice
 # cache (each run below starts from an empty DEMI_CACHE_DIR, so every shape is tuned during the run, the
 # last partial batch's included: tuning's trial runs count in no training peak), with gradient clipping
-# and adaptive AMP forecast too (both keep every gradient until the update).
+# and adaptive AMP forecast too (both keep every gradient until the update), and the GPT's.
 set -uo pipefail
 demi=$1 dir=$2
 rm -rf "$dir" && mkdir -p "$dir" || exit 1
@@ -40,6 +40,16 @@ check() {  # check NAME ARGS...: plan's forecast against the training's peak, ea
 check "A O0" --amp O0
 check "A O0 clip" --amp O0 --clip-grad-norm 1
 check "A O2 bf16 adapt" --amp O2 --dtype bf16 --amp-adapt
+# The GPT (on a small real text: base-files' GPL): plan's forecast against its training peak.
+gpt=(--model gpt --data text:/usr/share/common-licenses/GPL-3 --block-size 16 --layers 1 --heads 2 --dim 32
+  --batch-size 4 --threads 2 --json)
+forecast=$(cold plan "${gpt[@]}" | json_field train_peak) || fail "gpt: demi plan failed"
+peak=$(cold train "${gpt[@]}" --steps 6 --eval-every 6 --eval-windows 8 | json_field peak_train) ||
+  fail "gpt: demi train failed"
+echo "gpt: forecast $forecast bytes, training peak $peak bytes (cold caches)"
+[[ -n $forecast && -n $peak ]] || fail "gpt: no forecast or no peak"
+((peak <= forecast + forecast / 50)) || fail "gpt: the training peak $peak is above the forecast $forecast"
+((forecast <= peak + peak / 5)) || fail "gpt: the forecast $forecast is far above the training peak $peak"
 # --max-memory: the batch it picks on a cold cache trains within the budget.
 budget=$((4 << 20))
 peak=$(cold train --model A --data synthetic --train-samples 512 --epochs 1 --threads 2 --json --max-memory 4MiB |

@@ -15,10 +15,13 @@
 #include <string>
 
 #include "demi/amp/policy.h"
+#include "demi/core/context.h"
 #include "demi/core/rng.h"
+#include "demi/data/iterator.h"
 #include "demi/data/text.h"
 #include "demi/dist/dist.h"
 #include "demi/io/atomic_file.h"
+#include "demi/io/internal/json.h"
 #include "demi/nn/gpt.h"
 #include "demi/ops/ops.h"
 #include "demi/optim/optimizer.h"
@@ -137,7 +140,7 @@ void check_resume_shape(const io::Metadata& saved, const io::Metadata& now, cons
 
 bool is_gpt_model(const std::string& m) { return m == "gpt" || m == "GPT"; }
 
-int run_train_gpt(const ParsedArgs& args) {
+int run_train_gpt(const ParsedArgs& args, bool plan) {
   apply_thread_option(args);
   const bool json = args.flag("json");
   // Standard output carries only the JSON lines; what callbacks and Model.train report goes to stderr.
@@ -204,6 +207,11 @@ int run_train_gpt(const ParsedArgs& args) {
   mo.max_steps = steps;
   train::Model model(net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt,
                      {{"Loss", std::make_shared<train::Loss>()}}, mo);
+  if (plan) {
+    auto first = train_ds->create_iterator()->next();
+    DEMI_CHECK(first.has_value(), "plan: the text yields no batch of windows");
+    return print_forecast(model, (*first)[0], (*first)[1], args, "gpt", mo.amp_level, mo.low_dtype, batch);
+  }
   const std::string level = amp::level_name(mo.amp_level);
   const std::string dtype = mo.amp_level == amp::Level::kO0 ? "float32" : std::string(dtype_name(mo.low_dtype));
   std::vector<train::CallbackPtr> cbs;
@@ -274,18 +282,31 @@ int run_train_gpt(const ParsedArgs& args) {
   }
   std::sort(chunk_tps.begin(), chunk_tps.end());
   const double median_tps = chunk_tps[chunk_tps.size() / 2];
+  // Graph mode over the whole run (every train() chunk): how many steps replayed a plan, and any fallback.
+  const graph::StepGraphs::Stats g = model.train_graphs().stats();
+  std::string fallback;
+  for (const auto& [key, p] : model.train_graphs().plans())
+    if (!p.fallback.empty()) fallback += str_cat(fallback.empty() ? "" : "; ", key, ": ", p.fallback);
   if (json) {
     std::printf("{\"kind\":\"summary\",\"model\":\"gpt\",\"amp\":\"%s\",\"dtype\":\"%s\",\"steps\":%lld,"
                 "\"train_loss\":%.6f,\"valid_loss\":%.6f,\"tokens_per_second\":%.1f,\"peak_train\":%lld,"
-                "\"peak_rss\":%lld,\"skipped_steps\":%lld,\"seconds\":%.2f}\n",
+                "\"peak_rss\":%lld,\"skipped_steps\":%lld,\"seconds\":%.2f,\"mode\":%s,\"graph_replayed\":%lld,"
+                "\"graph_diverged\":%lld,\"graph_fallback\":%s}\n",
                 level.c_str(), dtype.c_str(), static_cast<long long>(last->step), last->train_loss, last->valid_loss,
                 median_tps, static_cast<long long>(peak_train), static_cast<long long>(peak_rss),
-                static_cast<long long>(skipped), train_seconds);
+                static_cast<long long>(skipped), train_seconds, io::internal::json_quote(exec_mode_name(get_context().mode)).c_str(),
+                static_cast<long long>(g.replayed_steps), static_cast<long long>(g.diverged_steps),
+                io::internal::json_quote(fallback).c_str());
   } else {
     std::printf("GPT %s %s: %lld steps, valid loss %.4f, %.0f tokens/s (median over evaluations), training peak "
                 "%.2f MiB, %lld step(s) skipped, %.1f s training\n",
                 level.c_str(), dtype.c_str(), static_cast<long long>(last->step), last->valid_loss, median_tps,
                 static_cast<double>(peak_train) / (1 << 20), static_cast<long long>(skipped), train_seconds);
+    if (g.traced_steps > 0)
+      std::printf("%s: %lld of %lld train-step calls replayed a static memory plan (%lld left it)%s%s\n",
+                  exec_mode_name(get_context().mode), static_cast<long long>(g.replayed_steps),
+                  static_cast<long long>(g.eager_steps + g.traced_steps + g.replayed_steps),
+                  static_cast<long long>(g.diverged_steps), fallback.empty() ? "" : "; ", fallback.c_str());
     if (!ckpt_dir.empty())
       std::printf("checkpoint: %s (demi generate --checkpoint %s/gpt-latest)\n", ckpt_dir.c_str(), ckpt_dir.c_str());
   }

@@ -10,8 +10,9 @@
 namespace demi::cli {
 
 bool is_gpt_model(const std::string& model);
-// demi train --model gpt: the options of train plus gpt_train_options().
-int run_train_gpt(const ParsedArgs& args);
+// demi train --model gpt: the options of train plus gpt_train_options(). With `plan` (demi plan --model
+// gpt): the forecast of the training peak, from a probe of the first batch, instead of training.
+int run_train_gpt(const ParsedArgs& args, bool plan = false);
 std::vector<Option> gpt_train_options();
 // Appends generate and data to the command list.
 void add_gpt_commands(std::vector<Command>& cmds);

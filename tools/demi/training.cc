@@ -369,40 +369,6 @@ void start_data_parallel(const ParsedArgs& args) {
   }
 }
 
-// The forecast of `demi plan`: the training peak per category, from a probe of the first batch.
-int print_forecast(train::Model& model, const Job& job, const ParsedArgs& args, amp::Level level, DType low) {
-  auto it = job.train_ds->create_iterator();
-  auto batch = it->next();
-  DEMI_CHECK(batch.has_value(), "plan: the training set is empty");
-  const train::MemForecast f = model.forecast((*batch)[0], (*batch)[1]);
-  const std::string dtype = level == amp::Level::kO0 ? "float32" : std::string(dtype_name(low));
-  if (args.flag("json")) {
-    std::printf("{\"kind\":\"plan\",\"model\":\"%s\",\"amp\":\"%s\",\"dtype\":\"%s\",\"batch_size\":%lld,"
-                "\"train_peak\":%lld",
-                job.model_key.c_str(), amp::level_name(level), dtype.c_str(), static_cast<long long>(job.batch_size),
-                static_cast<long long>(f.train_peak));
-    std::printf(",\"peak_op\":%s", json_str(f.peak_op).c_str());
-    for (int c = 0; c < kNumMemCategories; ++c) {
-      if (static_cast<MemCategory>(c) == MemCategory::kData) continue;
-      std::printf(",\"at_train_peak_%s\":%lld", json_category(c).c_str(),
-                  static_cast<long long>(f.at_peak[static_cast<size_t>(c)]));
-    }
-    std::printf("}\n");
-    return 0;
-  }
-  std::printf("model %s at %s %s, batch %lld: the training peak, measured by a probe of one batch (forward and "
-              "backward twice, nothing trained)\n",
-              job.model_key.c_str(), amp::level_name(level), dtype.c_str(), static_cast<long long>(job.batch_size));
-  for (int c = 0; c < kNumMemCategories; ++c) {
-    if (static_cast<MemCategory>(c) == MemCategory::kData) continue;
-    std::printf("  %-16s %10.2f MiB\n", mem_category_name(static_cast<MemCategory>(c)),
-                static_cast<double>(f.at_peak[static_cast<size_t>(c)]) / (1 << 20));
-  }
-  std::printf("  %-16s %10.2f MiB\n", "training peak", static_cast<double>(f.train_peak) / (1 << 20));
-  std::printf("  %-16s %s\n", "reached in", f.peak_op.c_str());
-  return 0;
-}
-
 // What train and plan build from their options: the job, the precision and the Model.
 struct Training {
   Job job;
@@ -429,19 +395,7 @@ Training build_training(const ParsedArgs& args, bool reporting) {
   const amp::Level level = t.level = amp::parse_level(args.get("amp"));
   const DType low = t.low = parse_dtype(args.get("dtype"));
   if (!is_low_precision(low)) throw UsageError("--dtype must be fp16 or bf16, got '" + args.get("dtype") + "'");
-  // Settings that would change nothing at this level or dtype are refused, not stored and ignored.
-  if (level == amp::Level::kO0) {
-    if (args.get("param-grads") == "bf16")
-      throw UsageError("--param-grads bf16 changes nothing at O0, where every gradient is FP32: use it with "
-                       "--amp O1, O2 or O3");
-    if (args.flag("amp-adapt"))
-      throw UsageError("--amp-adapt adapts a mixed-precision run; at O0 nothing runs in low precision: use it "
-                       "with --amp O1, O2 or O3");
-  }
-  if (args.get("f16-products") == "bf16" && (level == amp::Level::kO0 || low != DType::kF16))
-    throw UsageError(str_cat("--f16-products bf16 changes how float16 products multiply, and this run (--amp ",
-                             amp::level_name(level), level == amp::Level::kO0 ? "" : " --dtype " + args.get("dtype"),
-                             ") has none: use it with --amp O1, O2 or O3 and --dtype fp16"));
+  refuse_settings_that_change_nothing(args, level, low);
   double lr = args.get_real("lr");
   auto opt = std::make_shared<optim::Momentum>(job.net->trainable_params(), lr, 0.9);
   opt->set_state_dtype(parse_optimizer_state(args.get("optimizer-state")));
@@ -556,29 +510,88 @@ ParsedArgs with_batch_under_budget(const ParsedArgs& args) {
   return base.with("batch-size", std::to_string(batch));
 }
 
+}  // namespace
+
+void refuse_settings_that_change_nothing(const ParsedArgs& args, amp::Level level, DType low) {
+  if (level == amp::Level::kO0) {
+    if (args.get("param-grads") == "bf16")
+      throw UsageError("--param-grads bf16 changes nothing at O0, where every gradient is FP32: use it with "
+                       "--amp O1, O2 or O3");
+    if (args.flag("amp-adapt"))
+      throw UsageError("--amp-adapt adapts a mixed-precision run; at O0 nothing runs in low precision: use it "
+                       "with --amp O1, O2 or O3");
+  }
+  if (args.get("f16-products") == "bf16" && (level == amp::Level::kO0 || low != DType::kF16))
+    throw UsageError(str_cat("--f16-products bf16 changes how float16 products multiply, and this run (--amp ",
+                             amp::level_name(level), level == amp::Level::kO0 ? "" : " --dtype " + args.get("dtype"),
+                             ") has none: use it with --amp O1, O2 or O3 and --dtype fp16"));
+  const std::string ckpt_dir = args.get("ckpt-dir");
+  if (args.has("ckpt-dir") && ckpt_dir.empty())
+    throw UsageError("--ckpt-dir is empty: name the folder for the checkpoints, or leave the option out");
+  for (const char* name : {"ckpt-every", "keep-ckpt"})
+    if (args.has(name) && ckpt_dir.empty())
+      throw UsageError(str_cat("--", name, " says how checkpoints are kept, and this run writes none: give --ckpt-dir DIR"));
+}
+
+int print_forecast(train::Model& model, const Tensor& data, const Tensor& label, const ParsedArgs& args,
+                   const std::string& model_key, amp::Level level, DType low, int64_t batch_size) {
+  const train::MemForecast f = model.forecast(data, label);
+  const std::string dtype = level == amp::Level::kO0 ? "float32" : std::string(dtype_name(low));
+  if (args.flag("json")) {
+    std::printf("{\"kind\":\"plan\",\"model\":\"%s\",\"amp\":\"%s\",\"dtype\":\"%s\",\"batch_size\":%lld,"
+                "\"train_peak\":%lld",
+                model_key.c_str(), amp::level_name(level), dtype.c_str(), static_cast<long long>(batch_size),
+                static_cast<long long>(f.train_peak));
+    std::printf(",\"peak_op\":%s", json_str(f.peak_op).c_str());
+    for (int c = 0; c < kNumMemCategories; ++c) {
+      if (static_cast<MemCategory>(c) == MemCategory::kData) continue;
+      std::printf(",\"at_train_peak_%s\":%lld", json_category(c).c_str(),
+                  static_cast<long long>(f.at_peak[static_cast<size_t>(c)]));
+    }
+    std::printf("}\n");
+    return 0;
+  }
+  std::printf("model %s at %s %s, batch %lld: the training peak, measured by a probe of one batch (forward and "
+              "backward twice, nothing trained)\n",
+              model_key.c_str(), amp::level_name(level), dtype.c_str(), static_cast<long long>(batch_size));
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    if (static_cast<MemCategory>(c) == MemCategory::kData) continue;
+    std::printf("  %-16s %10.2f MiB\n", mem_category_name(static_cast<MemCategory>(c)),
+                static_cast<double>(f.at_peak[static_cast<size_t>(c)]) / (1 << 20));
+  }
+  std::printf("  %-16s %10.2f MiB\n", "training peak", static_cast<double>(f.train_peak) / (1 << 20));
+  std::printf("  %-16s %s\n", "reached in", f.peak_op.c_str());
+  return 0;
+}
+
+void refuse_training_only(const ParsedArgs& args) {
+  // What only changes how training runs, not what one step holds in memory, has no place in a forecast.
+  // (--clip-grad-norm and --amp-adapt do: each needs every gradient before the update, so neither runs
+  // the update in backward; the forecast's probe runs the step as they make it run.)
+  for (const char* name : {"epochs", "steps", "lr", "ckpt-dir", "ckpt-every", "keep-ckpt", "resume", "profile",
+                           "report", "report-data", "comm-dtype", "bucket-mb", "sink-size", "eval-every",
+                           "eval-windows", "warmup", "weight-decay"})
+    if (args.has(name))
+      throw UsageError(str_cat("demi plan: --", name, " does not change what a training step holds in memory; ",
+                               "leave it out"));
+  if (args.get_int("accumulate") > 1)
+    throw UsageError("demi plan forecasts a one-batch update: not with --accumulate (its FP32 accumulators)");
+}
+
+namespace {
+
 int run_train_or_plan(const ParsedArgs& args, bool plan) {
   start_data_parallel(args);
+  if (plan) refuse_training_only(args);
+  refuse_settings_that_change_nothing(args, amp::parse_level(args.get("amp")), parse_dtype(args.get("dtype")));
   if (is_gpt_model(args.get("model"))) {
-    if (plan) throw UsageError("demi plan takes models A, B, C, D and R; not yet gpt");
     if (args.has("max-memory")) throw UsageError("--max-memory takes models A, B, C, D and R; not yet gpt");
     if (args.has("sink-size"))
       throw UsageError("--sink-size takes models A, B, C, D and R; the gpt trains by --steps, not by epochs");
-    return run_train_gpt(args);
+    return run_train_gpt(args, plan);
   }
   for (const Option& o : gpt_train_options())  // the GPT's own options mean nothing to the other models
     if (args.has(o.name)) throw UsageError("--" + o.name + " is for --model gpt");
-  if (plan) {
-    // What only changes how training runs, not what one step holds in memory, has no place in a forecast.
-    // (--clip-grad-norm and --amp-adapt do: each needs every gradient before the update, so neither runs
-    // the update in backward; the forecast's probe runs the step as they make it run.)
-    for (const char* name : {"epochs", "steps", "lr", "ckpt-dir", "ckpt-every", "keep-ckpt", "resume", "profile",
-                             "report", "report-data", "comm-dtype", "bucket-mb", "sink-size"})
-      if (args.has(name))
-        throw UsageError(str_cat("demi plan: --", name, " does not change what a training step holds in memory; ",
-                                 "leave it out"));
-    if (args.get_int("accumulate") > 1)
-      throw UsageError("demi plan forecasts a one-batch update: not with --accumulate (its FP32 accumulators)");
-  }
   apply_thread_option(args);
   bool json = args.flag("json");
   // Standard output carries only the JSON lines; what callbacks and Model.train report goes to stderr.
@@ -615,7 +628,12 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
                 level == amp::Level::kO0 ? "float32" : std::string(dtype_name(low)).c_str(),
                 amp::trace_dtypes(model.train_step(), (*batch)[0], (*batch)[1]).to_string().c_str());
   }
-  if (plan) return print_forecast(model, job, args, level, low);
+  if (plan) {
+    auto it = job.train_ds->create_iterator();
+    auto batch = it->next();
+    DEMI_CHECK(batch.has_value(), "plan: the training set is empty");
+    return print_forecast(model, (*batch)[0], (*batch)[1], args, job.model_key, level, low, job.batch_size);
+  }
   std::vector<train::CallbackPtr> cbs;
   if (json)
     cbs.push_back(std::make_shared<JsonEpochs>());
@@ -635,11 +653,6 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
     epochs = static_cast<int>(std::min<int64_t>((step_budget + updates_per_epoch - 1) / updates_per_epoch, 1000000));
   }
   std::string ckpt_dir = args.get("ckpt-dir");
-  if (args.has("ckpt-dir") && ckpt_dir.empty())
-    throw UsageError("--ckpt-dir is empty: name the folder for the checkpoints, or leave the option out");
-  for (const char* name : {"ckpt-every", "keep-ckpt"})
-    if (args.has(name) && ckpt_dir.empty())
-      throw UsageError(str_cat("--", name, " says how checkpoints are kept, and this run writes none: give --ckpt-dir DIR"));
   if (args.flag("resume")) {
     if (ckpt_dir.empty()) throw UsageError("--resume needs --ckpt-dir DIR (where the run's checkpoints are)");
     auto last = resume_checkpoint(ckpt_dir, "model" + job.model_key);
@@ -737,6 +750,8 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
         {"reserved_end", num(static_cast<double>(s.reserved_end))},
     };
     f.emplace("peak_train", num(static_cast<double>(s.peak.train_peak)));
+    // (kernel tuning's trial runs, a shape's first call on a cold choice cache: in no peak above)
+    f.emplace("peak_tuning", num(static_cast<double>(s.peak.tuning_peak)));
     int64_t attributed = 0;
     for (const auto& [op, n] : s.overflow_ops) attributed += n;
     f.emplace("attributed_overflows", num(static_cast<double>(attributed)));

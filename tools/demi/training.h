@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "demi/amp/policy.h"
 #include "demi/train/checkpoint.h"
+#include "demi/train/model.h"
 #include "tools/demi/args.h"
 
 namespace demi::cli {
@@ -24,6 +26,16 @@ std::optional<bool> parse_param_grads(const std::string& s);
 std::optional<bool> parse_optimizer_in_backward(const std::string& s);
 // --optimizer-state: fp32 or bf16.
 DType parse_optimizer_state(const std::string& s);
+// Refuses (UsageError) a setting that would change nothing for this run: --param-grads bf16 or --amp-adapt at
+// O0, --f16-products bf16 where no product is float16, --ckpt-every / --keep-ckpt without --ckpt-dir, an
+// empty --ckpt-dir. (A setting stored and ignored is a silent lie about the run.)
+void refuse_settings_that_change_nothing(const ParsedArgs& args, amp::Level level, DType low);
+// demi plan: refuses the options that change how training runs but not what one step holds in memory.
+void refuse_training_only(const ParsedArgs& args);
+// The forecast of `demi plan` for a Model built for batches like (data, label), as text or (--json) one
+// JSON line; `what` names the run ("model A at O2 bfloat16, batch 32").
+int print_forecast(train::Model& model, const Tensor& data, const Tensor& label, const ParsedArgs& args,
+                   const std::string& model_key, amp::Level level, DType low, int64_t batch_size);
 // Appends train, eval and compare to the command list.
 void add_training_commands(std::vector<Command>& cmds);
 // `demi demo`: the seed's comparison, O0 against O2, on model A (random data) and model B (Fashion-MNIST).

@@ -1,5 +1,7 @@
 #include "demi/kernels/cpu/amp_kernels.h"
 
+#include <vector>
+
 #include "demi/core/cpu.h"
 #include "demi/kernels/cpu/internal/dispatch.h"
 #include "demi/kernels/cpu/internal/amp_kernels_impl.h"
@@ -80,6 +82,17 @@ UnscaleResult unscale_and_check_finite(std::span<const GradBuffer> grads, float 
       break;
     }
   return r;
+}
+
+float sum_of_squares_then_scale(std::span<const GradBuffer> bufs,
+                                const std::function<float(const double* per_buffer)>& coef) {
+  BlockList<float> list(bufs);  // a float result slot per block: room for unscale's byte flags too
+  kernels().sum_squares(list.blocks, list.count, list.result);
+  std::vector<double> per(bufs.size(), 0.0);
+  for (int64_t k = 0; k < list.count; ++k) per[static_cast<size_t>(list.owner[k])] += list.result[k];
+  const float c = coef(per.data());
+  if (c != 1.0f) kernels().unscale(list.blocks, list.count, c, true, reinterpret_cast<uint8_t*>(list.result));
+  return c;
 }
 
 double sum_of_squares(std::span<const GradBuffer> bufs, double* per_buffer) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "demi/kernels/reference/amp_kernels.h"
@@ -25,5 +26,12 @@ UnscaleResult unscale_and_check_finite(std::span<const GradBuffer> grads, float 
 // bufs -> sum of all squares (values widened to f32): f32 within each block, f64 across blocks;
 // per_buffer (bufs.size()) each buffer's own sum (nullable).
 double sum_of_squares(std::span<const GradBuffer> bufs, double* per_buffer = nullptr);
+
+// Global-norm clipping on one block list: the buffers' sums of squares (as sum_of_squares, per buffer),
+// then each f32 buffer multiplied in place by coef(per_buffer) unless it returns 1 (f16 and bf16 buffers
+// are only read, as by unscale_and_check_finite). One scratch allocation whether it scales or not. Returns
+// the coefficient.
+float sum_of_squares_then_scale(std::span<const GradBuffer> bufs,
+                                const std::function<float(const double* per_buffer)>& coef);
 
 }  // namespace demi::kernels

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <vector>
 
@@ -104,6 +106,27 @@ TEST(SumOfSquares, MatchesReference) {
     EXPECT_TRUE(testing::all_close(per, want_per, tolerance_for(DType::kF32)));
     EXPECT_EQ(sum_of_squares(cs), total);
     EXPECT_EQ(sum_of_squares({}), 0.0);
+  });
+}
+
+// Clipping's two passes on one block list: the per-buffer sums are sum_of_squares', the coefficient sees
+// them, and the buffers are scaled exactly as unscale_and_check_finite scales them (or left alone at 1).
+TEST(SumOfSquaresThenScale, IsTheTwoPassesInOne) {
+  for_each_level([](CpuLevel) {
+    for (float coef : {0.37f, 1.0f}) {
+      auto g = make_grads(), want = make_grads();
+      std::vector<GradBuffer> cs = spans(g), ws = spans(want);
+      std::vector<double> want_per(g.size()), seen(g.size());
+      sum_of_squares(ws, want_per.data());
+      if (coef != 1.0f) unscale_and_check_finite(ws, coef);
+      const float got = sum_of_squares_then_scale(cs, [&](const double* per) {
+        std::copy(per, per + g.size(), seen.begin());
+        return coef;
+      });
+      EXPECT_EQ(got, coef);
+      EXPECT_EQ(seen, want_per);
+      EXPECT_EQ(g, want) << "coefficient " << coef;
+    }
   });
 }
 
