@@ -64,6 +64,7 @@ Metadata encode_training_meta(const TrainingMeta& m) {
   md["demi.data.epoch"] = std::to_string(m.data_epoch);
   md["demi.data.position"] = std::to_string(m.data_position);
   if (m.steps_per_epoch > 0) md["demi.data.steps_per_epoch"] = std::to_string(m.steps_per_epoch);
+  if (!m.run_id.empty()) md["demi.run_id"] = m.run_id;
   for (const auto& [name, g] : m.generators) {
     DEMI_CHECK(!name.empty(), "training state: a generator has an empty name");
     md[str_cat(kRngPrefix, name)] = str_cat(g.seed, ":", g.offset);
@@ -114,6 +115,7 @@ TrainingMeta decode_training_meta(const Metadata& md, const std::string& file) {
   get_int("demi.data.epoch", m.data_epoch);
   get_int("demi.data.position", m.data_position);
   get_int("demi.data.steps_per_epoch", m.steps_per_epoch);
+  if (auto it = md.find("demi.run_id"); it != md.end()) m.run_id = it->second;
   for (const auto& [k, v] : md) {
     if (k.rfind(kRngPrefix, 0) == 0) {
       std::string name = k.substr(kRngPrefix.size());

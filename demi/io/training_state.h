@@ -64,6 +64,9 @@ struct TrainingMeta {
   int64_t steps_per_epoch = 0;
   std::map<std::string, GeneratorState> generators;
   std::vector<std::string> amp_promotions;  // layer paths (no newline in a path)
+  // The run the checkpoint belongs to (train::ModelCheckpoint; a resumed run keeps the id of the one it
+  // resumed): "" in files from before demi wrote it.
+  std::string run_id;
   Metadata extra;  // the caller's own string pairs; keys must not start with "demi."
 };
 

@@ -2,8 +2,16 @@
 // live objects (Cell, Optimizer, LossScaleManager, Generators) and demi/io's plain TrainingState.
 #include "demi/train/checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <random>
 #include <map>
 #include <ostream>
 #include <set>
@@ -292,6 +300,7 @@ LoadReport restore_checkpoint(const io::TrainingState& ckpt, Model& model, const
   if (ckpt.meta.is_training_state) {
     const io::TrainingMeta& m = ckpt.meta;
     model.set_epochs_done(m.epochs_done);
+    model.set_resumed_run_id(m.run_id.empty() ? "-" : m.run_id);
     const bool mid_epoch = m.epoch > m.epochs_done;
     model.set_resume_position(m.data_position, m.step, m.steps_per_epoch, m.data_epoch,
                               mid_epoch ? m.step_in_epoch : 0);
@@ -332,6 +341,15 @@ std::optional<CheckpointName> parse_checkpoint_name(const std::string& filename)
 namespace {
 
 // Checkpoints named "<prefix>-<epoch>_<step>.safetensors" in `dir`, oldest first.
+// 16 hex digits from the system's entropy source: which run a checkpoint belongs to.
+std::string new_run_id() {
+  std::random_device rd;
+  const uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
 std::vector<std::pair<CheckpointName, std::filesystem::path>> list_checkpoints(const std::filesystem::path& dir,
                                                                                const std::string& prefix) {
   std::vector<std::pair<CheckpointName, std::filesystem::path>> out;
@@ -394,16 +412,98 @@ ModelCheckpoint::ModelCheckpoint(std::string prefix, std::filesystem::path direc
   if (dir_.empty()) dir_ = ".";
 }
 
-void ModelCheckpoint::scan_existing() {
-  if (scanned_) return;
-  scanned_ = true;
+ModelCheckpoint::~ModelCheckpoint() { unlock(); }
+
+void ModelCheckpoint::lock() {
+  if (lock_fd_ >= 0) return;
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   DEMI_CHECK(!ec && std::filesystem::is_directory(dir_), "ModelCheckpoint: cannot create the checkpoint directory '",
              dir_.string(), "': ", ec ? ec.message() : "a file of that name exists");
+  const std::filesystem::path path = dir_ / (prefix_ + ".lock");
+  // (Creating it also proves the directory writable, before anything is trained.)
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  DEMI_CHECK(fd >= 0, "ModelCheckpoint: cannot write in the checkpoint directory '", dir_.string(), "' (", path.string(),
+             ": ", std::strerror(errno), ")");
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char owner[32] = {};
+    [[maybe_unused]] ssize_t n = ::pread(fd, owner, sizeof owner - 1, 0);
+    ::close(fd);
+    DEMI_CHECK(false, "ModelCheckpoint: another run is writing checkpoints '", prefix_, "-*' in '", dir_.string(), "'",
+               owner[0] ? str_cat(" (process ", std::string(owner).substr(0, std::string(owner).find('\n')), ")") : "",
+               err == EWOULDBLOCK ? "" : str_cat(": ", std::strerror(err)),
+               ": two runs in one directory would rotate and mix each other's checkpoints. Give this run "
+               "another directory, or wait for that one to end");
+  }
+  const std::string pid = str_cat(::getpid(), "\n");
+  if (::ftruncate(fd, 0) == 0) {
+    [[maybe_unused]] ssize_t w = ::pwrite(fd, pid.data(), pid.size(), 0);
+  }
+  lock_fd_ = fd;
+}
+
+void ModelCheckpoint::unlock() {
+  if (lock_fd_ < 0) return;
+  ::close(lock_fd_);  // (the lock goes with the descriptor; the file stays, empty of meaning)
+  lock_fd_ = -1;
+}
+
+bool ModelCheckpoint::is_ours(const std::filesystem::path& checkpoint) const {
+  std::string id;
+  try {
+    const auto header = io::read_safetensors_header(checkpoint);
+    if (auto it = header.metadata.find("demi.run_id"); it != header.metadata.end()) id = it->second;
+  } catch (const Error&) {
+    return false;  // unreadable: not known to be this run's, so never deleted by it
+  }
+  return id.empty() ? adopt_unnamed_ : id == run_id_;
+}
+
+void ModelCheckpoint::scan_existing() {
+  if (scanned_) return;
+  scanned_ = true;
+  lock();
   io::remove_stale_temp_files(dir_);
   kept_.clear();
-  for (auto& [n, p] : list_checkpoints(dir_, prefix_)) kept_.push_back(p);
+  std::vector<std::filesystem::path> others;
+  for (auto& [n, p] : list_checkpoints(dir_, prefix_)) (is_ours(p) ? kept_ : others).push_back(p);
+  if (!others.empty()) {
+    std::string names;
+    for (size_t i = 0; i < others.size() && i < 4; ++i) names += str_cat(i ? ", " : "", others[i].filename().string());
+    if (others.size() > 4) names += str_cat(" and ", others.size() - 4, " more");
+    switch (config_.other_runs) {
+      case CheckpointConfig::OtherRuns::kRefuse:
+        unlock();
+        DEMI_CHECK(false, "ModelCheckpoint: '", dir_.string(), "' holds checkpoints of another run (", names,
+                   "): resume that run (demi train --resume), set its checkpoints aside and start over (demi train "
+                   "--start-over), or give this run another directory");
+        break;
+      case CheckpointConfig::OtherRuns::kSetAside: {
+        std::filesystem::path aside;
+        for (int k = 1;; ++k) {
+          aside = dir_ / str_cat(prefix_, "-set-aside-", k);
+          std::error_code ec;
+          if (std::filesystem::create_directory(aside, ec)) break;
+          DEMI_CHECK(!ec || ec == std::errc::file_exists, "ModelCheckpoint: cannot create '", aside.string(),
+                     "': ", ec.message());
+        }
+        for (const auto& p : others) {
+          std::error_code ec;
+          std::filesystem::rename(p, aside / p.filename(), ec);
+          DEMI_CHECK(!ec, "ModelCheckpoint: cannot move ", p.string(), " into ", aside.string(), ": ", ec.message());
+        }
+        callback_stream() << "ModelCheckpoint: set aside " << others.size() << " checkpoint(s) of another run ("
+                          << names << ") in " << aside.string() << std::endl;
+        break;
+      }
+      case CheckpointConfig::OtherRuns::kKeepApart:
+        callback_stream() << "ModelCheckpoint: " << dir_.string() << " holds " << others.size()
+                          << " checkpoint(s) of another run (" << names
+                          << "): left as they are, not counted in keep_checkpoint_max" << std::endl;
+        break;
+    }
+  }
   auto best = dir_ / (prefix_ + "-best" + kExtension);
   if (!config_.monitor.empty() && std::filesystem::exists(best)) {
     // A resumed run keeps competing against the best of the runs before it.
@@ -425,7 +525,20 @@ void ModelCheckpoint::scan_existing() {
   }
 }
 
-void ModelCheckpoint::on_train_begin(RunContext&) { scan_existing(); }
+void ModelCheckpoint::on_train_begin(RunContext& ctx) {
+  if (dist::get_rank() != 0) return;  // (rank 0 writes every checkpoint)
+  if (!config_.run_id.empty()) {
+    run_id_ = config_.run_id;
+  } else if (ctx.model != nullptr && !ctx.model->resumed_run_id().empty()) {
+    const std::string& id = ctx.model->resumed_run_id();
+    adopt_unnamed_ = id == "-";
+    run_id_ = adopt_unnamed_ ? new_run_id() : id;
+  } else if (run_id_.empty()) {
+    run_id_ = new_run_id();
+  }
+  scanned_ = false;
+  scan_existing();
+}
 
 TrainState ModelCheckpoint::state(RunContext& ctx) {
   if (source_) return source_();
@@ -437,6 +550,8 @@ TrainState ModelCheckpoint::state(RunContext& ctx) {
 bool ModelCheckpoint::write(const std::filesystem::path& path, RunContext& ctx, bool at_epoch_end, bool best) {
   try {
     io::TrainingState s = capture_training_state(state(ctx), progress_of(ctx, at_epoch_end));
+    if (run_id_.empty()) run_id_ = config_.run_id.empty() ? new_run_id() : config_.run_id;  // (a custom loop)
+    s.meta.run_id = run_id_;
     for (const auto& [k, v] : config_.extra) s.meta.extra[k] = v;
     if (best && best_value_) {
       s.meta.extra["monitor"] = config_.monitor;
@@ -482,8 +597,9 @@ void ModelCheckpoint::on_step_end(RunContext& ctx) {
 }
 
 void ModelCheckpoint::on_train_end(RunContext& ctx) {
-  if (dist::get_rank() != 0 || ctx.cur_step_num == 0 || saved_step_ == ctx.cur_step_num) return;
-  save(ctx, !ctx.stopped_mid_epoch);
+  if (dist::get_rank() != 0) return;
+  if (ctx.cur_step_num != 0 && saved_step_ != ctx.cur_step_num) save(ctx, !ctx.stopped_mid_epoch);
+  unlock();
 }
 
 void ModelCheckpoint::on_epoch_end(RunContext& ctx) {

@@ -132,18 +132,34 @@ struct CheckpointConfig {
   // The caller's own string pairs, written into every checkpoint (TrainingMeta::extra): e.g. the run's
   // settings, so that a resume can check them. Keys must not start with "demi.".
   io::Metadata extra;
+  // The run the checkpoints belong to (TrainingMeta::run_id). "": the run the Model was restored from
+  // (Model::resumed_run_id), else a new id made at the start of training.
+  std::string run_id;
+  // Checkpoints of another run under the same prefix in the directory (another run id, or none) are never
+  // counted in keep_checkpoint_max nor deleted. At the start of training they are kept apart (left as they
+  // are, said once on the callback stream), refused (an error naming them, before anything is trained:
+  // `demi train` without --resume or --start-over), or set aside (moved into "<dir>/<prefix>-set-aside-<n>/",
+  // never deleted: `demi train --start-over`).
+  enum class OtherRuns { kKeepApart, kRefuse, kSetAside };
+  OtherRuns other_runs = OtherRuns::kKeepApart;
 };
 
 // Saves "<directory>/<prefix>-<epoch>_<step>.safetensors" (MindSpore's naming; step is the step within
 // the epoch), rewrites "<prefix>-latest" (a one-line text file naming the newest checkpoint, for shell
 // tools), and deletes the oldest beyond keep_checkpoint_max — only after the new file is safely written.
 // With a monitor, "<prefix>-best.safetensors" holds the best epoch so far. Checkpoints already in the
-// directory under the same prefix (a resumed run) count towards the K kept; temporary files left by a
-// killed writer are removed at the start of training.
+// directory under the same prefix and of the same run (a resumed run) count towards the K kept, another
+// run's never (CheckpointConfig::other_runs); temporary files left by a killed writer are removed at the
+// start of training. One run at a time writes a prefix in a directory: training takes an exclusive lock on
+// "<prefix>.lock" there (flock: released when the process ends, however it ends), and a second run is
+// refused at its start, as is a directory that cannot be written.
 class ModelCheckpoint : public Callback {
  public:
   explicit ModelCheckpoint(std::string prefix = "demi", std::filesystem::path directory = ".",
                            CheckpointConfig config = {});
+  ~ModelCheckpoint() override;
+  ModelCheckpoint(const ModelCheckpoint&) = delete;
+  ModelCheckpoint& operator=(const ModelCheckpoint&) = delete;
 
   // For custom loops: where the state comes from when the RunContext has no Model.
   void set_state_source(std::function<TrainState()> source) { source_ = std::move(source); }
@@ -161,6 +177,8 @@ class ModelCheckpoint : public Callback {
   std::optional<std::filesystem::path> best() const;
   std::optional<double> best_value() const { return best_value_; }
   int64_t saves() const { return saves_; }
+  // This run's id, written into its checkpoints (set when training starts, or at the first save).
+  const std::string& run_id() const { return run_id_; }
   int64_t failures() const { return failures_; }
 
  private:
@@ -180,6 +198,12 @@ class ModelCheckpoint : public Callback {
   int64_t saves_ = 0;
   int64_t failures_ = 0;
   bool scanned_ = false;
+  std::string run_id_;   // this run's (decided at the start of training)
+  bool adopt_unnamed_ = false;  // resumed from a file without a run id: such files are this run's too
+  int lock_fd_ = -1;     // "<prefix>.lock", held from the start of training to its end
+  void lock();
+  void unlock();
+  bool is_ours(const std::filesystem::path& checkpoint) const;
 };
 
 // The newest "<prefix>-<epoch>_<step>.safetensors" in `dir` by (epoch, step), or nullopt. An empty

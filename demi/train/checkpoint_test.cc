@@ -350,7 +350,7 @@ TEST(ModelCheckpoint, KeepsTheLastKAndPointsAtTheLatest) {
   loop.run(2, 5);
   // Saved: 1_2 1_4 1_5(epoch end) 2_1(step 6) 2_3(step 8) 2_5(step 10 and epoch end); the last 3 stay.
   EXPECT_EQ(list_dir(dir.path()), (std::vector<std::string>{"net-2_1.safetensors", "net-2_3.safetensors",
-                                                            "net-2_5.safetensors", "net-latest"}));
+                                                            "net-2_5.safetensors", "net-latest", "net.lock"}));
   auto pointer = read_bytes(dir / "net-latest");
   EXPECT_EQ(std::string(pointer.begin(), pointer.end()), "net-2_5.safetensors\n");
   EXPECT_EQ(latest_checkpoint(dir.path(), "net"), dir / "net-2_5.safetensors");
@@ -360,8 +360,17 @@ TEST(ModelCheckpoint, KeepsTheLastKAndPointsAtTheLatest) {
   EXPECT_EQ(last.meta.epochs_done, 2) << "the epoch-end save says the epoch is complete";
   EXPECT_EQ(last.meta.step, 10);
 
-  // A resumed run counts the files already there towards K.
-  ModelCheckpoint again("net", dir.path(), {.save_checkpoint_steps = 0, .keep_checkpoint_max = 3});
+  // A resumed run (the same run id: a Model restored from a checkpoint passes it on by itself) counts the
+  // files already there towards K, once the first run has let go of the directory.
+  const std::string run_id = cb.run_id();
+  EXPECT_EQ(run_id.size(), 16u);
+  EXPECT_EQ(last.meta.run_id, run_id);
+  ModelCheckpoint busy("net", dir.path(), {.run_id = run_id});
+  FakeLoop second;
+  second.cb = &busy;
+  expect_error([&] { second.run(1, 1); }, {"another run is writing checkpoints 'net-*'", "(process "});
+  cb.on_train_end(loop.ctx);  // (the step's checkpoint is written: nothing saved again)
+  ModelCheckpoint again("net", dir.path(), {.save_checkpoint_steps = 0, .keep_checkpoint_max = 3, .run_id = run_id});
   again.set_state_source([&] { return TrainState{.network = loop.net.get()}; });
   FakeLoop more;
   more.net = loop.net;
@@ -375,12 +384,14 @@ TEST(ModelCheckpoint, KeepsTheLastKAndPointsAtTheLatest) {
 TEST(ModelCheckpoint, KeepsTheBestByMetric) {
   TempDir dir;
   FakeLoop loop;
-  ModelCheckpoint cb("m", dir.path(), {.save_checkpoint_epochs = 0, .monitor = "Accuracy", .maximize = true});
-  cb.set_state_source([&] { return TrainState{.network = loop.net.get()}; });
-  loop.cb = &cb;
+  auto cb = std::make_unique<ModelCheckpoint>(
+      "m", dir.path(), CheckpointConfig{.save_checkpoint_epochs = 0, .monitor = "Accuracy", .maximize = true});
+  cb->set_state_source([&] { return TrainState{.network = loop.net.get()}; });
+  loop.cb = cb.get();
   loop.run(4, 1, {0.5, 0.8, 0.7, 0.6});
-  EXPECT_EQ(cb.best_value(), 0.8);
-  EXPECT_EQ(list_dir(dir.path()), (std::vector<std::string>{"m-best.safetensors"}));
+  EXPECT_EQ(cb->best_value(), 0.8);
+  EXPECT_EQ(list_dir(dir.path()), (std::vector<std::string>{"m-best.safetensors", "m.lock"}));
+  cb.reset();  // (its run is over: the directory's lock goes with it)
   auto best = load_checkpoint(dir / "m-best.safetensors");
   EXPECT_EQ(best.meta.epoch, 2);
   EXPECT_EQ(best.meta.extra.at("monitor_value"), "0.8");
@@ -404,21 +415,24 @@ TEST(ModelCheckpoint, AFailedSaveLeavesOlderCheckpointsIntact) {
   TempDir dir;
   FakeLoop loop;
   io::WriteFaults faults;
-  ModelCheckpoint cb("f", dir.path(), {.keep_checkpoint_max = 1, .save = {.write = {.faults = &faults}}});
-  cb.set_state_source([&] { return TrainState{.network = loop.net.get()}; });
-  loop.cb = &cb;
+  auto cb = std::make_unique<ModelCheckpoint>(
+      "f", dir.path(), CheckpointConfig{.keep_checkpoint_max = 1, .save = {.write = {.faults = &faults}}});
+  cb->set_state_source([&] { return TrainState{.network = loop.net.get()}; });
+  loop.cb = cb.get();
   loop.run(1, 2);
   auto good = read_bytes(dir / "f-1_2.safetensors");
   faults.fail_after_bytes = 100;  // the disk fills up
   expect_error([&] { loop.run(1, 2); }, {"ModelCheckpoint: cannot write", "No space left on device",
                                          "the previous file is unchanged"});
   EXPECT_EQ(read_bytes(dir / "f-1_2.safetensors"), good);
-  EXPECT_EQ(list_dir(dir.path()), (std::vector<std::string>{"f-1_2.safetensors", "f-latest"}));
+  EXPECT_EQ(list_dir(dir.path()), (std::vector<std::string>{"f-1_2.safetensors", "f-latest", "f.lock"}));
+  const std::string run_id = cb->run_id();
+  cb.reset();  // (the failed run ends; the lenient one below continues it)
 
   std::ostringstream log;
   set_callback_stream(&log);
   ModelCheckpoint lenient("f", dir.path(), {.keep_checkpoint_max = 1, .continue_on_error = true,
-                                            .save = {.write = {.faults = &faults}}});
+                                            .save = {.write = {.faults = &faults}}, .run_id = run_id});
   lenient.set_state_source([&] { return TrainState{.network = loop.net.get()}; });
   loop.cb = &lenient;
   loop.ctx = {};

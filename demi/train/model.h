@@ -187,6 +187,10 @@ class Model {
   int64_t epochs_done() const { return epochs_done_; }
   // Updates made so far (skipped ones included; a resumed run's earlier ones too).
   int64_t steps_done() const { return steps_done_; }
+  // The run this Model continues (restore_checkpoint sets it from the checkpoint: "-" for a file without a
+  // run id); "" for a new run. ModelCheckpoint takes it, so a resumed run owns the checkpoints it resumed.
+  const std::string& resumed_run_id() const { return resumed_run_id_; }
+  void set_resumed_run_id(std::string id) { resumed_run_id_ = std::move(id); }
   // Also puts the data pipeline at the start of that epoch of the data set (set_resume_position moves it).
   void set_epochs_done(int64_t e) {
     epochs_done_ = e;
@@ -222,6 +226,7 @@ class Model {
   std::shared_ptr<amp::AmpAdapter> adapter_;
   TrainSummary summary_;
   int64_t epochs_done_ = 0;
+  std::string resumed_run_id_;
   int64_t resume_position_ = 0;
   int64_t resume_steps_per_epoch_ = 0;
   int64_t data_epoch_ = -1;            // the data set's epoch train() starts in (-1: epochs_done_)

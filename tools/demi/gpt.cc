@@ -236,6 +236,7 @@ int run_train_gpt(const ParsedArgs& args, bool plan) {
     cc.save_checkpoint_epochs = 1;  // at every evaluation
     cc.keep_checkpoint_max = static_cast<int>(args.get_int("keep-ckpt"));
     cc.extra = meta;
+    cc.other_runs = checkpoint_other_runs(args);
     cbs.push_back(std::make_shared<train::ModelCheckpoint>("gpt", ckpt_dir, cc));
   }
   if (!json)

@@ -528,7 +528,10 @@ void refuse_settings_that_change_nothing(const ParsedArgs& args, amp::Level leve
   const std::string ckpt_dir = args.get("ckpt-dir");
   if (args.has("ckpt-dir") && ckpt_dir.empty())
     throw UsageError("--ckpt-dir is empty: name the folder for the checkpoints, or leave the option out");
-  for (const char* name : {"ckpt-every", "keep-ckpt"})
+  if (args.flag("resume") && args.flag("start-over"))
+    throw UsageError("--resume continues the run in --ckpt-dir and --start-over sets it aside to begin anew: "
+                     "give one of them");
+  for (const char* name : {"ckpt-every", "keep-ckpt", "start-over"})
     if (args.has(name) && ckpt_dir.empty())
       throw UsageError(str_cat("--", name, " says how checkpoints are kept, and this run writes none: give --ckpt-dir DIR"));
 }
@@ -564,11 +567,18 @@ int print_forecast(train::Model& model, const Tensor& data, const Tensor& label,
   return 0;
 }
 
+train::CheckpointConfig::OtherRuns checkpoint_other_runs(const ParsedArgs& args) {
+  if (args.flag("resume")) return train::CheckpointConfig::OtherRuns::kKeepApart;
+  return args.flag("start-over") ? train::CheckpointConfig::OtherRuns::kSetAside
+                                 : train::CheckpointConfig::OtherRuns::kRefuse;
+}
+
 void refuse_training_only(const ParsedArgs& args) {
   // What only changes how training runs, not what one step holds in memory, has no place in a forecast.
   // (--clip-grad-norm and --amp-adapt do: each needs every gradient before the update, so neither runs
   // the update in backward; the forecast's probe runs the step as they make it run.)
-  for (const char* name : {"epochs", "steps", "lr", "ckpt-dir", "ckpt-every", "keep-ckpt", "resume", "profile",
+  for (const char* name : {"epochs", "steps", "lr", "ckpt-dir", "ckpt-every", "keep-ckpt", "resume", "start-over",
+                           "profile",
                            "report", "report-data", "comm-dtype", "bucket-mb", "sink-size", "eval-every",
                            "eval-windows", "warmup", "weight-decay"})
     if (args.has(name))
@@ -673,6 +683,7 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
     cc.save_checkpoint_epochs = 1;  // and at the end of every epoch
     cc.keep_checkpoint_max = static_cast<int>(args.get_int("keep-ckpt"));
     cc.extra = run_settings(args, job);
+    cc.other_runs = checkpoint_other_runs(args);
     cbs.push_back(std::make_shared<train::ModelCheckpoint>("model" + job.model_key, ckpt_dir, cc));
   }
   std::shared_ptr<train::ReportRecorder> recorder;
@@ -1118,7 +1129,17 @@ std::optional<train::LoadedCheckpoint> resume_checkpoint(const std::string& dir,
                  s.path.string().c_str(), s.error.c_str());
   if (!last && !skipped.empty())
     throw Error("--resume: no checkpoint in " + dir + " loads (" + std::to_string(skipped.size()) +
-                " damaged); move them away to start from the beginning");
+                " damaged, set aside as .damaged); --start-over trains from the beginning");
+  if (!last) {  // a retried --resume: only the damaged ones set aside by an earlier try remain
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.rfind(prefix + "-", 0) == 0 && name.ends_with(".damaged"))
+        throw Error("--resume: the checkpoints in " + dir + " are damaged (" + name +
+                    " was set aside by an earlier --resume); nothing loads, so nothing is resumed. "
+                    "--start-over trains from the beginning");
+    }
+  }
   return last;
 }
 
@@ -1187,6 +1208,8 @@ void add_training_commands(std::vector<Command>& cmds) {
   train_opts.push_back(int_option("ckpt-every", "N", "save every N steps (0: at the end of each epoch)", "0", 0, 1e12));
   train_opts.push_back(int_option("keep-ckpt", "K", "keep the last K checkpoints (0: all)", "3", 0, 1e6));
   train_opts.push_back({"resume", "", "continue from the latest checkpoint in --ckpt-dir", ""});
+  train_opts.push_back({"start-over", "", "train from the beginning in a --ckpt-dir that holds another run's "
+                                          "checkpoints, moving them aside into a subfolder (never deleted)", ""});
   train_opts.push_back(real_option("clip-grad-norm", "X", "clip the gradients to global L2 norm X after unscaling "
                                                           "(0: off)", "0", 0, 1e12));
   train_opts.push_back(int_option("accumulate", "N", "batches per update (gradient accumulation)", "1", 1, 1 << 20));

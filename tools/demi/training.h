@@ -30,6 +30,9 @@ DType parse_optimizer_state(const std::string& s);
 // O0, --f16-products bf16 where no product is float16, --ckpt-every / --keep-ckpt without --ckpt-dir, an
 // empty --ckpt-dir. (A setting stored and ignored is a silent lie about the run.)
 void refuse_settings_that_change_nothing(const ParsedArgs& args, amp::Level level, DType low);
+// How a run's ModelCheckpoint treats another run's checkpoints in --ckpt-dir: kept apart when resuming,
+// set aside with --start-over, refused otherwise.
+train::CheckpointConfig::OtherRuns checkpoint_other_runs(const ParsedArgs& args);
 // demi plan: refuses the options that change how training runs but not what one step holds in memory.
 void refuse_training_only(const ParsedArgs& args);
 // The forecast of `demi plan` for a Model built for batches like (data, label), as text or (--json) one
