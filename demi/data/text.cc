@@ -46,6 +46,10 @@ void for_each_char(std::string_view s, const std::string& what, F&& f) {
 
 // The whole file, for building a vocabulary (read once; the dataset maps it).
 std::string read_text_file(const std::string& path) {
+  struct stat st {};  // (checked before opening: a FIFO would block the open, a directory reads as empty)
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw Error(str_cat("text file ", path, " is ", S_ISDIR(st.st_mode) ? "a directory" : "not a regular file",
+                        ": give the path of a text file"));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(str_cat("cannot open text file ", path, ": ", std::strerror(errno)));
   std::ostringstream os;
@@ -153,12 +157,13 @@ TextDataset::TextDataset(const std::string& path, const TextVocab& vocab, const 
              "): train_fraction must be in (0, 1), got ", options.train_fraction);
   DEMI_CHECK(options.split == "train" || options.split == "valid" || options.split == "all", "TextDataset(", path,
              "): split must be \"train\", \"valid\" or \"all\", got \"", options.split, "\"");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO: refused, never waited on)
   if (fd < 0) throw Error(str_cat("cannot open text file ", path, ": ", std::strerror(errno)));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(str_cat("text file ", path, " is not a regular file"));
+    throw Error(str_cat("text file ", path, " is ", S_ISDIR(st.st_mode) ? "a directory" : "not a regular file",
+                        ": give the path of a text file"));
   }
   map_bytes_ = static_cast<size_t>(st.st_size);
   if (map_bytes_ > 0) {

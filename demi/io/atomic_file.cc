@@ -34,6 +34,41 @@ int fsync_dir(const std::filesystem::path& dir) {
   return err == EINVAL ? 0 : err;
 }
 
+// The file an atomic write replaces: `path`, or where its symlinks lead (followed, so the link stays a
+// link and the file it names is replaced in its own directory). What is there must be a regular file or
+// nothing: renaming over a device, a FIFO, a socket or a directory would replace it with a regular file
+// (`--report /dev/full` once turned the device node into a 23 KB file).
+std::filesystem::path write_target(const std::filesystem::path& path) {
+  std::filesystem::path p = path;
+  for (int hops = 0;; ++hops) {
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0) {
+      const int err = errno;
+      if (err == ENOENT) return p;  // a new file (its directory is checked by the temporary file's creation)
+      throw Error(str_cat("cannot write '", path.string(), "': ", p == path ? "" : str_cat("'", p.string(), "': "),
+                          std::strerror(err)));
+    }
+    if (S_ISLNK(st.st_mode)) {
+      DEMI_CHECK(hops < 40, "cannot write '", path.string(), "': more than 40 symbolic links on the way");
+      std::error_code ec;
+      const std::filesystem::path target = std::filesystem::read_symlink(p, ec);
+      DEMI_CHECK(!ec, "cannot write '", path.string(), "': reading the symbolic link '", p.string(), "': ", ec.message());
+      p = target.is_absolute() ? target : parent_dir(p) / target;
+      continue;
+    }
+    if (S_ISREG(st.st_mode)) return p;
+    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    throw Error(str_cat("cannot write '", path.string(), "': ", p == path ? "it" : str_cat("it leads to '", p.string(), "', which"),
+                        " is ", kind, ", not a regular file; demi writes files atomically (a new file renamed "
+                        "into place), which would replace it: give the path of a file"));
+  }
+}
+
 }  // namespace
 
 bool is_atomic_temp_name(const std::string& filename) {
@@ -59,6 +94,7 @@ int remove_stale_temp_files(const std::filesystem::path& dir) {
 AtomicFile::AtomicFile(std::filesystem::path path, const AtomicWriteOptions& options)
     : path_(std::move(path)), options_(options) {
   DEMI_CHECK(!path_.filename().empty(), "cannot write '", path_.string(), "': the path names no file");
+  path_ = write_target(path_);
   temp_ = parent_dir(path_) / str_cat(".", path_.filename().string(), ".tmp-", ::getpid(), "-",
                                       g_temp_counter.fetch_add(1));
   fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -150,7 +186,9 @@ void write_file_atomic(const std::filesystem::path& path, std::span<const uint8_
 }
 
 std::vector<uint8_t> read_file(const std::filesystem::path& path, uint64_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // (O_NONBLOCK: opening a FIFO for reading would wait for a writer forever; it is refused below as not a
+  // regular file, and a regular file reads the same either way.)
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int err = errno;
     throw Error(str_cat("cannot read '", path.string(), "': ", std::strerror(err)));

@@ -121,7 +121,7 @@ class MemorySource final : public ByteSource {
 class FileSource final : public ByteSource {
  public:
   explicit FileSource(const std::filesystem::path& path) : ByteSource(path.string()) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO: refused below, never waited on)
     if (fd_ < 0) {
       int err = errno;
       throw Error(str_cat("cannot read '", name(), "': ", std::strerror(err)));

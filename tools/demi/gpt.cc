@@ -321,6 +321,9 @@ int run_generate(const ParsedArgs& args) {
   std::string file = args.get("checkpoint");
   // "DIR/gpt-latest" names the newest checkpoint in a one-line text file (train::ModelCheckpoint).
   if (file.ends_with("-latest")) {
+    std::error_code ec;
+    if (fs::exists(file, ec) && !fs::is_regular_file(file, ec))
+      throw Error(file + " is not a regular file (a -latest file names the newest checkpoint)");
     FILE* f = std::fopen(file.c_str(), "r");
     if (f == nullptr) throw Error("cannot open " + file);
     char line[4096] = {};

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# output_paths_cli_test.sh DEMI DIR: output paths that are not regular files are refused before training
+# and left as they are (a device, a FIFO); a symbolic link is followed (the file it names is written, the
+# link stays); inputs that are FIFOs or directories are refused at once, never waited on.
+set -uo pipefail
+demi=$1 dir=$2
+rm -rf "$dir" && mkdir -p "$dir" || exit 1
+fail() {
+  echo "output_paths_cli_test: $*"
+  exit 1
+}
+train=("$demi" train --model C --data synthetic --train-samples 256 --epochs 1 --threads 1)
+
+out=$(timeout 60 "${train[@]}" --report /dev/full 2>&1)
+[[ $? -ne 0 ]] || fail "--report /dev/full was accepted"
+grep -q "is a character device, not a regular file" <<< "$out" || fail "no reason given: $out"
+[[ -c /dev/full ]] || fail "/dev/full is no longer a device"
+
+mkfifo "$dir/fifo"
+out=$(timeout 60 "${train[@]}" --report-data "$dir/fifo" 2>&1)
+status=$?
+[[ $status -ne 124 ]] || fail "--report-data FIFO hung"
+[[ $status -ne 0 ]] || fail "--report-data FIFO was accepted"
+grep -q "is a FIFO, not a regular file" <<< "$out" || fail "no reason given: $out"
+[[ -p $dir/fifo ]] || fail "the FIFO was replaced"
+
+echo old > "$dir/real.json"
+ln -s real.json "$dir/link.json"
+timeout 120 "${train[@]}" --report-data "$dir/link.json" > /dev/null 2>&1 || fail "--report-data through a link failed"
+[[ -L $dir/link.json ]] || fail "the symbolic link was replaced"
+grep -q '"steps"' "$dir/real.json" || fail "the file the link names was not written: $(head -c 200 "$dir/real.json")"
+
+for args in "--model gpt --data text:$dir/fifo --steps 1" "--model gpt --data text:$dir --steps 1"; do
+  # shellcheck disable=SC2086
+  out=$(timeout 60 "$demi" train $args 2>&1)
+  status=$?
+  [[ $status -ne 124 ]] || fail "train $args hung"
+  [[ $status -ne 0 ]] || fail "train $args was accepted"
+  grep -Eq "is (a directory|not a regular file)" <<< "$out" || fail "train $args: no reason given: $out"
+done
+for cmd in "eval --model C --data synthetic --checkpoint $dir/fifo" "generate --checkpoint $dir/fifo"; do
+  # shellcheck disable=SC2086
+  out=$(timeout 60 "$demi" $cmd 2>&1)
+  status=$?
+  [[ $status -ne 124 ]] || fail "$cmd hung"
+  [[ $status -ne 0 ]] || fail "$cmd was accepted"
+  grep -q "not a regular file" <<< "$out" || fail "$cmd: no reason given: $out"
+done
+echo "output_paths_cli_test: ok"
