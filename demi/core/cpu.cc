@@ -80,7 +80,12 @@ CpuLevel initial_level() {
   CpuLevel best = detect_level(cpu_features());
   const char* env = std::getenv("DEMI_CPU_LEVEL");
   if (env == nullptr || *env == '\0') return best;
-  CpuLevel wanted = parse_cpu_level(env);
+  CpuLevel wanted = CpuLevel::kScalar;
+  try {
+    wanted = parse_cpu_level(env);
+  } catch (const Error& e) {
+    throw Error(str_cat("DEMI_CPU_LEVEL: ", e.what()));
+  }
   return static_cast<int>(wanted) < static_cast<int>(best) ? wanted : best;
 }
 

@@ -467,7 +467,15 @@ void mem_free(void* ptr, size_t bytes, MemCategory cat) {
     return;
   }
   DEMI_POISON(ptr, sc.bytes);
-  a.free_lists[sc.index].push_back(ptr);
+  try {
+    a.free_lists[sc.index].push_back(ptr);
+  } catch (const std::bad_alloc&) {
+    // Out of memory for the free list itself (mem_free runs in destructors, where a throw would abort the
+    // process): the block goes back to the system instead of into the cache.
+    DEMI_UNPOISON(ptr, sc.bytes);
+    a.system_free(ptr, sc.bytes);
+    return;
+  }
   a.stats.cached_free += static_cast<int64_t>(sc.bytes);
 }
 

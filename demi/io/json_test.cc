@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <string>
+
 #include "demi/io/internal/test_util.h"
 
 namespace demi::io::internal {
@@ -79,6 +83,39 @@ TEST(Json, QuoteRoundTrips) {
   JsonValue v = parse_json(str_cat("[", json_quote(s), "]"), "t");
   EXPECT_EQ(v.items[0].string, s);
   EXPECT_EQ(json_quote("\x1f"), "\"\\u001f\"");
+}
+
+}  // namespace
+}  // namespace demi::io::internal
+
+namespace demi::io::internal {
+namespace {
+
+// An object of n members, keys "k0".."k{n-1}".
+std::string object_of(int n) {
+  std::string s = "{";
+  for (int i = 0; i < n; ++i) s += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":1";
+  return s + "}";
+}
+
+double seconds_to_parse(const std::string& text) {
+  double best = 1e30;
+  for (int r = 0; r < 3; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const JsonValue v = parse_json(text, "test");
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    EXPECT_EQ(v.keys.size(), static_cast<size_t>(std::count(text.begin(), text.end(), ':')));
+  }
+  return best;
+}
+
+// The duplicate-key check is linear in the members: twice the members take about twice the time, never
+// four times (a linear search per key made a header of 1.5M tensors hang). A ratio of two runs of this
+// process, not a time: it holds on any machine.
+TEST(Json, TheDuplicateKeyCheckIsLinear) {
+  const double small = seconds_to_parse(object_of(40000)), large = seconds_to_parse(object_of(80000));
+  EXPECT_LT(large / small, 3.2) << small << " s for 40k members, " << large << " s for 80k";
+  EXPECT_THROW(parse_json("{\"a\":1,\"b\":2,\"a\":3}", "test"), Error);
 }
 
 }  // namespace

@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <limits>
 #include <map>
 #include <ostream>
 #include <set>
@@ -46,11 +48,27 @@ struct Copy {
   Tensor src;
 };
 
+// The values of src that are NaN or infinite, or that would be once converted to `to` (an f64 beyond f32's
+// range becomes Inf).
+int64_t non_finite_values(const Tensor& src, DType to) {
+  if (!is_floating(src.dtype()) || !is_floating(to)) return 0;
+  const Tensor v = src.to(DType::kF64);
+  const double* p = v.data<double>();
+  const double max = to == DType::kF16    ? 65504.0
+                     : to == DType::kBF16 ? 3.3895313892515355e38
+                     : to == DType::kF32  ? static_cast<double>(std::numeric_limits<float>::max())
+                                          : std::numeric_limits<double>::max();
+  int64_t n = 0;
+  for (int64_t i = 0; i < v.numel(); ++i) n += !(std::abs(p[i]) <= max);  // (NaN fails the comparison)
+  return n;
+}
+
 // Matches `tensors` against `expected` (name -> live tensor). Shape and dtype mismatches go to `errors`
-// (always fatal), missing/unexpected names to the report.
+// (always fatal), missing/unexpected names to the report; so do NaN or infinite values unless allowed (ReLU
+// and max-pool turn NaN weights into a plausible loss, and a run would train on, saving NaN checkpoints).
 std::vector<Copy> match(const std::vector<std::pair<std::string, Tensor>>& expected,
                         const std::vector<std::pair<std::string, const Tensor*>>& tensors, LoadReport& report,
-                        std::vector<std::string>& errors) {
+                        std::vector<std::string>& errors, bool allow_non_finite = false) {
   std::map<std::string, Tensor> want;
   for (const auto& [name, t] : expected) want.emplace(name, t);
   std::set<std::string> seen;
@@ -74,6 +92,14 @@ std::vector<Copy> match(const std::vector<std::pair<std::string, Tensor>>& expec
       errors.push_back(str_cat(name, ": dtype expected ", dtype_name(dst.dtype()), ", got ", dtype_name(src->dtype()),
                                " (not convertible)"));
       continue;
+    }
+    if (!allow_non_finite) {
+      if (const int64_t bad = non_finite_values(*src, dst.dtype()); bad > 0) {
+        errors.push_back(str_cat(name, ": ", bad, " of ", src->numel(), " values are NaN or infinite",
+                                 src->dtype() != dst.dtype() ? str_cat(" as ", dtype_name(dst.dtype())) : "",
+                                 " (allow_non_finite loads them for inspection; demi: --allow-non-finite)"));
+        continue;
+      }
     }
     if (src->dtype() != dst.dtype()) report.converted.push_back(name);
     report.loaded.push_back(name);
@@ -213,12 +239,12 @@ io::TrainingState load_checkpoint(const std::filesystem::path& path, const io::L
   return io::load_training_state(path, options);
 }
 
-LoadReport load_param_into_net(nn::Cell& net, const io::NamedTensors& tensors, bool strict) {
+LoadReport load_param_into_net(nn::Cell& net, const io::NamedTensors& tensors, bool strict, bool allow_non_finite) {
   std::vector<std::pair<std::string, const Tensor*>> mine, opt;
   split(tensors, mine, opt);
   LoadReport report;
   std::vector<std::string> errors;
-  std::vector<Copy> copies = match(net_tensors(net), mine, report, errors);
+  std::vector<Copy> copies = match(net_tensors(net), mine, report, errors, allow_non_finite);
   std::string p = problems(errors, report, strict);
   DEMI_CHECK(p.empty(), "load_param_into_net: the checkpoint does not match network ", net.describe(), ": ", p,
              strict && errors.empty() ? " (strict=false loads the names that match)" : "");
@@ -244,7 +270,7 @@ LoadReport restore_checkpoint(const io::TrainingState& ckpt, const TrainState& s
   std::vector<std::pair<std::string, const Tensor*>> mine, opt;
   split(ckpt.tensors, mine, opt);
   LoadReport report;
-  std::vector<Copy> copies = match(net_tensors(*state.network), mine, report, errors);
+  std::vector<Copy> copies = match(net_tensors(*state.network), mine, report, errors, options.allow_non_finite);
 
   std::vector<Copy> opt_copies;
   if (options.restore_optimizer && state.optimizer) {
@@ -252,7 +278,7 @@ LoadReport restore_checkpoint(const io::TrainingState& ckpt, const TrainState& s
       errors.push_back(str_cat("optimizer: checkpoint ", m.optimizer, ", this run ", state.optimizer->name()));
     }
     LoadReport r;
-    opt_copies = match(state.optimizer->state(), opt, r, errors);
+    opt_copies = match(state.optimizer->state(), opt, r, errors, options.allow_non_finite);
     for (auto& n : r.loaded) report.loaded.push_back(str_cat(kOptimizerPrefix, n));
     for (auto& n : r.missing) report.missing.push_back(str_cat(kOptimizerPrefix, n));
     for (auto& n : r.unexpected) report.unexpected.push_back(str_cat(kOptimizerPrefix, n));

@@ -94,7 +94,10 @@ struct LoadReport {
 // types), is always an error. strict=true: every missing name, unexpected name and mismatch is listed, by
 // name, in one error, and nothing is loaded. strict=false: what matches is loaded, missing and unexpected
 // names are returned in the report.
-LoadReport load_param_into_net(nn::Cell& net, const io::NamedTensors& tensors, bool strict = true);
+// A NaN or infinite value (or an f64 beyond the parameter's dtype's range) is refused, naming the tensor
+// and the count, unless allow_non_finite (to inspect a diverged run's weights).
+LoadReport load_param_into_net(nn::Cell& net, const io::NamedTensors& tensors, bool strict = true,
+                               bool allow_non_finite = false);
 
 struct RestoreOptions {
   bool strict = true;     // as load_param_into_net, for the optimizer state and generators too
@@ -103,6 +106,7 @@ struct RestoreOptions {
   bool check_amp = true;
   bool restore_optimizer = true;
   bool restore_rng = true;
+  bool allow_non_finite = false;  // as load_param_into_net's: NaN/Inf weights or state refused by default
 };
 // Puts a loaded checkpoint back: weights and buffers, optimizer state and global step, loss-scale state,
 // generator states. Checks everything before changing anything: an error leaves the run untouched.

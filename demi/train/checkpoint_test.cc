@@ -7,7 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <cstring>
 #include <sstream>
 
@@ -591,6 +593,46 @@ TEST(Interop, PyTorchReproducesDemisLogitsForModelB) {
                               " check-demi ", (dir / "lenet.safetensors").string(), " ",
                               (dir / "batch.safetensors").string(), " --model lenet-bn --tol ", c.tol);
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+}
+
+}  // namespace
+}  // namespace demi::train
+
+namespace demi::train {
+namespace {
+
+// NaN or infinite weights, and f64 weights beyond f32's range (Inf once converted), are refused at load,
+// naming the tensor and the count, by load_param_into_net and restore_checkpoint alike; allowed only when
+// asked (to inspect a diverged run).
+TEST(Checkpoint, NonFiniteWeightsAreRefusedAtLoadUnlessAllowed) {
+  auto net = small_net();
+  io::NamedTensors good;
+  for (const auto& [name, t] : net->parameters_and_names()) good.emplace_back(name, t.clone());  // (no buffers: strict=false)
+  for (int variant = 0; variant < 3; ++variant) {
+    io::NamedTensors bad = good;
+    Tensor& w = bad[0].second;  // "0.weight", 16 x 32
+    w = variant == 2 ? w.to(DType::kF64) : w.clone();  // (bad shares good's tensors otherwise)
+    w.set(3, variant == 0 ? std::numeric_limits<double>::quiet_NaN()
+             : variant == 1 ? std::numeric_limits<double>::infinity()
+                            : 1e300);  // beyond f32: Inf once converted
+    w.set(7, variant == 2 ? -1e39 : std::numeric_limits<double>::quiet_NaN());
+    SCOPED_TRACE(variant);
+    auto target = small_net();
+    expect_error([&] { load_param_into_net(*target, bad); },
+                 {bad[0].first, "2 of 512 values are NaN or infinite", "--allow-non-finite"});
+    io::TrainingState state;
+    state.tensors = bad;
+    expect_error([&] { restore_checkpoint(state, TrainState{.network = target.get()}); },
+                 {bad[0].first, "2 of 512 values are NaN or infinite"});
+    EXPECT_NO_THROW(load_param_into_net(*target, bad, /*strict=*/false, /*allow_non_finite=*/true));
+    EXPECT_FALSE(std::isfinite(target->parameters_and_names()[0].second.get(3)));
+  }
+  auto target = small_net();
+  try {
+    load_param_into_net(*target, good, /*strict=*/false);
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what();
   }
 }
 

@@ -99,11 +99,17 @@ io::Metadata gpt_metadata(const nn::GPTOptions& o, const data::TextVocab& vocab,
           {"gpt.text", text}};
 }
 
-int64_t meta_int(const io::Metadata& m, const std::string& key, const std::string& file) {
+// `key`'s value, at least 1 and at most `max` (what the checkpoint's own tensors could hold: a hostile or
+// damaged file claiming 10^8 layers would otherwise build them before anything is compared).
+int64_t meta_int(const io::Metadata& m, const std::string& key, const std::string& file, int64_t max = INT64_MAX,
+                 const char* max_is = "") {
   auto it = m.find(key);
   std::optional<int64_t> v = it == m.end() ? std::nullopt : parse_int(it->second);
   if (!v || *v < 1)
     throw Error(file + " is not a checkpoint of `demi train --model gpt` (its metadata has no valid '" + key + "')");
+  if (*v > max)
+    throw Error(str_cat(file, ": its metadata's '", key, "' is ", *v, ", more than ", max, " (", max_is,
+                        "): the file is damaged or not what it claims"));
   return *v;
 }
 
@@ -342,13 +348,16 @@ int run_generate(const ParsedArgs& args) {
   data::TextVocab vocab = data::TextVocab::parse(vit->second);
   nn::GPTOptions o;
   o.vocab_size = vocab.size();
-  o.block_size = meta_int(m, "gpt.block_size", file);
-  o.n_layer = meta_int(m, "gpt.n_layer", file);
-  o.n_head = meta_int(m, "gpt.n_head", file);
-  o.n_embd = meta_int(m, "gpt.n_embd", file);
+  int64_t largest = 0;  // the most values one of its tensors holds
+  for (const auto& [name, t] : state.tensors) largest = std::max(largest, t.numel());
+  const auto tensors = static_cast<int64_t>(state.tensors.size());
+  o.n_layer = meta_int(m, "gpt.n_layer", file, tensors, "the number of tensors in the file");
+  o.n_embd = meta_int(m, "gpt.n_embd", file, largest, "the values of its largest tensor");
+  o.n_head = meta_int(m, "gpt.n_head", file, o.n_embd, "gpt.n_embd");
+  o.block_size = meta_int(m, "gpt.block_size", file, largest / o.n_embd, "the rows of its largest tensor");
   o.bias = m.count("gpt.bias") == 0 || m.at("gpt.bias") == "1";
   nn::GPT net(o);
-  train::load_param_into_net(net, state.tensors, /*strict=*/true);
+  train::load_param_into_net(net, state.tensors, /*strict=*/true, args.flag("allow-non-finite"));
   const std::string prompt = args.get("prompt");
   if (prompt.empty()) throw UsageError("--prompt must not be empty");
   std::vector<int32_t> ids = vocab.encode(prompt);
@@ -400,6 +409,8 @@ void add_gpt_commands(std::vector<Command>& cmds) {
       int_option("top-k", "K", "sample among the K most likely characters (0: all)", "40", 0, 1e9),
       int_option("seed", "S", "random seed of the sampling", "1", 0, 1e18),
       int_option("threads", "N", "threads (0: every core)", "0", 0, 4096),
+      {"allow-non-finite", "", "load NaN or infinite weights (to inspect a diverged run) instead of refusing them",
+       ""},
   };
   cmds.push_back({.name = "generate",
                   .summary = "Sample text from a GPT checkpoint (KV-cached, deterministic per seed).",

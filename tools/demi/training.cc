@@ -627,14 +627,17 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
     DEMI_CHECK(batch.has_value(), "--numerics: the training set is empty");
     double scale = model.loss_scale_manager() ? model.loss_scale_manager()->get_loss_scale() : 1.0;
     nn::SoftmaxCrossEntropyWithLogits loss(true, "mean");
-    std::printf("%s\n", amp::analyze_numerics(*job.net, loss, (*batch)[0], (*batch)[1], scale).to_string().c_str());
+    // (With --json, standard output holds only JSON lines: the table goes to standard error.)
+    std::fprintf(json ? stderr : stdout, "%s\n",
+                 amp::analyze_numerics(*job.net, loss, (*batch)[0], (*batch)[1], scale).to_string().c_str());
   }
   if (args.flag("trace-dtypes")) {
     // What AMP does to each op, forward and backward, for the first batch (nothing is updated).
     auto it = job.train_ds->create_iterator();
     auto batch = it->next();
     DEMI_CHECK(batch.has_value(), "--trace-dtypes: the training set is empty");
-    std::printf("ops of one train step, model %s at %s %s:\n%s\n", job.model_key.c_str(), amp::level_name(level),
+    std::fprintf(json ? stderr : stdout, "ops of one train step, model %s at %s %s:\n%s\n", job.model_key.c_str(),
+                 amp::level_name(level),
                 level == amp::Level::kO0 ? "float32" : std::string(dtype_name(low)).c_str(),
                 amp::trace_dtypes(model.train_step(), (*batch)[0], (*batch)[1]).to_string().c_str());
   }
@@ -844,7 +847,7 @@ int run_eval(const ParsedArgs& args) {
   const bool partial = args.flag("allow-partial");
   train::LoadReport report;
   try {
-    report = train::load_param_into_net(*job.net, state.tensors, /*strict=*/!partial);
+    report = train::load_param_into_net(*job.net, state.tensors, /*strict=*/!partial, args.flag("allow-non-finite"));
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + "; 'demi eval --allow-partial' loads what matches and lists the rest");
   }
@@ -1264,6 +1267,8 @@ void add_training_commands(std::vector<Command>& cmds) {
   eval_opts.push_back({"dtype", "T", "low-precision dtype: fp16 or bf16", "bf16"});
   eval_opts.push_back({"allow-partial", "", "load what matches when the file lacks some parameters (listed) "
                                             "instead of refusing it", ""});
+  eval_opts.push_back({"allow-non-finite", "", "load NaN or infinite weights (to inspect a diverged run) instead "
+                                               "of refusing them", ""});
   cmds.push_back({.name = "eval",
                   .summary = "Evaluate saved weights on the test split (accuracy and loss).",
                   .options = std::move(eval_opts),

@@ -114,9 +114,14 @@ const GemmKernels& kernels() { return cpu_internal::gemm_kernels(); }
 
 GemmBlocking blocking_from_env() {
   GemmBlocking b;
-  if (const char* s = std::getenv("DEMI_GEMM_BLOCKING")) {
+  if (const char* s = std::getenv("DEMI_GEMM_BLOCKING"); s != nullptr && *s != '\0') {
     long long mc = 0, kc = 0, nc = 0;
-    if (std::sscanf(s, "%lld,%lld,%lld", &mc, &kc, &nc) == 3 && mc > 0 && kc > 0 && nc > 0) b = {mc, kc, nc};
+    int end = 0;
+    // (A value that is not three positive integers is an error naming the variable, never silently ignored.)
+    DEMI_CHECK(std::sscanf(s, "%lld,%lld,%lld%n", &mc, &kc, &nc, &end) == 3 && s[end] == '\0' && mc > 0 && kc > 0 &&
+                   nc > 0 && mc <= (1 << 20) && kc <= (1 << 20) && nc <= (1 << 24),
+               "DEMI_GEMM_BLOCKING must be MC,KC,NC (three positive integers, e.g. 144,256,2048), got \"", s, "\"");
+    b = {mc, kc, nc};
   }
   return b;
 }
