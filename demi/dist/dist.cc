@@ -331,6 +331,33 @@ void all_reduce_max(std::span<int64_t> values, const char* what) {
   small_all_reduce(values.data(), values.size(), MPI_INT64_T, MPI_MAX, what);
 }
 
+void check_same_settings(const std::vector<std::pair<std::string, std::string>>& settings) {
+  if (!is_initialized() || get_group_size() == 1) return;
+  // The count first (a fixed-size all-reduce), so that the per-setting one has one size on every process.
+  const auto n = static_cast<int64_t>(settings.size());
+  int64_t count[2] = {n, -n};
+  all_reduce_max(std::span<int64_t>(count, 2), "the all-reduce comparing the processes' settings");
+  DEMI_CHECK(count[0] == -count[1], "data parallel: the processes compare between ", -count[1], " and ", count[0],
+             " settings (this is rank ", get_rank(), " with ", n, "): run the same demi on every process");
+  std::vector<int64_t> v(static_cast<size_t>(2 * n));
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t h = 1469598103934665603ull;
+    for (char c : str_cat(settings[static_cast<size_t>(i)].first, "=", settings[static_cast<size_t>(i)].second))
+      h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+    v[static_cast<size_t>(i)] = static_cast<int64_t>(h >> 1);
+    v[static_cast<size_t>(n + i)] = -static_cast<int64_t>(h >> 1);
+  }
+  all_reduce_max(std::span<int64_t>(v), "the all-reduce comparing the processes' settings");
+  std::string differ;
+  for (int64_t i = 0; i < n; ++i)
+    if (v[static_cast<size_t>(i)] != -v[static_cast<size_t>(n + i)]) {
+      const auto& [name, value] = settings[static_cast<size_t>(i)];
+      differ += str_cat(differ.empty() ? "" : ", ", name, " (here '", value, "')");
+    }
+  DEMI_CHECK(differ.empty(), "data parallel: the processes disagree on ", differ, "; this is rank ", get_rank(),
+             ". Every process of one job must train with the same settings: give them the same options");
+}
+
 void broadcast(void* data, size_t bytes, int root, const char* what) {
   if (!is_initialized() || get_group_size() == 1) return;
   DEMI_CHECK(root >= 0 && root < get_group_size(), "dist::broadcast: root ", root, " is not a rank of this world of ",

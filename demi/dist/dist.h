@@ -22,6 +22,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
+#include <utility>
 #include <string>
 
 #include "demi/core/dtype.h"
@@ -83,6 +85,11 @@ void all_reduce_sum(std::span<double> values, const char* what = "all-reduce");
 void all_reduce_sum(std::span<float> values, const char* what = "all-reduce");
 // The element-wise maximum (a flag any process raised).
 void all_reduce_max(std::span<int64_t> values, const char* what = "all-reduce");
+// Every process must run with the same settings (name, value): compared at start-up by a hash of each,
+// one all-reduce of maxima and negated minima, so that every process sees the same answer. A setting that
+// differs is a demi::Error on every process naming the setting, this process's rank and its value (a
+// different --seed, --lr or --batch-size per rank once trained to the end, silently). A no-op on one process.
+void check_same_settings(const std::vector<std::pair<std::string, std::string>>& settings);
 // `bytes` bytes at `data` copied from rank `root` to every process.
 void broadcast(void* data, size_t bytes, int root = 0, const char* what = "broadcast");
 void barrier(const char* what = "barrier");

@@ -183,6 +183,11 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
   ctx.model = this;
   ctx.epochs = static_cast<int>(epochs_done_) + epoch;
   const int64_t data_batches = train_dataset->get_dataset_size();  // batches of the unsharded pipeline
+  DEMI_CHECK(data_parallel_ == nullptr || data_batches < 0 || data_batches >= dist::get_group_size(),
+             "Model.train: the training set has ", data_batches, " batch(es) per epoch (", train_dataset->describe(),
+             "), fewer than the ", dist::get_group_size(), " data-parallel processes: each process needs a batch of its "
+             "own every step (a process without one would wait for the others forever). Use a smaller batch, more "
+             "samples or fewer processes");
   DEMI_CHECK(data_batches != 0, "Model.train: the training set yields no batch per epoch (",
              train_dataset->describe(), "), so nothing would be trained: the data set is empty, or smaller than ",
              "one batch with drop_remainder");

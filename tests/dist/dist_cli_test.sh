@@ -88,3 +88,20 @@ kill -9 "$victim" 2> /dev/null || true
 ((status != 0)) || fail "the job exited 0 with a stalled process" "$work/stall.log"
 grep -q "has waited [0-9]* s for the other processes" "$work/stall.log" || fail "no watchdog message" "$work/stall.log"
 echo "stalled process: OK"
+
+# 4. Processes that disagree on a setting that changes the result stop at start-up, naming it and the rank;
+#    a training set with fewer batches than processes stops at start-up too (it once hung until the watchdog).
+small=(train --model C --data synthetic --train-samples 512 --batch-size 64 --epochs 1 --threads 1)
+for differ in "--lr 0.02" "--seed 7" "--batch-size 32" "--amp O2"; do
+  # shellcheck disable=SC2086
+  timeout 120 "${mpirun[@]}" -np 1 "$demi" "${small[@]}" : -np 1 "$demi" "${small[@]}" $differ > "$work/disagree.log" 2>&1 &&
+    fail "processes with $differ on one of them trained" "$work/disagree.log"
+  grep -q "the processes disagree on ${differ%% *} (here '" "$work/disagree.log" ||
+    fail "$differ: the setting is not named" "$work/disagree.log"
+  grep -q "this is rank 1" "$work/disagree.log" || fail "$differ: the rank is not named" "$work/disagree.log"
+done
+echo "disagreeing settings: OK"
+timeout 60 "${mpirun[@]}" -np 3 "$demi" train --model C --data synthetic --train-samples 64 --batch-size 32 --epochs 1 \
+  --threads 1 > "$work/few.log" 2>&1 && fail "3 processes trained on 2 batches" "$work/few.log"
+grep -q "fewer than the 3 data-parallel processes" "$work/few.log" || fail "no reason given for too few batches" "$work/few.log"
+echo "fewer batches than processes: OK"

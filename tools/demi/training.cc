@@ -438,6 +438,9 @@ int64_t parse_bytes(const std::string& s) {
                                                   : -1.0;
   if (end == 0 || mult < 0 || !(v > 0) || !std::isfinite(v))
     throw UsageError("--max-memory expects a size such as 512MiB, 2GiB or 800MB, got '" + s + "'");
+  // (1e30GiB once overflowed to a negative size.)
+  if (v * mult > 0x1p60)
+    throw UsageError("--max-memory " + s + " is more memory than any machine has (at most 1 EiB)");
   return static_cast<int64_t>(v * mult);
 }
 
@@ -615,6 +618,21 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
   if (args.has("max-memory")) return run_train_or_plan(with_batch_under_budget(args), plan);
   Training built = build_training(args, reporting);
   Job& job = built.job;
+  {  // Data parallel: every setting that changes the result, the same on every process.
+    std::vector<std::pair<std::string, std::string>> settings;
+    for (const auto& [key, value] : run_settings(args, job)) settings.emplace_back("--" + key.substr(4), value);
+    for (const char* name : {"amp", "dtype", "loss-scale", "epochs", "steps", "accumulate", "clip-grad-norm",
+                             "param-grads", "optimizer-in-backward", "mode", "graph-fusion", "comm-dtype", "bucket-mb"})
+      settings.emplace_back(str_cat("--", name), args.get(name));
+    for (const char* flag : {"amp-adapt", "batch-norm", "zoo-style", "recompute", "recompute-attention", "resume"})
+      settings.emplace_back(str_cat("--", flag), args.flag(flag) ? "on" : "off");
+    dist::check_same_settings(settings);
+  }
+  if (const int64_t batches = job.train_ds->get_dataset_size(), per_update = dist::get_group_size() * built.mo.accumulate;
+      built.mo.accumulate > 1 && batches > 0 && per_update > batches)
+    throw UsageError(str_cat("--accumulate ", built.mo.accumulate, " needs ", per_update, " batches per update, and an "
+                             "epoch has ", batches, ": no update would be what was asked. Lower --accumulate or "
+                             "--batch-size, or give more --train-samples"));
   const amp::Level level = built.level;
   const DType low = built.low;
   const train::ModelOptions& mo = built.mo;
@@ -839,6 +857,9 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
 int run_eval(const ParsedArgs& args) {
   apply_thread_option(args);
   if (!args.has("checkpoint")) throw UsageError("eval needs --checkpoint FILE (a demi or PyTorch safetensors file)");
+  for (const char* name : {"epochs", "lr", "loss-scale", "train-samples"})  // (accepted before, and ignored)
+    if (args.has(name))
+      throw UsageError(str_cat("demi eval: --", name, " changes training, and eval trains nothing: leave it out"));
   Job job = make_job(args);
   io::TrainingState state = train::load_checkpoint(args.get("checkpoint"));
   // Every parameter and buffer must come from the file: another model's checkpoint, or one with unrelated
