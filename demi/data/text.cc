@@ -48,7 +48,7 @@ void for_each_char(std::string_view s, const std::string& what, F&& f) {
 std::string read_text_file(const std::string& path) {
   struct stat st {};  // (checked before opening: a FIFO would block the open, a directory reads as empty)
   if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-    throw Error(str_cat("text file ", path, " is ", S_ISDIR(st.st_mode) ? "a directory" : "not a regular file",
+    throw Error(str_cat("text file ", path, " is ", S_ISDIR(st.st_mode) ? "a directory, not a regular file" : "not a regular file",
                         ": give the path of a text file"));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(str_cat("cannot open text file ", path, ": ", std::strerror(errno)));
@@ -162,7 +162,7 @@ TextDataset::TextDataset(const std::string& path, const TextVocab& vocab, const 
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(str_cat("text file ", path, " is ", S_ISDIR(st.st_mode) ? "a directory" : "not a regular file",
+    throw Error(str_cat("text file ", path, " is ", S_ISDIR(st.st_mode) ? "a directory, not a regular file" : "not a regular file",
                         ": give the path of a text file"));
   }
   map_bytes_ = static_cast<size_t>(st.st_size);
