@@ -217,52 +217,28 @@ struct Allocator {
     stats.current[c] += b;
     stats.total_current += b;
     if (tuning.depth > 0) tuning.high = std::max(tuning.high, stats.total_current);
-    if (stats.current[c] > stats.peak[c]) stats.peak[c] = stats.current[c];
-    if (stats.total_current > stats.total_peak) {
-      stats.total_peak = stats.total_current;
-      stats.at_peak = stats.current;
-    }
-    const int64_t train = stats.total_current - stats.current[static_cast<int>(MemCategory::kData)];
-    if (train > stats.train_peak) {
-      stats.train_peak = train;
-      stats.at_train_peak = without_data(stats.current);
-    }
-    for (ScopeEntry& s : scopes) {
-      if (stats.current[c] > s.peak[c]) s.peak[c] = stats.current[c];
-      if (stats.total_current > s.total_peak) {
-        s.total_peak = stats.total_current;
-        s.at_peak = stats.current;
-      }
-      if (train > s.train_peak) {
-        s.train_peak = train;
-        s.at_train_peak = without_data(stats.current);
-      }
-    }
+    raise_peaks(c, c + 1);
   }
 
-  // Raises every peak (the global window's and each ScopedPeak's) to what is held now.
-  void note_peaks() {
+  // Raises every peak (the global window's and each ScopedPeak's) to what is held now: the per-category
+  // peaks of categories [c0, c1) (the one an allocation changed, or all), and the totals.
+  void raise_peaks(int c0, int c1) {
     const int64_t train = stats.total_current - stats.current[static_cast<int>(MemCategory::kData)];
-    for (int k = 0; k < kNumMemCategories; ++k) stats.peak[k] = std::max(stats.peak[k], stats.current[k]);
-    if (stats.total_current > stats.total_peak) {
-      stats.total_peak = stats.total_current;
-      stats.at_peak = stats.current;
-    }
-    if (train > stats.train_peak) {
-      stats.train_peak = train;
-      stats.at_train_peak = without_data(stats.current);
-    }
-    for (ScopeEntry& s : scopes) {
-      for (int k = 0; k < kNumMemCategories; ++k) s.peak[k] = std::max(s.peak[k], stats.current[k]);
-      if (stats.total_current > s.total_peak) {
-        s.total_peak = stats.total_current;
-        s.at_peak = stats.current;
+    const auto raise = [&](std::array<int64_t, kNumMemCategories>& peak, int64_t& total_peak,
+                           std::array<int64_t, kNumMemCategories>& at_peak, int64_t& train_peak,
+                           std::array<int64_t, kNumMemCategories>& at_train_peak) {
+      for (int k = c0; k < c1; ++k) peak[k] = std::max(peak[k], stats.current[k]);
+      if (stats.total_current > total_peak) {
+        total_peak = stats.total_current;
+        at_peak = stats.current;
       }
-      if (train > s.train_peak) {
-        s.train_peak = train;
-        s.at_train_peak = without_data(stats.current);
+      if (train > train_peak) {
+        train_peak = train;
+        at_train_peak = without_data(stats.current);
       }
-    }
+    };
+    raise(stats.peak, stats.total_peak, stats.at_peak, stats.train_peak, stats.at_train_peak);
+    for (ScopeEntry& s : scopes) raise(s.peak, s.total_peak, s.at_peak, s.train_peak, s.at_train_peak);
   }
 
   // The outermost MemTuningScope open (on one thread): the peaks as they were when it began, put back when
@@ -686,7 +662,7 @@ MemTuningScope::~MemTuningScope() {
     for (const ScopeEntry& before : a.tuning.saved_scopes)
       if (before.id == e.id) e = before;
   a.tuning.saved_scopes.clear();
-  a.note_peaks();  // blocks that outlived the trial runs count from now on
+  a.raise_peaks(0, kNumMemCategories);  // blocks that outlived the trial runs count from now on
 }
 
 MemCategory current_mem_category() { return t_category; }

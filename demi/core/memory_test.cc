@@ -87,6 +87,38 @@ TEST(Memory, CountsRequestedBytesPerCategory) {
   EXPECT_EQ(after.total_current, before.total_current);
 }
 
+// Kernel tuning's trial runs (MemTuningScope) raise no peak that was open when they began, while a window
+// opened inside sees them (a tuner measures each candidate's workspace so); what they held at most is
+// tuning_peak; a block allocated inside and alive at the end counts from then on.
+TEST(Memory, TuningTrialRunsRaiseNoPeakOpenBeforeThem) {
+  mem_reset_peak();
+  const int64_t base = mem_stats().total_current;
+  ScopedPeak outer;
+  void* kept = nullptr;
+  int64_t seen_inside = 0;
+  {
+    MemTuningScope trials;
+    void* scratch = mem_allocate(size_t{4} << 20, MemCategory::kWorkspace);
+    {
+      ScopedPeak inner;
+      void* more = mem_allocate(size_t{1} << 20, MemCategory::kWorkspace);
+      seen_inside = inner.peak().pk(MemCategory::kWorkspace);
+      mem_free(more, size_t{1} << 20, MemCategory::kWorkspace);
+    }
+    mem_free(scratch, size_t{4} << 20, MemCategory::kWorkspace);
+    kept = mem_allocate(size_t{2} << 20, MemCategory::kActivation);  // outlives the trial runs
+  }
+  EXPECT_GE(seen_inside, int64_t{5} << 20);
+  const MemStats s = mem_stats();
+  EXPECT_EQ(s.tuning_peak, int64_t{5} << 20);
+  EXPECT_EQ(s.total_peak, base + (int64_t{2} << 20)) << "only the block that outlived the scope";
+  EXPECT_EQ(outer.peak().total_peak, base + (int64_t{2} << 20));
+  EXPECT_EQ(outer.peak().pk(MemCategory::kWorkspace), s.cur(MemCategory::kWorkspace));
+  mem_free(kept, size_t{2} << 20, MemCategory::kActivation);
+  mem_reset_peak();
+  EXPECT_EQ(mem_stats().tuning_peak, 0);
+}
+
 TEST(Memory, TotalPeakIsThePeakOfTheSum) {
   mem_reset_peak();
   MemStats base = mem_stats();

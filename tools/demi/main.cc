@@ -1,6 +1,7 @@
 // The demi command: a thin layer over the library. Each subcommand is one Command entry (args.h) that
 // parses its options and calls the library. Exit codes: 0 success, 1 an error from the library
-// ("demi: error: ..."), 2 a mistake on the command line (with a hint).
+// ("demi: error: ..."), 2 a mistake on the command line (with a hint), 3 a training run that ran to its end
+// and did not learn (its last loss not finite, or most of its updates skipped; "demi: training failed: ...").
 //
 //   demi info              the machine, the dispatch level, threads, context, oneDNN, memory
 //   demi demo              the seed's comparison: models A and B at O0 and O2, side by side

@@ -46,4 +46,20 @@ for cmd in "eval --model C --data synthetic --checkpoint $dir/fifo" "generate --
   [[ $status -ne 0 ]] || fail "$cmd was accepted"
   grep -q "not a regular file" <<< "$out" || fail "$cmd: no reason given: $out"
 done
+# Kernel-choice cache files that are not what they should be: said, and the run goes on (a device in
+# their place once read until out of memory).
+cache="$dir/cache"
+DEMI_CACHE_DIR=$cache timeout 120 "${train[@]}" > /dev/null 2>&1 || fail "the run that makes the cache failed"
+choice=$(ls "$cache"/matmul-*.txt | head -n 1)
+[[ -f $choice ]] || fail "no matmul choice file in $cache"
+rm "$choice" && ln -s /dev/zero "$choice"
+out=$(DEMI_CACHE_DIR=$cache timeout 120 "${train[@]}" 2>&1)
+status=$?
+[[ $status -ne 124 ]] || fail "a choice cache that is /dev/zero hung the run"
+[[ $status -eq 0 ]] || fail "a choice cache that is /dev/zero stopped the run: $out"
+grep -q "is not a regular file: this process keeps its choices in memory only" <<< "$out" || fail "not said: $out"
+rm "$choice" && head -c 20000000 /dev/zero | tr '\0' 'x' > "$choice"
+out=$(DEMI_CACHE_DIR=$cache timeout 120 "${train[@]}" 2>&1) || fail "a huge choice file stopped the run: $out"
+grep -q "more than a choice file ever does: it is started anew" <<< "$out" || fail "not said: $out"
+(($(stat -c %s "$choice") < 1000000)) || fail "the huge choice file was not started anew"
 echo "output_paths_cli_test: ok"

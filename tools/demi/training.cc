@@ -851,6 +851,20 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
     write_reports(args, *recorder, "");
     if (args.has("report") && !json) std::printf("report: %s\n", args.get("report").c_str());
   }
+  // A run that did not train is not a success: its last loss not finite, or most of its updates skipped
+  // (non-finite gradients: an O2-fp16 run without loss scaling, a learning rate far too high).
+  if (remaining >= 1 && s.steps > 0) {
+    std::string failed;
+    if (!std::isfinite(s.mean_last_epoch_loss))
+      failed = str_cat("the last epoch's mean loss is ", s.mean_last_epoch_loss);
+    else if (2 * s.skipped_steps > s.steps)
+      failed = str_cat(s.skipped_steps, " of ", s.steps, " updates were skipped (non-finite gradients)");
+    if (!failed.empty()) {
+      std::fprintf(stderr, "demi: training failed: %s; the weights did not learn. Lower --lr, keep the level's "
+                   "loss scaling (--loss-scale default), or use --amp O0 to compare\n", failed.c_str());
+      return 3;
+    }
+  }
   return 0;
 }
 

@@ -2,10 +2,12 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -67,6 +69,9 @@ ChoiceCache::~ChoiceCache() = default;
 
 namespace {
 
+// A choice file holds a line per product shape a process met: tens of KiB. Far beyond that it is not one.
+constexpr off_t kMaxCacheBytes = off_t{16} << 20;
+
 // The cache file, created (with its folder) on first use; "" if that is not possible.
 const std::string& cache_path(const std::string& stem, bool& checked, std::string& path, const std::string& dir_in) {
   if (!checked) {
@@ -75,11 +80,25 @@ const std::string& cache_path(const std::string& stem, bool& checked, std::strin
     std::error_code ec;
     if (!dir.empty() && (std::filesystem::create_directories(dir, ec), std::filesystem::is_directory(dir, ec))) {
       const std::string p = str_cat(dir, "/", stem, "-", cpu_file_tag(), ".txt");
-      const int fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-      if (fd >= 0) {
-        ::close(fd);
-        path = p;
+      // (O_NONBLOCK: a FIFO in its place is never waited on.) A file that is not what a choice file is — not
+      // a regular file (it once read /dev/zero until out of memory), or far larger than any — is said once
+      // and not used as it is: a huge one is started anew, anything else leaves the choices in memory.
+      const int fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
+      struct stat st {};
+      if (fd >= 0 && ::fstat(fd, &st) == 0) {
+        if (!S_ISREG(st.st_mode)) {
+          std::fprintf(stderr, "demi: warning: the kernel-choice cache %s is not a regular file: this process keeps "
+                       "its choices in memory only\n", p.c_str());
+        } else {
+          if (st.st_size > kMaxCacheBytes) {
+            std::fprintf(stderr, "demi: warning: the kernel-choice cache %s holds %lld bytes, more than a choice "
+                         "file ever does: it is started anew\n", p.c_str(), static_cast<long long>(st.st_size));
+            [[maybe_unused]] int t = ::ftruncate(fd, 0);
+          }
+          path = p;
+        }
       }
+      if (fd >= 0) ::close(fd);
     }
   }
   return path;
