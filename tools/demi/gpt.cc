@@ -289,11 +289,10 @@ int run_train_gpt(const ParsedArgs& args, bool plan) {
   }
   std::sort(chunk_tps.begin(), chunk_tps.end());
   const double median_tps = chunk_tps[chunk_tps.size() / 2];
-  // Graph mode over the whole run (every train() chunk): how many steps replayed a plan, and any fallback.
+  // Graph mode over the whole run (every train() chunk): how many steps replayed a plan, and any fallback
+  // (the summary gathers every key's, and the plans outlive the chunks).
   const graph::StepGraphs::Stats g = model.train_graphs().stats();
-  std::string fallback;
-  for (const auto& [key, p] : model.train_graphs().plans())
-    if (!p.fallback.empty()) fallback += str_cat(fallback.empty() ? "" : "; ", key, ": ", p.fallback);
+  const std::string& fallback = model.last_summary().graph_plan.fallback;
   if (json) {
     std::printf("{\"kind\":\"summary\",\"model\":\"gpt\",\"amp\":\"%s\",\"dtype\":\"%s\",\"steps\":%lld,"
                 "\"train_loss\":%.6f,\"valid_loss\":%.6f,\"tokens_per_second\":%.1f,\"peak_train\":%lld,"
