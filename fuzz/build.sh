@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds demi's libFuzzer targets with clang (Debian's clang-14; `scripts/setup --fuzz` installs it) and
 # AddressSanitizer + UndefinedBehaviorSanitizer, compiling only the sources the decoders need (core, the
-# data module's byte-level decoders, io, the demi command's option parser), not the whole library.
+# data module's byte-level decoders and text vocabulary, io, the demi command's option parser and GPT
+# checkpoint reader), not the whole library.
 #
-#   fuzz/build.sh                   builds build/fuzz/{safetensors,idx,cifar,args}_fuzz
+#   fuzz/build.sh                   builds build/fuzz/{safetensors,idx,cifar,args,gpt_meta}_fuzz
 #   fuzz/build.sh --run SECONDS     then fuzzes each target for SECONDS, one after another, starting from
 #                                   (and adding to) a scratch copy of fuzz/corpus/<target>/
 #   fuzz/build.sh --run 600 idx_fuzz  only the targets named
@@ -16,7 +17,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${DEMI_FUZZ_BUILD:-$root/build/fuzz}
 cxx=${CXX_FUZZ:-clang++-14}
-targets=(safetensors_fuzz idx_fuzz cifar_fuzz args_fuzz)
+targets=(safetensors_fuzz idx_fuzz cifar_fuzz args_fuzz gpt_meta_fuzz)
 flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
        -fopenmp -I"$root" -Wall -Wno-unused-parameter -Wno-unknown-pragmas -Wno-unknown-warning-option)
 
@@ -48,7 +49,7 @@ build() {
   command -v "$cxx" >/dev/null || { echo "fuzz/build.sh: $cxx not found (run scripts/setup --fuzz)" >&2; exit 1; }
   local lib_srcs=() objs=() s
   for s in "$root"/demi/core/*.cc "$root"/demi/io/*.cc "$root"/demi/io/internal/*.cc \
-           "$root"/demi/data/internal/formats.cc; do
+           "$root"/demi/data/internal/formats.cc "$root"/demi/data/text.cc "$root"/demi/data/dataset.cc; do
     [[ -f $s && $s != *_test.cc ]] && lib_srcs+=("$s")
   done
   for s in "${lib_srcs[@]}"; do
@@ -57,11 +58,13 @@ build() {
     objs+=("$o")
   done
   compile "$root/tools/demi/args.cc" "$out/obj/tools/demi/args.cc.o" -fsanitize=fuzzer-no-link
+  compile "$root/tools/demi/gpt_meta.cc" "$out/obj/tools/demi/gpt_meta.cc.o" -fsanitize=fuzzer-no-link
   for t in "${targets[@]}"; do
     [[ -f $root/fuzz/$t.cc ]] || continue
     compile "$root/fuzz/$t.cc" "$out/obj/fuzz/$t.o" -fsanitize=fuzzer-no-link
     local extra=()
     [[ $t == args_fuzz ]] && extra=("$out/obj/tools/demi/args.cc.o")  # the demi command's option parser
+    [[ $t == gpt_meta_fuzz ]] && extra=("$out/obj/tools/demi/args.cc.o" "$out/obj/tools/demi/gpt_meta.cc.o")
     echo "  LINK $out/$t"
     "$cxx" "${flags[@]}" -fsanitize=fuzzer "$out/obj/fuzz/$t.o" "${extra[@]}" "${objs[@]}" -lz -o "$out/$t"
   done

@@ -13,6 +13,7 @@
 
 #include "demi/autograd/autograd.h"
 #include "demi/core/memory.h"
+#include "demi/core/test_support.h"
 #include "demi/data/text.h"
 #include "demi/nn/gpt.h"
 #include "demi/ops/ops.h"
@@ -201,6 +202,18 @@ TEST(GPT, SamplingIsDeterministicPerSeedAndSlidesPastTheBlock) {
   EXPECT_EQ(x, y);
   EXPECT_NE(x, z);
   for (int32_t t : x) EXPECT_TRUE(t >= 0 && t < 11);
+  // Streamed (each token handed over as it is sampled, as `demi generate` prints): the same tokens, none
+  // returned; 60 tokens slide the window well past 2 * block_size (the kept context is trimmed).
+  nn::SampleOptions streamed = so;
+  streamed.max_new_tokens = 60;
+  std::vector<int32_t> seen;
+  streamed.on_token = [&](int32_t t) { seen.push_back(t); };
+  Generator d(1), e(1);
+  so.max_new_tokens = 60;
+  const std::vector<int32_t> whole = net.generate({3, 1}, so, d);
+  EXPECT_TRUE(net.generate({3, 1}, streamed, e).empty());
+  EXPECT_EQ(seen, whole);
+  so.max_new_tokens = 30;
   EXPECT_TRUE(net.training()) << "generate restores the training mode";
   // top_k = 1 is greedy: the argmax of the logits, whatever the seed.
   std::vector<float> logits = {0.1f, 2.0f, -1.0f, 1.9f};
@@ -219,9 +232,10 @@ std::string kjv_file() {
     // Per process (tests run side by side, and other checkouts may run theirs): written once, then renamed.
     const std::string p =
         (std::filesystem::temp_directory_path() / ("demi_gpt_test_kjv_" + std::to_string(::getpid()) + ".txt")).string();
-    const std::string cmd = "bible -f 'Gen1:1-Rev22:21' > '" + p + ".tmp' 2>/dev/null && mv '" + p + ".tmp' '" + p + "'";
-    if (std::system(cmd.c_str()) != 0) return std::string();
-    return p;
+    if (test_support::run_program({"bible", "-f", "Gen1:1-Rev22:21"}, p + ".tmp") != 0) return std::string();
+    std::error_code ec;
+    std::filesystem::rename(p + ".tmp", p, ec);
+    return ec ? std::string() : p;
   }();
   return path;
 }

@@ -1,12 +1,17 @@
 // Helpers shared by the modules' tests (header-only; only *_test.cc and test helpers include it): a
-// temporary directory removed on scope exit, whole-file byte reads and writes, and checks that a callable
-// throws a demi::Error whose message names what it should.
+// temporary directory removed on scope exit, whole-file byte reads and writes, checks that a callable
+// throws a demi::Error whose message names what it should, and a child process run from an argument
+// vector (no shell: a test path with a quote in it is still one argument).
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -71,6 +76,33 @@ std::string expect_error(F&& f, std::initializer_list<std::string> pieces) {
   std::string msg = error_message(std::forward<F>(f));
   for (const auto& p : pieces) EXPECT_NE(msg.find(p), std::string::npos) << "missing \"" << p << "\" in: " << msg;
   return msg;
+}
+
+// Runs argv[0] (a path, or a name looked up in PATH) with argv, standard input from /dev/null, and
+// returns its exit status (-1: it could not start, or a signal ended it). Its standard output goes to
+// `stdout_file` when one is named (created or truncated), else it is inherited; `quiet` discards both
+// output streams instead.
+inline int run_program(const std::vector<std::string>& argv, const std::string& stdout_file = "", bool quiet = false) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  if (quiet) {
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  } else if (!stdout_file.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 1, stdout_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  }
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const int err = argv.empty() ? EINVAL : posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) return -1;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 }  // namespace demi::test_support

@@ -194,8 +194,13 @@ std::vector<int32_t> GPT::generate(const std::vector<int32_t>& prompt, const Sam
   try {
     for (int64_t i = 0; i < so.max_new_tokens; ++i) {
       const int32_t next = sample_token(logits.data(), v, so.temperature, so.top_k, gen);
-      out.push_back(next);
+      if (so.on_token)
+        so.on_token(next);
+      else
+        out.push_back(next);
       text.push_back(next);
+      // Only the last block_size tokens are ever read again (prefill's window).
+      if (static_cast<int64_t>(text.size()) > 2 * block) text.erase(text.begin(), text.end() - block);
       if (i + 1 == so.max_new_tokens) break;
       if (cache.length < block)
         logits = last_logits(forward_cached(from_vector(std::vector<int32_t>{next}, {1, 1}), cache));

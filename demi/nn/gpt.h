@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -105,6 +106,9 @@ struct SampleOptions {
   int64_t max_new_tokens = 100;
   double temperature = 1.0;  // > 0; logits are divided by it
   int64_t top_k = 0;         // > 0: sample among the k most likely tokens only
+  // When set, each token is handed to it as soon as it is sampled (a caller that prints as it goes), and
+  // generate() returns no tokens: a long generation then holds only the last block_size tokens.
+  std::function<void(int32_t)> on_token;
 };
 
 class GPT : public Cell {

@@ -558,7 +558,7 @@ TEST(Interop, LoadsWeightsPyTorchWrote) {
 }
 
 bool python_has_torch() {
-  return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+  return test_support::run_program({"/usr/bin/python3", "-c", "import torch"}, "", /*quiet=*/true) == 0;
 }
 
 // Model B (LeNet with BatchNorm): demi writes a checkpoint and a batch with its logits; PyTorch loads the
@@ -589,10 +589,11 @@ TEST(Interop, PyTorchReproducesDemisLogitsForModelB) {
     amp::auto_mixed_precision(*net, c.level, DType::kBF16);
     Tensor logits = net->call(x);
     io::save_safetensors(dir / "batch.safetensors", {{"input", x}, {"logits", logits}});
-    std::string cmd = str_cat("/usr/bin/python3 ", (root / "scripts/check_safetensors_interop.py").string(),
-                              " check-demi ", (dir / "lenet.safetensors").string(), " ",
-                              (dir / "batch.safetensors").string(), " --model lenet-bn --tol ", c.tol);
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    const std::vector<std::string> argv = {"/usr/bin/python3", (root / "scripts/check_safetensors_interop.py").string(),
+                                           "check-demi", (dir / "lenet.safetensors").string(),
+                                           (dir / "batch.safetensors").string(), "--model", "lenet-bn", "--tol",
+                                           str_cat(c.tol)};
+    EXPECT_EQ(test_support::run_program(argv), 0) << str_cat(argv[1], " ", argv[2], " ...");
   }
 }
 

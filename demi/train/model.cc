@@ -488,6 +488,7 @@ void Model::train(int epoch, const std::shared_ptr<const data::Dataset>& train_d
       busy_total += step_s;
       epoch_samples += ctx.batch_size;
       if (std::isfinite(r.loss)) {
+        if (std::isnan(summary_.first_loss)) summary_.first_loss = r.loss;
         loss_sum += r.loss;
         ++loss_count;
       }

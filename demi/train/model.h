@@ -24,6 +24,7 @@
 // in sinks, MindSpore's way (train() below). The first dataset column is the input, the second the label.
 #pragma once
 
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -102,6 +103,9 @@ struct TrainSummary {
   double data_wait_fraction = 0;      // fraction of the trainer's time spent waiting for batches
   float final_loss = 0;
   double mean_last_epoch_loss = 0;
+  // The first finite step loss of the call (the weights it started from; NaN when no step had one): a
+  // last epoch's loss far above it means the run diverged.
+  double first_loss = std::numeric_limits<double>::quiet_NaN();
   int64_t skipped_steps = 0;
   // Epochs in which at least 40 of 50 consecutive steps were skipped for overflow: each was warned about
   // on the callback stream as it happened.

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -28,6 +29,7 @@
 #include "demi/optim/param_groups.h"
 #include "demi/train/checkpoint.h"
 #include "demi/train/model.h"
+#include "tools/demi/gpt_meta.h"
 #include "tools/demi/training.h"
 #include "tools/demi/subprocess.h"
 
@@ -97,20 +99,6 @@ io::Metadata gpt_metadata(const nn::GPTOptions& o, const data::TextVocab& vocab,
           {"gpt.n_layer", std::to_string(o.n_layer)}, {"gpt.n_head", std::to_string(o.n_head)},
           {"gpt.n_embd", std::to_string(o.n_embd)},   {"gpt.bias", o.bias ? "1" : "0"},
           {"gpt.text", text}};
-}
-
-// `key`'s value, at least 1 and at most `max` (what the checkpoint's own tensors could hold: a hostile or
-// damaged file claiming 10^8 layers would otherwise build them before anything is compared).
-int64_t meta_int(const io::Metadata& m, const std::string& key, const std::string& file, int64_t max = INT64_MAX,
-                 const char* max_is = "") {
-  auto it = m.find(key);
-  std::optional<int64_t> v = it == m.end() ? std::nullopt : parse_int(it->second);
-  if (!v || *v < 1)
-    throw Error(file + " is not a checkpoint of `demi train --model gpt` (its metadata has no valid '" + key + "')");
-  if (*v > max)
-    throw Error(str_cat(file, ": its metadata's '", key, "' is ", *v, ", more than ", max, " (", max_is,
-                        "): the file is damaged or not what it claims"));
-  return *v;
 }
 
 // One evaluation: the step it followed, the mean training loss since the previous one, the validation loss.
@@ -259,6 +247,8 @@ int run_train_gpt(const ParsedArgs& args, bool plan) {
   double train_seconds = 0;
   int64_t peak_train = 0, skipped = 0, peak_rss = 0;
   std::vector<double> chunk_tps;
+  const int64_t first_step = model.steps_done();
+  double first_loss = std::numeric_limits<double>::quiet_NaN();  // the run's first finite step loss
   while (model.steps_done() < steps) {
     const auto t0 = std::chrono::steady_clock::now();
     model.train(1, train_ds, cbs, true, /*sink_size=*/0);  // its callbacks count steps: no sinking
@@ -268,6 +258,7 @@ int run_train_gpt(const ParsedArgs& args, bool plan) {
     peak_train = std::max(peak_train, s.peak.train_peak);
     peak_rss = std::max(peak_rss, s.peak_rss_bytes);
     skipped += s.skipped_steps;
+    if (std::isnan(first_loss)) first_loss = s.first_loss;
     const double valid = model.eval(valid_ds)["Loss"];
     last = EvalPoint{model.steps_done(), s.mean_last_epoch_loss, valid};
     if (json)
@@ -317,7 +308,7 @@ int run_train_gpt(const ParsedArgs& args, bool plan) {
       std::printf("checkpoint: %s (demi generate --checkpoint %s/gpt-latest)\n", ckpt_dir.c_str(), ckpt_dir.c_str());
   }
   if (args.flag("profile")) std::printf("\n%s", ops::profile_report().c_str());
-  return 0;
+  return training_exit_status(first_loss, last->train_loss, skipped, model.steps_done() - first_step);
 }
 
 int run_generate(const ParsedArgs& args) {
@@ -340,37 +331,48 @@ int run_generate(const ParsedArgs& args) {
     file = (fs::path(file).parent_path() / fs::path(name).filename()).string();
   }
   io::TrainingState state = train::load_checkpoint(file);
-  const io::Metadata& m = state.meta.extra;
-  auto vit = m.find("gpt.vocab");
-  if (vit == m.end())
-    throw Error(file + " is not a checkpoint of `demi train --model gpt` (its metadata has no vocabulary)");
-  data::TextVocab vocab = data::TextVocab::parse(vit->second);
-  nn::GPTOptions o;
-  o.vocab_size = vocab.size();
-  int64_t largest = 0;  // the most values one of its tensors holds
-  for (const auto& [name, t] : state.tensors) largest = std::max(largest, t.numel());
-  const auto tensors = static_cast<int64_t>(state.tensors.size());
-  o.n_layer = meta_int(m, "gpt.n_layer", file, tensors, "the number of tensors in the file");
-  o.n_embd = meta_int(m, "gpt.n_embd", file, largest, "the values of its largest tensor");
-  o.n_head = meta_int(m, "gpt.n_head", file, o.n_embd, "gpt.n_embd");
-  o.block_size = meta_int(m, "gpt.block_size", file, largest / o.n_embd, "the rows of its largest tensor");
-  o.bias = m.count("gpt.bias") == 0 || m.at("gpt.bias") == "1";
-  nn::GPT net(o);
+  const GptCheckpointShape shape = gpt_checkpoint_shape(state, file);
+  const data::TextVocab& vocab = shape.vocab;
+  nn::GPT net(shape.options);
   train::load_param_into_net(net, state.tensors, /*strict=*/true, args.flag("allow-non-finite"));
   const std::string prompt = args.get("prompt");
   if (prompt.empty()) throw UsageError("--prompt must not be empty");
-  std::vector<int32_t> ids = vocab.encode(prompt);
+  std::vector<int32_t> ids;
+  try {
+    ids = vocab.encode(prompt);
+  } catch (const Error& e) {
+    if (args.has("prompt")) throw Error(str_cat("--prompt: ", e.what()));
+    throw UsageError(str_cat("the default prompt \"", prompt, "\" does not fit this checkpoint: ", e.what(),
+                             ". Give --prompt with text of the checkpoint's own characters"));
+  }
   nn::SampleOptions so;
   so.max_new_tokens = args.get_int("tokens");
   so.temperature = args.get_real("temperature");
   so.top_k = args.get_int("top-k");
+  // Printed as it is sampled (a long generation shows its text from the first token on, and holds none).
+  int64_t generated = 0;
+  std::fputs(prompt.c_str(), stdout);
+  std::fflush(stdout);
+  so.on_token = [&](int32_t id) {
+    const int32_t one[1] = {id};
+    const std::string text = vocab.decode(one);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    if (++generated % 64 == 0 || text.find('\n') != std::string::npos) std::fflush(stdout);
+  };
   Generator gen(static_cast<uint64_t>(args.get_int("seed")));
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<int32_t> out = net.generate(ids, so, gen);
+  try {
+    net.generate(ids, so, gen);
+  } catch (...) {
+    std::fputs("\n", stdout);  // (the error goes on a line of its own)
+    std::fflush(stdout);
+    throw;
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("%s%s\n", prompt.c_str(), vocab.decode(out).c_str());
-  std::fprintf(stderr, "demi: %zu tokens in %.2f s (%.0f tokens/s, KV-cached), step %lld of %s\n", out.size(), seconds,
-               seconds > 0 ? static_cast<double>(out.size()) / seconds : 0.0,
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  std::fprintf(stderr, "demi: %lld tokens in %.2f s (%.0f tokens/s, KV-cached), step %lld of %s\n",
+               static_cast<long long>(generated), seconds, seconds > 0 ? static_cast<double>(generated) / seconds : 0.0,
                static_cast<long long>(state.meta.global_step), file.c_str());
   return 0;
 }

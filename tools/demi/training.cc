@@ -851,22 +851,12 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
     write_reports(args, *recorder, "");
     if (args.has("report") && !json) std::printf("report: %s\n", args.get("report").c_str());
   }
-  // A run that did not train is not a success: its last loss not finite, or most of its updates skipped
-  // (non-finite gradients: an O2-fp16 run without loss scaling, a learning rate far too high).
-  if (remaining >= 1 && s.steps > 0) {
-    std::string failed;
-    if (!std::isfinite(s.mean_last_epoch_loss))
-      failed = str_cat("the last epoch's mean loss is ", s.mean_last_epoch_loss);
-    else if (2 * s.skipped_steps > s.steps)
-      failed = str_cat(s.skipped_steps, " of ", s.steps, " updates were skipped (non-finite gradients)");
-    if (!failed.empty()) {
-      std::fprintf(stderr, "demi: training failed: %s; the weights did not learn. Lower --lr, keep the level's "
-                   "loss scaling (--loss-scale default), or use --amp O0 to compare\n", failed.c_str());
-      return 3;
-    }
-  }
+  // A run that did not train is not a success (training_failure).
+  if (remaining >= 1 && s.steps > 0)
+    return training_exit_status(s.first_loss, s.mean_last_epoch_loss, s.skipped_steps, s.steps);
   return 0;
 }
+
 
 int run_eval(const ParsedArgs& args) {
   apply_thread_option(args);
@@ -1317,6 +1307,23 @@ void add_training_commands(std::vector<Command>& cmds) {
                   .summary = "Train the same model from the same seed at each setting; print one table.",
                   .options = std::move(cmp),
                   .run = run_compare});
+}
+
+int training_exit_status(double first_loss, double last_loss, int64_t skipped, int64_t steps) {
+  // Non-finite: an O2-fp16 run without loss scaling, a learning rate far too high. Diverged: a finite loss
+  // that grew (a bf16 run at --lr 10 ends near 1e11 with no overflow to skip); the absolute margin keeps a
+  // run resumed at a tiny loss from failing on noise.
+  std::string failed;
+  if (!std::isfinite(last_loss))
+    failed = str_cat("the last loss is ", last_loss);
+  else if (2 * skipped > steps)
+    failed = str_cat(skipped, " of ", steps, " updates were skipped (non-finite gradients)");
+  else if (std::isfinite(first_loss) && last_loss > 10 * first_loss && last_loss > first_loss + 1)
+    failed = str_cat("the loss diverged, from ", first_loss, " at the first step to ", last_loss, " at the end");
+  if (failed.empty()) return 0;
+  std::fprintf(stderr, "demi: training failed: %s; the weights did not learn. Lower --lr, keep the level's loss "
+               "scaling (--loss-scale default), or use --amp O0 to compare\n", failed.c_str());
+  return 3;
 }
 
 }  // namespace demi::cli

@@ -39,6 +39,10 @@ void refuse_training_only(const ParsedArgs& args);
 // JSON line; `what` names the run ("model A at O2 bfloat16, batch 32").
 int print_forecast(train::Model& model, const Tensor& data, const Tensor& label, const ParsedArgs& args,
                    const std::string& model_key, amp::Level level, DType low, int64_t batch_size);
+// 0 when a training run learned; else says why not on stderr ("demi: training failed: ...") and returns 3:
+// its last loss is not finite, most of its updates were skipped (non-finite gradients), or it diverged
+// (its last loss above 10 times, and 1 nat more than, the loss it started from).
+int training_exit_status(double first_loss, double last_loss, int64_t skipped, int64_t steps);
 // Appends train, eval and compare to the command list.
 void add_training_commands(std::vector<Command>& cmds);
 // `demi demo`: the seed's comparison, O0 against O2, on model A (random data) and model B (Fashion-MNIST).
