@@ -258,6 +258,7 @@ float TrainStep::forward_backward(const Tensor& data, const Tensor& label, bool 
     DEMI_CHECK(loss.numel() == 1, "TrainStep: the loss must be a scalar (reduction \"mean\" or \"sum\"), got ",
                loss.describe());
     loss_value = static_cast<float>(loss.item());
+    if (phase_observer_ && !rerunning_) phase_observer_(Phase::kAfterForward, loss_value);
     {
       autograd::NoGradGuard no_grad;
       last_logits_ = logits.dtype() == DType::kF32 ? logits : logits.to(DType::kF32);
@@ -270,6 +271,7 @@ float TrainStep::forward_backward(const Tensor& data, const Tensor& label, bool 
       autograd::backward(scaled);  // adds into the gradients of the earlier micro-batches
     }
   }
+  if (phase_observer_ && !rerunning_) phase_observer_(Phase::kAfterBackward, loss_value);
   return loss_value;
 }
 
@@ -391,7 +393,9 @@ void TrainStep::replay(const std::vector<MicroBatch>& micro, double loss_scale, 
     last_logits_ = logits;
     micro_scale_ = saved_scale;
     micro_loss_sum_ = saved_sum;
+    rerunning_ = false;
   };
+  rerunning_ = true;
   try {
     micro_scale_ = loss_scale;
     for (const MicroBatch& m : micro) {

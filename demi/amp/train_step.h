@@ -154,6 +154,12 @@ class TrainStep {
   const graph::StepGraphs& graphs() const { return graphs_; }
   // The last step's logits (FP32), for metrics without a second forward pass.
   const Tensor& last_logits() const { return last_logits_; }
+  // Told after each batch's forward (with its unscaled loss) and after its backward, in the steps this
+  // TrainStep trains (not in an overflow's attribution re-run): Model::train's step hooks
+  // (train/hooks.h). It must not run ops on the network (graph mode replays the step's memory plan).
+  enum class Phase { kAfterForward, kAfterBackward };
+  using PhaseObserver = std::function<void(Phase, float loss)>;
+  void set_phase_observer(PhaseObserver observer) { phase_observer_ = std::move(observer); }
 
  private:
   std::shared_ptr<nn::Cell> net_;
@@ -170,6 +176,8 @@ class TrainStep {
   double micro_scale_ = 1;     // the loss scale every micro-batch of this update uses
   bool reduce_in_backward_ = false;  // operator(): the reducer hears of gradients as backward makes them
   bool attribute_overflow_ = true;
+  PhaseObserver phase_observer_;
+  bool rerunning_ = false;  // an attribution re-run: the phase observer is not told
   std::optional<bool> optimizer_in_backward_;
   // Whether a cell of the network computes in float16, and the nn::Cell::structure_version it was found
   // at (walking the cells costs microseconds, a step of a small network tens of them).

@@ -38,6 +38,7 @@
 #include "demi/data/dataset.h"
 #include "demi/dist/data_parallel.h"
 #include "demi/train/callback.h"
+#include "demi/train/hooks.h"
 #include "demi/train/metrics.h"
 
 namespace demi::train {
@@ -137,6 +138,10 @@ struct TrainSummary {
   int64_t peak_rss_bytes = 0;         // the process's peak RSS (VmHWM) at the end
 };
 
+namespace internal {
+class TrainRun;
+}
+
 class Model {
  public:
   Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> loss_fn,
@@ -159,6 +164,13 @@ class Model {
   // In GRAPH_MODE the steps of a sink replay the step's static memory plan like any other steps.
   void train(int epoch, const std::shared_ptr<const data::Dataset>& train_dataset,
              std::vector<CallbackPtr> callbacks = {}, bool dataset_sink_mode = true, int64_t sink_size = -1);
+  // A step hook (train/hooks.h) every later train() call runs at each of its points, after the built-in
+  // hooks (the callbacks among them), in the order added.
+  void add_hook(TrainHookPtr hook);
+  // Forgets graph mode's plans of the train and eval steps (the program changed: adaptive AMP promoted a
+  // layer); the next steps trace again.
+  void forget_graph_plans();
+  const ModelOptions& options() const { return options_; }
   // Evaluates every metric over the dataset (eval mode, no gradients, the same precision policy). In
   // GRAPH_MODE each batch's forward and metric updates run under a static memory plan, as train steps do.
   std::map<std::string, double> eval(const std::shared_ptr<const data::Dataset>& dataset, bool dataset_sink_mode = true);
@@ -236,6 +248,8 @@ class Model {
   int64_t data_epoch_ = -1;            // the data set's epoch train() starts in (-1: epochs_done_)
   int64_t resume_step_in_epoch_ = -1;  // batches of the first epoch already done (-1: resume_position_)
   int64_t steps_done_ = 0;
+  std::vector<TrainHookPtr> hooks_;  // add_hook's
+  friend class internal::TrainRun;   // the loop of train() (internal/train_loop.h)
 };
 
 }  // namespace demi::train

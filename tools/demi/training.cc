@@ -670,6 +670,8 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
     cbs.push_back(std::make_shared<JsonEpochs>());
   else
     cbs.push_back(std::make_shared<train::ProgressBar>(50));
+  // A long sink (--sink-size 10^6) is not silence: a line on stderr every 30 s inside it.
+  model.add_hook(std::make_shared<train::SinkProgress>(std::cerr, 30.0));
   if (args.flag("profile")) ops::set_profiling(true);
   int epochs = static_cast<int>(args.get_int("epochs"));
   const int64_t sink_size = args.get_int("sink-size");
