@@ -6,7 +6,7 @@
 // chunks (the element count padded up to a multiple of p), a local f32 sum of the p received chunks in rank
 // order rounded once to bf16, MPI_Allgather of the summed chunk, and back to f32. It sends the bytes of a
 // ring all-reduce at 2 bytes per element but rounds the sum once instead of at every hop (Megatron #6199).
-// It is demi's own implementation (demi/dist), timed whole as training runs it: conversions and the
+// It is demi's own implementation (demi/distributed), timed whole as training runs it: conversions and the
 // hand-over to the communication thread included.
 //
 // Each timed call follows an MPI_Barrier; a repetition's time is the slowest rank's (max over ranks); the
@@ -30,8 +30,8 @@
 #include <string>
 #include <vector>
 
-#include "demi/dist/dist.h"
-#include "demi/dist/internal/comm.h"
+#include "demi/distributed/distributed.h"
+#include "demi/distributed/internal/comm.h"
 
 namespace {
 

@@ -1,9 +1,10 @@
 // Matrix-product and convolution kernel throughput (oneDNN-backed, demi/kernels/onednn), in GFLOP/s, for
 // the shapes of the reference models (BENCHMARKS.md) and the classic 1024^3 / 64->64 3x3 anchors, per
 // dtype and direction. Each row's label names oneDNN's implementation; the "ceiling" counter is the
-// fraction of BENCHMARKS.md's 2-core ceilings (fp32 FMA 427 GFLOP/s, bf16 vdpbf16ps 865 GFLOP/s, measured
-// on Zen 5 without AMX — on a CPU with AMX-BF16 the bf16 rows can exceed 1.0). f16 has no oneDNN kernels
-// here: those rows include converting the operands to f32 and the result back.
+// fraction of BENCHMARKS.md's fixed 2-core ceilings (kCeilingF32 and kCeilingBF16 below, measured on a CPU
+// without AMX — on a CPU with AMX-BF16 the bf16 rows can exceed 1.0; gemm_bench measures this machine's own
+// ceilings in its run). f16 has no oneDNN kernels here: those rows include converting the operands to f32
+// and the result back.
 //
 //   build/release/bench/kernels_bench [--benchmark_filter=conv] [--benchmark_counters_tabular=true]
 #include <benchmark/benchmark.h>

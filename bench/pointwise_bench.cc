@@ -4,8 +4,9 @@
 //   ReLU -> MaxPool2d against ReLU then MaxPool2d (forward and backward), dropout, and model D's attention
 //   head split and merge (permute).
 // GB/s counts the bytes each variant must move (inputs read once, outputs written once, the 1-byte argmax
-// and the 1-bit dropout mask included); compare with DRAM's ~57-70 GB/s on 2 cores. Working sets of tens
-// of MB may sit in a large last-level cache, which can lift the number past DRAM's.
+// and the 1-bit dropout mask included); compare with the machine's DRAM bandwidth (reduce_bench's memcpy
+// rows measure a copy's). Working sets of tens of MB may sit in a large last-level cache, which can lift
+// the number past DRAM's.
 // "time" is the one to read for fused against separate: they do the same job.
 //
 //   build/release/bench/pointwise_bench [--threads=N] [--benchmark_filter=relu_maxpool]

@@ -5,8 +5,8 @@
 //   (4096, 1000); BatchNorm2d forward (training) and backward on (128, 32, 28, 28); the fused AMP unscale +
 //   all-finite check over 1M and 10M f32 gradients; memcpy of the same bytes as the ceiling to compare with.
 // GB/s counts the bytes each kernel must move (each input read once, each output written once) per second
-// of wall time (the kernels are multi-threaded); compare with memcpy here and DRAM's ~57-70 GB/s on 2
-// cores. Working sets of a few MB sit in cache, so small cases can beat DRAM.
+// of wall time (the kernels are multi-threaded); compare with memcpy here, this machine's copy rate at the
+// same sizes. Working sets of a few MB sit in cache, so small cases can beat DRAM.
 //
 //   build/release/bench/reduce_bench [--benchmark_filter=bn]
 #include <benchmark/benchmark.h>

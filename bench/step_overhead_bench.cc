@@ -6,7 +6,7 @@
 //
 // Counters: ops/step (forward and backward op calls, counted by an observer once), ns/op (step time
 // divided by them), and the step time. Reference: each reference model's step makes 14 (A) to ~200 (D)
-// op calls; at O2 a step of model A takes ~0.6 ms on 2 Zen 5 cores.
+// op calls; set ops/step x ns/op against a model's whole step, which `demi train --json` reports (median_step_ms).
 //
 // Run: build/release/bench/step_overhead_bench   (or `make bench`)
 #include <benchmark/benchmark.h>

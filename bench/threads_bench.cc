@@ -1,5 +1,5 @@
-// Does demi oversubscribe the cores when its loops alternate with oneDNN's primitives? (PyTorch loses up
-// to 2.2x here: its OpenMP workers spin while BLAS threads want the same cores.)
+// Does demi oversubscribe the cores when its loops alternate with oneDNN's primitives? (PyTorch slows down
+// badly here: its OpenMP workers spin while BLAS threads want the same cores.)
 //
 // demi's parallel_for and oneDNN both run on GNU libgomp, so they share one team. This compares
 //   - a memory-bound demi loop alone, a oneDNN 512^3 sgemm alone, and the two alternating;
@@ -12,7 +12,8 @@
 //
 // Run it both ways on a shared machine: libgomp's default wait (spin ~300k pauses, then sleep) keeps a
 // core while another process wants it, and a parallel region then waits out scheduler time slices
-// (measured here under load: ~6 ms per empty region by default, ~3-8 us with OMP_WAIT_POLICY=passive).
+// (under load, an empty region then costs orders of magnitude more by default than with
+// OMP_WAIT_POLICY=passive: compare BM_DispatchParallel both ways).
 #include <benchmark/benchmark.h>
 #include <oneapi/dnnl/dnnl.h>
 

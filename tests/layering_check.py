@@ -26,15 +26,15 @@ VISIBLE = {
     "amp": {"core", "ops", "autograd", "nn", "optim"},
     "data": {"core"},
     "io": {"core"},
-    "dist": {"core", "ops", "autograd", "nn", "optim", "amp"},
-    "train": {"core", "ops", "autograd", "nn", "optim", "amp", "data", "io", "dist"},
+    "distributed": {"core", "ops", "autograd", "nn", "optim", "amp"},
+    "train": {"core", "ops", "autograd", "nn", "optim", "amp", "data", "io", "distributed"},
 }
 # One public header per module (kernels: a compute header, not the shared vocabulary).
 HEADER = {
     "core": "demi/core/tensor.h", "kernels": "demi/kernels/cpu/amp_kernels.h", "ops": "demi/ops/ops.h",
     "autograd": "demi/autograd/autograd.h", "nn": "demi/nn/cell.h", "optim": "demi/optim/optimizer.h",
     "amp": "demi/amp/policy.h", "data": "demi/data/dataset.h", "io": "demi/io/safetensors.h",
-    "dist": "demi/dist/dist.h", "train": "demi/train/model.h",
+    "distributed": "demi/distributed/distributed.h", "train": "demi/train/model.h",
 }
 VOCABULARY = "demi/kernels/conv_params.h"  # what ops' users see of the kernels
 

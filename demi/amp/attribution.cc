@@ -77,8 +77,8 @@ bool any_nonfinite(const Tensor& t) {
 void OverflowFinder::on_op(const ops::OpEvent& e) {
   if (source_.found) return;
   // Most ops of the re-run are finite: checked on their bits first, counted only where one is not (the
-  // counting scan, per value with a conversion, was 8% of a 10-step model D run at O2-fp16 with its three
-  // overflow steps at the start).
+  // counting scan, per value with a conversion, was a noticeable share of a 10-step model D run at O2-fp16
+  // with its three overflow steps at the start).
   if (std::none_of(e.outputs.begin(), e.outputs.end(), [](const Tensor& o) { return any_nonfinite(o); })) return;
   Scan out;
   DType bad_dtype = DType::kF32;

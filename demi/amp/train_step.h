@@ -79,7 +79,7 @@ struct TrainOptions {
 };
 
 // Combines the gradients of processes that train one model on different batches (data parallelism;
-// demi/dist implements it on MPI). TrainStep calls it in this order every update:
+// demi/distributed implements it on MPI). TrainStep calls it in this order every update:
 //   gradient_ready(p)   during the last micro-batch's backward, for each parameter whose gradient is
 //                       final, in the order backward completes them (so the reducer may start combining
 //                       them while backward goes on); not called for updates made of accumulate() calls

@@ -5,8 +5,8 @@
 // vcvtneps2bf16 rounds to nearest even and makes NaNs quiet exactly as half.h does, but it always treats
 // f32 denormal inputs as zero (whatever MXCSR.DAZ says): 0x007fffff gives 0x0000 where round to nearest
 // even gives 0x0080. Those lanes are redone with integer rounding, on a branch that normal data (zeros
-// included) never takes, so the kernel stays bit-identical to half.h. On the Sapphire Rapids-class VM this
-// was written on it runs at about twice the speed of AVX-512 integer rounding (bench/convert_bench.cc).
+// included) never takes, so the kernel stays bit-identical to half.h. It runs faster than AVX-512 integer
+// rounding (bench/convert_bench.cc measures both variants).
 
 // GCC 12's AVX-512 intrinsics self-initialise their "undefined" operands, which -Wmaybe-uninitialized
 // reports at every inlined use (GCC bug 105593, fixed in 13); the location is inside the header.
@@ -29,7 +29,7 @@ inline __mmask16 first_lanes(int64_t count) { return static_cast<__mmask16>((1u 
 
 // The lanes of x that hold f32 denormals. vfpclassps is one instruction but obeys MXCSR.DAZ (it calls a
 // denormal zero then), so with DAZ set the test is integer: 0 < |x| < 2^-126, i.e. |x| - 1 < 0x007fffff
-// as unsigned (zero wraps to the top). The integer test costs ~20% of the kernel's L1 throughput.
+// as unsigned (zero wraps to the top). The integer test costs a noticeable share of the kernel's L1 throughput.
 template <bool kDaz>
 inline __mmask16 denormal_lanes(__m512 x) {
   if constexpr (kDaz) {

@@ -2,8 +2,9 @@
 // tagged with a category, so that "how much memory does O2 save, and where" is measured, not guessed.
 //
 // Freed blocks are kept in size-class free lists and reused, so that a steady-state training loop takes
-// no fresh page faults and makes no system allocations (a first touch of a 4 KiB page costs ~11 µs on this
-// VM; frameworks that return memory to the OS lose 3–8× to it). Large blocks are hinted MADV_HUGEPAGE.
+// no fresh page faults and makes no system allocations (a first touch of a 4 KiB page is a costly fault, and
+// frameworks that return memory to the OS pay it again every step: bench/memory_bench counts the faults).
+// Large blocks are hinted MADV_HUGEPAGE.
 // The tracker counts bytes requested by live tensors (current and peak, per category and in total);
 // cached-but-free bytes are reported separately.
 #pragma once

@@ -19,7 +19,7 @@ namespace {
 
 // Elements per parallel chunk for fills; below this a loop is not worth waking the pool for.
 constexpr int64_t kFillGrain = 1 << 16;
-// Counter blocks (4 values each) per parallel chunk for random fills (Box–Muller is ~20x a store).
+// Counter blocks (4 values each) per parallel chunk for random fills (Box–Muller costs far more than a store).
 constexpr int64_t kRandomGrain = 1 << 12;
 
 // One element's value as a double, and back (float -> integer truncates toward zero, -> bool is != 0,

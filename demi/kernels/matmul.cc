@@ -284,7 +284,7 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   }
   // Each measurement repeats a small product to ~0.5 ms (one call of a tiny product is all noise); up to 7
   // rounds, fewer for products that take long (the tuning stays under ~0.2 s per shape). The best of 3
-  // rounds left near-equal candidates to the VM's noise: model A's 32 x 7200 x 10 f16 product chose
+  // rounds left near-equal candidates to timing noise: model A's 32 x 7200 x 10 f16 product chose
   // oneDNN's widening path (1.2 MiB of f32 copies) in 2 of 4 tunings and demi's (none) in the others.
   const double per_call = total / static_cast<double>(cand.size());
   const int reps = std::clamp(static_cast<int>(5e-4 / std::max(per_call, 1e-9)), 1, 200);
@@ -296,7 +296,7 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   // or a whole operand at a time (demi's converts panel by panel): they have to be clearly faster, by
   // kF16WidenMargin, to be worth that memory, and are not taken at all where they hold more than
   // kMaxWideningBytes at once (model C's 1024 x 784 x 256 f16 weight gradient into bf16 widened its
-  // operands and f32 output whole: 4.5 MiB, 22% of its O2-fp16 training peak, for a product ~10% faster).
+  // operands and f32 output whole: 4.5 MiB, 22% of its O2-fp16 training peak, for a slightly faster product).
   // So do oneDNN's runs on an f32 b read rounded (AMP's master weight), which get a rounded copy of the
   // whole b per call (run()): to bf16 too, not only to f16 (model C's 1024 x 1024 forward at O2-bf16 took
   // oneDNN on its bf16 copy when a tuning measured it a few percent faster than demi's pair kernel, and

@@ -210,8 +210,8 @@ Tensor concat(std::span<const Tensor> xs, int axis);
 // softmax kernel: no (Sq, Sk) mask tensor exists. recompute_probs: backward recomputes the probabilities
 // from q, k and the mask (kept anyway) instead of keeping them from the forward, as FlashAttention does — the
 // same kernels on the same operands, so the same gradients, bit for bit — for one more q·kᵀ product and
-// softmax in backward (model D on a Zen 5: 12% less training peak at O0 for 5% more step time, 11% less at
-// O2-bf16 for 11% more).
+// softmax in backward (on model D, a lower training peak at O0 and O2-bf16 for a longer step: bench/memory.py's
+// +recompute-attn rows measure the peak, bench/ab.py with `demi train --recompute-attention` the step time).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = Tensor(),
                                     double scale = 0, int64_t heads = 1, bool causal = false,
                                     bool recompute_probs = false);

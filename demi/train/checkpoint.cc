@@ -19,7 +19,7 @@
 #include <set>
 
 #include "demi/core/error.h"
-#include "demi/dist/dist.h"
+#include "demi/distributed/distributed.h"
 #include "demi/io/atomic_file.h"
 #include "demi/nn/layers.h"
 #include "demi/train/model.h"

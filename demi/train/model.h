@@ -7,7 +7,7 @@
 //               /*dataset_sink_mode=*/true);
 //   auto metrics = model.eval(test_ds);   // {"Accuracy": 0.89}
 //
-// Data parallelism (demi/dist): when dist::init() was called in a world of several processes and the
+// Data parallelism (demi/distributed): when dist::init() was called in a world of several processes and the
 // auto-parallel context says kDataParallel, the Model trains data-parallel by itself. train() copies the
 // parameters and buffers from rank 0 (parameter_broadcast), shards the training set — pass the whole
 // pipeline with the per-process batch size: each process takes every N-th batch, so every sample is
@@ -36,7 +36,7 @@
 #include "demi/amp/train_step.h"
 #include "demi/core/memory.h"
 #include "demi/data/dataset.h"
-#include "demi/dist/data_parallel.h"
+#include "demi/distributed/data_parallel.h"
 #include "demi/train/callback.h"
 #include "demi/train/hooks.h"
 #include "demi/train/metrics.h"

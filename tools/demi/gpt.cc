@@ -20,7 +20,7 @@
 #include "demi/core/rng.h"
 #include "demi/data/iterator.h"
 #include "demi/data/text.h"
-#include "demi/dist/dist.h"
+#include "demi/distributed/distributed.h"
 #include "demi/io/atomic_file.h"
 #include "demi/io/internal/json.h"
 #include "demi/nn/gpt.h"
@@ -134,6 +134,36 @@ void check_resume_shape(const io::Metadata& saved, const io::Metadata& now, cons
 
 bool is_gpt_model(const std::string& m) { return m == "gpt" || m == "GPT"; }
 
+// AdamW (0.9, 0.99) with decoupled decay on the weight matrices only (not biases, norms, embeddings),
+// cosine decay to lr / 10 after a linear warm-up: nanoGPT's Shakespeare-char recipe.
+std::shared_ptr<optim::AdamW> gpt_optimizer(const ParsedArgs& args, nn::GPT& net, int64_t steps) {
+  const double lr = args.has("lr") ? args.get_real("lr") : 1e-3;
+  const double wd = args.get_real("weight-decay");
+  const int64_t warmup = std::min(args.get_int("warmup"), steps);
+  auto groups = optim::weight_decay_groups(net.parameters_and_names(), wd, {"wte", "wpe"});
+  auto opt = std::make_shared<optim::AdamW>(groups, optim::cosine_lr(lr, steps, warmup, lr / 10),
+                                            optim::AdamOptions{.beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8});
+  opt->set_state_dtype(parse_optimizer_state(args.get("optimizer-state")));
+  return opt;
+}
+
+// The GPT's AMP and training options (clipping at 1.0 unless told otherwise, the step budget).
+train::ModelOptions gpt_model_options(const ParsedArgs& args, int64_t steps) {
+  train::ModelOptions mo;
+  mo.amp_level = amp::parse_level(args.get("amp"));
+  mo.low_dtype = parse_dtype(args.get("dtype"));
+  if (!is_low_precision(mo.low_dtype)) throw UsageError("--dtype must be fp16 or bf16, got '" + args.get("dtype") + "'");
+  mo.loss_scale_manager = parse_loss_scale(args.get("loss-scale"));
+  mo.no_loss_scale = args.get("loss-scale") == "none";  // overrides the level's default manager
+  mo.accumulate = static_cast<int>(args.get_int("accumulate"));
+  mo.amp_adapt = args.flag("amp-adapt");
+  mo.low_precision_param_grads = parse_param_grads(args.get("param-grads"));
+  mo.optimizer_in_backward = parse_optimizer_in_backward(args.get("optimizer-in-backward"));
+  mo.clip_grad_norm = args.has("clip-grad-norm") ? args.get_real("clip-grad-norm") : 1.0;
+  mo.max_steps = steps;
+  return mo;
+}
+
 int run_train_gpt(const ParsedArgs& args, bool plan) {
   apply_thread_option(args);
   const bool json = args.flag("json");
@@ -168,37 +198,8 @@ int run_train_gpt(const ParsedArgs& args, bool plan) {
       data::TextDatasetOptions{.block_size = o.block_size, .split = "valid", .windows = eval_windows, .seed = seed + 1});
   auto train_ds = train_text->batch(batch);
   auto valid_ds = valid_text->batch(std::min(batch, eval_windows));
-  const double lr = args.has("lr") ? args.get_real("lr") : 1e-3;
-  const double wd = args.get_real("weight-decay");
-  const int64_t warmup = std::min(args.get_int("warmup"), steps);
-  // AdamW (0.9, 0.99) with decoupled decay on the weight matrices only (not biases, norms, embeddings),
-  // cosine decay to lr / 10 after a linear warm-up: nanoGPT's Shakespeare-char recipe.
-  auto groups = optim::weight_decay_groups(net->parameters_and_names(), wd, {"wte", "wpe"});
-  auto opt = std::make_shared<optim::AdamW>(groups, optim::cosine_lr(lr, steps, warmup, lr / 10),
-                                            optim::AdamOptions{.beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8});
-  opt->set_state_dtype(parse_optimizer_state(args.get("optimizer-state")));
-  train::ModelOptions mo;
-  mo.amp_level = amp::parse_level(args.get("amp"));
-  mo.low_dtype = parse_dtype(args.get("dtype"));
-  if (!is_low_precision(mo.low_dtype)) throw UsageError("--dtype must be fp16 or bf16, got '" + args.get("dtype") + "'");
-  const std::string ls = args.get("loss-scale");
-  if (ls == "dynamic") {
-    mo.loss_scale_manager = std::make_shared<amp::DynamicLossScaleManager>();
-  } else if (ls.rfind("fixed:", 0) == 0) {
-    std::optional<double> v = parse_real(std::string_view(ls).substr(6));
-    if (!v || !(*v > 0)) throw UsageError("--loss-scale fixed:N needs a number N > 0, got '" + ls + "'");
-    mo.loss_scale_manager = std::make_shared<amp::FixedLossScaleManager>(*v, true);
-  } else if (ls == "none") {
-    mo.no_loss_scale = true;
-  } else if (ls != "default") {
-    throw UsageError("unknown --loss-scale '" + ls + "'; expected default, none, fixed:N or dynamic");
-  }
-  mo.accumulate = static_cast<int>(args.get_int("accumulate"));
-  mo.amp_adapt = args.flag("amp-adapt");
-  mo.low_precision_param_grads = parse_param_grads(args.get("param-grads"));
-  mo.optimizer_in_backward = parse_optimizer_in_backward(args.get("optimizer-in-backward"));
-  mo.clip_grad_norm = args.has("clip-grad-norm") ? args.get_real("clip-grad-norm") : 1.0;
-  mo.max_steps = steps;
+  auto opt = gpt_optimizer(args, *net, steps);
+  const train::ModelOptions mo = gpt_model_options(args, steps);
   train::Model model(net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt,
                      {{"Loss", std::make_shared<train::Loss>()}}, mo);
   if (plan) {

@@ -31,7 +31,7 @@
 #include "demi/core/rng.h"
 #include "demi/core/tensor.h"
 #include "demi/ops/ops.h"
-#include "demi/dist/dist.h"
+#include "demi/distributed/distributed.h"
 #include "demi/kernels/matmul.h"
 #include "tools/demi/args.h"
 
@@ -252,7 +252,9 @@ std::vector<Command> commands() {
                   .summary = "The seed's comparison: models A and B trained at O0 and O2 (fp16, bf16), side by side.",
                   .options = {},
                   .run = run_training_demo});
-  add_training_commands(cmds);
+  add_train_commands(cmds);
+  add_eval_command(cmds);
+  add_compare_command(cmds);
   add_gpt_commands(cmds);
   return cmds;
 }

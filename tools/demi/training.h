@@ -1,16 +1,75 @@
-// The training commands of the demi tool: train, eval, compare (and the demo built on compare).
+// What the training commands of the demi tool share: train and plan (train.cc), eval (eval.cc), compare and
+// the demo (compare.cc), and the GPT's train (gpt.cc) — the job a command line describes, the Model its
+// options build, the checks of its settings, threads, resuming, and how a run's end becomes an exit status.
 #pragma once
 
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "demi/amp/policy.h"
+#include "demi/io/training_state.h"
+#include "demi/data/dataset.h"
+#include "demi/nn/cell.h"
 #include "demi/train/checkpoint.h"
 #include "demi/train/model.h"
 #include "tools/demi/args.h"
 
 namespace demi::cli {
+
+// The model and data a command line names, with its batch size resolved.
+struct Job {
+  std::string model_key;  // A, B, C, D, R
+  std::shared_ptr<nn::Cell> net;
+  std::shared_ptr<data::Dataset> train_ds, test_ds;
+  std::string data_name;
+  int64_t batch_size = 0;  // resolved (0 on the command line: the model's reference batch)
+};
+// --model, --data, --batch-size, --train-samples, --seed (and the reference models' variants) -> the job.
+Job make_job(const ParsedArgs& args);
+// "A", "simplecnn", "a" -> "A"; an unknown name is a UsageError listing the models.
+std::string model_key(const std::string& m);
+// The options train, plan, eval and compare share (model, data, batch, learning rate, seed, threads, ...).
+std::vector<Option> training_options();
+
+// What train and plan build from their options: the job, the precision and the Model.
+struct Training {
+  Job job;
+  amp::Level level = amp::Level::kO0;
+  DType low = DType::kF16;
+  train::ModelOptions mo;
+  std::unique_ptr<train::Model> model;
+};
+// `reporting`: the Model also measures the test loss (the report shows it).
+Training build_training(const ParsedArgs& args, bool reporting);
+// --loss-scale: default (null: the level's), none (null; ModelOptions::no_loss_scale), fixed:N or dynamic.
+std::shared_ptr<amp::LossScaleManager> parse_loss_scale(const std::string& s);
+// "512MiB", "2GiB", "1.5GB", "800MB", "65536" (bytes) -> bytes.
+int64_t parse_bytes(const std::string& s);
+// --max-memory: the arguments with --batch-size set to the largest multiple of 8 whose forecast training
+// peak fits the budget (probes at 8 and 16 give the line, a probe at its prediction and its neighbours
+// settle it).
+ParsedArgs with_batch_under_budget(const ParsedArgs& args);
+// Under mpirun / srun: every process joins the job, trains data-parallel, and only rank 0 prints
+// (warnings and errors still reach standard error from every process).
+void start_data_parallel(const ParsedArgs& args);
+// The settings a checkpoint's state depends on, stored in every checkpoint the CLI writes, each under
+// "cli." and its option's name.
+io::Metadata run_settings(const ParsedArgs& args, const Job& job);
+// A resume checks the settings the checkpoint was taken with: mid-epoch, another data set, sample count
+// or batch size would misalign the data position (refused, exit 2); another learning rate or seed, or
+// those at an epoch's end, merely change the run (a warning).
+void check_resume_settings(const io::TrainingMeta& meta, const io::Metadata& now, const std::string& file);
+// A memory category as the JSON keys of train --json and plan --json name it: "optimizer state" ->
+// optimizer_state.
+std::string json_category(int c);
+// --report PATH, --report-data PATH: the path must be writable before the run starts, not after it (a
+// UsageError naming the option).
+void check_report_option(const ParsedArgs& args, const char* option);
+// Bytes as MiB with two decimals: "12.34".
+std::string mib(int64_t bytes);
 
 // Sets demi's thread count from --threads (0: every core). More threads than the machine has hardware
 // threads would make each step wait on oversubscribed workers (hundreds of times slower): clamped to the
@@ -43,8 +102,10 @@ int print_forecast(train::Model& model, const Tensor& data, const Tensor& label,
 // its last loss is not finite, most of its updates were skipped (non-finite gradients), or it diverged
 // (its last loss above 10 times, and 1 nat more than, the loss it started from).
 int training_exit_status(double first_loss, double last_loss, int64_t skipped, int64_t steps);
-// Appends train, eval and compare to the command list.
-void add_training_commands(std::vector<Command>& cmds);
+// Append their commands to the list: train and plan (train.cc), eval (eval.cc), compare (compare.cc).
+void add_train_commands(std::vector<Command>& cmds);
+void add_eval_command(std::vector<Command>& cmds);
+void add_compare_command(std::vector<Command>& cmds);
 // `demi demo`: the seed's comparison, O0 against O2, on model A (random data) and model B (Fashion-MNIST).
 int run_training_demo(const ParsedArgs& args);
 

@@ -2,7 +2,9 @@
 // reads past its end, with integer overflow and nesting depth checked.
 #include "demi/io/internal/json.h"
 
+#include <cmath>
 #include <cstdio>
+#include <sstream>
 #include <unordered_set>
 
 #include "demi/core/error.h"
@@ -270,6 +272,24 @@ std::string json_quote(std::string_view s) {
     }
   }
   return out + "\"";
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  std::ostringstream os;
+  os.precision(9);
+  os << v;
+  return os.str();
+}
+
+std::string json_object(const std::map<std::string, std::string>& fields) {
+  std::string s = "{";
+  bool first = true;
+  for (const auto& [k, v] : fields) {
+    s += (first ? "" : ",") + json_quote(k) + ":" + v;
+    first = false;
+  }
+  return s + "}";
 }
 
 }  // namespace demi::io::internal

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,5 +40,10 @@ JsonValue parse_json(std::string_view text, std::string_view where);
 
 // `s` as a JSON string literal, quotes included; control characters are escaped as \u00XX.
 std::string json_quote(std::string_view s);
+// `v` as a JSON number with up to 9 significant digits; null when it is not finite (JSON has no NaN).
+std::string json_number(double v);
+// A flat JSON object of values already written (json_quote'd strings, json_number's, nested objects), in
+// the keys' order: one line of the command line's --json output.
+std::string json_object(const std::map<std::string, std::string>& fields);
 
 }  // namespace demi::io::internal

@@ -122,9 +122,10 @@ void pad_image(const Conv2dParams& p, const Geometry& g, const void* x, DType t,
 }
 
 // The sum of row[0 .. n): 16 partial sums (value i into partial i % 16, independent chains the compiler
-// vectorizes at any level), then added in order. One serial chain of adds, 3-4 cycles each, was 4% of
-// model B's step (its second layer's bias gradient: 64 channels x 196 positions per image). The order is
-// fixed, so the bits do not depend on the CPU level or the threads.
+// vectorizes at any level), then added in order. One serial chain of adds, 3-4 cycles each, was a
+// measurable share of model B's step (its second layer's bias gradient: 64 channels x 196 positions per
+// image; bench/ab.py measures a step). The order is fixed, so the bits do not depend on the CPU level or
+// the threads.
 float row_sum(const float* row, int64_t n) {
   constexpr int kLanes = 16;
   float part[kLanes] = {};

@@ -86,11 +86,12 @@ using cpu_internal::Workspace;
 // tiles): the dz a thread holds is kDzChannels rows, not OC.
 constexpr int64_t kDzChannels = 8;
 // The weight gradient's columns of every input channel are built at once, once per image, up to this many
-// bytes per thread; past it one input channel's at a time, again for each chunk of output channels. Model
-// A's first layer (27 taps x 900 positions), measured on a Zen 4: in bf16 (48.6 KB) its backward 0.40 ->
-// 0.28 ms a step at O2-bf16; in f32 (97.2 KB) at O0 0.57-0.67 -> 0.46-0.53 ms; both training peaks
-// unchanged. In f16 (48.6 KB; f32 columns held whole at O2-fp16 had raised its peak 6.6%) 0.61 -> 0.53 ms,
-// the training peak +28 KB (+1.5%: the peak is that kernel's scratch there).
+// bytes per thread; past it one input channel's at a time, again for each chunk of output channels. On
+// model A's first layer (27 taps x 900 positions) building them at once made the backward faster in every
+// dtype: in bf16 (48.6 KB) at O2-bf16 and in f32 (97.2 KB) at O0 with both training peaks unchanged; in f16
+// (48.6 KB; f32 columns held whole at O2-fp16 had raised its peak 6.6%) for a training peak 28 KB (1.5%)
+// higher, the peak being that kernel's scratch there. `demi train --profile` times the backward,
+// bench/memory.py measures the peaks.
 constexpr size_t kAllColumnsBytes = size_t{100} << 10;
 
 const DirectConvKernels& kernels() {

@@ -31,9 +31,9 @@ inline __mmask32 pair_mask(int64_t left) {
 
 // col (K, OH * OW) in bf16 from the padded image, whose f32 values are widened bf16: the top halves, exactly
 // (their bits: a NaN's payload and a subnormal stay as they are), 32 positions at a time picked from two
-// vectors of f32 by one word permute (vpermt2w), where a shift and a narrowing store took 16 (model A's
-// first-layer backward at O2-bf16: 0.40 -> 0.38 ms a step on a Zen 4, before its columns were built once
-// per image).
+// vectors of f32 by one word permute (vpermt2w), where a shift and a narrowing store took 16 (it made model
+// A's first-layer backward at O2-bf16 faster, before its columns were built once per image; `demi train
+// --profile` times that backward).
 void columns_bf16(const DirectGeom& g, const float* xp, BFloat16* col) {
   // Word 2i + 1 of the pair (lo, hi) is the top half of element i: lo's for i < 16, hi's (index 32 + ...) after.
   alignas(64) static constexpr uint16_t kTopHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,

@@ -7,7 +7,7 @@
 // so a matrix product of f16 operands becomes one bf16 product over four times the inner dimension,
 // A' = [ah ah al al] times B' = [bh; bl; bh; bl], accumulated in f32 — the same value as converting to
 // f32 and multiplying there, up to the order of the sum. On a CPU with AMX-BF16 the 4K bf16 product runs
-// 1.3-2x faster than the f32 one (demi/kernels/onednn/matmul.cc decides when to use it).
+// faster than the f32 one (demi/kernels/onednn/matmul.cc decides when to use it).
 //
 // split_f16_bf16 writes the four segments of each source row wherever the caller's layout wants them:
 // row i of src (cols values) goes to dst + i * row_stride + s * seg_stride for s = 0..3, each segment

@@ -140,8 +140,8 @@ constexpr int64_t kParallelMacs = int64_t{1} << 18;
 constexpr int64_t kLongKc = 1024;
 // Rows per thread below which a product's threads split its columns rather than its rows: split by
 // rows, every thread multiplies every packed panel, half of them packed on the other core (model B's
-// 128-row products ran at 0.51-0.76 of oneDNN's rate split by rows, 0.77-0.88 by columns; at 24 rows a
-// thread the break-even was not reached).
+// 128-row products came clearly closer to oneDNN's rate split by columns than by rows; at 24 rows a
+// thread the break-even was not reached). bench/gemm_bench measures demi against oneDNN per shape.
 constexpr int64_t kMinRowsPerThread = 100;
 constexpr size_t kMaxPanelBytes = size_t{2} << 20;  // the packed panel of b, at most (see product())
 
@@ -154,8 +154,8 @@ double prepare_cost(bool trans_b, int64_t m, int64_t n, int64_t k) {
 // Whether computing c^T = op(b)^T op(a)^T (transposed tiles) moves fewer elements than c = op(a) op(b):
 // a Dense layer's forward x w^T with fewer rows than outputs packs x instead of the larger weight.
 // Not for short K: then the transposed tile stores (a register transpose per 16 columns) cost more than
-// the k loop they end, and packing is cheap anyway (model B's 3136 -> 128 backward products, K = 128:
-// swapped they ran at 0.56-0.73 of oneDNN's rate, unswapped 0.77-0.95, in every dtype; measured on a Zen 5).
+// the k loop they end, and packing is cheap anyway (model B's 3136 -> 128 backward products, K = 128, ran
+// further below oneDNN's rate swapped than unswapped, in every dtype; bench/gemm_bench measures them).
 constexpr int64_t kMinSwapK = 256;
 
 bool swap_operands(const MatmulParams& p) {
@@ -286,10 +286,10 @@ Layout layout(const MatmulParams& p_in, const GemmKernels& g, bool bf16, int thr
   // An f32 a stored by rows and read as stored goes to the micro-kernel in place (rows lda apart); any
   // other a is copied a block at a time into compact rows (or, transposed, columns), converted or rounded
   // on the way. The copy was once kept for every a, since a stride of a multiple of 4 KiB maps a
-  // micro-panel's six rows onto one cache set; measured on a Zen 4 (gemm_bench, demi / oneDNN, three
-  // interleaved runs each way) reading in place is as fast or faster on every reference shape, 4 KiB
-  // strides included (C's 1024-wide dx 0.92-0.94 either way, 1024^3 0.94-0.95 -> 0.97), and much faster
-  // where a block of a is reused by few panels (B's 128 x 128 x 3136 forward 0.72-0.77 -> 0.92-0.94).
+  // micro-panel's six rows onto one cache set; measured with gemm_bench (demi / oneDNN, three interleaved
+  // runs each way), reading in place is as fast or faster on every reference shape, 4 KiB strides included
+  // (C's 1024-wide dx, 1024^3), and much faster where a block of a is reused by few panels (B's 128 x 128 x
+  // 3136 forward).
   L.a_in_place = !bf16 && !p.trans_a && p.a_dtype == DType::kF32 && L.a_round == DType::kF32;
   L.a_block_bytes = L.a_in_place ? 0
                     : bf16       ? static_cast<size_t>(L.kc_pad * L.mc) * sizeof(BFloat16)
@@ -490,11 +490,12 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
       };
       // One row block split by columns: each task packs the panels it alone multiplies, one at a time into
       // its own slot, so a thread reads what it wrote itself while it is in L1 (measured on model A's
-      // 7200 -> 10 products: the threads sharing every packed panel scaled 1.1x on 2 cores; oneDNN's 1.8x).
+      // 7200 -> 10 products: with the threads sharing every packed panel a second thread gained little, far
+      // less than oneDNN's did; bench/gemm_bench with --threads 1 and 2 measures the scaling).
       const bool pack_in_task = ic_blocks == 1 && n_split > 1;  // (then column_split: one slot per task)
       if (!pack_in_task) parallel_for(0, panels, threads > 1 ? 1 : panels, pack);
       // Then the tasks share the one row block of a, prepared by all the threads first (each preparing the
-      // whole block, the threads did the same work twice: 18% of model B's 128 x 128 x 3136 forward).
+      // whole block, the threads did the same work twice: a sizeable share of model B's 128 x 128 x 3136 forward).
       const bool shared_a = pack_in_task && !L.a_in_place;
       if (shared_a)
         for_each_part(thread_parts, thread_parts, [&](int64_t part, int64_t, int64_t) {
@@ -545,8 +546,8 @@ void product(const Layout& L, const GemmKernels& g, bool bf16, const void* a_in,
             // Swapped, a panel's tiles are stored as they are (c^T: mc rows, NR columns) into a block, and
             // the block goes to c transposed 16 x 16 in registers, with the epilogue, 16 rows of c at a
             // time. Each tile stored transposed straight into c wrote 6 values into each of NR rows ldc
-            // apart (often a multiple of 4 KiB: one cache set): 13% of model C's 256 x 1024 x 1024 forward
-            // on one thread of a Zen 5, against 4% through the block.
+            // apart (often a multiple of 4 KiB: one cache set), a several times larger share of model C's
+            // 256 x 1024 x 1024 forward on one thread than through the block (gemm_bench --threads 1).
             if (stage_tiles) {
               GemmTile s;
               s.ldc = NR;

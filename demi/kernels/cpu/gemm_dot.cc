@@ -67,8 +67,9 @@ void product(const MatmulParams& p, const void* a, const void* b, void* c, const
   const int64_t pairs = (M + 1) / 2;
   const int64_t parts = M * N * K >= (int64_t{1} << 16) ? cpu_internal::parts_for(pairs) : 1;
   // Every tile reads all of b. Converted by the threads together, half of it sat in the other core's cache
-  // and every row pair fetched it from there: model A's 32 x 7200 x 10 f16 forward on its FP32 master ran at
-  // 0.5-0.6x the f32 product's speed on two threads, 0.9x on one (Zen 4); with its own copy, 0.8x on two.
+  // and every row pair fetched it from there: model A's 32 x 7200 x 10 f16 forward on its FP32 master ran
+  // far below the f32 product's speed on two threads, though close to it on one; with its own copy, much
+  // closer on two (gemm_bench's model A rows, with --threads 1 and 2, measure it).
   // So while a copy fits in a core's L2, each part converts all of b for itself (a few microseconds).
   constexpr size_t kPrivateB = size_t{512} << 10;
   const size_t b_bytes = static_cast<size_t>(N * K) * sizeof(float);

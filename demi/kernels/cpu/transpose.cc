@@ -117,7 +117,7 @@ void permute(const void* x, size_t elem_size, std::span<const int64_t> shape, st
   // Each thread walks its output units along the innermost walked axis in one loop (a run, or an element,
   // per unit, `stride` input elements apart), then carries into the outer axes. A memcpy call per unit, of
   // a size known only at run time, and the carry after every unit made model D's bf16 head split (runs of
-  // 128 bytes) 1.9x slower than this (pointwise_bench permute_*, Zen 4: 158 -> 84 us; the merge 51 -> 38).
+  // 128 bytes), and the merge, clearly slower than this (pointwise_bench's permute_* rows measure both).
   const size_t last = axes - 1;  // (r >= 2 here, so at least one axis is walked)
   parallel_for(0, units, grain, [&](int64_t u0, int64_t u1) {
     std::vector<int64_t> idx(axes);

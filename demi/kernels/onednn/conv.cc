@@ -1,10 +1,10 @@
 // What a call decides, and on what grounds:
 //   - Layout (ConvLayout::kAuto): oneDNN's blocked layouts, reordered to and from NCHW within the call,
 //     except backward-data in f32 with fewer than 16 input channels, which runs plain NCHW (the blocked
-//     f32 kernels pad the channels to 16). A rule, not a measurement: on the one machine it was measured
-//     on (an AMX Xeon, 2 cores, models A and B and a 64-channel layer) blocked won 1.5-6x everywhere else;
-//     depthwise runs blocked too. A layout that measures differently on another CPU would be a candidate
-//     for the per-geometry choice below.
+//     f32 kernels pad the channels to 16). A rule, not a measurement: where it was measured (one machine
+//     with AMX, models A and B and a 64-channel layer; kernels_bench's Conv2d rows time the blocked path)
+//     blocked won by a wide margin everywhere else; depthwise runs blocked too. A layout that measures
+//     differently on another CPU would be a candidate for the per-geometry choice below.
 //   - Compute dtype of bf16 x bf16: measured per geometry on this machine (widens(), below).
 //   - Chunks of images: from the geometry and the compute dtype alone (chunk_images(), below), so that
 //     bits never depend on timing.
@@ -242,19 +242,19 @@ const char* op_name(ConvDirection dir) {
 // workspace grows with the batch. The weights (and bias) are prepared once per call, not per chunk.
 // kChunkBytes bounds a chunk's input and output together (two copies each at most) in the dtype the
 // primitive computes in: bf16 where it computes bf16, f32 on every other path (f16 and f32 data, widened
-// bf16). Measured on model B (Zen 5): 2 MiB of f32 copies took 1.4-2.1 MiB off the training peak at O0
-// and O2-fp16 at the same speed, while bf16 chunks of half the images ran ~3% slower, so bf16 keeps the
-// images per chunk it had. At least one image runs per primitive call. The chunk size depends on the
-// geometry and the compute dtype (itself a choice kept on disk) only, so every process computes the same
-// bits.
+// bf16). Measured on model B: 2 MiB of f32 copies took 1.4-2.1 MiB off the training peak at O0 and
+// O2-fp16 at the same speed, while bf16 chunks of half the images ran slower, so bf16 keeps the images per
+// chunk it had (bench/memory.py measures the peaks, bench/ab.py the speed). At least one image runs per
+// primitive call. The chunk size depends on the geometry and the compute dtype (itself a choice kept on
+// disk) only, so every process computes the same bits.
 constexpr int64_t kChunkBytes = int64_t{2} << 20;
 // demi's fused Conv2d -> ReLU -> MaxPool2d forward on its indirect product computes the convolution's output
 // of this many bytes of images at a time, then pools it while it is in L2. At kChunkBytes it held 2.2-2.7
 // MiB on model B's second layer (the f32 output of 41 images, and for f16 storage their pooled f32 values),
 // the O2 training peak's largest part wherever that kernel is chosen (a choice by time: B's O2-fp16 peak
 // read 9.84 or 8.77 MB with the same build by the choice file); at 512 KiB the peaks are 8.70 MB at
-// O2-bf16 and 8.77 at O2-fp16 either way, the same speed (Zen 4, bench/ab.py, 6 pairs each: samples/s
-// 0.995-1.000, the pairs split). The per-image products are the same whatever the chunk, so the bits are.
+// O2-bf16 and 8.77 at O2-fp16 either way, at the same speed (bench/ab.py's pairs split between the two
+// sizes). The per-image products are the same whatever the chunk, so the bits are.
 constexpr int64_t kDemiChunkBytes = int64_t{512} << 10;
 
 // A chunk's copies of one image (input and output, two each at most) in the compute dtype.
@@ -750,7 +750,7 @@ bool onednn_holds_too_much(int64_t demi_workspace, int64_t onednn_workspace) {
 // workspace at once and demi's no more than that (model A's f16 first-layer weight gradient: oneDNN's
 // widened copies, 4.39 MiB, were 74% of its O2-fp16 training peak, for no measurable speed).
 int demi_measures_faster(const std::function<void(bool)>& run) {
-  // The two are often within 10-20% of each other, and this machine's noise is of that order: each
+  // The two are often close, within what timing noise on a shared machine can amount to: each
   // measurement repeats the call to about a millisecond, and five alternating rounds keep the best.
   double warm = 0;
   int64_t workspace[2] = {0, 0};

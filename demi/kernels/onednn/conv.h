@@ -3,7 +3,7 @@
 // semantics are Conv2dParams' (../conv_params.h, which also resolves MindSpore's pad_mode); the oracles
 // are in ../reference/conv.h.
 //
-// Tensors are plain NCHW at the interface. Inside, oneDNN's blocked layouts are 2-4x faster than its
+// Tensors are plain NCHW at the interface. Inside, oneDNN's blocked layouts are much faster than its
 // gemm-based NCHW path on most shapes even counting the reorders in and out (measured, see conv.cc), so
 // ConvLayout::kAuto reorders within the call except where NCHW measured faster. f32 and mixed inputs run
 // in f32; f16 is converted to f32 in tracked workspace (oneDNN 2.6 has no f16 kernels here) and back;

@@ -226,7 +226,7 @@ TEST(OnednnConv, PrimitivesAreCachedAndScratchIsReturned) {
 }
 
 TEST(OnednnConv, ModelShapesUseOptimisedKernels) {
-  // oneDNN's reference convolution is ~100x slower; a layout or dtype combination that silently lands
+  // oneDNN's reference convolution is orders of magnitude slower; a layout or dtype combination that silently lands
   // there must fail here, not in a benchmark (bf16 computed in bf16 and widened to f32).
   const ConvBf16Policy saved = conv_bf16_policy();
   for (ConvBf16Policy policy : {ConvBf16Policy::kBf16, ConvBf16Policy::kWidenF32})

@@ -62,11 +62,10 @@ struct IpWeightsEntry {
 // oneDNN's inner-product weight gradient reads x and dy in their plain row-major layouts and writes dw
 // (N, K) and db in one primitive (db from the same pass over dy). Measured against the matmul with a
 // transposed operand below (kernels_bench, same process, best of 3): with bf16 operands and many rows it
-// wins (model D, 4096 rows: 1.6/0.7/2.3/2.3 ms against 2.5/1.0/3.3/2.4 ms per layer), with 256 rows
-// (model C) it loses (0.60 against 0.46 ms), and in f32 it is a wash (27.8 against 28.0 ms over D's four
-// shapes) — so it is used for bf16 x and dy with at least kIpRows rows, an f32 or bf16 dw, an f32 or bf16
-// db or none, and no accumulation (the primitive has no sum post-op). The primitive writes dw and db in
-// FP32; dense_backward_weights rounds them for bf16 ones.
+// wins (model D's 4096 rows, on each of its layers), with 256 rows (model C) it loses, and in f32 it is a
+// wash over D's four shapes — so it is used for bf16 x and dy with at least kIpRows rows, an f32 or bf16
+// dw, an f32 or bf16 db or none, and no accumulation (the primitive has no sum post-op). The primitive
+// writes dw and db in FP32; dense_backward_weights rounds them for bf16 ones.
 constexpr int64_t kIpRows = 1024;
 
 bool ip_weights_applies(const DenseParams& p, const void* db) {
@@ -147,8 +146,8 @@ void dense_backward_weights(const DenseParams& p, const void* x, const void* dy,
   if (ip_weights_applies(p, db) && kernels::matmul_picks_onednn(sums, dy, x)) {
     try {
       // The primitive writes FP32 dW and db; a bf16 one (AMP's low-precision parameter gradients) is those
-      // sums rounded once, from one layer's workspace (the primitive's own bf16 outputs measured ~10% slower
-      // per call on model D on a Zen 5).
+      // sums rounded once, from one layer's workspace (the primitive's own bf16 outputs measured slower per
+      // call on model D's layers; `demi train --profile` times the layers' backward).
       const bool w32 = p.w_dtype == DType::kF32, b32 = db == nullptr || p.bias_dtype == DType::kF32;
       internal::Workspace dw_ws(w32 ? 0 : static_cast<size_t>(p.n * p.k) * sizeof(float)),
           db_ws(b32 ? 0 : static_cast<size_t>(p.n) * sizeof(float));

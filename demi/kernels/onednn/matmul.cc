@@ -295,12 +295,11 @@ bool f16_matmul_splits(const MatmulParams& p) {
     case F16Matmul::kConvertF32: return false;
     case F16Matmul::kAuto: break;
   }
-  // The 4K bf16 product itself runs 1.7-3x faster than the f32 one on AMX (model C's and D's shapes), but
-  // the split operands are 4x the f16 bytes, written and packed again: end to end (kernels_bench, Dense,
-  // ms, f16 / f32) it wins only with many rows, a plain a and a short K: model D's K = 256 products
-  // 5.6/5.9, 1.9/1.9, 6.5/8.0, 7.8/8.4, while K = 768-1024 lose (9.2/5.7, 12.2/8.8, 11.2/7.8), as do
-  // model C's 256 rows (1.78/1.43) and weight gradients (a^T). A convert-while-packing GEMM would not pay
-  // the 4x traffic.
+  // The 4K bf16 product itself runs faster than the f32 one on AMX (model C's and D's shapes), but the
+  // split operands are 4x the f16 bytes, written and packed again: end to end (kernels_bench's Dense rows,
+  // f16 against f32) it wins only with many rows, a plain a and a short K (model D's K = 256 products),
+  // while K = 768-1024 lose, as do model C's 256 rows and weight gradients (a^T). A convert-while-packing
+  // GEMM would not pay the 4x traffic.
   return onednn_has_amx() && p.m >= 1024 && p.n >= 32 && p.k <= 512 && !p.trans_a;
 }
 

@@ -6,7 +6,7 @@
 #include <ostream>
 
 #include "demi/amp/underflow.h"
-#include "demi/dist/dist.h"
+#include "demi/distributed/distributed.h"
 #include "demi/train/model.h"
 
 namespace demi::train::internal {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "demi/dist/dist.h"
+#include "demi/distributed/distributed.h"
 #include "demi/train/model.h"
 
 namespace demi::train::internal {

@@ -25,7 +25,7 @@ bool has_bf16_kernels();
 dnnl::stream& thread_stream();
 
 // f32 and bf16 map to oneDNN's types. oneDNN 2.6 has no f16 CPU kernels (primitive creation fails even
-// on this AVX512-FP16 Xeon), so f16 never reaches a primitive: callers convert it to f32 first.
+// on a CPU with AVX512-FP16), so f16 never reaches a primitive: callers convert it to f32 first.
 dnnl::memory::data_type to_dnnl(DType t);
 
 // The dtype a primitive computes in for two input operands: bf16 when both are bf16 and oneDNN has bf16

@@ -1,7 +1,7 @@
-// demi/dist in one process without MPI started: a world of one, the context's checks, the gradient
+// demi/distributed in one process without MPI started: a world of one, the context's checks, the gradient
 // buckets' layout and its one rebuild from the order backward produced the gradients. The collectives
 // across processes are tested under mpirun (tests/dist).
-#include "demi/dist/dist.h"
+#include "demi/distributed/distributed.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include "demi/autograd/autograd.h"
 #include "demi/core/rng.h"
 #include "demi/core/test_support.h"
-#include "demi/dist/data_parallel.h"
+#include "demi/distributed/data_parallel.h"
 #include "demi/nn/layers.h"
 #include "demi/optim/optimizer.h"
 

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "demi/amp/train_step.h"
-#include "demi/dist/dist.h"
+#include "demi/distributed/distributed.h"
 #include "demi/nn/cell.h"
 
 namespace demi::dist {

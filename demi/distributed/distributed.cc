@@ -1,5 +1,5 @@
 // MPI start-up, the communication thread, the watchdog and the world collectives.
-#include "demi/dist/dist.h"
+#include "demi/distributed/distributed.h"
 
 #include <mpi.h>
 #include <unistd.h>
@@ -19,7 +19,7 @@
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/core/half.h"
-#include "demi/dist/internal/comm.h"
+#include "demi/distributed/internal/comm.h"
 
 namespace demi::dist {
 namespace {
@@ -217,11 +217,11 @@ void all_reduce_f32_sum(float* data, int64_t n) {
 
 void all_reduce_bf16_sum(float* data, int64_t n) {
   // The conversions run on this (the communication) thread alone, through the serial kernels: a thread
-  // team forked here would fight backward's compute threads for the cores (measured: 1 MiB took 40 ms
-  // instead of 0.4 ms with 2 processes on 2 cores).
+  // team forked here would fight backward's compute threads for the cores (with 2 processes on 2 cores it
+  // made a 1 MiB all-reduce orders of magnitude slower; bench/allreduce_bench times the bf16 scheme).
   const demi::internal::ConvertKernels& k = demi::internal::convert_kernels(cpu_level());
   // Scratch kept between calls (they all run on the communication thread): grown, never zeroed or freed,
-  // so a bucket's all-reduce touches no fresh page (16 MiB buckets took 45 ms with per-call buffers).
+  // so a bucket's all-reduce touches no fresh page (per-call buffers made 16 MiB buckets far slower).
   thread_local std::vector<BFloat16> send, recv, mine;
   thread_local std::vector<float> sum, part;
   const auto grow = [](auto& v, int64_t size) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `mpirun demi train` end to end: dist_cli_test.sh DEMI WORKDIR MPIRUN
+# `mpirun demi train` end to end: distributed_cli_test.sh DEMI WORKDIR MPIRUN
 #   1. a run checkpointed on 2 processes resumes on 2 bit-identically (the final checkpoints are the same
 #      bytes), and on 3 from the data position it stopped at
 #   2. a process killed with SIGKILL ends the job within 30 s, the rank named; the run then resumes
@@ -12,7 +12,7 @@ rm -rf "$work"
 mkdir -p "$work"
 
 fail() {
-  echo "dist_cli_test: $1"
+  echo "distributed_cli_test: $1"
   shift
   for log in "$@"; do echo "--- $log"; tail -n 30 "$log"; done
   exit 1

@@ -1,4 +1,4 @@
-#include "demi/dist/data_parallel.h"
+#include "demi/distributed/data_parallel.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,7 +7,7 @@
 
 #include "demi/core/convert.h"
 #include "demi/core/error.h"
-#include "demi/dist/internal/comm.h"
+#include "demi/distributed/internal/comm.h"
 
 namespace demi::dist {
 namespace {
