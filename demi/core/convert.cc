@@ -1,4 +1,4 @@
-// Bulk dtype conversion: the scalar reference kernels, the per-level kernel tables (the SIMD variants
+// Bulk dtype conversion: the scalar reference kernels, the per-level kernel table (the SIMD variants
 // live in convert_avx2.cc, convert_avx512.cc and convert_avx512bf16.cc, each compiled for its ISA only),
 // and the generic any-to-any convert().
 #include "demi/core/convert.h"
@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "demi/core/error.h"
+#include "demi/core/kernel_registry.h"
 #include "demi/core/parallel.h"
 
 namespace demi {
@@ -30,31 +31,17 @@ void bf16_to_f32_scalar(const BFloat16* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
 }
 
-// Defined in the per-ISA files; only reached through the table of a level the CPU supports.
-void f32_to_f16_avx2(const float* src, Half* dst, int64_t n);
-void f16_to_f32_avx2(const Half* src, float* dst, int64_t n);
-void f32_to_bf16_avx2(const float* src, BFloat16* dst, int64_t n);
-void bf16_to_f32_avx2(const BFloat16* src, float* dst, int64_t n);
-void f32_to_f16_avx512(const float* src, Half* dst, int64_t n);
-void f16_to_f32_avx512(const Half* src, float* dst, int64_t n);
-void f32_to_bf16_avx512(const float* src, BFloat16* dst, int64_t n);
-void bf16_to_f32_avx512(const BFloat16* src, float* dst, int64_t n);
-void f32_to_bf16_avx512bf16(const float* src, BFloat16* dst, int64_t n);
+const ConvertKernels& convert_kernels_scalar() {
+  static const ConvertKernels k{f32_to_f16_scalar, f16_to_f32_scalar, f32_to_bf16_scalar, bf16_to_f32_scalar};
+  return k;
+}
 
 const ConvertKernels& convert_kernels(CpuLevel level) {
-  static const ConvertKernels kTables[] = {
-      {f32_to_f16_scalar, f16_to_f32_scalar, f32_to_bf16_scalar, bf16_to_f32_scalar},
-      {f32_to_f16_avx2, f16_to_f32_avx2, f32_to_bf16_avx2, bf16_to_f32_avx2},
-      {f32_to_f16_avx512, f16_to_f32_avx512, f32_to_bf16_avx512, bf16_to_f32_avx512},
-      // AVX512-BF16 adds only an f32 -> bf16 instruction; the rest is AVX-512's.
-      {f32_to_f16_avx512, f16_to_f32_avx512, f32_to_bf16_avx512bf16, bf16_to_f32_avx512},
-  };
-  static_assert(std::size(kTables) == static_cast<size_t>(CpuLevel::kAvx512Bf16) + 1,
-                "one kernel table per CpuLevel");
+  static const KernelTable<ConvertKernels> table{DEMI_KERNEL_TABLE_ENTRIES(convert)};
   DEMI_CHECK(static_cast<int>(level) >= 0 && static_cast<int>(level) <= static_cast<int>(max_cpu_level()),
              "CPU level ", cpu_level_name(level), " is not supported on this machine (best: ",
              cpu_level_name(max_cpu_level()), ")");
-  return kTables[static_cast<int>(level)];
+  return table.at(level);
 }
 
 }  // namespace internal

@@ -41,6 +41,12 @@ struct ConvertKernels {
 
 // The kernels of exactly `level` (the scalar ones for kScalar); the level must be supported.
 const ConvertKernels& convert_kernels(CpuLevel level);
+// Each variant (core/kernel_registry.h's convert family), defined beside its bodies: convert.cc and
+// convert_<isa>.cc. Reach them through convert_kernels(), which checks the CPU has the level.
+const ConvertKernels& convert_kernels_scalar();
+const ConvertKernels& convert_kernels_avx2();
+const ConvertKernels& convert_kernels_avx512();
+const ConvertKernels& convert_kernels_avx512bf16();
 
 // Scalar reference kernels, kept forever (oracle and fallback).
 void f32_to_f16_scalar(const float* src, Half* dst, int64_t n);

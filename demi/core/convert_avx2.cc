@@ -100,4 +100,9 @@ void bf16_to_f32_avx2(const BFloat16* src, float* dst, int64_t n) {
   bf16_to_f32_scalar(src + i, dst + i, n - i);
 }
 
+const ConvertKernels& convert_kernels_avx2() {
+  static const ConvertKernels k{f32_to_f16_avx2, f16_to_f32_avx2, f32_to_bf16_avx2, bf16_to_f32_avx2};
+  return k;
+}
+
 }  // namespace demi::internal

@@ -140,4 +140,9 @@ void bf16_to_f32_avx512(const BFloat16* src, float* dst, int64_t n) {
       });
 }
 
+const ConvertKernels& convert_kernels_avx512() {
+  static const ConvertKernels k{f32_to_f16_avx512, f16_to_f32_avx512, f32_to_bf16_avx512, bf16_to_f32_avx512};
+  return k;
+}
+
 }  // namespace demi::internal

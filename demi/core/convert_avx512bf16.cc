@@ -99,4 +99,14 @@ void f32_to_bf16_avx512bf16(const float* src, BFloat16* dst, int64_t n) {
   }
 }
 
+// AVX512-BF16 adds only an f32 -> bf16 instruction; the rest is AVX-512's.
+void f32_to_f16_avx512(const float* src, Half* dst, int64_t n);
+void f16_to_f32_avx512(const Half* src, float* dst, int64_t n);
+void bf16_to_f32_avx512(const BFloat16* src, float* dst, int64_t n);
+
+const ConvertKernels& convert_kernels_avx512bf16() {
+  static const ConvertKernels k{f32_to_f16_avx512, f16_to_f32_avx512, f32_to_bf16_avx512bf16, bf16_to_f32_avx512};
+  return k;
+}
+
 }  // namespace demi::internal

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "demi/core/context.h"
+#include "demi/core/kernel_registry.h"
 #include "tools/demi/gpt.h"
 #include "tools/demi/training.h"
 #include "demi/core/cpu.h"
@@ -101,6 +102,27 @@ void print_info() {
   std::printf("\n%s", mem_report().c_str());
 }
 
+// The kernel-variant registry (core/kernel_registry.h) as a family x ISA matrix: "own" (a body of its own),
+// "gen" (generated from the family's vector-generic body), "-" (none: the level below runs); the variant
+// this CPU runs at its dispatch level is marked with *.
+void print_kernel_variants() {
+  std::printf("\nkernel variants (family x ISA; * the one this CPU runs):\n%-14s %-8s", "family", "module");
+  for (int l = 0; l < kNumCpuLevels; ++l) std::printf(" %-11s", std::string(cpu_level_name(static_cast<CpuLevel>(l))).c_str());
+  std::printf("\n");
+  const int level = static_cast<int>(cpu_level());
+  for (const KernelFamilyInfo& f : kernel_families()) {
+    int runs = 0;  // the highest variant at or below the dispatch level
+    for (int l = 0; l <= level; ++l)
+      if (f.variants[static_cast<size_t>(l)] != nullptr) runs = l;
+    std::printf("%-14s %-8s", f.name, f.module);
+    for (int l = 0; l < kNumCpuLevels; ++l) {
+      const char* how = f.variants[static_cast<size_t>(l)];
+      std::printf(" %-11s", (std::string(how != nullptr ? how : "-") + (l == runs ? "*" : "")).c_str());
+    }
+    std::printf("\n");
+  }
+}
+
 // Which kernel each reference model's matrix products run on this machine (chosen by measurement at
 // first use and cached, kernels/matmul.h): forward (x w^T + bias, ReLU), input gradient (dy w) and weight
 // gradient (dy^T x into f32) of model C's and D's Dense layers, in each dtype.
@@ -175,6 +197,7 @@ void print_kernel_choices() {
 int run_info(const ParsedArgs& args) {
   apply_machine_options(args);
   print_info();
+  print_kernel_variants();
   print_kernel_choices();
   return 0;
 }

@@ -14,7 +14,7 @@
 namespace demi::kernels {
 namespace cpu_internal {
 
-const ActivationKernels& activation_kernels_portable() {
+const ActivationKernels& activation_kernels_scalar() {
   static const ActivationKernels kernels = make_activation_kernels<VecScalar>();
   return kernels;
 }
@@ -28,10 +28,8 @@ namespace {
 constexpr int64_t kGrain = 1 << 14;
 
 const cpu_internal::ActivationKernels& kernels_for_level() {
-  static const cpu_internal::KernelTable<cpu_internal::ActivationKernels> table{
-      {CpuLevel::kScalar, cpu_internal::activation_kernels_portable},
-      {CpuLevel::kAvx2, cpu_internal::activation_kernels_avx2},
-      {CpuLevel::kAvx512, cpu_internal::activation_kernels_avx512}};
+  using namespace cpu_internal;  // the registry names the getters unqualified
+  static const KernelTable<ActivationKernels> table{DEMI_KERNEL_TABLE_ENTRIES(activation)};
   return table.get();
 }
 

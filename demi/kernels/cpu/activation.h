@@ -1,7 +1,8 @@
 // Pointwise activations (ReLU, Sigmoid, Tanh, GELU exact and tanh-approximated, SiLU), forward and
-// backward, fast CPU kernels: one pass over memory, 16 lanes at a time with AVX-512 (a portable loop
-// below that), split over demi's thread pool. The formulas, and which tensor each backward reads, are in
-// demi/kernels/reference/activation.h (the reference twins these are tested against).
+// backward, fast CPU kernels: one pass over memory, vectorised per CPU level (the variants:
+// demi/core/kernel_registry.h; `demi info` prints them), split over demi's thread pool. The formulas, and
+// which tensor each backward reads, are in demi/kernels/reference/activation.h (the reference twins these
+// are tested against).
 //
 // Data is f32, bf16 or f16 (f64 runs the reference); compute is f32, bf16/f16 are widened exactly on load
 // and rounded to nearest even on store. Outputs may alias inputs (in-place activations).

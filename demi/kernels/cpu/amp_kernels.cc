@@ -24,10 +24,8 @@ using cpu_internal::AmpBlock;
 using cpu_internal::Workspace;
 
 const cpu_internal::AmpKernels& kernels() {
-  static const cpu_internal::KernelTable<cpu_internal::AmpKernels> table{
-      {CpuLevel::kScalar, cpu_internal::amp_kernels_scalar},
-      {CpuLevel::kAvx2, cpu_internal::amp_kernels_avx2},
-      {CpuLevel::kAvx512, cpu_internal::amp_kernels_avx512}};
+  using namespace cpu_internal;  // the registry names the getters unqualified
+  static const KernelTable<AmpKernels> table{DEMI_KERNEL_TABLE_ENTRIES(amp)};
   return table.get();
 }
 

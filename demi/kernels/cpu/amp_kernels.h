@@ -1,9 +1,10 @@
 // AMP kernels, fast: the fused gradient unscale + all-finite check that decides whether a mixed-precision
 // step is applied or skipped, and the sum of squares behind global-norm gradient clipping. Both take the
 // whole list of gradient buffers (f32, or f16/bf16: AMP O2/O3's parameter gradients) and make one pass:
-// the buffers are cut into fixed blocks of kAmpBlock elements that run in parallel, vectorised (AVX-512
-// when demi::cpu_level() allows). Cast itself is demi::convert (demi/core/convert.h). UnscaleResult is
-// defined with the reference twins (demi/kernels/reference/amp_kernels.h).
+// the buffers are cut into fixed blocks of kAmpBlock elements that run in parallel, vectorised per CPU
+// level (the variants: demi/core/kernel_registry.h; `demi info` prints them). Cast itself is demi::convert
+// (demi/core/convert.h). UnscaleResult is defined with the reference twins
+// (demi/kernels/reference/amp_kernels.h).
 #pragma once
 
 #include <cstdint>

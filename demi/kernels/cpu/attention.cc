@@ -19,10 +19,8 @@ const AttentionKernels& attention_kernels_scalar() {
 namespace {
 
 const cpu_internal::AttentionKernels& kernels() {
-  static const cpu_internal::KernelTable<cpu_internal::AttentionKernels> table{
-      {CpuLevel::kScalar, cpu_internal::attention_kernels_scalar},
-      {CpuLevel::kAvx2, cpu_internal::attention_kernels_avx2},
-      {CpuLevel::kAvx512, cpu_internal::attention_kernels_avx512}};
+  using namespace cpu_internal;  // the registry names the getters unqualified
+  static const KernelTable<AttentionKernels> table{DEMI_KERNEL_TABLE_ENTRIES(attention)};
   return table.get();
 }
 

@@ -4,7 +4,8 @@
 // maximum is subtracted in FP32 and the sums accumulate in FP32, so O2-fp16 attention cannot overflow
 // here; only p and ds, the operands of the next bf16/fp16 products, are rounded. The f64 forms run the
 // reference (demi/kernels/reference/attention.h: AttentionSoftmaxParams, the mask layout and the
-// formulas). AVX-512 when demi::cpu_level() allows, else portable; rows run in parallel.
+// formulas). Vectorised per CPU level (the variants: demi/core/kernel_registry.h; `demi info` prints
+// them); rows run in parallel.
 #pragma once
 
 #include "demi/core/dtype.h"

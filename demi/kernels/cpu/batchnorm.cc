@@ -25,10 +25,8 @@ namespace {
 using cpu_internal::Workspace;
 
 const cpu_internal::BatchNormKernels& kernels() {
-  static const cpu_internal::KernelTable<cpu_internal::BatchNormKernels> table{
-      {CpuLevel::kScalar, cpu_internal::batchnorm_kernels_scalar},
-      {CpuLevel::kAvx2, cpu_internal::batchnorm_kernels_avx2},
-      {CpuLevel::kAvx512, cpu_internal::batchnorm_kernels_avx512}};
+  using namespace cpu_internal;  // the registry names the getters unqualified
+  static const KernelTable<BatchNormKernels> table{DEMI_KERNEL_TABLE_ENTRIES(batchnorm)};
   return table.get();
 }
 

@@ -5,7 +5,8 @@
 // mean of squared deviations). The f64 overloads run the reference. BatchNormParams, the formulas and the
 // running-statistics convention (MindSpore's momentum 0.9 as the weight of the old value; unbiased
 // variance into running_var, as PyTorch and cuDNN) are documented in demi/kernels/reference/batchnorm.h.
-// AVX-512 when demi::cpu_level() allows, else portable; channels (or rows, for S = 1) run in parallel.
+// Vectorised per CPU level (the variants: demi/core/kernel_registry.h; `demi info` prints them);
+// channels (or rows, for S = 1) run in parallel.
 #pragma once
 
 #include "demi/core/dtype.h"

@@ -95,10 +95,8 @@ constexpr int64_t kDzChannels = 8;
 constexpr size_t kAllColumnsBytes = size_t{100} << 10;
 
 const DirectConvKernels& kernels() {
-  static const cpu_internal::KernelTable<DirectConvKernels> table{
-      {CpuLevel::kScalar, cpu_internal::direct_conv_kernels_scalar},
-      {CpuLevel::kAvx512, cpu_internal::direct_conv_kernels_avx512},
-      {CpuLevel::kAvx512Bf16, cpu_internal::direct_conv_kernels_avx512bf16}};
+  using namespace cpu_internal;  // the registry names the getters unqualified
+  static const KernelTable<DirectConvKernels> table{DEMI_KERNEL_TABLE_ENTRIES(direct_conv)};
   return table.get();
 }
 

@@ -19,9 +19,9 @@
 // Threads take images (each its own partial sums for the weight gradient, added in thread order).
 //
 // Serves: groups 1, stride 1, dilation 1, any padding, K <= kDirectMaxK, f32|bf16|f16 tensors. The
-// kernels exist at AVX-512 (conv_direct_avx512.cc) and as portable loops (conv_direct.cc); the oracles are
-// ../reference/conv.h and ../reference/pool.h. Whether a geometry runs here or on oneDNN is measured per
-// geometry on the machine it runs on (kernels/onednn/conv.cc: direct_chosen).
+// kernels' variants per CPU level are in demi/core/kernel_registry.h (`demi info` prints them); the oracles
+// are ../reference/conv.h and ../reference/pool.h. Whether a geometry runs here or on oneDNN is measured
+// per geometry on the machine it runs on (kernels/onednn/conv.cc: direct_chosen).
 #pragma once
 
 #include <cstdint>

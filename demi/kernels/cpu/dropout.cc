@@ -53,7 +53,7 @@ void backward_portable(const void* dyv, const uint8_t* mask, void* dxv, int64_t 
 
 }  // namespace
 
-const DropoutKernels& dropout_kernels_portable(int slot) {
+const DropoutKernels& dropout_kernels_scalar(int slot) {
   static const DropoutKernels kernels[3] = {{&forward_portable<float>, &backward_portable<float>},
                                             {&forward_portable<BFloat16>, &backward_portable<BFloat16>},
                                             {&forward_portable<Half>, &backward_portable<Half>}};
@@ -82,10 +82,8 @@ int slot_of(const char* op, DType dtype, int64_t n) {
 }
 
 const cpu_internal::DropoutKernels& kernels_for(int slot) {
-  static const cpu_internal::KernelTable<cpu_internal::DropoutKernels, int> table{
-      {CpuLevel::kScalar, cpu_internal::dropout_kernels_portable},
-      {CpuLevel::kAvx2, cpu_internal::dropout_kernels_avx2},
-      {CpuLevel::kAvx512, cpu_internal::dropout_kernels_avx512}};
+  using namespace cpu_internal;  // the registry names the getters unqualified
+  static const KernelTable<DropoutKernels, int> table{DEMI_KERNEL_TABLE_ENTRIES(dropout)};
   return table.get(slot);
 }
 

@@ -21,10 +21,8 @@ namespace {
 using cpu_internal::BroadcastPlan;
 
 const cpu_internal::ElementwiseKernels& kernels() {
-  static const cpu_internal::KernelTable<cpu_internal::ElementwiseKernels> table{
-      {CpuLevel::kScalar, cpu_internal::elementwise_kernels_scalar},
-      {CpuLevel::kAvx2, cpu_internal::elementwise_kernels_avx2},
-      {CpuLevel::kAvx512, cpu_internal::elementwise_kernels_avx512}};
+  using namespace cpu_internal;  // the registry names the getters unqualified
+  static const KernelTable<ElementwiseKernels> table{DEMI_KERNEL_TABLE_ENTRIES(elementwise)};
   return table.get();
 }
 

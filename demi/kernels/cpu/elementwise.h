@@ -3,8 +3,8 @@
 // Inputs and output share one dtype (the ops layer casts first): f32, bf16, f16 compute in f32 and round
 // once on store (bit-identical to demi::BFloat16(float) / demi::Half(float)); f64 runs the reference
 // kernels (demi/kernels/reference/elementwise.h, which also defines BinaryOp, UnaryOp and
-// broadcast_shape). AVX-512 when demi::cpu_level() allows, else a portable loop; large tensors run on
-// demi's thread pool.
+// broadcast_shape). Vectorised per CPU level (the variants: demi/core/kernel_registry.h; `demi info`
+// prints them); large tensors run on demi's thread pool.
 //
 // Broadcast patterns are coalesced first, so same-shape, scalar, row (bias over features), column and
 // channel ((N, C, H, W) with (C, 1, 1)) broadcasts all become contiguous inner loops.

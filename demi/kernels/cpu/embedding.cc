@@ -20,10 +20,8 @@ const EmbeddingKernels& embedding_kernels_scalar() {
 namespace {
 
 const cpu_internal::EmbeddingKernels& kernels() {
-  static const cpu_internal::KernelTable<cpu_internal::EmbeddingKernels> table{
-      {CpuLevel::kScalar, cpu_internal::embedding_kernels_scalar},
-      {CpuLevel::kAvx2, cpu_internal::embedding_kernels_avx2},
-      {CpuLevel::kAvx512, cpu_internal::embedding_kernels_avx512}};
+  using namespace cpu_internal;  // the registry names the getters unqualified
+  static const KernelTable<EmbeddingKernels> table{DEMI_KERNEL_TABLE_ENTRIES(embedding)};
   return table.get();
 }
 

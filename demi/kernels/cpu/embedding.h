@@ -1,8 +1,8 @@
 // Embedding lookup, fast: gather rows of a (V, D) table by int32/int64 ids, converting an FP32 table
 // straight into the low dtype under AMP (forward), and the dense FP32 table gradient by scatter-add
 // (backward; rows owned by one thread each, so the sums are deterministic). The f64 forms run the
-// reference (demi/kernels/reference/embedding.h, which also states the formulas). AVX-512 when
-// demi::cpu_level() allows, else portable.
+// reference (demi/kernels/reference/embedding.h, which also states the formulas). Vectorised per CPU
+// level (the variants: demi/core/kernel_registry.h; `demi info` prints them).
 #pragma once
 
 #include <cstdint>

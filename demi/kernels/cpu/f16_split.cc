@@ -1,4 +1,5 @@
 #include "demi/kernels/cpu/f16_split.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
 
 #include <algorithm>
 #include <bit>
@@ -35,7 +36,18 @@ void split_rows_scalar(const Half* src, int64_t r0, int64_t r1, int64_t cols, BF
   }
 }
 
+const cpu_internal::F16SplitKernels& split_kernels() {
+  using namespace cpu_internal;  // the registry names the getters unqualified
+  static const KernelTable<F16SplitKernels> table{DEMI_KERNEL_TABLE_ENTRIES(f16_split)};
+  return table.get();
+}
+
 }  // namespace
+
+const cpu_internal::F16SplitKernels& cpu_internal::f16_split_kernels_scalar() {
+  static const F16SplitKernels k{split_rows_scalar};
+  return k;
+}
 
 void split_f16_bf16_reference(const Half* src, int64_t rows, int64_t cols, BFloat16* dst, int64_t row_stride,
                               int64_t seg_stride, unsigned lo_segments) {
@@ -48,14 +60,11 @@ void split_f16_bf16(const Half* src, int64_t rows, int64_t cols, BFloat16* dst, 
              "split_f16_bf16: negative size or stride (rows ", rows, ", cols ", cols, ", row stride ", row_stride,
              ", segment stride ", seg_stride, ")");
   if (rows == 0 || cols == 0) return;
-  const bool avx512 = static_cast<int>(cpu_level()) >= static_cast<int>(CpuLevel::kAvx512);
+  const auto rows_of = split_kernels().rows;
   // A task covers at least ~16K source values: below that a thread costs more than it saves.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / cols);
   parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
-    if (avx512)
-      cpu_internal::split_f16_bf16_avx512(src, r0, r1, cols, dst, row_stride, seg_stride, lo_segments);
-    else
-      split_rows_scalar(src, r0, r1, cols, dst, row_stride, seg_stride, lo_segments);
+    rows_of(src, r0, r1, cols, dst, row_stride, seg_stride, lo_segments);
   });
 }
 

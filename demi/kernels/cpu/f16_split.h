@@ -34,9 +34,13 @@ void split_f16_bf16_reference(const Half* src, int64_t rows, int64_t cols, BFloa
                               int64_t seg_stride, unsigned lo_segments);
 
 namespace cpu_internal {
-// Rows [r0, r1) with AVX-512; declared here, defined in f16_split_avx512.cc.
-void split_f16_bf16_avx512(const Half* src, int64_t r0, int64_t r1, int64_t cols, BFloat16* dst,
-                           int64_t row_stride, int64_t seg_stride, unsigned lo_segments);
+// Rows [r0, r1) of the split: each variant's (core/kernel_registry.h's f16_split family).
+struct F16SplitKernels {
+  void (*rows)(const Half* src, int64_t r0, int64_t r1, int64_t cols, BFloat16* dst, int64_t row_stride,
+               int64_t seg_stride, unsigned lo_segments);
+};
+const F16SplitKernels& f16_split_kernels_scalar();  // f16_split.cc
+const F16SplitKernels& f16_split_kernels_avx512();  // f16_split_avx512.cc
 }  // namespace cpu_internal
 
 }  // namespace demi::kernels

@@ -6,7 +6,9 @@
 
 namespace demi::kernels::cpu_internal {
 
-void split_f16_bf16_avx512(const Half* src, int64_t r0, int64_t r1, int64_t cols, BFloat16* dst,
+namespace {
+
+void split_rows_avx512(const Half* src, int64_t r0, int64_t r1, int64_t cols, BFloat16* dst,
                            int64_t row_stride, int64_t seg_stride, unsigned lo_segments) {
   const __m512i top = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   const __m512i exp_mask = _mm512_set1_epi32(0x7f800000);
@@ -27,6 +29,13 @@ void split_f16_bf16_avx512(const Half* src, int64_t r0, int64_t r1, int64_t cols
         _mm256_mask_storeu_epi16(d + seg * seg_stride + j, m, (lo_segments >> seg) & 1u ? lo16 : hi16);
     }
   }
+}
+
+}  // namespace
+
+const F16SplitKernels& f16_split_kernels_avx512() {
+  static const F16SplitKernels k{split_rows_avx512};
+  return k;
 }
 
 }  // namespace demi::kernels::cpu_internal

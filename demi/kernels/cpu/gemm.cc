@@ -89,11 +89,7 @@ const GemmKernels& gemm_kernels_scalar() {
 }
 
 const GemmKernels& gemm_kernels() {
-  static const KernelTable<GemmKernels> table{
-      {CpuLevel::kScalar, gemm_kernels_scalar},
-      {CpuLevel::kAvx2, gemm_kernels_avx2},
-      {CpuLevel::kAvx512, gemm_kernels_avx512},
-      {CpuLevel::kAvx512Bf16, gemm_kernels_avx512bf16}};
+  static const KernelTable<GemmKernels> table{DEMI_KERNEL_TABLE_ENTRIES(gemm)};
   return table.get();
 }
 

@@ -14,10 +14,10 @@
 // A bf16|f16 output is rounded once: K up to 1024 runs as one block (the tile goes straight to c), a
 // longer K is staged in an f32 workspace (M x N). An f32 output takes K in blocks of KC.
 //
-// Variants: AVX512-BF16, AVX-512 (6 x 64 tiles), AVX2 + FMA (6 x 16) and portable scalar (4 x 16), picked
-// from cpu_level() through one KernelTable (internal/dispatch.h). Threads: demi's pool (parallel_for);
-// a product's row blocks (sharing one packed b panel) go to the threads, or its column panels when it has
-// too few rows. f64 is not handled here (ref::matmul is the f64 kernel).
+// The micro-kernels and their register tiles differ per CPU level (the variants:
+// demi/core/kernel_registry.h; `demi info` prints them). Threads: demi's pool (parallel_for); a product's
+// row blocks (sharing one packed b panel) go to the threads, or its column panels when it has too few rows.
+// f64 is not handled here (ref::matmul is the f64 kernel).
 #pragma once
 
 #include <cstdint>

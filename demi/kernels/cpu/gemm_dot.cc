@@ -46,10 +46,8 @@ using cpu_internal::bytes64;
 using cpu_internal::Workspace;
 
 const cpu_internal::GemmDotKernels& kernels() {
-  static const cpu_internal::KernelTable<cpu_internal::GemmDotKernels> table{
-      {CpuLevel::kScalar, cpu_internal::gemm_dot_kernels_scalar},
-      {CpuLevel::kAvx2, cpu_internal::gemm_dot_kernels_avx2},
-      {CpuLevel::kAvx512, cpu_internal::gemm_dot_kernels_avx512}};
+  using namespace cpu_internal;  // the registry names the getters unqualified
+  static const KernelTable<GemmDotKernels> table{DEMI_KERNEL_TABLE_ENTRIES(gemm_dot)};
   return table.get();
 }
 

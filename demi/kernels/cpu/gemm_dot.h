@@ -9,9 +9,9 @@
 // at a time per thread, so f16 and bf16 cost half the bytes of f32 and no full-size widened copy. The
 // epilogue is MatmulParams' (bias, accumulate, ReLU, rounded once into c's dtype). Threads take row pairs.
 //
-// Variants: AVX-512 (gemm_dot_avx512.cc), AVX2 + FMA (gemm_dot_avx2.cc: the same lane sums in two 8-lane
-// halves) and portable loops (gemm_dot.cc), from cpu_level() through one KernelTable; the oracle is
-// ../reference/matmul.h. kernels::matmul runs it where it measures fastest.
+// A variant with 8-lane vectors keeps the same 16 lane sums, in two halves (the variants per CPU level:
+// demi/core/kernel_registry.h; `demi info` prints them); the oracle is ../reference/matmul.h.
+// kernels::matmul runs it where it measures fastest.
 #pragma once
 
 #include <cstdint>

@@ -21,10 +21,8 @@ const LayerNormKernels& layernorm_kernels_scalar() {
 namespace {
 
 const cpu_internal::LayerNormKernels& kernels() {
-  static const cpu_internal::KernelTable<cpu_internal::LayerNormKernels> table{
-      {CpuLevel::kScalar, cpu_internal::layernorm_kernels_scalar},
-      {CpuLevel::kAvx2, cpu_internal::layernorm_kernels_avx2},
-      {CpuLevel::kAvx512, cpu_internal::layernorm_kernels_avx512}};
+  using namespace cpu_internal;  // the registry names the getters unqualified
+  static const KernelTable<LayerNormKernels> table{DEMI_KERNEL_TABLE_ENTRIES(layernorm)};
   return table.get();
 }
 

@@ -3,8 +3,8 @@
 // dy, dx may be f32, bf16 or f16 (one dtype for all four); gamma, beta, the statistics and dgamma, dbeta
 // are f32, and every statistic accumulates in f32, two-pass, so a low-precision activation is normalised
 // exactly as its f32 widening would be. The f64 overloads run the reference. LayerNormParams and the
-// formulas are in demi/kernels/reference/layernorm.h. AVX-512 when demi::cpu_level() allows, else
-// portable; rows run in parallel.
+// formulas are in demi/kernels/reference/layernorm.h. Vectorised per CPU level (the variants:
+// demi/core/kernel_registry.h; `demi info` prints them); rows run in parallel.
 #pragma once
 
 #include "demi/core/dtype.h"

@@ -24,10 +24,8 @@ namespace {
 using cpu_internal::Workspace;
 
 const cpu_internal::LossKernels& kernels() {
-  static const cpu_internal::KernelTable<cpu_internal::LossKernels> table{
-      {CpuLevel::kScalar, cpu_internal::loss_kernels_scalar},
-      {CpuLevel::kAvx2, cpu_internal::loss_kernels_avx2},
-      {CpuLevel::kAvx512, cpu_internal::loss_kernels_avx512}};
+  using namespace cpu_internal;  // the registry names the getters unqualified
+  static const KernelTable<LossKernels> table{DEMI_KERNEL_TABLE_ENTRIES(loss)};
   return table.get();
 }
 

@@ -7,7 +7,8 @@
 // Cross-entropy is fused: forward computes log-softmax and the NLL in one row pass (after a max pass) and
 // can hand its per-row log-sum-exp to backward, which then writes (softmax - labels) * dloss [/ N] in one
 // pass. A label outside [0, c) is a demi::Error naming the row, the label and the number of classes.
-// AVX-512 when demi::cpu_level() allows, else portable; rows run in parallel.
+// Vectorised per CPU level (the variants: demi/core/kernel_registry.h; `demi info` prints them); rows
+// run in parallel.
 #pragma once
 
 #include <cstdint>

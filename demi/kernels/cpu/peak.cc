@@ -5,7 +5,17 @@
 
 #include "demi/core/cpu.h"
 #include "demi/core/parallel.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
 #include "demi/kernels/cpu/internal/peak_kernels.h"
+
+namespace demi::kernels::cpu_internal {
+
+const PeakKernels& peak_kernels_scalar() {
+  static const PeakKernels k;  // no vector instruction to measure
+  return k;
+}
+
+}  // namespace demi::kernels::cpu_internal
 
 namespace demi::kernels::cpu {
 namespace {
@@ -31,17 +41,22 @@ double measure(double (*loop)(int64_t, float*), double seconds) {
   return sink == 12345.0f ? 0 : flops.load() / wall / 1e9;
 }
 
+const cpu_internal::PeakKernels& peak_kernels() {
+  using namespace cpu_internal;  // the registry names the getters unqualified
+  static const KernelTable<PeakKernels> table{DEMI_KERNEL_TABLE_ENTRIES(peak)};
+  return table.get();
+}
+
 }  // namespace
 
 double fma_peak_gflops(double seconds) {
-  if (cpu_level() >= CpuLevel::kAvx512) return measure(cpu_internal::fma_loop_avx512, seconds);
-  if (cpu_level() >= CpuLevel::kAvx2) return measure(cpu_internal::fma_loop_avx2, seconds);
-  return 0;
+  const auto loop = peak_kernels().fma_loop;
+  return loop != nullptr ? measure(loop, seconds) : 0;
 }
 
 double bf16_peak_gflops(double seconds) {
-  if (cpu_level() >= CpuLevel::kAvx512Bf16) return measure(cpu_internal::bf16_loop_avx512bf16, seconds);
-  return 0;
+  const auto loop = peak_kernels().bf16_loop;
+  return loop != nullptr ? measure(loop, seconds) : 0;
 }
 
 }  // namespace demi::kernels::cpu

@@ -6,7 +6,8 @@
 
 namespace demi::kernels::cpu {
 
-// f32 GFLOP/s (2 per lane per FMA) at the widest vectors cpu_level() allows (AVX-512, AVX2, or 0 below).
+// f32 GFLOP/s (2 per lane per FMA) at the widest vectors cpu_level() allows, or 0 at a level without an
+// FMA loop (the levels: demi/core/kernel_registry.h; `demi info` prints them).
 double fma_peak_gflops(double seconds = 0.2);
 // bf16 GFLOP/s of vdpbf16ps (4 per lane per instruction), or 0.
 double bf16_peak_gflops(double seconds = 0.2);

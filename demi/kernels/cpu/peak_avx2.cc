@@ -20,4 +20,9 @@ double fma_loop_avx2(int64_t iters, float* sink) {
   return static_cast<double>(iters) * 12 * 8 * 2;
 }
 
+const PeakKernels& peak_kernels_avx2() {
+  static const PeakKernels k{fma_loop_avx2, nullptr};
+  return k;
+}
+
 }  // namespace demi::kernels::cpu_internal

@@ -21,4 +21,9 @@ double fma_loop_avx512(int64_t iters, float* sink) {
   return static_cast<double>(iters) * 16 * 16 * 2;
 }
 
+const PeakKernels& peak_kernels_avx512() {
+  static const PeakKernels k{fma_loop_avx512, nullptr};
+  return k;
+}
+
 }  // namespace demi::kernels::cpu_internal

@@ -22,4 +22,9 @@ double bf16_loop_avx512bf16(int64_t iters, float* sink) {
   return static_cast<double>(iters) * 16 * 16 * 4;
 }
 
+const PeakKernels& peak_kernels_avx512bf16() {
+  static const PeakKernels k{fma_loop_avx512, bf16_loop_avx512bf16};
+  return k;
+}
+
 }  // namespace demi::kernels::cpu_internal

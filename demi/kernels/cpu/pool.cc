@@ -110,7 +110,7 @@ Pool2x2Kernels make_portable() {
 
 }  // namespace
 
-const Pool2x2Kernels& pool2x2_kernels_portable(int slot) {
+const Pool2x2Kernels& pool2x2_kernels_scalar(int slot) {
   static const Pool2x2Kernels kernels[3] = {make_portable<float>(), make_portable<BFloat16>(), make_portable<Half>()};
   return kernels[slot];
 }
@@ -153,10 +153,8 @@ const Pool2x2Kernels* fast_kernels(const Pool2dParams& p, DType dtype) {
   if (2 * p.oh > p.h || 2 * p.ow > p.w) return nullptr;  // a window reaches bottom / right padding
   if (p.pad_top != 0 || p.pad_left != 0) return nullptr;
   int slot = slot_of("pool2d", p, dtype);
-  static const cpu_internal::KernelTable<cpu_internal::Pool2x2Kernels, int> table{
-      {CpuLevel::kScalar, cpu_internal::pool2x2_kernels_portable},
-      {CpuLevel::kAvx2, cpu_internal::pool2x2_kernels_avx2},
-      {CpuLevel::kAvx512, cpu_internal::pool2x2_kernels_avx512}};
+  using namespace cpu_internal;  // the registry names the getters unqualified
+  static const KernelTable<Pool2x2Kernels, int> table{DEMI_KERNEL_TABLE_ENTRIES(pool2x2)};
   return &table.get(slot);
 }
 

@@ -3,8 +3,9 @@
 // argmax encoding and tie rules in demi/kernels/reference/pool.h (the reference twins).
 //
 // The 2x2 / stride-2 window where no window reaches padding (models A and B) runs kernels that read each
-// input once and write each output once: AVX-512 (pool_avx512.cc), or a portable loop below that level;
-// other windows run the reference loops. Either way the planes are split over demi's thread pool.
+// input once and write each output once, vectorised per CPU level (the variants:
+// demi/core/kernel_registry.h; `demi info` prints them); other windows run the reference loops. Either way
+// the planes are split over demi's thread pool.
 //
 // MaxPool saves one byte per output for backward (the selected position inside the window) rather than
 // the input: a quarter of a byte per input element for 2x2, against 2 or 4 bytes to keep x.

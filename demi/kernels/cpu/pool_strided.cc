@@ -10,9 +10,19 @@
 #include "demi/core/parallel.h"
 #include "demi/kernels/cpu/internal/checks.h"
 #include "demi/kernels/cpu/internal/common_impl.h"
+#include "demi/kernels/cpu/internal/dispatch.h"
 #include "demi/kernels/cpu/internal/pool_strided_kernels.h"
 #include "demi/kernels/cpu/internal/vec_scalar.h"
 #include "demi/kernels/cpu/pool.h"
+
+namespace demi::kernels::cpu_internal {
+
+const PoolStridedKernels& pool_strided_kernels_scalar() {
+  static const PoolStridedKernels k;  // no body of its own: the portable loops
+  return k;
+}
+
+}  // namespace demi::kernels::cpu_internal
 
 namespace demi::kernels {
 namespace {
@@ -68,9 +78,15 @@ void backward_rows_scalar(const Pool2dParams& p, const TDY* dy, const uint8_t* a
   }
 }
 
+const cpu_internal::PoolStridedKernels& strided_kernels() {
+  using namespace cpu_internal;  // the registry names the getters unqualified
+  static const KernelTable<PoolStridedKernels> table{DEMI_KERNEL_TABLE_ENTRIES(pool_strided)};
+  return table.get();
+}
+
+// Channels contiguous in blocks of 16 (NHWC, nChw16c), and a level with bodies for them.
 bool vector_layout(const StridedLayout4& l, int64_t channels) {
-  return l.sc == 1 && l.cb % 16 == 0 && channels % 16 == 0 &&
-         static_cast<int>(cpu_level()) >= static_cast<int>(CpuLevel::kAvx512);
+  return l.sc == 1 && l.cb % 16 == 0 && channels % 16 == 0 && strided_kernels().relu_max_pool_rows != nullptr;
 }
 
 // A task covers at least ~4K outputs.
@@ -95,7 +111,7 @@ void relu_max_pool2d_forward_strided(const Pool2dParams& p, DType x_dtype, const
   const int64_t rows = p.n * p.oh;
   if (vector_layout(xl, p.c)) {
     parallel_for(0, rows, row_grain(p), [&](int64_t r0, int64_t r1) {
-      cpu_internal::relu_max_pool_strided_rows_avx512(p, x_dtype, x, xl, y_dtype, y, argmax, r0, r1);
+      strided_kernels().relu_max_pool_rows(p, x_dtype, x, xl, y_dtype, y, argmax, r0, r1);
     });
     return;
   }
@@ -125,8 +141,7 @@ void max_pool2d_backward_strided(const Pool2dParams& p, DType dy_dtype, const vo
                      dx_bytes == p.x_numel() * static_cast<int64_t>(dtype_size(dx_dtype));
   if (!tiles) std::memset(dx, 0, static_cast<size_t>(dx_bytes));
   parallel_for(0, rows, row_grain(p), [&](int64_t r0, int64_t r1) {
-    if (vec) return cpu_internal::max_pool_backward_strided_rows_avx512(p, dy_dtype, dy, argmax, dx_dtype, dx, dxl,
-                                                                         tiles, r0, r1);
+    if (vec) return strided_kernels().max_pool_backward_rows(p, dy_dtype, dy, argmax, dx_dtype, dx, dxl, tiles, r0, r1);
     visit_float<VecScalar>(dy_dtype, [&](auto tdy) {
       visit_float<VecScalar>(dx_dtype, [&](auto tdx) {
         using TDY = decltype(tdy);

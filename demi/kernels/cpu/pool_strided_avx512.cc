@@ -133,4 +133,9 @@ void max_pool_backward_strided_rows_avx512(const Pool2dParams& p, DType dy_dtype
   });
 }
 
+const PoolStridedKernels& pool_strided_kernels_avx512() {
+  static const PoolStridedKernels k{relu_max_pool_strided_rows_avx512, max_pool_backward_strided_rows_avx512};
+  return k;
+}
+
 }  // namespace demi::kernels::cpu_internal

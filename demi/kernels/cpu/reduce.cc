@@ -25,10 +25,8 @@ namespace {
 using cpu_internal::SumPlan;
 
 const cpu_internal::ReduceKernels& kernels() {
-  static const cpu_internal::KernelTable<cpu_internal::ReduceKernels> table{
-      {CpuLevel::kScalar, cpu_internal::reduce_kernels_scalar},
-      {CpuLevel::kAvx2, cpu_internal::reduce_kernels_avx2},
-      {CpuLevel::kAvx512, cpu_internal::reduce_kernels_avx512}};
+  using namespace cpu_internal;  // the registry names the getters unqualified
+  static const KernelTable<ReduceKernels> table{DEMI_KERNEL_TABLE_ENTRIES(reduce)};
   return table.get();
 }
 

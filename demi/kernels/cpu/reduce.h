@@ -1,9 +1,9 @@
 // Reductions, fast: sum, mean, max with argmax, argmax, over one axis of a contiguous tensor viewed as
 // (outer, axis, inner) (AxisView, demi/kernels/reference/reduce.h; all of it is (1, numel, 1)); keepdim
 // is the caller's business. Accumulation is in f32 whatever the storage dtype (f64 for f64, which runs
-// the reference); the result is stored in x's dtype or in f32 (bf16 in, f32 sum out). AVX-512 when
-// demi::cpu_level() allows, else portable; large reductions run on demi's thread pool, with results that
-// do not depend on the thread count.
+// the reference); the result is stored in x's dtype or in f32 (bf16 in, f32 sum out). Vectorised per CPU
+// level (the variants: demi/core/kernel_registry.h; `demi info` prints them); large reductions run on
+// demi's thread pool, with results that do not depend on the thread count.
 //
 // sum_to_shape (the backward of broadcasting) shares this file's engine; it is declared in elementwise.h.
 #pragma once

@@ -20,10 +20,8 @@ const SoftmaxKernels& softmax_kernels_scalar() {
 namespace {
 
 const cpu_internal::SoftmaxKernels& kernels() {
-  static const cpu_internal::KernelTable<cpu_internal::SoftmaxKernels> table{
-      {CpuLevel::kScalar, cpu_internal::softmax_kernels_scalar},
-      {CpuLevel::kAvx2, cpu_internal::softmax_kernels_avx2},
-      {CpuLevel::kAvx512, cpu_internal::softmax_kernels_avx512}};
+  using namespace cpu_internal;  // the registry names the getters unqualified
+  static const KernelTable<SoftmaxKernels> table{DEMI_KERNEL_TABLE_ENTRIES(softmax)};
   return table.get();
 }
 

@@ -3,8 +3,9 @@
 // axis of NCHW is (N, C, H*W). The maximum is subtracted in f32 before exponentiating and the sums
 // accumulate in f32 whatever the storage dtype, so ±1e4 logits in f32 and values near 65504 in f16
 // never overflow. x may be f32, bf16 or f16 and y x's dtype or f32 (bf16 logits -> f32 probabilities);
-// f64 runs the reference. Backward takes y and dy in y's dtype and writes dx in x's. AVX-512 when
-// demi::cpu_level() allows, else portable; rows or column blocks run in parallel.
+// f64 runs the reference. Backward takes y and dy in y's dtype and writes dx in x's. Vectorised per CPU
+// level (the variants: demi/core/kernel_registry.h; `demi info` prints them); rows or column blocks run
+// in parallel.
 #pragma once
 
 #include "demi/core/dtype.h"

@@ -1,6 +1,7 @@
-// The activation kernels, written once against the vector interface of vec_avx512.h / vec_scalar.h and
-// instantiated per ISA (activation_avx512.cc with VecAvx512, activation.cc with VecScalar). Compute is
-// f32: loads widen bf16/f16 exactly, stores round to nearest even.
+// The activation kernels, written once against the vector interface of the vec_*.h traits: activation.cc
+// instantiates VecScalar, the vector variants are instantiated per ISA from the registry
+// (cmake/demi_kernel_variants.cmake). Compute is f32: loads widen bf16/f16 exactly, stores round to
+// nearest even.
 //
 // The transcendental functions for vectors wider than one lane are polynomial, accurate to a few f32
 // ulps (activation_test.cc sweeps them densely against the <cmath> functions):
@@ -15,7 +16,7 @@
 // The one-lane (portable) instantiation calls the <cmath> functions instead (in f64 where an f32
 // argument would lose digits: erfc(-x / sqrt 2), e^(-x^2 / 2) and GELU-tanh's u).
 //
-// Included only by activation.cc and activation_*.cc; everything here depends on V, so each ISA's
+// Included only by activation.cc and the generated variants; everything here depends on V, so each ISA's
 // instantiations have names of their own.
 #pragma once
 

@@ -1,6 +1,7 @@
 // The per-ISA tables of activation kernels behind demi/kernels/cpu/activation.h. Each variant fills one
-// table (activation_avx512.cc, activation.cc for the portable one); the dispatcher picks a table from
-// demi::cpu_level() once per call and splits the work over demi's thread pool.
+// table (activation.cc the portable one; the others are instantiated per ISA from the registry,
+// cmake/demi_kernel_variants.cmake); the dispatcher picks a table from demi::cpu_level() once per call and
+// splits the work over demi's thread pool.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +29,7 @@ struct ActivationKernels {
   MaskBackward relu_backward_mask[kNumFloatSlots];
 };
 
-const ActivationKernels& activation_kernels_portable();
+const ActivationKernels& activation_kernels_scalar();
 const ActivationKernels& activation_kernels_avx2();
 const ActivationKernels& activation_kernels_avx512();
 

@@ -1,7 +1,7 @@
 // AMP kernels written once against the vector traits V; instantiated by amp_kernels.cc (VecScalar) and
-// amp_kernels_avx512.cc (VecAvx512). The portable dispatcher cuts the list of buffers into fixed blocks
-// (AmpBlock); blocks run in parallel and report per block, so one pass covers every gradient and the
-// result does not depend on the thread count.
+// per ISA from the registry (cmake/demi_kernel_variants.cmake). The portable dispatcher cuts the list of
+// buffers into fixed blocks (AmpBlock); blocks run in parallel and report per block, so one pass covers
+// every gradient and the result does not depend on the thread count.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 // The attention-softmax kernels written once against the vector traits V; instantiated by attention.cc
-// (VecScalar) and attention_avx512.cc (VecAvx512). The portable dispatcher in attention.cc checks arguments.
+// (VecScalar) and per ISA from the registry (cmake/demi_kernel_variants.cmake). The portable dispatcher in
+// attention.cc checks arguments.
 //
 // One row of scores at a time (rows in parallel): a pass for the maximum of scale * s + mask, a pass summing
 // exp(z - max) in f32 that keeps the exponentials in a stack buffer (rows up to kAttnScratch keys; longer

@@ -1,6 +1,6 @@
 // Batch-normalisation kernels written once against the vector traits V; instantiated by batchnorm.cc
-// (VecScalar) and batchnorm_avx512.cc (VecAvx512). The portable dispatcher in batchnorm.cc checks
-// arguments, provides scratch memory and updates the running statistics.
+// (VecScalar) and per ISA from the registry (cmake/demi_kernel_variants.cmake). The portable dispatcher in
+// batchnorm.cc checks arguments, provides scratch memory and updates the running statistics.
 //
 // x is (N, C, S). With S > 1 (BatchNorm2d) each channel is N runs of S contiguous values: channels run in
 // parallel, and one channel's passes (sum; sum of squared deviations — two-pass, so |mean| >> std loses

@@ -1,5 +1,5 @@
 // Pieces shared by the ISA-generic kernel templates (*_impl.h): the dtype switch and the row helpers
-// every family uses. Everything is a template on the vector traits V (vec_scalar.h, vec_avx512.h), so
+// every family uses. Everything is a template on the vector traits V (vec_scalar.h and the vec_<isa>.h), so
 // each ISA's instantiations get distinct symbols; nothing here may be a plain inline function or use a
 // standard-library template that portable code also instantiates (an out-of-line copy compiled with
 // AVX-512 could be picked by the linker for portable callers).

@@ -19,7 +19,7 @@ struct DropoutKernels {
 };
 
 // slot: 0 f32, 1 bf16, 2 f16.
-const DropoutKernels& dropout_kernels_portable(int slot);
+const DropoutKernels& dropout_kernels_scalar(int slot);
 const DropoutKernels& dropout_kernels_avx2(int slot);
 const DropoutKernels& dropout_kernels_avx512(int slot);
 

@@ -1,6 +1,7 @@
 // Elementwise kernels written once against the vector traits V; instantiated by elementwise.cc
-// (VecScalar, the portable fallback) and elementwise_avx512.cc (VecAvx512). The portable dispatcher in
-// elementwise.cc checks arguments and builds the broadcast plan; the bodies here only compute.
+// (VecScalar, the portable fallback) and per ISA from the registry (cmake/demi_kernel_variants.cmake). The
+// portable dispatcher in elementwise.cc checks arguments and builds the broadcast plan; the bodies here
+// only compute.
 #pragma once
 
 #include <cstdint>

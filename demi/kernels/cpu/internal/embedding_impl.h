@@ -1,5 +1,6 @@
 // Embedding kernels written once against the vector traits V; instantiated by embedding.cc (VecScalar) and
-// embedding_avx512.cc (VecAvx512). The portable dispatcher in embedding.cc checks the ids and dtypes.
+// per ISA from the registry (cmake/demi_kernel_variants.cmake). The portable dispatcher in embedding.cc
+// checks the ids and dtypes.
 //
 // Forward copies rows, converting on the way (an FP32 table gathers straight into bf16/f16 under AMP, so
 // the table is never cast whole). Backward zeroes the dense (V, D) f32 gradient and adds each dy row into

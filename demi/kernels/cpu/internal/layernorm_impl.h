@@ -1,6 +1,6 @@
 // Layer-normalisation kernels written once against the vector traits V; instantiated by layernorm.cc
-// (VecScalar) and layernorm_avx512.cc (VecAvx512). The portable dispatcher in layernorm.cc checks
-// arguments and provides scratch memory.
+// (VecScalar) and per ISA from the registry (cmake/demi_kernel_variants.cmake). The portable dispatcher in
+// layernorm.cc checks arguments and provides scratch memory.
 //
 // x is (R, D), normalised along D. Rows are independent: forward and the dx part of backward run rows in
 // parallel, each row's passes (sum; sum of squared deviations — two-pass; normalise) back to back while the

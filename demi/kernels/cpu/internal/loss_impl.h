@@ -1,6 +1,6 @@
-// Loss kernels written once against the vector traits V; instantiated by loss.cc (VecScalar) and
-// loss_avx512.cc (VecAvx512). The portable dispatcher in loss.cc validates labels and shapes, and reduces
-// the per-row losses written here (mean / sum) with the reduction kernels.
+// Loss kernels written once against the vector traits V; instantiated by loss.cc (VecScalar) and per ISA
+// from the registry (cmake/demi_kernel_variants.cmake). The portable dispatcher in loss.cc validates labels
+// and shapes, and reduces the per-row losses written here (mean / sum) with the reduction kernels.
 //
 // Cross-entropy runs per row (rows in parallel): forward is a max pass and one pass that sums exp(x - max)
 // (and, for dense labels, sum(p) and sum(p * x)) in f32; backward is one pass over the row given the

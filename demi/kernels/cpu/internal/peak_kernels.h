@@ -10,4 +10,14 @@ double fma_loop_avx2(int64_t iters, float* sink);
 double fma_loop_avx512(int64_t iters, float* sink);
 double bf16_loop_avx512bf16(int64_t iters, float* sink);
 
+// A level's loops (null: the level has no such instruction to measure).
+struct PeakKernels {
+  double (*fma_loop)(int64_t iters, float* sink) = nullptr;
+  double (*bf16_loop)(int64_t iters, float* sink) = nullptr;
+};
+const PeakKernels& peak_kernels_scalar();      // peak.cc: none
+const PeakKernels& peak_kernels_avx2();        // peak_avx2.cc
+const PeakKernels& peak_kernels_avx512();      // peak_avx512.cc
+const PeakKernels& peak_kernels_avx512bf16();  // peak_avx512bf16.cc: AVX-512's FMA loop and vdpbf16ps
+
 }  // namespace demi::kernels::cpu_internal

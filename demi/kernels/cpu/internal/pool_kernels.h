@@ -28,7 +28,7 @@ struct Pool2x2Kernels {
 };
 
 // slot: 0 f32, 1 bf16, 2 f16 (FloatSlot in activation_kernels.h).
-const Pool2x2Kernels& pool2x2_kernels_portable(int slot);  // pool.cc
+const Pool2x2Kernels& pool2x2_kernels_scalar(int slot);  // pool.cc
 const Pool2x2Kernels& pool2x2_kernels_avx2(int slot);      // pool_avx2.cc
 const Pool2x2Kernels& pool2x2_kernels_avx512(int slot);    // pool_avx512.cc
 

@@ -20,4 +20,12 @@ void max_pool_backward_strided_rows_avx512(const Pool2dParams& p, DType dy_dtype
                                            const uint8_t* argmax, DType dx_dtype, void* dx,
                                            const StridedLayout4& dxl, bool tiles, int64_t r0, int64_t r1);
 
+// A level's bodies for channel-contiguous layouts (null: none; the portable loops in pool_strided.cc run).
+struct PoolStridedKernels {
+  decltype(&relu_max_pool_strided_rows_avx512) relu_max_pool_rows = nullptr;
+  decltype(&max_pool_backward_strided_rows_avx512) max_pool_backward_rows = nullptr;
+};
+const PoolStridedKernels& pool_strided_kernels_scalar();  // pool_strided.cc: none
+const PoolStridedKernels& pool_strided_kernels_avx512();  // pool_strided_avx512.cc
+
 }  // namespace demi::kernels::cpu_internal

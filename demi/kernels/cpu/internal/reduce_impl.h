@@ -1,13 +1,14 @@
 // Reduction kernels written once against the vector traits V; instantiated by reduce.cc (VecScalar)
-// and reduce_avx512.cc (VecAvx512). The portable dispatcher in reduce.cc checks arguments and builds the
-// SumPlan; the bodies here only compute.
+// and per ISA from the registry (cmake/demi_kernel_variants.cmake). The portable dispatcher in reduce.cc
+// checks arguments and builds the SumPlan; the bodies here only compute.
 //
 // One engine sums over any set of dimensions (reduce_sum/mean over an axis, sum_to_shape for broadcast
 // backward): after coalescing, either the innermost dimension is reduced (each output is a sum of
 // contiguous runs, each run accumulated in 4 vectors of f32, the runs added in f64) or it is kept (a block
-// of outputs accumulates whole vectors, one reduced index after another, in f32 blocks of kRowBlock). When a few outputs each sum a lot (a sum
-// over everything), the runs are cut into fixed blocks summed in parallel and the block sums are added
-// in f64; block sizes depend only on the shape, so results do not depend on the thread count.
+// of outputs accumulates whole vectors, one reduced index after another, in f32 blocks of kRowBlock). When
+// a few outputs each sum a lot (a sum over everything), the runs are cut into fixed blocks summed in
+// parallel and the block sums are added in f64; block sizes depend only on the shape, so results do not
+// depend on the thread count.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 // Softmax and log-softmax kernels written once against the vector traits V; instantiated by softmax.cc
-// (VecScalar) and softmax_avx512.cc (VecAvx512). The portable dispatcher in softmax.cc checks arguments.
+// (VecScalar) and per ISA from the registry (cmake/demi_kernel_variants.cmake). The portable dispatcher in
+// softmax.cc checks arguments.
 //
 // Rows (inner == 1): a max pass, a pass summing exp(x - max) in f32 (softmax into f32 keeps those
 // exponentials in y, into bf16/f16 in a stack buffer for rows up to kScratch, so each is computed once),

@@ -5,9 +5,9 @@
 // copying only the given lanes, so they never touch memory outside them either. Masks are vectors of
 // all-ones / all-zero lanes.
 //
-// Only translation units compiled with AVX2 flags (*_avx2.cc) include this header. Every function here
-// is a member of VecAvx2, a name no portable file uses, so the linker never hands an AVX2 body to a
-// portable caller.
+// Only translation units compiled with AVX2 flags (*_avx2.cc, and the avx2 variants CMake generates from
+// core/kernel_registry.h) include this header. Every function here is a member of VecAvx2, a name no portable file
+// uses, so the linker never hands an AVX2 body to a portable caller.
 #pragma once
 
 #include <immintrin.h>

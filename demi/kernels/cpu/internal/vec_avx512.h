@@ -4,9 +4,10 @@
 // which flushes subnormal inputs to zero; vcvtps2ph with an explicit rounding immediate for f16).
 // Tails use masked loads and stores, which never touch memory outside the given lanes.
 //
-// Only translation units compiled with AVX-512 flags (*_avx512.cc) include this header. Every function
-// here is a member of VecAvx512, a name no portable file uses, and the kernel templates instantiated with
-// it get names of their own, so the linker never hands an AVX-512 body to a portable caller.
+// Only translation units compiled with AVX-512 flags (*_avx512.cc, and the avx512 variants CMake generates from
+// core/kernel_registry.h) include this header. Every function here is a member of VecAvx512, a name no portable
+// file uses, and the kernel templates instantiated with it get names of their own, so the linker never hands an
+// AVX-512 body to a portable caller.
 #pragma once
 
 // GCC 12's AVX-512 intrinsics self-initialise their "undefined" operands, which -Wmaybe-uninitialized
