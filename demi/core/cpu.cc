@@ -1,4 +1,5 @@
 #include "demi/core/cpu.h"
+#include "demi/core/settings.h"
 
 #include <cpuid.h>
 
@@ -78,11 +79,11 @@ CpuLevel detect_level(const CpuFeatures& f) {
 
 CpuLevel initial_level() {
   CpuLevel best = detect_level(cpu_features());
-  const char* env = std::getenv("DEMI_CPU_LEVEL");
-  if (env == nullptr || *env == '\0') return best;
+  const std::optional<std::string> env = env_value("DEMI_CPU_LEVEL");
+  if (!env) return best;
   CpuLevel wanted = CpuLevel::kScalar;
   try {
-    wanted = parse_cpu_level(env);
+    wanted = parse_cpu_level(*env);
   } catch (const Error& e) {
     throw Error(str_cat("DEMI_CPU_LEVEL: ", e.what()));
   }

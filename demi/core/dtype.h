@@ -11,8 +11,8 @@
 
 namespace demi {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kF64, kI32, kI64, kU8, kBool };
-inline constexpr int kNumDTypes = 8;
+enum class DType : uint8_t { kF32, kF16, kBF16, kF64, kI32, kI64, kU8, kBool, kLast = kBool };
+inline constexpr int kNumDTypes = static_cast<int>(DType::kLast) + 1;  // derived: a new dtype goes before kLast
 
 size_t dtype_size(DType t);
 std::string_view dtype_name(DType t);  // "float32", "float16", "bfloat16", ...

@@ -26,8 +26,9 @@ enum class MemCategory : uint8_t {
   kWorkspace,
   kData,
   kOther,
+  kLast = kOther,
 };
-inline constexpr int kNumMemCategories = 8;
+inline constexpr int kNumMemCategories = static_cast<int>(MemCategory::kLast) + 1;  // derived, never typed
 const char* mem_category_name(MemCategory c);  // "parameter", "gradient", ...
 
 struct MemStats {

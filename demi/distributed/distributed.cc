@@ -1,5 +1,6 @@
 // MPI start-up, the communication thread, the watchdog and the world collectives.
 #include "demi/distributed/distributed.h"
+#include "demi/core/settings.h"
 
 #include <mpi.h>
 #include <unistd.h>
@@ -35,8 +36,9 @@ void check_mpi(int rc, const char* call) {
 }
 
 double env_timeout(double fallback) {
-  const char* v = std::getenv("DEMI_DIST_TIMEOUT");
-  if (v == nullptr || *v == '\0') return fallback;
+  const std::optional<std::string> value = env_value("DEMI_DIST_TIMEOUT");
+  if (!value) return fallback;
+  const char* v = value->c_str();
   char* end = nullptr;
   double t = std::strtod(v, &end);
   DEMI_CHECK(end != v && *end == '\0' && t > 0, "DEMI_DIST_TIMEOUT must be a positive number of seconds, got '", v,

@@ -1,4 +1,5 @@
 #include "demi/kernels/matmul.h"
+#include "demi/core/settings.h"
 
 #include <algorithm>
 #include <atomic>
@@ -41,12 +42,8 @@ constexpr const char* kKernelNames[] = {"onednn", "demi-f32", "demi-bf16", "oned
 static_assert(std::size(kKernelNames) == static_cast<size_t>(Kernel::kDemiDot) + 1, "a kernel needs its name");
 
 MatmulPolicy policy_from_env() {
-  const char* s = std::getenv("DEMI_MATMUL");
-  if (s == nullptr || std::strcmp(s, "auto") == 0 || *s == '\0') return MatmulPolicy::kAuto;
-  if (std::strcmp(s, "demi") == 0) return MatmulPolicy::kDemi;
-  if (std::strcmp(s, "onednn") == 0) return MatmulPolicy::kOnednn;
-  DEMI_CHECK(false, "DEMI_MATMUL must be auto, demi or onednn, got \"", s, "\"");
-  return MatmulPolicy::kAuto;
+  const std::string s = env_choice("DEMI_MATMUL");
+  return s == "demi" ? MatmulPolicy::kDemi : s == "onednn" ? MatmulPolicy::kOnednn : MatmulPolicy::kAuto;
 }
 
 std::atomic<MatmulPolicy>& policy_slot() {
@@ -61,9 +58,7 @@ void check_f16_products(F16Products mode) {
 }
 
 F16Products f16_products_from_env() {
-  const char* s = std::getenv("DEMI_F16_PRODUCTS");
-  if (s == nullptr || *s == '\0' || std::strcmp(s, "exact") == 0) return F16Products::kExact;
-  DEMI_CHECK(std::strcmp(s, "bf16") == 0, "DEMI_F16_PRODUCTS must be exact or bf16, got \"", s, "\"");
+  if (env_choice("DEMI_F16_PRODUCTS") == "exact") return F16Products::kExact;
   check_f16_products(F16Products::kBf16);
   return F16Products::kBf16;
 }

@@ -3,6 +3,26 @@
 // Written as data and checked by static_assert: adding an Op enumerator without its table row fails to
 // compile, and tests/op_sweep_test.cc holds one test case per op (also checked against kNumOps), so a new
 // op cannot land without its name, its backward rule and its test.
+//
+// How to add an op — the checklist (an elementwise activation such as GELU, in 8 files):
+//   1. here: the Op enumerator (before kRecompute, the last) and its kOpTable row — name, AmpClass (how each
+//      AMP level computes it: white, gray, black, fp32 or follow) and whether it is differentiable.
+//      Forgotten: does not compile (op_table_in_enum_order).
+//   2. demi/ops/ops.h: the function users call, with what it computes and its dtypes.
+//   3. demi/ops/<family>.cc (activation.cc): the forward through ops::Dispatch (the AMP cast, the observer
+//      event, graph mode's trace come with it) and the backward rule, an autograd node beside it.
+//   4. demi/kernels/reference/<family>.{h,cc}: the scalar reference kernel (forward and backward), kept
+//      forever as the oracle; for an activation, its Activation enumerator (kNumActivations is derived).
+//   5. demi/kernels/cpu/internal/<family>_impl.h: the vector-generic fast kernel, once; every ISA variant is
+//      instantiated from it by the registry (demi/core/kernel_registry.h). Forgotten: the static_assert on
+//      kNumActivations there fails.
+//   6. demi/kernels/cpu/<family>_test.cc: the fast kernel against the reference, per dtype and CPU level.
+//   7. tests/op_sweep_test.cc: its sweep row — inputs, which inputs get gradients, per-dtype tolerances.
+//      Forgotten: does not compile (the sweep's static_assert against kNumOps); the row runs forward against
+//      the f64 reference, backward against f64 finite differences, and low precision against f32.
+//   8. a layer, if users call it as one (demi/nn/layers.h: a Cell whose construct calls the op).
+// A fused op (Conv2d -> ReLU -> MaxPool2d) also registers its fusion in demi/nn/call_fusion.cc; an op with
+// a fast kernel family of its own adds the family to the registry (DEMI_KERNEL_FAMILIES).
 #pragma once
 
 #include <array>

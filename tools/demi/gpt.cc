@@ -16,6 +16,7 @@
 #include <string>
 
 #include "demi/amp/policy.h"
+#include "demi/core/settings.h"
 #include "demi/core/context.h"
 #include "demi/core/rng.h"
 #include "demi/data/iterator.h"
@@ -42,7 +43,7 @@ const char* kBibleRange = "Gen1:1-Rev22:21";
 
 // $DEMI_CACHE_DIR, else $XDG_CACHE_HOME/demi, else ~/.cache/demi.
 fs::path cache_dir() {
-  if (const char* d = std::getenv("DEMI_CACHE_DIR"); d && *d) return d;
+  if (const std::optional<std::string> d = env_value("DEMI_CACHE_DIR")) return *d;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "demi";
   const char* home = std::getenv("HOME");
   return fs::path(home && *home ? home : "/tmp") / ".cache" / "demi";

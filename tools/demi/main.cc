@@ -22,6 +22,7 @@
 
 #include "demi/core/context.h"
 #include "demi/core/kernel_registry.h"
+#include "demi/core/settings.h"
 #include "tools/demi/gpt.h"
 #include "tools/demi/training.h"
 #include "demi/core/cpu.h"
@@ -99,6 +100,13 @@ void print_info() {
               runtime_name(dnnl->cpu_runtime));
   std::printf("f16 products: %s (DEMI_F16_PRODUCTS, demi train --f16-products: exact or bf16)\n",
               kernels::f16_products_name(kernels::f16_products()));
+  std::printf("\nenvironment settings (overrides for debugging and benchmarks; a run's options choose its numerics):\n");
+  for (const EnvSetting& e : env_settings()) {
+    const std::optional<std::string> v = env_value(e.name);
+    std::printf("  %-18s %s\n  %-18s values: %s; unset: %s; now: %s\n", std::string(e.name).c_str(),
+                std::string(e.help).c_str(), "", std::string(e.values).c_str(), std::string(e.unset).c_str(),
+                v ? v->c_str() : "unset");
+  }
   std::printf("\n%s", mem_report().c_str());
 }
 
@@ -333,6 +341,13 @@ int run(int argc, char** argv) {
   if (args.has("help")) {
     std::fputs(command_help(*cmd).c_str(), stdout);
     return 0;
+  }
+  // An environment override (core/settings.h) changes what or how fast the kernels compute: said on
+  // stderr when it takes effect, never silently.
+  if (const std::vector<std::string> in_force = env_overrides_in_force(); !in_force.empty()) {
+    std::string list;
+    for (const std::string& s : in_force) list += (list.empty() ? "" : ", ") + s;
+    std::fprintf(stderr, "demi: environment overrides in force: %s (demi info lists the settings)\n", list.c_str());
   }
   return cmd->run(args);
 }

@@ -17,6 +17,7 @@
 #include "demi/amp/numerics.h"
 #include "demi/core/context.h"
 #include "demi/core/parallel.h"
+#include "demi/core/settings.h"
 #include "demi/data/data.h"
 #include "demi/data/iterator.h"
 #include "demi/distributed/distributed.h"
@@ -80,6 +81,9 @@ void describe_run(train::RunRecord& r, const ParsedArgs& args, const Job& job, a
   r.set("epochs", std::to_string(epochs));
   r.set("optimizer", "Momentum 0.9, lr " + args.get("lr"));
   r.set("seed", args.get("seed"));
+  std::string overrides;  // core/settings.h: what the environment changes in the kernels
+  for (const std::string& e : env_overrides_in_force()) overrides += (overrides.empty() ? "" : ", ") + e;
+  r.set("environment overrides", overrides.empty() ? std::string("none") : overrides);
 }
 
 // Data parallel: every setting that changes the result, the same on every process (a rank that differs is
@@ -178,6 +182,9 @@ void print_summary(const ParsedArgs& args, const Training& built, std::map<std::
         {"graph_allocations", json_number(static_cast<double>(s.graph_plan.allocations))},
         {"reserved_end", json_number(static_cast<double>(s.reserved_end))},
     };
+    std::string overrides;  // the environment overrides in force (core/settings.h)
+    for (const std::string& e : env_overrides_in_force()) overrides += (overrides.empty() ? "" : ";") + e;
+    f.emplace("env_overrides", json_quote(overrides));
     f.emplace("peak_train", json_number(static_cast<double>(s.peak.train_peak)));
     // (kernel tuning's trial runs, a shape's first call on a cold choice cache: in no peak above)
     f.emplace("peak_tuning", json_number(static_cast<double>(s.peak.tuning_peak)));

@@ -1,4 +1,5 @@
 #include "demi/kernels/cpu/gemm.h"
+#include "demi/core/settings.h"
 
 #include <algorithm>
 #include <atomic>
@@ -110,7 +111,8 @@ const GemmKernels& kernels() { return cpu_internal::gemm_kernels(); }
 
 GemmBlocking blocking_from_env() {
   GemmBlocking b;
-  if (const char* s = std::getenv("DEMI_GEMM_BLOCKING"); s != nullptr && *s != '\0') {
+  if (const std::optional<std::string> value = env_value("DEMI_GEMM_BLOCKING")) {
+    const char* s = value->c_str();
     long long mc = 0, kc = 0, nc = 0;
     int end = 0;
     // (A value that is not three positive integers is an error naming the variable, never silently ignored.)

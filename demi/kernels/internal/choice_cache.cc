@@ -1,4 +1,5 @@
 #include "demi/kernels/internal/choice_cache.h"
+#include "demi/core/settings.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -30,7 +31,7 @@ struct KeyHash {
 };
 
 std::string default_cache_dir() {
-  if (const char* d = std::getenv("DEMI_CACHE_DIR"); d && *d) return d;
+  if (const std::optional<std::string> d = env_value("DEMI_CACHE_DIR")) return *d;
   if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/demi";
   if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/demi";
   return str_cat("/tmp/demi-", ::getuid());

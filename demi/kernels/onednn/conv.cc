@@ -9,6 +9,7 @@
 //   - Chunks of images: from the geometry and the compute dtype alone (chunk_images(), below), so that
 //     bits never depend on timing.
 #include "demi/kernels/onednn/conv.h"
+#include "demi/core/settings.h"
 
 #include <algorithm>
 #include <atomic>
@@ -624,12 +625,8 @@ void pooled_backward_data_impl(const Conv2dParams& p, bool widen, const Pool2dPa
 
 std::atomic<ConvBf16Policy>& bf16_policy_slot() {
   static std::atomic<ConvBf16Policy> p{[] {
-    const char* s = std::getenv("DEMI_CONV_BF16");
-    if (s == nullptr || *s == '\0' || std::strcmp(s, "auto") == 0) return ConvBf16Policy::kAuto;
-    if (std::strcmp(s, "bf16") == 0) return ConvBf16Policy::kBf16;
-    if (std::strcmp(s, "f32") == 0) return ConvBf16Policy::kWidenF32;
-    DEMI_CHECK(false, "DEMI_CONV_BF16 must be auto, bf16 or f32, got \"", s, "\"");
-    return ConvBf16Policy::kAuto;
+    const std::string s = env_choice("DEMI_CONV_BF16");
+    return s == "bf16" ? ConvBf16Policy::kBf16 : s == "f32" ? ConvBf16Policy::kWidenF32 : ConvBf16Policy::kAuto;
   }()};
   return p;
 }
@@ -712,15 +709,11 @@ void onednn_backward_data(const Conv2dParams& p, const void* dy, const void* w, 
 // do (the data gradient stays on oneDNN either way). The first call of a geometry and direction (in a network,
 // the fused layer's) measures both on its own operands, each warmed up, then five alternating rounds; the best
 // time decides.
-// An auto|on|off policy from the environment variable `var` (unset or empty: auto).
+// An auto|on|off policy from the environment variable `var` (core/settings.h; unset or empty: auto).
 template <typename Policy>
 Policy policy_from_env(const char* var) {
-  const char* s = std::getenv(var);
-  if (s == nullptr || *s == '\0' || std::strcmp(s, "auto") == 0) return Policy::kAuto;
-  if (std::strcmp(s, "on") == 0) return Policy::kOn;
-  if (std::strcmp(s, "off") == 0) return Policy::kOff;
-  DEMI_CHECK(false, var, " must be auto, on or off, got \"", s, "\"");
-  return Policy::kAuto;
+  const std::string s = env_choice(var);
+  return s == "on" ? Policy::kOn : s == "off" ? Policy::kOff : Policy::kAuto;
 }
 
 std::atomic<ConvDirectPolicy>& direct_policy_slot() {

@@ -11,8 +11,8 @@
 namespace demi::kernels::cpu_internal {
 
 // Storage dtypes the fast kernels take, in table order.
-enum class FloatSlot : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
-inline constexpr int kNumFloatSlots = 3;
+enum class FloatSlot : int { kF32 = 0, kBF16 = 1, kF16 = 2, kLast = kF16 };
+inline constexpr int kNumFloatSlots = static_cast<int>(FloatSlot::kLast) + 1;
 
 struct ActivationKernels {
   // x (n) -> y (n); y may alias x

@@ -1,4 +1,5 @@
 #include "demi/kernels/onednn/internal/onednn_util.h"
+#include "demi/core/settings.h"
 
 #include <cstdlib>
 
@@ -27,10 +28,9 @@ dnnl::cpu_isa isa_of(CpuLevel level) {
 // demi's kernels only.
 void cap_isa_once() {
   static const bool capped = [] {
-    const char* level = std::getenv("DEMI_CPU_LEVEL");
-    const char* own = std::getenv("ONEDNN_MAX_CPU_ISA");
+    const char* own = std::getenv("ONEDNN_MAX_CPU_ISA");  // (oneDNN's own variables, not demi's settings)
     const char* old_own = std::getenv("DNNL_MAX_CPU_ISA");
-    if (level == nullptr || *level == '\0' || (own && *own) || (old_own && *old_own)) return false;
+    if (!env_value("DEMI_CPU_LEVEL") || (own && *own) || (old_own && *old_own)) return false;
     return dnnl::set_max_cpu_isa(isa_of(cpu_level())) == dnnl::status::success;
   }();
   (void)capped;
