@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# forecast_cli_test.sh DEMI DIR: `demi plan`'s forecast and `--max-memory` hold from a cold kernel-choice
-# cache. Each check starts from an empty DEMI_CACHE_DIR: `demi plan` tunes its shapes there (choices made by
-# timing, so two processes under load may pick different kernels, with different workspaces), then
-# `demi train` in the same folder uses those choices and tunes the shapes plan did not see (the last,
-# partial batch's) during the run: tuning's trial runs count in no training peak. Gradient clipping and
-# adaptive AMP are forecast too (both keep every gradient until the update), and the GPT's.
+# forecast_cli_test.sh DEMI DIR: `demi plan`'s forecast equals the training's peak, and `--max-memory`'s
+# batch trains within its budget, each from an empty DEMI_CACHE_DIR (plan, then train in that folder: the
+# user's flow). Gradient clipping and adaptive AMP are forecast too (both keep every gradient until the
+# update), and the GPT's.
+#
+# The kernels are pinned (core/settings.h's overrides): a forecast holds for the kernels the run uses, and
+# where demi chooses between kernels by timing, a process under load (ctest -j, a build beside it) can pick
+# another kernel with another workspace than the process that forecast — a known gap of the forecast,
+# noted in docs/DESIGN.md, which this test must not turn into a flaky failure. Tuning's trial runs counting
+# in no peak is tested where the choice is made (MemTuningScope, core/memory_test.cc).
 set -uo pipefail
 demi=$1 dir=$2
+export DEMI_MATMUL=onednn DEMI_CONV_BF16=bf16 DEMI_CONV_DIRECT=off DEMI_CONV_GEMM=off
 rm -rf "$dir" && mkdir -p "$dir" || exit 1
 fail() {
   echo "forecast_cli_test: $*"
@@ -36,7 +41,7 @@ check() {  # check NAME ARGS...: plan's forecast against the training's peak, ea
   local forecast peak
   forecast=$(cold plan "${common[@]}" | json_field train_peak) || fail "$name: demi plan failed"
   peak=$(then_warm train "${common[@]}" --epochs 1 | json_field peak_train) || fail "$name: demi train failed"
-  echo "$name: forecast $forecast bytes, training peak $peak bytes (plan from a cold cache, then train)"
+  echo "$name: forecast $forecast bytes, training peak $peak bytes"
   [[ -n $forecast && -n $peak ]] || fail "$name: no forecast or no peak"
   # Exact where every step allocates alike; 2% for the last, partial batch's different kernels.
   ((peak <= forecast + forecast / 50)) || fail "$name: the training peak $peak is above the forecast $forecast"
@@ -51,11 +56,11 @@ gpt=(--model gpt --data text:/usr/share/common-licenses/GPL-3 --block-size 16 --
 forecast=$(cold plan "${gpt[@]}" | json_field train_peak) || fail "gpt: demi plan failed"
 peak=$(then_warm train "${gpt[@]}" --steps 6 --eval-every 6 --eval-windows 8 | json_field peak_train) ||
   fail "gpt: demi train failed"
-echo "gpt: forecast $forecast bytes, training peak $peak bytes (plan from a cold cache, then train)"
+echo "gpt: forecast $forecast bytes, training peak $peak bytes"
 [[ -n $forecast && -n $peak ]] || fail "gpt: no forecast or no peak"
 ((peak <= forecast + forecast / 50)) || fail "gpt: the training peak $peak is above the forecast $forecast"
 ((forecast <= peak + peak / 5)) || fail "gpt: the forecast $forecast is far above the training peak $peak"
-# --max-memory: the batch it picks on a cold cache trains within the budget.
+# --max-memory: the batch it picks trains within the budget.
 budget=$((4 << 20))
 peak=$(cold train --model A --data synthetic --train-samples 512 --epochs 1 --threads 2 --json --max-memory 4MiB |
   json_field peak_train) || fail "--max-memory 4MiB: demi train failed"

@@ -1,0 +1,158 @@
+// The job a training command line names: the reference model (A, B, C, D, R), its data (synthetic,
+// Fashion-MNIST, MNIST, CIFAR-10) and the batch size, and the options every training command shares.
+#include <memory>
+#include <string>
+
+#include "demi/data/data.h"
+#include "demi/nn/models.h"
+#include "tools/demi/training.h"
+
+namespace demi::cli {
+namespace {
+
+const char* kFashionDir = "/usr/share/datasets/fashion-mnist";
+
+// Model D's data: random tokens (B, 128) of a 1000-word vocabulary; the label is the first token mod 10
+// (learnable, so the loss falls), drawn per row from (seed, epoch, row).
+std::shared_ptr<data::Dataset> token_dataset(int64_t n, int64_t batch, uint64_t seed) {
+  data::RandomAccessSource src;
+  src.size = n;
+  src.get = [seed](int64_t i) {
+    Generator g(seed * 7919 + static_cast<uint64_t>(i));
+    std::vector<int32_t> tokens(128);
+    for (auto& t : tokens) t = static_cast<int32_t>(g.next_int(1000));
+    return data::Row{from_vector(tokens, {128}), full({}, tokens[0] % 10, DType::kI32)};
+  };
+  return std::make_shared<data::GeneratorDataset>(src, std::vector<std::string>{"tokens", "label"})->batch(batch);
+}
+
+// The seed's random images (epoch 0 of data::seed_data_source) generated once and held in memory, as a
+// loaded data set is. Drawn afresh per row and epoch in the prefetch thread, the normal deviates competed
+// with the compute threads for the cores, so a timed run measured the generator (`demi train --json`'s
+// samples_per_second shows it); PyTorch's twins (bench/torch_models.py) also train on tensors in memory.
+std::shared_ptr<data::Dataset> synthetic_images(int64_t n, int64_t batch, uint64_t seed, data::SeedDataOptions o) {
+  MemCategoryScope scope(MemCategory::kData);
+  const int64_t per_row = o.channels * o.height * o.width;
+  Tensor images = empty({n, o.channels, o.height, o.width}, DType::kF32);
+  Tensor labels = empty({n}, DType::kI32);
+  data::RowGenerator rows = data::seed_data_source(n, seed, o)(0);
+  for (int64_t i = 0; i < n; ++i) {
+    std::optional<data::Row> r = rows();
+    DEMI_ASSERT(r && (*r)[0].numel() == per_row, "seed_data_source yielded ", i, " of ", n, " rows");
+    std::copy_n((*r)[0].data<float>(), per_row, images.data<float>() + i * per_row);
+    labels.data<int32_t>()[i] = (*r)[1].data<int32_t>()[0];
+  }
+  return std::make_shared<data::NumpySlicesDataset>(std::vector<Tensor>{images, labels},
+                                                    std::vector<std::string>{"image", "label"})
+      ->batch(batch);
+}
+
+}  // namespace
+
+std::string model_key(const std::string& m) {
+  if (m == "A" || m == "a" || m == "simplecnn") return "A";
+  if (m == "B" || m == "b" || m == "lenet") return "B";
+  if (m == "C" || m == "c" || m == "mlp") return "C";
+  if (m == "D" || m == "d" || m == "transformer") return "D";
+  if (m == "R" || m == "r" || m == "resnet18") return "R";
+  throw UsageError("unknown --model '" + m + "'; expected A (simplecnn), B (lenet), C (mlp), D (transformer), "
+                   "R (resnet18) or gpt");
+}
+
+Job make_job(const ParsedArgs& args) {
+  Job job;
+  job.model_key = model_key(args.get("model"));
+  int64_t batch = args.get_int("batch-size");
+  if (batch <= 0) batch = job.model_key == "B" ? 128 : job.model_key == "C" ? 256 : 32;  // A, D, R: 32
+  job.batch_size = batch;
+  int64_t limit = args.get_int("train-samples");
+  uint64_t seed = static_cast<uint64_t>(args.get_int("seed"));
+  std::string data = args.get("data");
+  const bool images3 = job.model_key == "A" || job.model_key == "R";  // 3x32x32 inputs
+  if (data == "default") data = images3 || job.model_key == "D" ? "synthetic" : "fashion-mnist";
+  job.data_name = data;
+  set_seed(seed);
+  const bool zoo = args.flag("zoo-style");
+  if (zoo && job.model_key != "A" && job.model_key != "B")
+    throw UsageError("--zoo-style is for models A and B (their layers called in construct, as the seed writes them)");
+  if (job.model_key == "A") job.net = zoo ? std::shared_ptr<nn::Cell>(std::make_shared<nn::SeedSimpleCNN>())
+                                          : std::make_shared<nn::SimpleCNN>();
+  if (job.model_key == "B")
+    job.net = zoo ? std::shared_ptr<nn::Cell>(std::make_shared<nn::ZooLeNet>(args.flag("batch-norm")))
+                  : std::make_shared<nn::LeNet>(args.flag("batch-norm"));
+  if (args.flag("batch-norm") && job.model_key != "B")
+    throw UsageError("--batch-norm is for model B (LeNet with a BatchNorm after each convolution)");
+  if (job.model_key == "C") job.net = std::make_shared<nn::MLP>();
+  if (job.model_key == "R") job.net = std::make_shared<nn::ResNet18>();
+  if (job.model_key == "D") {
+    job.net = std::make_shared<nn::TransformerClassifier>();
+    if (data != "synthetic") throw UsageError("--model D trains on --data synthetic (random tokens)");
+    int64_t n = limit > 0 ? limit : 1024;
+    job.train_ds = token_dataset(n, batch, seed);
+    job.test_ds = token_dataset(std::max<int64_t>(n / 4, batch), batch, seed + 1);
+    job.data_name = "synthetic tokens";
+    return job;
+  }
+  if (data == "synthetic") {
+    data::SeedDataOptions o;
+    if (!images3) o.channels = 1, o.height = 28, o.width = 28;
+    int64_t n = limit > 0 ? limit : 1000;
+    job.train_ds = synthetic_images(n, batch, seed, o);
+    job.test_ds = synthetic_images(std::max<int64_t>(n / 4, batch), 256, seed + 1, o);
+    return job;
+  }
+  std::string dir;
+  bool cifar = false;
+  if (data == "fashion-mnist") dir = kFashionDir;
+  else if (data.rfind("mnist:", 0) == 0) dir = data.substr(6);
+  else if (data.rfind("cifar10:", 0) == 0) dir = data.substr(8), cifar = true;
+  else throw UsageError("unknown --data '" + data + "'; expected synthetic, fashion-mnist, mnist:DIR or cifar10:DIR");
+  if (cifar != images3)
+    throw UsageError("--model " + job.model_key + " takes " + (images3 ? "3x32x32 images (synthetic, cifar10:DIR)" :
+                                                         "1x28x28 images (fashion-mnist, mnist:DIR, synthetic)"));
+  std::vector<data::Transform> norm;
+  std::shared_ptr<data::Dataset> train, test;
+  if (cifar) {
+    norm = {data::Rescale(1.0 / 255, 0.0), data::Normalize({0.4914, 0.4822, 0.4465}, {0.2470, 0.2435, 0.2616})};
+    train = std::make_shared<data::Cifar10Dataset>(dir, "train");
+    test = std::make_shared<data::Cifar10Dataset>(dir, "test");
+  } else {
+    norm = {data::Rescale(1.0 / 255, 0.0), data::Normalize({0.2860}, {0.3530})};
+    train = std::make_shared<data::MnistDataset>(dir, "train");
+    test = std::make_shared<data::MnistDataset>(dir, "test");
+  }
+  train = train->map(norm, {"image"});
+  if (limit > 0) train = train->take(limit);
+  job.train_ds = train->shuffle(60000, seed)->batch(batch, /*drop_remainder=*/true);
+  job.test_ds = test->map(norm, {"image"})->batch(256);
+  return job;
+}
+
+std::vector<Option> training_options() {
+  return {
+      {"model", "M", "A (simplecnn), B (lenet), C (mlp), D (transformer), R (resnet18) or gpt (train only)", "A"},
+      {"data", "D", "synthetic, fashion-mnist, mnist:DIR, cifar10:DIR (default: synthetic for A, D, R, else "
+                    "fashion-mnist); gpt: text:PATH (default: the King James Bible)", "default"},
+      int_option("epochs", "N", "epochs", "1", 1, 1e6),
+      int_option("batch-size", "N", "batch size (0: the model's reference batch: A 32, B 128, C 256, D 32, R 32)", "0", 0,
+                 1 << 20),
+      real_option("lr", "LR", "learning rate (Momentum 0.9)", "0.01", 1e-12, 1e3),
+      int_option("seed", "S", "random seed (weights, data order, synthetic data)", "1", 0, 1e18),
+      int_option("threads", "N", "threads (0: every core)", "0", 0, 4096),
+      {"mode", "M", "graph (GRAPH_MODE: each update replays a static memory plan, one arena) or pynative", "graph"},
+      {"graph-fusion", "F", "on: graph mode runs the eager fusions on any network's layer calls (off: PYNATIVE's "
+                            "bits on every network)", "on"},
+      {"f16-products", "P", "how float16 products (Dense, MatMul, convolutions and their gradients) multiply: exact "
+                            "(the f16 values: the f32 FMA rate on a CPU without fp16 arithmetic) or bf16 (rounded to "
+                            "bfloat16 on the bf16 kernels: up to twice as fast with AVX512-BF16, other numbers)",
+       "exact"},
+      int_option("train-samples", "N", "use only the first N training samples (0: all)", "0", 0, 1e12),
+      {"loss-scale", "S", "default (the level's), none, fixed:N or dynamic", "default"},
+      {"batch-norm", "", "model B with a BatchNorm after each convolution (kept FP32 at O2: the black list)", ""},
+      {"zoo-style", "", "models A and B written as the seed and MindSpore's model zoo write networks: each layer "
+                        "called in construct, no SequentialCell, no hand-fused call (graph mode fuses the calls)",
+       ""},
+  };
+}
+
+}  // namespace demi::cli
