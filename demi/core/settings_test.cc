@@ -55,7 +55,9 @@ TEST(Settings, EveryVariableReadIsDeclared) {
   for (const EnvSetting& s : env_settings()) {
     EXPECT_FALSE(s.help.empty()) << s.name;
     EXPECT_FALSE(s.values.empty()) << s.name;
-    if (!s.choices.empty()) EXPECT_EQ(s.unset, s.choices.front()) << s.name << ": unset means its first choice";
+    if (!s.choices.empty()) {
+      EXPECT_EQ(s.unset, s.choices.front()) << s.name << ": unset means its first choice";
+    }
   }
 }
 
