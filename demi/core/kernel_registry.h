@@ -156,8 +156,6 @@ class KernelTable {
     return getters_[0](args...);  // unreachable with a kScalar entry
   }
   const Kernels& get(Args... args) const { return at(cpu_level(), args...); }
-  // Whether the family has a variant of its own at exactly `level`.
-  bool has(CpuLevel level) const { return getters_[static_cast<size_t>(level)] != nullptr; }
 
  private:
   std::array<Getter, kNumCpuLevels> getters_{};

@@ -14,8 +14,6 @@ void TrainLoop::warn(std::string w) {
   summary.warnings.push_back(std::move(w));
 }
 
-void TrainLoop::say(const std::string& line) { callback_stream() << "Model.train: " << line << std::endl; }
-
 SinkProgress::SinkProgress(std::ostream& out, double every_seconds) : out_(out), every_(every_seconds) {
   DEMI_CHECK(every_seconds >= 0, "SinkProgress: every_seconds must be >= 0, got ", every_seconds);
 }

@@ -65,8 +65,6 @@ struct TrainLoop {
   // `w` as a warning: said on the callback stream ("Model.train: warning: ..."), kept in the summary's
   // warnings and in this step's RunContext::warnings (the report and the CLI's JSON line show them).
   void warn(std::string w);
-  // "Model.train: <line>" on the callback stream (a note, not a warning).
-  void say(const std::string& line);
 };
 
 class TrainHook {

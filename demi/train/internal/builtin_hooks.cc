@@ -150,8 +150,9 @@ class UnderflowHook : public TrainHook {
   void on_after_update(TrainLoop& loop) override {
     watching_.reset();
     if (!watch_) return;
-    const amp::UnderflowWatch u = *watch_;
+    const std::optional<amp::UnderflowWatch> watched = std::move(watch_);
     watch_.reset();
+    const amp::UnderflowWatch& u = *watched;
     const amp::StepResult& r = loop.step.result;
     if (r.overflow || u.nonzero() == 0 || u.subnormal_share() < kWarn) return;
     warned_ = true;
