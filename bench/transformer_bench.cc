@@ -29,7 +29,7 @@ struct Setting {
   std::string name;
   amp::Level level;
   DType low;
-  bool bf16_products = false;  // O2-fp16bp: f16 matrix products rounded to bf16 (kernels::F16Products::kBf16)
+  bool bf16_products = false;  // O2-fp16bp: f16 matrix products rounded to bf16 (amp::TrainOptions::f16_products = kBf16)
 };
 
 Setting parse_setting(const std::string& s) {
@@ -43,12 +43,12 @@ Setting parse_setting(const std::string& s) {
 }
 
 void run(const Setting& s, int steps, int warmup, int64_t batch, bool profile) {
-  kernels::set_f16_products(s.bf16_products ? kernels::F16Products::kBf16 : kernels::F16Products::kExact);
   set_seed(0);
   auto net = std::make_shared<nn::TransformerClassifier>();
   auto opt = std::make_shared<optim::Momentum>(net->trainable_params(), 0.01, 0.9);
   amp::TrainOptions o;
   o.low_dtype = s.low;
+  o.f16_products = s.bf16_products ? F16Products::kBf16 : F16Products::kExact;
   auto step = amp::build_train_network(net, opt, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"),
                                        s.level, o);
   Generator gen(1);

@@ -130,6 +130,27 @@ TEST(KeepBatchNormFp32, IsHonouredAtO3AndO2AndRefusedWhereItChangesNothing) {
                                {"keep_batchnorm_fp32=false at", amp::level_name(level), "would change nothing"});
 }
 
+// TrainOptions::f16_products is a setting of the run's AMP policy: refused where the run computes no
+// float16 product (O0; a bfloat16 run) and where the CPU cannot run it, never stored and ignored.
+TEST(F16ProductsOption, IsRefusedWhereItChangesNothingOrCannotRun) {
+  const auto build = [](Level level, DType low) {
+    auto net = std::make_shared<nn::MLP>();
+    amp::TrainOptions o;
+    o.low_dtype = low;
+    o.f16_products = F16Products::kBf16;
+    return amp::build_train_network(net, std::make_shared<optim::Momentum>(net->trainable_params(), 0.01, 0.9),
+                                    std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), level, o);
+  };
+  test_support::expect_error([&] { build(Level::kO0, DType::kF16); }, {"f16_products=bf16", "O0 computes none"});
+  test_support::expect_error([&] { build(Level::kO2, DType::kBF16); },
+                             {"f16_products=bf16", "O2 with low_dtype bfloat16 computes none"});
+  if (kernels::cpu::gemm_has_bf16_dot()) {
+    EXPECT_EQ(build(Level::kO2, DType::kF16)->f16_products(), F16Products::kBf16);
+  } else {
+    test_support::expect_error([&] { build(Level::kO2, DType::kF16); }, {"need the bfloat16 pair kernel"});
+  }
+}
+
 TEST(CastCache, EachParameterIsCastOncePerStep) {
   set_seed(4);
   // A network that uses one Dense twice: its weight must be cast once.
@@ -359,7 +380,7 @@ TEST(FusedConvPool, MatchesTheTwoOpsBitForBitAtEveryLevel) {
   struct Setting {
     Level level;
     DType low;
-    bool bf16_products = false;  // kernels::F16Products::kBf16 (where the CPU has the pair kernel)
+    bool bf16_products = false;  // F16Products::kBf16 (where the CPU has the pair kernel)
   };
   for (Setting st : {Setting{Level::kO0, DType::kBF16}, Setting{Level::kO1, DType::kBF16},
                      Setting{Level::kO2, DType::kBF16}, Setting{Level::kO2, DType::kF16},
@@ -367,7 +388,7 @@ TEST(FusedConvPool, MatchesTheTwoOpsBitForBitAtEveryLevel) {
     if (st.bf16_products && !kernels::cpu::gemm_has_bf16_dot()) continue;
     SCOPED_TRACE(std::string(amp::level_name(st.level)) + " " + std::string(dtype_name(st.low)) +
                  (st.bf16_products ? ", f16 products in bf16" : ""));
-    kernels::set_f16_products(st.bf16_products ? kernels::F16Products::kBf16 : kernels::F16Products::kExact);
+    F16ProductsScope products(st.bf16_products ? F16Products::kBf16 : F16Products::kExact);
     amp::AmpPolicy policy(st.level, st.low);
     ops::Conv2dOptions co;
     co.pad_mode = ops::PadMode::kPad;
@@ -389,7 +410,6 @@ TEST(FusedConvPool, MatchesTheTwoOpsBitForBitAtEveryLevel) {
       return std::vector<Tensor>{y.to(DType::kF32), x.grad(), w.grad(), b.grad()};
     };
     auto fused = run(true), two = run(false);
-    kernels::set_f16_products(kernels::F16Products::kExact);
     const char* names[] = {"y", "dx", "dw", "db"};
     for (size_t i = 0; i < fused.size(); ++i) {
       ASSERT_EQ(fused[i].shape(), two[i].shape()) << names[i];
@@ -694,8 +714,7 @@ TEST_P(F16ProductsTraining, TrainsOnFashionMnistWithItsProductsInBf16) {
     std::vector<float> losses;
     double accuracy = 0;
   };
-  auto run = [&](kernels::F16Products products) {
-    kernels::set_f16_products(products);
+  auto run = [&](F16Products products) {
     set_seed(21);
     std::shared_ptr<nn::Cell> net;
     if (std::string(GetParam()) == "C")
@@ -705,13 +724,16 @@ TEST_P(F16ProductsTraining, TrainsOnFashionMnistWithItsProductsInBf16) {
     auto opt = std::make_shared<optim::Momentum>(net->trainable_params(), 0.05, 0.9);
     amp::TrainOptions o;
     o.low_dtype = DType::kF16;
+    o.f16_products = products;  // the AMP option: in force in each step's forward and backward
     auto step = amp::build_train_network(net, opt, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"),
                                          Level::kO2, o);
+    EXPECT_EQ(f16_products(), F16Products::kExact) << "the option must not leak out of the steps";
     Run r;
     for (int64_t s = 0; s < kSteps; ++s) {
       const auto [x, y] = images(s * kBatch, kBatch);
       r.losses.push_back((*step)(x, y).loss);
     }
+    F16ProductsScope scope(products);  // the evaluation multiplies as the training did
     Tensor logits = net->construct(test_x).to(DType::kF32);
     int64_t right = 0;
     for (int64_t i = 0; i < kTest; ++i) {
@@ -719,12 +741,11 @@ TEST_P(F16ProductsTraining, TrainsOnFashionMnistWithItsProductsInBf16) {
       right += std::max_element(row, row + 10) - row == test_y.data<int32_t>()[i];
     }
     r.accuracy = static_cast<double>(right) / kTest;
-    kernels::set_f16_products(kernels::F16Products::kExact);
     return r;
   };
-  const Run exact = run(kernels::F16Products::kExact);
-  const Run bf16 = run(kernels::F16Products::kBf16);
-  const Run again = run(kernels::F16Products::kExact);
+  const Run exact = run(F16Products::kExact);
+  const Run bf16 = run(F16Products::kBf16);
+  const Run again = run(F16Products::kExact);
   EXPECT_EQ(again.losses, exact.losses);
   EXPECT_NE(bf16.losses[0], exact.losses[0]);
   auto mean = [](const std::vector<float>& v, size_t b, size_t e) {
@@ -773,7 +794,7 @@ TEST(F16Products, ConvolutionsMultiplyTheirF16ValuesAsBf16) {
     return ops::conv2d(x, w, b, co);
   };
   // One run from seed 91: at O2-fp16 under `products`, or (reference) in FP32 on the rounded operands.
-  auto run = [&](const Case& k, std::optional<kernels::F16Products> products) {
+  auto run = [&](const Case& k, std::optional<F16Products> products) {
     const bool reference = !products.has_value();
     auto rounded = [&](const Tensor& t) { return reference ? t.to(DType::kF16).to(DType::kBF16).to(DType::kF32) : t; };
     Generator g(91);
@@ -786,14 +807,15 @@ TEST(F16Products, ConvolutionsMultiplyTheirF16ValuesAsBf16) {
     w.set_requires_grad(true);
     b.set_requires_grad(!t);
     Tensor y;
-    if (products) kernels::set_f16_products(*products);
+    std::optional<F16ProductsScope> in_force;
+    if (products) in_force.emplace(*products);
     {
       ops::PrecisionScope scope(reference ? nullptr : &policy);
       y = layer(k.kind, x, w, b);
     }
     Tensor r = normal(y.shape(), 0, 1, g).to(DType::kF16);
     autograd::backward(y, reference ? r.to(DType::kBF16).to(DType::kF32) : r);
-    kernels::set_f16_products(kernels::F16Products::kExact);
+    in_force.reset();
     auto f16_of = [&](const Tensor& v) { return reference ? v.to(DType::kF16).to(DType::kF32) : v.to(DType::kF32); };
     return Out{f16_of(y), k.x_grad ? f16_of(x.grad()) : Tensor(), w.grad(), t ? Tensor() : b.grad()};
   };
@@ -813,8 +835,8 @@ TEST(F16Products, ConvolutionsMultiplyTheirF16ValuesAsBf16) {
                         Case{Kind::kTranspose, 8, true}}) {
     SCOPED_TRACE(std::string(k.kind == Kind::kConv ? "conv2d" : k.kind == Kind::kConvRelu ? "conv2d+relu" : "conv2d_transpose") +
                  " c=" + std::to_string(k.c) + (k.x_grad ? "" : ", x needs no gradient"));
-    const Out want = run(k, std::nullopt), got = run(k, kernels::F16Products::kBf16),
-              exact = run(k, kernels::F16Products::kExact);
+    const Out want = run(k, std::nullopt), got = run(k, F16Products::kBf16),
+              exact = run(k, F16Products::kExact);
     EXPECT_EQ(misses(got.y, want.y), 0) << "y";
     EXPECT_EQ(misses(got.dw, want.dw), 0) << "dw";
     if (got.db.defined()) {

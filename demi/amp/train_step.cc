@@ -121,6 +121,7 @@ bool TrainStep::optimizer_in_backward() const {
 }
 
 StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
+  F16ProductsScope products(f16_products_);
   const bool in_backward = optimizer_in_backward();
   if (get_context().mode != ExecMode::kGraph) return update(data, label, in_backward);
   StepResult r;
@@ -135,6 +136,7 @@ StepResult TrainStep::operator()(const Tensor& data, const Tensor& label) {
 }
 
 float TrainStep::accumulate(const Tensor& data, const Tensor& label) {
+  F16ProductsScope products(f16_products_);
   if (get_context().mode != ExecMode::kGraph) return accumulate_micro_batch(data, label);
   // The first micro-batch of an update clears the gradients; the others add to them.
   float loss = 0;
@@ -153,6 +155,7 @@ float TrainStep::accumulate(const Tensor& data, const Tensor& label) {
 }
 
 StepResult TrainStep::step() {
+  F16ProductsScope products(f16_products_);
   if (get_context().mode != ExecMode::kGraph) return apply_update();
   StepResult r;
   const std::string& key =
@@ -273,6 +276,11 @@ float TrainStep::forward_backward(const Tensor& data, const Tensor& label, bool 
   }
   if (phase_observer_ && !rerunning_) phase_observer_(Phase::kAfterBackward, loss_value);
   return loss_value;
+}
+
+void TrainStep::set_f16_products(F16Products mode) {
+  { F16ProductsScope available(mode); }  // refuses kBf16 where the CPU has no AVX512-BF16
+  f16_products_ = mode;
 }
 
 void TrainStep::set_clip_grad_norm(double max_norm) {
@@ -421,6 +429,7 @@ void TrainStep::replay(const std::vector<MicroBatch>& micro, double loss_scale, 
 }
 
 void TrainStep::run_observed(const Tensor& data, const Tensor& label, ops::OpObserver& observer) {
+  F16ProductsScope products(f16_products_);
   MicroBatch m{data, label, {}};
   for (const auto& [name, g] : generators_) m.generators.emplace_back(g->seed(), g->offset());
   // In graph mode, with the layer calls a graph-mode step would fuse fused (its memory, its ops).
@@ -487,6 +496,11 @@ std::shared_ptr<TrainStep> build_train_network(std::shared_ptr<nn::Cell> net,
              "build_train_network: keep_batchnorm_fp32=false at ", level_name(level), " would change nothing: ",
              level == Level::kO0 ? "O0 runs every op in FP32" : "O1 runs only its white list low, never BatchNorm",
              "; it lowers BatchNorm at O2 (O3 lowers it by default)");
+  DEMI_CHECK(options.f16_products == F16Products::kExact ||
+                 (level != Level::kO0 && options.low_dtype == DType::kF16),
+             "build_train_network: f16_products=bf16 changes how float16 products multiply, and ", level_name(level),
+             level == Level::kO0 ? "" : str_cat(" with low_dtype ", dtype_name(options.low_dtype)),
+             " computes none: use it at O1, O2 or O3 with low_dtype float16");
   bool keep_bn = options.keep_batchnorm_fp32.value_or(level != Level::kO3);
   auto_mixed_precision(*net, level, options.low_dtype, keep_bn, options.low_precision_param_grads);
   std::shared_ptr<LossScaleManager> manager = options.loss_scale_manager;
@@ -495,6 +509,7 @@ std::shared_ptr<TrainStep> build_train_network(std::shared_ptr<nn::Cell> net,
   auto step = std::make_shared<TrainStep>(std::move(net), std::move(loss_fn), std::move(optimizer), std::move(manager));
   step->set_clip_grad_norm(options.clip_grad_norm);
   step->set_optimizer_in_backward(options.optimizer_in_backward);
+  step->set_f16_products(options.f16_products);
   return step;
 }
 

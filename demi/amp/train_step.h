@@ -45,6 +45,7 @@
 #include "demi/amp/attribution.h"
 #include "demi/amp/loss_scale.h"
 #include "demi/amp/policy.h"
+#include "demi/core/context.h"
 #include "demi/graph/step_graph.h"
 #include "demi/nn/cell.h"
 #include "demi/optim/optimizer.h"
@@ -76,6 +77,10 @@ struct TrainOptions {
   // Parameter gradients in the low dtype (no FP32 gradient buffer; AmpPolicy::low_precision_param_grads).
   // Default: the policy's (bfloat16 at O2 and O3, in float16 runs too).
   std::optional<bool> low_precision_param_grads;
+  // How the network's float16 products multiply (kernels/matmul.h): exact (the default), or rounded to
+  // bfloat16 on the bf16 kernels, faster with other numbers. kBf16 needs a level that computes in float16
+  // (O1-O3 with low_dtype kF16) and AVX512-BF16; else build_train_network refuses it.
+  F16Products f16_products = F16Products::kExact;
 };
 
 // Combines the gradients of processes that train one model on different batches (data parallelism;
@@ -134,6 +139,11 @@ class TrainStep {
   // and generators as they were. The dtype trace and Model::forecast use it.
   void run_observed(const Tensor& data, const Tensor& label, ops::OpObserver& observer);
 
+  // How float16 products multiply in this step's forward and backward (TrainOptions::f16_products), put in
+  // force on the calling thread for each call of the four above.
+  void set_f16_products(F16Products mode);
+  F16Products f16_products() const { return f16_products_; }
+
   // Clipping by global norm after unscaling (0: off).
   void set_clip_grad_norm(double max_norm);
   // The optimizer in backward (see the top of this file): null, graph mode's choice; true, always (its
@@ -179,6 +189,7 @@ class TrainStep {
   PhaseObserver phase_observer_;
   bool rerunning_ = false;  // an attribution re-run: the phase observer is not told
   std::optional<bool> optimizer_in_backward_;
+  F16Products f16_products_ = F16Products::kExact;
   // Whether a cell of the network computes in float16, and the nn::Cell::structure_version it was found
   // at (walking the cells costs microseconds, a step of a small network tens of them).
   mutable std::optional<std::pair<uint64_t, bool>> computes_in_float16_;

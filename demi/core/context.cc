@@ -6,7 +6,9 @@
 #include <cctype>
 #include <string_view>
 
+#include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/core/settings.h"
 #include "demi/core/parallel.h"
 
 namespace demi {
@@ -26,6 +28,21 @@ std::string available_targets() {
   for (std::string_view t : kDeviceTargets) s += str_cat(s.empty() ? "" : ", ", "\"", t, "\"");
   return s;
 }
+
+void check_f16_products(F16Products mode) {
+  DEMI_CHECK(mode == F16Products::kExact || cpu_level() >= CpuLevel::kAvx512Bf16,
+             "f16 products in bf16 need the bfloat16 pair kernel (AVX512-BF16); this CPU runs demi's ",
+             cpu_level_name(cpu_level()), " kernels: use exact f16 products, or bfloat16 as the low dtype");
+}
+
+std::optional<F16Products> f16_products_from_env() {
+  if (!env_value("DEMI_F16_PRODUCTS")) return std::nullopt;
+  const F16Products mode = env_choice("DEMI_F16_PRODUCTS") == "bf16" ? F16Products::kBf16 : F16Products::kExact;
+  check_f16_products(mode);
+  return mode;
+}
+
+thread_local F16Products t_f16_products = F16Products::kExact;
 
 ContextOptions& context_slot() {
   static ContextOptions options;
@@ -87,5 +104,17 @@ const char* exec_mode_name(ExecMode m) {
   }
   return "UNKNOWN_MODE";  // only for a value cast from an out-of-range integer
 }
+
+F16ProductsScope::F16ProductsScope(F16Products mode) : saved_(t_f16_products) {
+  check_f16_products(mode);
+  t_f16_products = mode;
+}
+F16ProductsScope::~F16ProductsScope() { t_f16_products = saved_; }
+std::optional<F16Products> f16_products_override() {
+  static const std::optional<F16Products> mode = f16_products_from_env();
+  return mode;
+}
+F16Products f16_products() { return f16_products_override().value_or(t_f16_products); }
+const char* f16_products_name(F16Products mode) { return mode == F16Products::kBf16 ? "bf16" : "exact"; }
 
 }  // namespace demi

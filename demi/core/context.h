@@ -10,6 +10,7 @@
 // today; any other is a demi::Error that lists the available ones.
 #pragma once
 
+#include <optional>
 #include <string>
 
 namespace demi {
@@ -44,5 +45,29 @@ class ExecModeScope {
  private:
   ExecMode saved_;
 };
+
+// How products of float16 values multiply (kernels/matmul.h says how each kernel honours it): kExact, the
+// f16 values themselves; kBf16, rounded to bfloat16 on the bf16 kernels (faster where the CPU has
+// AVX512-BF16, other numbers; refused elsewhere). A part of the AMP policy, not of the process:
+// amp::TrainOptions::f16_products (train::ModelOptions'), which amp::TrainStep and train::Model put in force
+// on their thread for each step, evaluation and prediction with an F16ProductsScope. Outside every scope
+// products are exact. DEMI_F16_PRODUCTS=exact|bf16, where set, overrides every scope (for debugging and
+// benchmarks; core/settings.h lists it in force).
+enum class F16Products { kExact, kBf16 };
+class F16ProductsScope {
+ public:
+  explicit F16ProductsScope(F16Products mode);  // a demi::Error for kBf16 on a CPU without AVX512-BF16
+  ~F16ProductsScope();
+  F16ProductsScope(const F16ProductsScope&) = delete;
+  F16ProductsScope& operator=(const F16ProductsScope&) = delete;
+
+ private:
+  F16Products saved_;
+};
+// The choice in force on this thread: DEMI_F16_PRODUCTS where set, else the innermost scope's, else kExact.
+F16Products f16_products();
+// The DEMI_F16_PRODUCTS override, where set (checked against the CPU at its first read).
+std::optional<F16Products> f16_products_override();
+const char* f16_products_name(F16Products mode);  // "exact", "bf16"
 
 }  // namespace demi

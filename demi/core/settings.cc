@@ -14,9 +14,9 @@ const std::vector<EnvSetting>& env_settings() {
       {"DEMI_MATMUL", "auto, demi or onednn", "auto",
        "the matrix-product kernels: measured per shape (auto), demi's own, or oneDNN's",
        {"auto", "demi", "onednn"}},
-      {"DEMI_F16_PRODUCTS", "exact or bf16", "exact",
-       "how float16 products multiply when no option says: exact, or rounded to bfloat16 on the bf16 kernels "
-       "(demi train --f16-products sets it for a run)",
+      {"DEMI_F16_PRODUCTS", "exact or bf16", "each run's AMP option (exact unless it says bf16)",
+       "how float16 products multiply, overriding every run's AMP option (amp::TrainOptions::f16_products, "
+       "demi train --f16-products): exact, or rounded to bfloat16 on the bf16 kernels",
        {"exact", "bf16"}},
       {"DEMI_GEMM_BLOCKING", "MC,KC,NC (three positive integers)", "the blocking derived from the caches",
        "demi's GEMM cache blocking, for tuning experiments",
@@ -62,7 +62,11 @@ std::string env_choice(std::string_view name) {
   const EnvSetting& s = declared(name);
   DEMI_CHECK(!s.choices.empty(), "env_choice: ", name, " is not a choice setting");
   const std::optional<std::string> v = env_value(name);
-  if (!v) return std::string(s.choices.front());
+  if (!v) {
+    if (s.unset != s.choices.front())  // unset, it overrides nothing: the caller reads env_value first
+      throw InternalError(str_cat("env_choice: ", name, " is unset and then means ", s.unset, ", not a choice"));
+    return std::string(s.choices.front());
+  }
   for (std::string_view c : s.choices)
     if (*v == c) return *v;
   throw Error(str_cat(s.name, " must be ", s.values, ", got \"", *v, "\""));

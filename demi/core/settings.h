@@ -30,7 +30,8 @@ const std::vector<EnvSetting>& env_settings();
 // registry does not declare is an InternalError: every variable demi reads is listed.
 std::optional<std::string> env_value(std::string_view name);
 // A choice setting's value: one of its choices (the first when unset), else a demi::Error naming the
-// variable, the value and the choices.
+// variable, the value and the choices. A setting that only overrides a run's own option (DEMI_F16_PRODUCTS:
+// its `unset` names no choice) is read with env_value first; env_choice of it unset is an InternalError.
 std::string env_choice(std::string_view name);
 // The overrides set in this process's environment, "NAME=value", in registry order (where files go is not
 // listed: it changes nothing a run computes).

@@ -17,34 +17,33 @@
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "demi/core/error.h"
+#include "demi/core/files.h"
 
 namespace demi::test_support {
 
-class TempDir {
+// A temporary directory removed on scope exit (core/files.h's ScratchDir: made by mkdtemp).
+class TempDir : public ScratchDir {
  public:
-  explicit TempDir(const std::string& prefix = "demi_test") {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            (prefix + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
+  explicit TempDir(const std::string& prefix = "demi_test") : ScratchDir(prefix) {}
+};
+
+// Sets (or, with nullptr, unsets) an environment variable for a scope, then puts back what was there.
+class EnvScope {
+ public:
+  EnvScope(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    value ? setenv(name, value, 1) : unsetenv(name);
   }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::string str() const { return path_.string(); }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+  ~EnvScope() { old_ ? setenv(name_, old_->c_str(), 1) : unsetenv(name_); }
 
  private:
-  std::filesystem::path path_;
+  const char* name_;
+  std::optional<std::string> old_;
 };
 
 inline std::vector<uint8_t> read_bytes(const std::filesystem::path& p) {

@@ -51,23 +51,6 @@ std::atomic<MatmulPolicy>& policy_slot() {
   return p;
 }
 
-void check_f16_products(F16Products mode) {
-  DEMI_CHECK(mode == F16Products::kExact || cpu::gemm_has_bf16_dot(),
-             "f16 products in bf16 need the bfloat16 pair kernel (AVX512-BF16); this CPU runs demi's ",
-             cpu_level_name(cpu_level()), " kernels: use exact f16 products, or bfloat16 as the low dtype");
-}
-
-F16Products f16_products_from_env() {
-  if (env_choice("DEMI_F16_PRODUCTS") == "exact") return F16Products::kExact;
-  check_f16_products(F16Products::kBf16);
-  return F16Products::kBf16;
-}
-
-std::atomic<F16Products>& f16_products_slot() {
-  static std::atomic<F16Products> m{f16_products_from_env()};
-  return m;
-}
-
 // p as computed under the f16-products setting: with kBf16, a product of f16|bf16 values with an f16 one
 // among them multiplies its f16 values as bf16.
 MatmulParams with_f16_products(const MatmulParams& p) {
@@ -319,16 +302,10 @@ Kernel choose(const MatmulParams& p, const void* a, const void* b, void* out) {
 void set_matmul_policy(MatmulPolicy policy) { policy_slot().store(policy); }
 MatmulPolicy matmul_policy() { return policy_slot().load(); }
 
-void set_f16_products(F16Products mode) {
-  check_f16_products(mode);
-  f16_products_slot().store(mode);
-}
-F16Products f16_products() { return f16_products_slot().load(); }
 bool f16_products_in_bf16(DType a, DType b) {
   return f16_products() == F16Products::kBf16 && is_low_precision(a) && is_low_precision(b) &&
          (a == DType::kF16 || b == DType::kF16);
 }
-const char* f16_products_name(F16Products mode) { return mode == F16Products::kBf16 ? "bf16" : "exact"; }
 
 void matmul(const MatmulParams& p_in, const void* a, const void* b, void* c) {
   check_matmul_params(p_in, "matmul");

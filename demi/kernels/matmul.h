@@ -26,6 +26,7 @@
 
 #include <string>
 
+#include "demi/core/context.h"
 #include "demi/kernels/matmul_params.h"
 
 namespace demi::kernels {
@@ -50,12 +51,8 @@ MatmulPolicy matmul_policy();
 // f16|bf16 operands with at least one f16 value (Dense, MatMul, BatchMatMul and their gradients, attention's
 // products); the convolution layers round their f16 operands (x, w, dy) to bf16 before their kernels, which
 // then run as bf16 convolutions (oneDNN's among the candidates: its operands are bf16 there) writing f16
-// outputs (y, dx) rounded once. kBf16 needs AVX512-BF16 (else a demi::Error). Process-wide; from
-// DEMI_F16_PRODUCTS=exact|bf16 at start (default exact), `demi train --f16-products`.
-enum class F16Products { kExact, kBf16 };
-void set_f16_products(F16Products mode);
-F16Products f16_products();
-const char* f16_products_name(F16Products mode);  // "exact", "bf16"
+// outputs (y, dx) rounded once. kBf16 needs AVX512-BF16 (else a demi::Error).
+// (demi::F16Products, core/context.h: the AMP option in force on the calling thread.)
 // Whether a product of operands in dtypes a and b multiplies its f16 values as bf16 under the setting:
 // kBf16, both f16|bf16, at least one f16. (The convolution layers follow the same rule: ops/conv_pool.cc.)
 bool f16_products_in_bf16(DType a, DType b);

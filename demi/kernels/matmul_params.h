@@ -28,7 +28,7 @@
 // GEMM rounds in its packing; the other kernels get a rounded copy for the call). a_round the same for a:
 // AMP's FP32 data batch read by a low-precision layer with no cast of it.
 //
-// bf16_products (an explicit opt-in: kernels::F16Products::kBf16, never set silently): every operand value
+// bf16_products (an explicit opt-in: F16Products::kBf16, never set silently): every operand value
 // is f16 or bf16, and the f16 ones (a f16 a, a f16 b, an f32 b read as f16) are multiplied rounded to bf16
 // (round to nearest even: 8 significant bits instead of 11), exactly as if they had been cast to bf16 first;
 // products of bf16 values are exact in f32 and the sums run in f32. On a CPU without fp16 arithmetic this

@@ -189,18 +189,18 @@ TEST(Matmul, AnF32OperandReadRoundedIsTheCastOperandsProductUnderEveryPolicy) {
 
 // F16Products::kBf16 (an explicit opt-in): every product with f16 values among f16|bf16 operands runs one
 // of demi's kernels, which round them to bf16 (the pair kernel; the f32 one on rounded panels or demi-dot
-// where those measure faster), under every policy, and is the reference's product of those values rounded to bf16
+// where those measure faster), under every policy (within an F16ProductsScope), and is the reference's product of those values rounded to bf16
 // (ref::matmul honours MatmulParams::bf16_products: the reference twin); f32 and bf16 x bf16 products are
 // untouched. Without AVX512-BF16 the setting is refused.
 TEST(Matmul, F16ProductsInBf16RunThePairKernelOnBf16RoundedValues) {
   for (CpuLevel level : supported_cpu_levels()) {  // refused where the pair kernel is missing, kept as it was
     ScopedCpuLevel scoped(level);
     if (cpu::gemm_has_bf16_dot()) continue;
-    EXPECT_THROW(set_f16_products(F16Products::kBf16), Error) << cpu_level_name(level);
+    EXPECT_THROW(F16ProductsScope(F16Products::kBf16), Error) << cpu_level_name(level);
     EXPECT_EQ(f16_products(), F16Products::kExact);
   }
   if (!cpu::gemm_has_bf16_dot()) return;
-  set_f16_products(F16Products::kBf16);
+  std::optional<F16ProductsScope> scope(F16Products::kBf16);
   for (MatmulPolicy policy : {MatmulPolicy::kAuto, MatmulPolicy::kDemi, MatmulPolicy::kOnednn})
     for (int shape = 0; shape < 4; ++shape) {
       set_matmul_policy(policy);
@@ -227,7 +227,8 @@ TEST(Matmul, F16ProductsInBf16RunThePairKernelOnBf16RoundedValues) {
   EXPECT_EQ(matmul_kernel(product(8, 8, 8, DType::kF32)).rfind("onednn (", 0), 0u);
   EXPECT_EQ(matmul_kernel(product(8, 8, 8, DType::kBF16)).rfind("onednn (", 0), 0u);
   set_matmul_policy(MatmulPolicy::kAuto);
-  set_f16_products(F16Products::kExact);
+  scope.reset();
+  EXPECT_EQ(f16_products(), F16Products::kExact);  // the scope's end puts the thread's choice back
   set_matmul_policy(MatmulPolicy::kOnednn);
   EXPECT_EQ(matmul_kernel(product(8, 8, 8, DType::kF16)).rfind("onednn (", 0), 0u);
   set_matmul_policy(MatmulPolicy::kAuto);

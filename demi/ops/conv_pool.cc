@@ -108,7 +108,7 @@ internal::CallWeight conv_weight(const Dispatch& d, const Tensor& w_in) {
   return internal::weight_for_call(d, 1, w_in, w_in.dtype() == DType::kF32 && is_low_precision(d.compute_dtype()));
 }
 
-// Under kernels::F16Products::kBf16 (an explicit option; kernels/matmul.h), a convolution layer whose
+// Under F16Products::kBf16 (an explicit option; kernels/matmul.h), a convolution layer whose
 // operands are f16 (or f16 and bf16) multiplies them as bf16: x, w and the output's gradient are rounded to
 // bf16 before its kernels, which then run as bf16 convolutions (vdpbf16ps, AMX) with f32 sums, and the
 // outputs keep their dtypes (y and dx in f16, rounded once; dw, db in the gradient's dtype). The values are

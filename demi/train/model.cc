@@ -34,6 +34,7 @@ Model::Model(std::shared_ptr<nn::Cell> network, std::shared_ptr<nn::LossCell> lo
   if (options.amp_adapt && !t.optimizer_in_backward.has_value()) t.optimizer_in_backward = false;
   t.no_loss_scale = options.no_loss_scale;
   t.clip_grad_norm = options.clip_grad_norm;
+  t.f16_products = options.f16_products;
   DEMI_CHECK(options.accumulate >= 1, "Model: accumulate (batches per update) must be >= 1, got ", options.accumulate);
   DEMI_CHECK(options.max_steps == -1 || options.max_steps >= 1, "Model: max_steps must be >= 1 (-1: no budget), got ",
              options.max_steps);
@@ -111,6 +112,7 @@ std::map<std::string, double> Model::eval(const std::shared_ptr<const data::Data
   auto it = ds->create_iterator(io);
   {
     autograd::NoGradGuard no_grad;
+    F16ProductsScope products(train_step_->f16_products());
     MemCategoryScope activations(MemCategory::kActivation);
     while (auto row = it->next()) {
       internal::check_row(*row, "eval");
@@ -163,6 +165,7 @@ Tensor Model::predict(const Tensor& input) {
   Tensor y;
   {
     autograd::NoGradGuard no_grad;
+    F16ProductsScope products(train_step_->f16_products());
     y = network_->call(input);
   }
   network_->set_train(true);

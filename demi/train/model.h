@@ -65,6 +65,9 @@ struct ModelOptions {
   bool check_input_finite = false;
   // Clip the gradients to this global L2 norm after unscaling (0: off); see amp/train_step.h.
   double clip_grad_norm = 0;
+  // How float16 products multiply in training, eval and predict (amp::TrainOptions::f16_products): exact,
+  // or rounded to bfloat16 on the bf16 kernels (O1-O3 with low_dtype float16, AVX512-BF16).
+  F16Products f16_products = F16Products::kExact;
   // Batches per update: each batch's forward and backward add into the gradients, and one update
   // applies their mean (gradient accumulation; an FP32 parameter's gradients are accumulated in FP32,
   // also where O2/O3 keeps a single batch's gradient in the low dtype). Every batch of an update uses the same loss scale; an overflow in any skips it.

@@ -17,12 +17,12 @@
 #include "demi/amp/dtype_trace.h"
 #include "demi/amp/numerics.h"
 #include "demi/core/context.h"
+#include "demi/core/files.h"
 #include "demi/core/parallel.h"
 #include "demi/data/data.h"
 #include "demi/data/iterator.h"
 #include "demi/distributed/distributed.h"
 #include "demi/io/internal/json.h"
-#include "demi/kernels/matmul.h"
 #include "demi/nn/models.h"
 #include "demi/ops/dispatch.h"
 #include "demi/train/checkpoint.h"
@@ -130,26 +130,6 @@ void print_table(const train::ReportTable& t, const std::vector<int>& widths) {
   for (const auto& r : t.rows) line(r);
 }
 
-// A scratch folder for the children's run records, removed with everything in it.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "demi-compare-XXXXXX").string();
-    DEMI_CHECK(::mkdtemp(tmpl.data()) != nullptr, "compare: cannot create a scratch folder like '", tmpl, "'");
-    path_ = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
 int run_compare(const ParsedArgs& args) {
   std::vector<std::string> levels, dtypes;
   {
@@ -161,8 +141,8 @@ int run_compare(const ParsedArgs& args) {
   if (dtypes.empty()) throw UsageError("--dtypes is empty: name the low-precision dtypes, e.g. fp16,bf16");
   const bool reporting = args.has("report");
   if (reporting) check_report_option(args, "report");
-  std::optional<ScratchDir> scratch;
-  if (reporting) scratch.emplace();
+  std::optional<ScratchDir> scratch;  // the children's run records, removed with everything in it
+  if (reporting) scratch.emplace("demi-compare");
   struct Row {
     std::string level, dtype;
     std::map<std::string, std::string> s;

@@ -20,7 +20,6 @@
 #include "demi/data/iterator.h"
 #include "demi/distributed/distributed.h"
 #include "demi/io/internal/json.h"
-#include "demi/kernels/matmul.h"
 #include "demi/nn/models.h"
 #include "demi/ops/dispatch.h"
 #include "demi/train/checkpoint.h"
@@ -73,7 +72,7 @@ int run_eval(const ParsedArgs& args) {
   auto opt = std::make_shared<optim::SGD>(job.net->trainable_params(), 0.0);
   train::Model model(job.net, std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(true, "mean"), opt,
                      {{"Accuracy", std::make_shared<train::Accuracy>()}, {"Loss", std::make_shared<train::Loss>()}},
-                     {.amp_level = level, .low_dtype = low});
+                     {.amp_level = level, .low_dtype = low, .f16_products = parse_f16_products(args, level, low)});
   auto metrics = model.eval(job.test_ds);
   std::printf("model %s on %s (test split), %s: accuracy %.4f, loss %.4f\n", job.model_key.c_str(),
               job.data_name.c_str(), amp::level_name(level), metrics["Accuracy"], metrics["Loss"]);

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "demi/amp/policy.h"
+#include "demi/core/files.h"
 #include "demi/core/settings.h"
 #include "demi/core/context.h"
 #include "demi/core/rng.h"
@@ -41,15 +42,7 @@ namespace fs = std::filesystem;
 
 const char* kBibleRange = "Gen1:1-Rev22:21";
 
-// $DEMI_CACHE_DIR, else $XDG_CACHE_HOME/demi, else ~/.cache/demi.
-fs::path cache_dir() {
-  if (const std::optional<std::string> d = env_value("DEMI_CACHE_DIR")) return *d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "demi";
-  const char* home = std::getenv("HOME");
-  return fs::path(home && *home ? home : "/tmp") / ".cache" / "demi";
-}
-
-fs::path kjv_path() { return cache_dir() / "kjv.txt"; }
+fs::path kjv_path() { return fs::path(cache_dir()) / "kjv.txt"; }
 
 // The whole King James Bible from Debian's bible-kjv (`bible -f`), written once (atomically) to the cache.
 fs::path ensure_kjv(bool verbose) {
@@ -133,8 +126,6 @@ void check_resume_shape(const io::Metadata& saved, const io::Metadata& now, cons
 
 }  // namespace
 
-bool is_gpt_model(const std::string& m) { return m == "gpt" || m == "GPT"; }
-
 // AdamW (0.9, 0.99) with decoupled decay on the weight matrices only (not biases, norms, embeddings),
 // cosine decay to lr / 10 after a linear warm-up: nanoGPT's Shakespeare-char recipe.
 std::shared_ptr<optim::AdamW> gpt_optimizer(const ParsedArgs& args, nn::GPT& net, int64_t steps) {
@@ -158,6 +149,7 @@ train::ModelOptions gpt_model_options(const ParsedArgs& args, int64_t steps) {
   mo.no_loss_scale = args.get("loss-scale") == "none";  // overrides the level's default manager
   mo.accumulate = static_cast<int>(args.get_int("accumulate"));
   mo.amp_adapt = args.flag("amp-adapt");
+  mo.f16_products = parse_f16_products(args, mo.amp_level, mo.low_dtype);
   mo.low_precision_param_grads = parse_param_grads(args.get("param-grads"));
   mo.optimizer_in_backward = parse_optimizer_in_backward(args.get("optimizer-in-backward"));
   mo.clip_grad_norm = args.has("clip-grad-norm") ? args.get_real("clip-grad-norm") : 1.0;

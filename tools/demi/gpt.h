@@ -9,7 +9,6 @@
 
 namespace demi::cli {
 
-bool is_gpt_model(const std::string& model);
 // demi train --model gpt: the options of train plus gpt_train_options(). With `plan` (demi plan --model
 // gpt): the forecast of the training peak, from a probe of the first batch, instead of training.
 int run_train_gpt(const ParsedArgs& args, bool plan = false);

@@ -1,10 +1,13 @@
-// The job a training command line names: the reference model (A, B, C, D, R), its data (synthetic,
-// Fashion-MNIST, MNIST, CIFAR-10) and the batch size, and the options every training command shares.
+// The job a training command line names: the model (from the registry of models the CLI trains: A, B, C,
+// D, R, gpt), its data (synthetic, Fashion-MNIST, MNIST, CIFAR-10) and the batch size, and the options every
+// training command shares.
+#include <cctype>
 #include <memory>
 #include <string>
 
 #include "demi/data/data.h"
 #include "demi/nn/models.h"
+#include "tools/demi/gpt.h"
 #include "tools/demi/training.h"
 
 namespace demi::cli {
@@ -47,46 +50,79 @@ std::shared_ptr<data::Dataset> synthetic_images(int64_t n, int64_t batch, uint64
       ->batch(batch);
 }
 
+// 3x32x32 images (synthetic, cifar10:DIR) or 1x28x28 ones (fashion-mnist, mnist:DIR, synthetic).
+std::shared_ptr<nn::Cell> model_a(const ParsedArgs& args) {
+  if (args.flag("zoo-style")) return std::make_shared<nn::SeedSimpleCNN>();
+  return std::make_shared<nn::SimpleCNN>();
+}
+std::shared_ptr<nn::Cell> model_b(const ParsedArgs& args) {
+  if (args.flag("zoo-style")) return std::make_shared<nn::ZooLeNet>(args.flag("batch-norm"));
+  return std::make_shared<nn::LeNet>(args.flag("batch-norm"));
+}
+
 }  // namespace
 
-std::string model_key(const std::string& m) {
-  if (m == "A" || m == "a" || m == "simplecnn") return "A";
-  if (m == "B" || m == "b" || m == "lenet") return "B";
-  if (m == "C" || m == "c" || m == "mlp") return "C";
-  if (m == "D" || m == "d" || m == "transformer") return "D";
-  if (m == "R" || m == "r" || m == "resnet18") return "R";
-  throw UsageError("unknown --model '" + m + "'; expected A (simplecnn), B (lenet), C (mlp), D (transformer), "
-                   "R (resnet18) or gpt");
+const std::vector<ModelEntry>& models() {
+  using enum ModelInputs;
+  static const std::vector<ModelEntry> entries = {
+      {"A", "simplecnn", "the seed's CNN", 32, kImages3, model_a, nullptr},
+      {"B", "lenet", "LeNet-5", 128, kImages1, model_b, nullptr},
+      {"C", "mlp", "a 784-1024-1024-10 MLP", 256, kImages1,
+       [](const ParsedArgs&) -> std::shared_ptr<nn::Cell> { return std::make_shared<nn::MLP>(); }, nullptr},
+      {"D", "transformer", "a Transformer encoder classifier", 32, kTokens,
+       [](const ParsedArgs&) -> std::shared_ptr<nn::Cell> { return std::make_shared<nn::TransformerClassifier>(); },
+       nullptr},
+      {"R", "resnet18", "ResNet-18", 32, kImages3,
+       [](const ParsedArgs&) -> std::shared_ptr<nn::Cell> { return std::make_shared<nn::ResNet18>(); }, nullptr},
+      {"gpt", "gpt", "a character GPT on a text", 0, kText, nullptr, run_train_gpt},
+  };
+  return entries;
+}
+
+std::string model_list() {
+  std::string out;
+  const std::vector<ModelEntry>& all = models();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const ModelEntry& m = all[i];
+    out += str_cat(i == 0 ? "" : i + 1 == all.size() ? " or " : ", ", m.key,
+                   m.name != m.key ? str_cat(" (", m.name, ")") : std::string());
+  }
+  return out;
+}
+
+const ModelEntry& find_model(const std::string& name) {
+  auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  for (const ModelEntry& m : models())
+    if (lower(name) == lower(std::string(m.key)) || lower(name) == m.name) return m;
+  throw UsageError("unknown --model '" + name + "'; expected " + model_list());
 }
 
 Job make_job(const ParsedArgs& args) {
   Job job;
-  job.model_key = model_key(args.get("model"));
+  const ModelEntry& entry = find_model(args.get("model"));
+  if (entry.build == nullptr)
+    throw UsageError(str_cat("--model ", entry.key, " (", entry.summary, ") is taken by demi train and demi plan only"));
+  job.model_key = std::string(entry.key);
   int64_t batch = args.get_int("batch-size");
-  if (batch <= 0) batch = job.model_key == "B" ? 128 : job.model_key == "C" ? 256 : 32;  // A, D, R: 32
+  if (batch <= 0) batch = entry.batch;
   job.batch_size = batch;
   int64_t limit = args.get_int("train-samples");
   uint64_t seed = static_cast<uint64_t>(args.get_int("seed"));
   std::string data = args.get("data");
-  const bool images3 = job.model_key == "A" || job.model_key == "R";  // 3x32x32 inputs
-  if (data == "default") data = images3 || job.model_key == "D" ? "synthetic" : "fashion-mnist";
+  const bool images3 = entry.inputs == ModelInputs::kImages3;
+  if (data == "default") data = entry.inputs == ModelInputs::kImages1 ? "fashion-mnist" : "synthetic";
   job.data_name = data;
   set_seed(seed);
-  const bool zoo = args.flag("zoo-style");
-  if (zoo && job.model_key != "A" && job.model_key != "B")
+  if (args.flag("zoo-style") && entry.build != model_a && entry.build != model_b)
     throw UsageError("--zoo-style is for models A and B (their layers called in construct, as the seed writes them)");
-  if (job.model_key == "A") job.net = zoo ? std::shared_ptr<nn::Cell>(std::make_shared<nn::SeedSimpleCNN>())
-                                          : std::make_shared<nn::SimpleCNN>();
-  if (job.model_key == "B")
-    job.net = zoo ? std::shared_ptr<nn::Cell>(std::make_shared<nn::ZooLeNet>(args.flag("batch-norm")))
-                  : std::make_shared<nn::LeNet>(args.flag("batch-norm"));
-  if (args.flag("batch-norm") && job.model_key != "B")
+  if (args.flag("batch-norm") && entry.build != model_b)
     throw UsageError("--batch-norm is for model B (LeNet with a BatchNorm after each convolution)");
-  if (job.model_key == "C") job.net = std::make_shared<nn::MLP>();
-  if (job.model_key == "R") job.net = std::make_shared<nn::ResNet18>();
-  if (job.model_key == "D") {
-    job.net = std::make_shared<nn::TransformerClassifier>();
-    if (data != "synthetic") throw UsageError("--model D trains on --data synthetic (random tokens)");
+  job.net = entry.build(args);
+  if (entry.inputs == ModelInputs::kTokens) {
+    if (data != "synthetic") throw UsageError("--model " + job.model_key + " trains on --data synthetic (random tokens)");
     int64_t n = limit > 0 ? limit : 1024;
     job.train_ds = token_dataset(n, batch, seed);
     job.test_ds = token_dataset(std::max<int64_t>(n / 4, batch), batch, seed + 1);
@@ -130,7 +166,7 @@ Job make_job(const ParsedArgs& args) {
 
 std::vector<Option> training_options() {
   return {
-      {"model", "M", "A (simplecnn), B (lenet), C (mlp), D (transformer), R (resnet18) or gpt (train only)", "A"},
+      {"model", "M", model_list(), "A"},
       {"data", "D", "synthetic, fashion-mnist, mnist:DIR, cifar10:DIR (default: synthetic for A, D, R, else "
                     "fashion-mnist); gpt: text:PATH (default: the King James Bible)", "default"},
       int_option("epochs", "N", "epochs", "1", 1, 1e6),

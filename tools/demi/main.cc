@@ -34,7 +34,6 @@
 #include "demi/core/tensor.h"
 #include "demi/ops/ops.h"
 #include "demi/distributed/distributed.h"
-#include "demi/kernels/matmul.h"
 #include "tools/demi/args.h"
 
 #ifndef DEMI_VERSION
@@ -98,8 +97,11 @@ void print_info() {
               ctx.device_id);
   std::printf("oneDNN:     %d.%d.%d (%s runtime)\n", dnnl->major, dnnl->minor, dnnl->patch,
               runtime_name(dnnl->cpu_runtime));
-  std::printf("f16 products: %s (DEMI_F16_PRODUCTS, demi train --f16-products: exact or bf16)\n",
-              kernels::f16_products_name(kernels::f16_products()));
+  const std::optional<F16Products> products = f16_products_override();
+  std::printf("f16 products: %s\n", products ? str_cat(f16_products_name(*products),
+                                                       " in every run (DEMI_F16_PRODUCTS overrides the runs' options)")
+                                                   .c_str()
+                                             : "each run's AMP option (demi train --f16-products: exact or bf16)");
   std::printf("\nenvironment settings (overrides for debugging and benchmarks; a run's options choose its numerics):\n");
   for (const EnvSetting& e : env_settings()) {
     const std::optional<std::string> v = env_value(e.name);

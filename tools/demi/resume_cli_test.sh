@@ -72,6 +72,19 @@ if [[ $features == *avx512_bf16* ]]; then
     { echo "f16 products: the run does not report bf16"; exit 1; }
   check products_changed 0 "warning: resuming .*, taken with --f16-products bf16, with --f16-products exact" \
     "${prod[@]}" --f16-products exact --epochs 3 --ckpt-dir "$work/f16_products_resume.half" --resume
+  # DEMI_F16_PRODUCTS overrides the runs' option (for debugging and benchmarks): a run without the option
+  # then multiplies as one with it, bit for bit, reports it, and `demi info` says it is in force.
+  quick=("$demi" train --model C --data synthetic --train-samples 512 --batch-size 256 --amp O2 --dtype fp16 --json)
+  loss_of() { grep -o '"final_loss":[^,}]*' | cut -d: -f2; }
+  with_option=$("${quick[@]}" --f16-products bf16 2>/dev/null | loss_of)
+  overridden=$(DEMI_F16_PRODUCTS=bf16 "${quick[@]}" 2>/dev/null | tee "$work/override.log" | loss_of)
+  exact=$("${quick[@]}" 2>/dev/null | loss_of)
+  [[ -n $with_option && $with_option == "$overridden" && $exact != "$with_option" ]] ||
+    { echo "DEMI_F16_PRODUCTS=bf16: final loss $overridden, with the option $with_option, exact $exact"; exit 1; }
+  grep -q '"f16_products":"bf16"' "$work/override.log" || { echo "the override is not reported"; exit 1; }
+  info=$(DEMI_F16_PRODUCTS=bf16 "$demi" info)
+  grep -q '^f16 products: bf16 in every run' <<< "$info" || { echo "demi info does not show the override"; exit 1; }
+  echo "f16_products_override: OK"
 else
   echo "f16_products_resume: skipped (no AVX512-BF16: --f16-products bf16 is refused)"
 fi

@@ -22,7 +22,6 @@
 #include "demi/data/iterator.h"
 #include "demi/distributed/distributed.h"
 #include "demi/io/internal/json.h"
-#include "demi/kernels/matmul.h"
 #include "demi/nn/models.h"
 #include "demi/ops/dispatch.h"
 #include "demi/train/checkpoint.h"
@@ -139,6 +138,8 @@ void print_summary(const ParsedArgs& args, const Training& built, std::map<std::
   auto pk = [&](MemCategory c) { return s.peak.pk(c); };
   // Whether each update ran in backward (--optimizer-in-backward; auto: graph mode's choice).
   const bool in_backward = args.get_int("accumulate") == 1 && model.train_step().optimizer_in_backward();
+  // How its float16 products multiplied: the run's option, unless DEMI_F16_PRODUCTS overrode it.
+  const F16Products products = f16_products_override().value_or(built.mo.f16_products);
   if (json) {
     std::map<std::string, std::string> f = {
         {"kind", json_quote("summary")},
@@ -169,7 +170,7 @@ void print_summary(const ParsedArgs& args, const Training& built, std::map<std::
         {"page_faults_per_step", json_number(s.page_faults_per_step)},
         {"mode", json_quote(exec_mode_name(get_context().mode))},
         {"optimizer_in_backward", in_backward ? "true" : "false"},
-        {"f16_products", json_quote(kernels::f16_products_name(kernels::f16_products()))},
+        {"f16_products", json_quote(f16_products_name(products))},
         {"sink_size", json_number(static_cast<double>(sink_size))},
         {"graph_replayed_steps", json_number(static_cast<double>(s.graph.replayed_steps))},
         {"graph_diverged_steps", json_number(static_cast<double>(s.graph.diverged_steps))},
@@ -209,8 +210,8 @@ void print_summary(const ParsedArgs& args, const Training& built, std::map<std::
     }
     std::printf("%s\n", json_object(f).c_str());
   } else {
-    const bool bf16_products = level != amp::Level::kO0 && low == DType::kF16 &&
-                               kernels::f16_products() == kernels::F16Products::kBf16;
+    const bool bf16_products =
+        level != amp::Level::kO0 && low == DType::kF16 && products == F16Products::kBf16;
     std::printf("model %s on %s, %s %s%s: %lld steps, %.0f samples/s (median step %.2f ms), data wait %.2f%%\n",
                 job.model_key.c_str(), job.data_name.c_str(), amp::level_name(level),
                 level == amp::Level::kO0 ? "float32" : std::string(dtype_name(low)).c_str(),
@@ -255,11 +256,11 @@ int run_train_or_plan(const ParsedArgs& args, bool plan) {
   start_data_parallel(args);
   if (plan) refuse_training_only(args);
   refuse_settings_that_change_nothing(args, amp::parse_level(args.get("amp")), parse_dtype(args.get("dtype")));
-  if (is_gpt_model(args.get("model"))) {
-    if (args.has("max-memory")) throw UsageError("--max-memory takes models A, B, C, D and R; not yet gpt");
+  if (const ModelEntry& m = find_model(args.get("model")); m.run != nullptr) {
+    if (args.has("max-memory")) throw UsageError(str_cat("--max-memory takes models A, B, C, D and R; not yet ", m.key));
     if (args.has("sink-size"))
-      throw UsageError("--sink-size takes models A, B, C, D and R; the gpt trains by --steps, not by epochs");
-    return run_train_gpt(args, plan);
+      throw UsageError(str_cat("--sink-size takes models A, B, C, D and R; ", m.key, " trains by --steps, not by epochs"));
+    return m.run(args, plan);
   }
   for (const Option& o : gpt_train_options())  // the GPT's own options mean nothing to the other models
     if (args.has(o.name)) throw UsageError("--" + o.name + " is for --model gpt");

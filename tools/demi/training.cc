@@ -24,7 +24,6 @@
 #include "demi/data/iterator.h"
 #include "demi/distributed/distributed.h"
 #include "demi/io/internal/json.h"
-#include "demi/kernels/matmul.h"
 #include "demi/nn/models.h"
 #include "demi/ops/dispatch.h"
 #include "demi/train/checkpoint.h"
@@ -64,6 +63,16 @@ std::optional<bool> parse_param_grads(const std::string& s) {
   if (s == "bf16") return true;
   if (s == "fp32") return false;
   throw UsageError("unknown --param-grads '" + s + "'; expected auto, bf16 or fp32");
+}
+
+F16Products parse_f16_products(const ParsedArgs& args, amp::Level level, DType low) {
+  const std::string s = args.get("f16-products");
+  if (s != "exact" && s != "bf16") throw UsageError("--f16-products expects exact or bf16, got '" + s + "'");
+  if (s == "bf16" && (level == amp::Level::kO0 || low != DType::kF16))
+    throw UsageError(str_cat("--f16-products bf16 changes how float16 products multiply, and this run (--amp ",
+                             amp::level_name(level), level == amp::Level::kO0 ? "" : " --dtype " + args.get("dtype"),
+                             ") has none: use it with --amp O1, O2 or O3 and --dtype fp16"));
+  return s == "bf16" ? F16Products::kBf16 : F16Products::kExact;
 }
 
 std::optional<bool> parse_optimizer_in_backward(const std::string& s) {
@@ -179,6 +188,7 @@ Training build_training(const ParsedArgs& args, bool reporting) {
   mo.optimizer_in_backward = parse_optimizer_in_backward(args.get("optimizer-in-backward"));
   mo.accumulate = static_cast<int>(args.get_int("accumulate"));
   mo.amp_adapt = args.flag("amp-adapt");
+  mo.f16_products = parse_f16_products(args, level, low);
   const int64_t step_budget = args.get_int("steps");
   if (step_budget > 0) mo.max_steps = step_budget;
   std::map<std::string, train::MetricPtr> metric_fns = {{"Accuracy", std::make_shared<train::Accuracy>()}};
@@ -292,10 +302,6 @@ void refuse_settings_that_change_nothing(const ParsedArgs& args, amp::Level leve
       throw UsageError("--amp-adapt adapts a mixed-precision run; at O0 nothing runs in low precision: use it "
                        "with --amp O1, O2 or O3");
   }
-  if (args.get("f16-products") == "bf16" && (level == amp::Level::kO0 || low != DType::kF16))
-    throw UsageError(str_cat("--f16-products bf16 changes how float16 products multiply, and this run (--amp ",
-                             amp::level_name(level), level == amp::Level::kO0 ? "" : " --dtype " + args.get("dtype"),
-                             ") has none: use it with --amp O1, O2 or O3 and --dtype fp16"));
   const std::string ckpt_dir = args.get("ckpt-dir");
   if (args.has("ckpt-dir") && ckpt_dir.empty())
     throw UsageError("--ckpt-dir is empty: name the folder for the checkpoints, or leave the option out");
@@ -398,12 +404,6 @@ void apply_thread_option(const ParsedArgs& args) {
     threads = hardware;
   }
   ctx.num_threads = static_cast<int>(threads);
-  if (args.has("f16-products")) {
-    const std::string products = args.get("f16-products");
-    if (products != "exact" && products != "bf16")
-      throw UsageError("--f16-products expects exact or bf16, got '" + products + "'");
-    kernels::set_f16_products(products == "bf16" ? kernels::F16Products::kBf16 : kernels::F16Products::kExact);
-  }
   if (args.has("mode")) {
     const std::string mode = args.get("mode");
     if (mode == "graph") {

@@ -29,8 +29,22 @@ struct Job {
 };
 // --model, --data, --batch-size, --train-samples, --seed (and the reference models' variants) -> the job.
 Job make_job(const ParsedArgs& args);
-// "A", "simplecnn", "a" -> "A"; an unknown name is a UsageError listing the models.
-std::string model_key(const std::string& m);
+// A model the CLI trains: registered here once (job.cc's models()), not switched on by name.
+enum class ModelInputs { kImages3, kImages1, kTokens, kText };  // 3x32x32, 1x28x28, tokens, a text file
+struct ModelEntry {
+  std::string_view key;   // "A": what --model, checkpoints and the JSON name it by
+  std::string_view name;  // "simplecnn": the other name --model takes (the key in any case too)
+  std::string_view summary;
+  int64_t batch = 0;      // the reference batch (--batch-size 0)
+  ModelInputs inputs;
+  std::shared_ptr<nn::Cell> (*build)(const ParsedArgs& args) = nullptr;  // the network, for make_job
+  int (*run)(const ParsedArgs& args, bool plan) = nullptr;  // a model with its own train/plan (the GPT)
+};
+const std::vector<ModelEntry>& models();
+// "A", "a", "simplecnn" -> A's entry; an unknown name is a UsageError listing the models.
+const ModelEntry& find_model(const std::string& name);
+// "A (simplecnn), B (lenet), ..., R (resnet18) or gpt": for --model's help and its errors.
+std::string model_list();
 // The options train, plan, eval and compare share (model, data, batch, learning rate, seed, threads, ...).
 std::vector<Option> training_options();
 
@@ -81,6 +95,8 @@ void apply_thread_option(const ParsedArgs& args);
 std::optional<train::LoadedCheckpoint> resume_checkpoint(const std::string& dir, const std::string& prefix);
 // --param-grads: "bf16" -> true, "fp32" -> false, "auto" -> nullopt (the AMP policy's default).
 std::optional<bool> parse_param_grads(const std::string& s);
+// --f16-products: exact or bf16 (refused where the run has no float16 product: O0, or --dtype bf16).
+F16Products parse_f16_products(const ParsedArgs& args, amp::Level level, DType low);
 // --optimizer-in-backward: auto (graph mode's choice) -> nullopt, on -> true, off -> false.
 std::optional<bool> parse_optimizer_in_backward(const std::string& s);
 // --optimizer-state: fp32 or bf16.

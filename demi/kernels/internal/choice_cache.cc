@@ -1,4 +1,5 @@
 #include "demi/kernels/internal/choice_cache.h"
+#include "demi/core/files.h"
 #include "demi/core/settings.h"
 
 #include <fcntl.h>
@@ -29,13 +30,6 @@ struct KeyHash {
     return h;
   }
 };
-
-std::string default_cache_dir() {
-  if (const std::optional<std::string> d = env_value("DEMI_CACHE_DIR")) return *d;
-  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/demi";
-  if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/demi";
-  return str_cat("/tmp/demi-", ::getuid());
-}
 
 }  // namespace
 
@@ -77,7 +71,7 @@ constexpr off_t kMaxCacheBytes = off_t{16} << 20;
 const std::string& cache_path(const std::string& stem, bool& checked, std::string& path, const std::string& dir_in) {
   if (!checked) {
     checked = true;
-    const std::string dir = dir_in.empty() ? default_cache_dir() : dir_in;
+    const std::string dir = dir_in.empty() ? cache_dir() : dir_in;
     std::error_code ec;
     if (!dir.empty() && (std::filesystem::create_directories(dir, ec), std::filesystem::is_directory(dir, ec))) {
       const std::string p = str_cat(dir, "/", stem, "-", cpu_file_tag(), ".txt");

@@ -59,7 +59,7 @@ Tensor as_dtype_for_call(const Tensor& t, DType dtype);
 
 // t as the operand of a product in `dtype` whose values are `stored`'s (the dtype the layer computes in):
 // t itself when it has that dtype, else its cast, through `stored` first when t is wider (an FP32 data
-// batch or master weight read as f16, then rounded to bf16 under kernels::F16Products::kBf16: the values
+// batch or master weight read as f16, then rounded to bf16 under F16Products::kBf16: the values
 // the f16 layer reads, rounded once more). In the current memory category.
 Tensor as_product_operand(const Tensor& t, DType stored, DType dtype);
 
