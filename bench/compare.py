@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """demi against PyTorch on this machine, interleaved (BENCHMARKS.md protocol), models A, B, C at
 O0 / O2-bf16 / O2-fp16 (demi; and O2-fp16bp: O2-fp16 with `--f16-products bf16`, its matrix products' f16
-values rounded to bf16 on the pair kernel, where the CPU has AVX512-BF16) and fp32 / bf16 autocast (PyTorch). Several repetitions; the table shows the
+values rounded to bf16 on the pair kernel, where the CPU has AVX512-BF16) and fp32 / bf16 autocast / fp16
+autocast with GradScaler("cpu") (PyTorch). Several repetitions; the table shows the
 median of each setting's samples/s and the ratios; every measurement is also appended to
 bench/results/compare.jsonl so runs can be compared over time.
 
@@ -68,11 +69,12 @@ FLOPS_PER_SAMPLE = {"A": 3.54e6, "B": 25.0e6, "C": 9.56e6}
 
 
 def ceilings(build):
-    """The f32 FMA and bf16 vdpbf16ps ceilings (GFLOP/s, all cores) as gemm_bench measures them now."""
+    """The f32 FMA and bf16 ceilings (GFLOP/s, all cores) as gemm_bench measures them now: bf16's is the
+    faster of vdpbf16ps and the AMX tile unit (0 where the CPU has none)."""
     out = subprocess.run([os.path.join(build, "bench", "gemm_bench"), "--filter", "(no product)", "--rounds", "1"],
                          capture_output=True, text=True, check=False).stdout
-    m = re.search(r"f32 FMA (\d+) GFLOP/s, bf16 vdpbf16ps (\d+) GFLOP/s", out)
-    return (float(m.group(1)), float(m.group(2))) if m else None
+    m = re.search(r"f32 FMA (\d+), bf16 vdpbf16ps (\d+), AMX tdpbf16ps (\d+)", out)
+    return (float(m.group(1)), max(float(m.group(2)), float(m.group(3)))) if m else None
 
 
 # The Pythons that run the PyTorch twins: Debian's (1.13, python3-torch) and the venv with the newest PyPI torch
@@ -135,6 +137,7 @@ def main():
             runs += [lambda: demi_run(args.demi, m, "O2", "bf16")]
             runs += [lambda py=py, label=label: torch_run(py, label, m, "bf16") for label, py in peers]
             runs += [lambda: demi_run(args.demi, m, "O2", "fp16")]
+            runs += [lambda py=py, label=label: torch_run(py, label, m, "fp16") for label, py in peers]
             if bf16_products:
                 runs += [lambda: demi_run(args.demi, m, "O2", "fp16", bf16_products=True)]
             for run in runs:
@@ -153,11 +156,12 @@ def main():
         return statistics.median(r[key] for r in rs) if rs else float("nan")
 
     print(f"\ndemi vs PyTorch {stamp} — median of {args.reps} interleaved repetitions, samples/s (peak RSS MiB)\n")
-    columns = [(label, p) for label, _ in peers for p in ("fp32", "bf16")]
+    columns = [(label, p) for label, _ in peers for p in ("fp32", "bf16", "fp16")]
     columns += [("demi", "O0"), ("demi", "O2-bf16"), ("demi", "O2-fp16")]
     columns += [("demi", "O2-fp16bp")] if bf16_products else []
     ratios = [(f"O0/{label.split()[1]}", ("demi", "O0"), (label, "fp32")) for label, _ in peers]
     ratios += [(f"bf16/{label.split()[1]}", ("demi", "O2-bf16"), (label, "bf16")) for label, _ in peers]
+    ratios += [(f"fp16/{label.split()[1]}", ("demi", "O2-fp16"), (label, "fp16")) for label, _ in peers]
     ratios += [("O2b/O0", ("demi", "O2-bf16"), ("demi", "O0")), ("O2h/O0", ("demi", "O2-fp16"), ("demi", "O0"))]
     ratios += [("O2hbp/O0", ("demi", "O2-fp16bp"), ("demi", "O0"))] if bf16_products else []
     print(f"{'model':5} " + " ".join(f"{fw + ' ' + s:>19}" for fw, s in columns) + " "
@@ -168,7 +172,7 @@ def main():
         print(f"{m:5} " + " ".join(f"{c:>19}" for c in cells) + " " + " ".join(f"{r:11.2f}x" for r in rs))
     if peaks:
         fma, bf16 = statistics.median(p[0] for p in peaks), statistics.median(p[1] for p in peaks)
-        print(f"\nshare of the hardware ceiling measured in this run (f32 FMA {fma:.0f} GFLOP/s, bf16 vdpbf16ps"
+        print(f"\nshare of the hardware ceiling measured in this run (f32 FMA {fma:.0f} GFLOP/s, bf16 (vdpbf16ps or AMX)"
               f" {bf16:.0f}): training FLOPs per sample x samples/s / the ceiling of the setting's arithmetic"
               " (fp32 and fp16 products run FMAs on f32, bf16 ones and O2-fp16bp's vdpbf16ps)")
         print(f"{'model':5} " + " ".join(f"{fw + ' ' + s:>19}" for fw, s in columns))

@@ -82,7 +82,7 @@ def main():
         print(f"  demi O2-fp16bp / demi O0:         {med('demi', 'O2-fp16bp') / med('demi', 'O0'):.2f}x")
     if peaks:
         fma, bf16 = statistics.median(p[0] for p in peaks), statistics.median(p[1] for p in peaks)
-        print(f"  share of the ceiling measured in this run (f32 FMA {fma:.0f} GFLOP/s, bf16 vdpbf16ps {bf16:.0f}):"
+        print(f"  share of the ceiling measured in this run (f32 FMA {fma:.0f} GFLOP/s, bf16 (vdpbf16ps or AMX) {bf16:.0f}):"
               " training FLOPs per sample x samples/s / the ceiling of the setting's arithmetic")
         for fw, s in columns + [("demi", s) for s in demi_settings]:
             ceiling = bf16 if s.endswith(("bf16", "bp")) else fma

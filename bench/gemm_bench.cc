@@ -1,7 +1,10 @@
 // demi's GEMM (demi/kernels/cpu/gemm.h; and its few-column dot kernel, cpu/gemm_dot.h, where it applies)
 // against oneDNN's matmul (demi/kernels/onednn/matmul.h) on the
 // reference models' product shapes and 1024^3, per dtype and direction, interleaved in one run (each
-// pair alternates; best of the rounds), with the f32 FMA and bf16 ceilings measured in the same run.
+// pair alternates; best of the rounds), with the ceilings measured in the same run: f32 FMA, vdpbf16ps and,
+// at the amx level, the tile unit's TDPBF16PS and AVX512-FP16's vfmaddph. demi-amx is demi's AMX GEMM
+// (cpu/gemm_amx.h: bf16 values as they are, f16 values exactly as four bf16 products, whose ceiling is
+// a quarter of the tile unit's).
 // f16 through oneDNN includes widening the operands (it has no f16 kernels); demi converts in packing.
 // "f16->bf16": the f16 products with their values rounded to bf16 on the pair kernel (MatmulParams::
 // bf16_products, `--f16-products bf16`: other numbers, an explicit option), where the CPU has AVX512-BF16.
@@ -24,6 +27,7 @@
 #include "demi/core/dtype.h"
 #include "demi/core/parallel.h"
 #include "demi/kernels/cpu/gemm.h"
+#include "demi/kernels/cpu/gemm_amx.h"
 #include "demi/kernels/cpu/gemm_dot.h"
 #include "demi/kernels/cpu/peak.h"
 #include "demi/kernels/matmul.h"
@@ -100,10 +104,12 @@ int main(int argc, char** argv) {
       dense_cases(cases, "D", 4096, k, n, t);
   }
   const double fma = kernels::cpu::fma_peak_gflops(0.3), bf16 = kernels::cpu::bf16_peak_gflops(0.3);
-  std::printf("threads %d, cpu level %s; measured ceilings: f32 FMA %.0f GFLOP/s, bf16 vdpbf16ps %.0f GFLOP/s\n",
-              num_threads(), std::string(cpu_level_name(cpu_level())).c_str(), fma, bf16);
-  std::printf("%-30s %8s %8s %9s %8s %7s %7s %7s %9s\n", "product (GFLOP/s)", "oneDNN", "demi-f32", "demi-bf16",
-              "demi-dot", "best/o", "o %pk", "best%pk", "f16->bf16");
+  const double amx = kernels::cpu::amx_peak_gflops(0.3), fp16 = kernels::cpu::fp16_peak_gflops(0.3);
+  std::printf("threads %d, cpu level %s; measured ceilings (GFLOP/s): f32 FMA %.0f, bf16 vdpbf16ps %.0f, AMX "
+              "tdpbf16ps %.0f, AVX512-FP16 vfmaddph %.0f (0: not on this CPU)\n",
+              num_threads(), std::string(cpu_level_name(cpu_level())).c_str(), fma, bf16, amx, fp16);
+  std::printf("%-30s %8s %8s %9s %8s %8s %7s %7s %7s %9s\n", "product (GFLOP/s)", "oneDNN", "demi-f32", "demi-bf16",
+              "demi-dot", "demi-amx", "best/o", "o %pk", "best%pk", "f16->bf16");
   for (Case& c : cases) {
     if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
     const MatmulParams& p = c.p;
@@ -129,6 +135,8 @@ int main(int argc, char** argv) {
     if (pairs)
       runs.push_back([&] { kernels::cpu::gemm(q, a.data(), b.data(), out.data(), kernels::cpu::GemmPath::kBf16Dot); });
     if (dot) runs.push_back([&] { kernels::cpu::gemm_dot(q, a.data(), b.data(), out.data()); });
+    const bool tiles = kernels::cpu::amx_gemm_supported(q);
+    if (tiles) runs.push_back([&] { kernels::cpu::amx_gemm(q, a.data(), b.data(), out.data()); });
     // (Last, and apart from the exact kernels' best: it computes other numbers.)
     MatmulParams qb = q;
     qb.bf16_products = true;
@@ -140,11 +148,14 @@ int main(int argc, char** argv) {
     std::vector<double> g;
     for (double t : best) g.push_back(flops / t / 1e9);
     const double demi_best = *std::max_element(g.begin() + 1, g.end() - (as_bf16 ? 1 : 0));
-    // The ceiling of the fastest kernel available for the dtype: bf16 pairs where they beat the FMA rate.
-    const double peak = bf16_in ? std::max(fma, bf16) : fma;
+    // The ceiling of the fastest exact kernel for the dtype: bf16 pairs where they beat the FMA rate, the
+    // tile unit (a quarter of it for f16 values: four products each).
+    const double peak = bf16_in ? std::max({fma, bf16, amx}) : f16_values ? std::max(fma, amx / 4) : fma;
     auto column = [&](bool has, size_t i) { return has ? std::to_string(static_cast<int>(g[i])) : std::string("-"); };
-    std::printf("%-30s %8.1f %8.1f %9s %8s %7.2f %6.0f%% %6.0f%% %9s  %s\n", c.name.c_str(), g[0], g[1],
-                column(pairs, 2).c_str(), column(dot, pairs ? 3 : 2).c_str(), demi_best / g[0], 100 * g[0] / peak,
+    const size_t amx_at = 2 + (pairs ? 1 : 0) + (dot ? 1 : 0);
+    std::printf("%-30s %8.1f %8.1f %9s %8s %8s %7.2f %6.0f%% %6.0f%% %9s  %s\n", c.name.c_str(), g[0], g[1],
+                column(pairs, 2).c_str(), column(dot, pairs ? 3 : 2).c_str(), column(tiles, amx_at).c_str(),
+                demi_best / g[0], 100 * g[0] / peak,
                 100 * demi_best / peak, column(as_bf16, g.size() - 1).c_str(),
                 kernels::onednn::matmul_implementation(qo).c_str());
   }

@@ -34,7 +34,7 @@ class ModelD(nn.Module):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)

@@ -34,20 +34,27 @@ def model_c():
 
 
 def median_step(net, opt, xs, ys, precision, warmup, steps):
-    """Median seconds of a train step (zero-grad, forward and loss — under bf16 autocast if asked —,
-    backward, update) after `warmup` steps, cycling over the batches; and the last loss."""
+    """Median seconds of a train step (zero-grad, forward and loss — under bf16 or fp16 autocast if asked —,
+    backward, update; fp16 with a dynamic loss scale, GradScaler("cpu"), as demi's O2-fp16 has) after
+    `warmup` steps, cycling over the batches; and the last loss."""
     times = []
+    scaler = torch.amp.GradScaler("cpu") if precision == "fp16" else None
     for i in range(warmup + steps):
         x, y = xs[i % len(xs)], ys[i % len(ys)]
         t0 = time.perf_counter()
         opt.zero_grad()
-        if precision == "bf16":
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+        if precision in ("bf16", "fp16"):
+            with torch.autocast("cpu", dtype=torch.bfloat16 if precision == "bf16" else torch.float16):
                 loss = F.cross_entropy(net(x), y)
         else:
             loss = F.cross_entropy(net(x), y)
-        loss.backward()
-        opt.step()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
         if i >= warmup:
             times.append(time.perf_counter() - t0)
     return statistics.median(times), float(loss)
@@ -59,7 +66,7 @@ MODELS = {"A": (model_a, (3, 32, 32), 32), "B": (model_b, (1, 28, 28), 128), "C"
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="A")
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)

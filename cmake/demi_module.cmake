@@ -8,11 +8,12 @@
 # it. USES are public (the module's headers include theirs; users of the module see them too);
 # PRIVATE_USES only the module's sources see. An include that crosses the table fails to compile.
 #
-# Files named *_avx2.cc, *_avx512.cc and *_avx512bf16.cc are compiled for that ISA only; the rest of the
+# Files named *_avx2.cc, *_avx512.cc, *_avx512bf16.cc and *_amx.cc are compiled for that ISA only; the rest of the
 # library stays portable (no -march=native) and picks a variant at run time (demi/core/cpu.h).
 set(DEMI_ISA_FLAGS_avx2 -mavx2 -mfma -mf16c)
 set(DEMI_ISA_FLAGS_avx512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mavx2)
 set(DEMI_ISA_FLAGS_avx512bf16 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c -mavx2)
+set(DEMI_ISA_FLAGS_amx ${DEMI_ISA_FLAGS_avx512bf16} -mamx-tile -mamx-bf16)
 
 set(DEMI_INCLUDE_ROOTS ${PROJECT_BINARY_DIR}/include)
 
@@ -47,7 +48,7 @@ function(demi_module name)
       list(APPEND test_srcs ${src})
     else()
       list(APPEND lib_srcs ${src})
-      foreach(isa avx2 avx512 avx512bf16)
+      foreach(isa avx2 avx512 avx512bf16 amx)
         if(src MATCHES "_${isa}\\.cc$")
           set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "${DEMI_ISA_FLAGS_${isa}}")
         endif()

@@ -2,6 +2,8 @@
 #include "demi/core/settings.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -39,6 +41,12 @@ CpuFeatures detect() {
   f.avx512vl = f.os_avx512 && ((b >> 31) & 1);
   f.avx512_fp16 = f.os_avx512 && ((d >> 23) & 1);
   f.amx_bf16 = (d >> 22) & 1;
+  f.amx_tile = (d >> 24) & 1;
+  // The tile state is an XSAVE feature Linux enables in XCR0 (bits 17, 18) but lends each process only on
+  // request: the first tile instruction of a process that has not asked traps.
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  f.os_amx = f.amx_bf16 && f.amx_tile && (xcr0 & 0x60000) == 0x60000 &&
+             ::syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
   __cpuid_count(7, 1, a1, b1, c1, d1);
   f.avx512_bf16 = f.os_avx512 && ((a1 >> 5) & 1);
@@ -71,6 +79,7 @@ CpuId identify() {
 CpuLevel detect_level(const CpuFeatures& f) {
   bool avx2 = f.avx2 && f.fma && f.f16c;
   bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+  if (avx512 && f.avx512_bf16 && f.os_amx) return CpuLevel::kAmx;
   if (avx512 && f.avx512_bf16) return CpuLevel::kAvx512Bf16;
   if (avx512) return CpuLevel::kAvx512;
   if (avx2) return CpuLevel::kAvx2;
@@ -95,7 +104,8 @@ std::atomic<int>& level_slot() {
   return level;
 }
 
-constexpr std::string_view kLevelNames[] = {"scalar", "avx2", "avx512", "avx512_bf16"};
+constexpr std::string_view kLevelNames[] = {"scalar", "avx2", "avx512", "avx512_bf16", "amx"};
+static_assert(std::size(kLevelNames) == static_cast<size_t>(CpuLevel::kLast) + 1, "a CPU level needs its name");
 
 }  // namespace
 
@@ -138,7 +148,7 @@ std::string_view cpu_level_name(CpuLevel level) {
 CpuLevel parse_cpu_level(std::string_view name) {
   for (size_t i = 0; i < std::size(kLevelNames); ++i)
     if (kLevelNames[i] == name) return static_cast<CpuLevel>(i);
-  DEMI_CHECK(false, "unknown CPU level '", name, "'; expected scalar, avx2, avx512 or avx512_bf16");
+  DEMI_CHECK(false, "unknown CPU level '", name, "'; expected scalar, avx2, avx512, avx512_bf16 or amx");
   return CpuLevel::kScalar;
 }
 

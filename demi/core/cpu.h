@@ -13,7 +13,10 @@
 
 namespace demi {
 
-enum class CpuLevel : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3, kLast = kAvx512Bf16 };
+// kAmx: avx512_bf16 and the AMX tile unit (AMX-TILE, AMX-BF16), which Linux lends a process that asks for
+// it (arch_prctl ARCH_REQ_XCOMP_PERM, made once at detection): the Xeons from Sapphire Rapids on. A family
+// without a kAmx variant runs its avx512_bf16 one there (core/kernel_registry.h).
+enum class CpuLevel : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3, kAmx = 4, kLast = kAmx };
 
 struct CpuFeatures {
   bool avx2 = false;
@@ -26,7 +29,9 @@ struct CpuFeatures {
   bool avx512_bf16 = false;
   bool avx512_fp16 = false;
   bool amx_bf16 = false;
+  bool amx_tile = false;
   bool os_avx512 = false;  // the OS saves the AVX-512 state (XCR0)
+  bool os_amx = false;     // the OS saves the tile state (XCR0) and granted this process the tile data
 };
 
 const CpuFeatures& cpu_features();
@@ -48,7 +53,7 @@ void set_cpu_level(CpuLevel level);
 // Every level this machine can run, lowest first (what tests iterate over).
 std::vector<CpuLevel> supported_cpu_levels();
 
-std::string_view cpu_level_name(CpuLevel level);  // "scalar", "avx2", "avx512", "avx512_bf16"
+std::string_view cpu_level_name(CpuLevel level);  // "scalar", "avx2", "avx512", "avx512_bf16", "amx"
 CpuLevel parse_cpu_level(std::string_view name);
 
 // Sets the level for a scope and restores the previous one on exit.

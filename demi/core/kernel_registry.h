@@ -121,7 +121,8 @@
   X(kScalar, peak_kernels_scalar, own) \
   X(kAvx2, peak_kernels_avx2, own) \
   X(kAvx512, peak_kernels_avx512, own) \
-  X(kAvx512Bf16, peak_kernels_avx512bf16, own)
+  X(kAvx512Bf16, peak_kernels_avx512bf16, own) \
+  X(kAmx, peak_kernels_amx, own)
 #define DEMI_KERNELS_f16_split(X) X(kScalar, f16_split_kernels_scalar, own) X(kAvx512, f16_split_kernels_avx512, own)
 #define DEMI_KERNELS_pool_strided(X) \
   X(kScalar, pool_strided_kernels_scalar, own) \

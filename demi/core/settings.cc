@@ -8,7 +8,7 @@ namespace demi {
 
 const std::vector<EnvSetting>& env_settings() {
   static const std::vector<EnvSetting> settings = {
-      {"DEMI_CPU_LEVEL", "scalar, avx2, avx512 or avx512_bf16", "the CPU's best level",
+      {"DEMI_CPU_LEVEL", "scalar, avx2, avx512, avx512_bf16 or amx", "the CPU's best level",
        "caps the CPU level demi's kernels and oneDNN dispatch to (to run, compare or test a lower level)",
        {}},
       {"DEMI_MATMUL", "auto, demi or onednn", "auto",

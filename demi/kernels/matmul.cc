@@ -18,6 +18,7 @@
 #include "demi/core/memory.h"
 #include "demi/core/parallel.h"
 #include "demi/kernels/cpu/gemm.h"
+#include "demi/kernels/cpu/gemm_amx.h"
 #include "demi/kernels/cpu/gemm_dot.h"
 #include "demi/kernels/cpu/internal/workspace.h"
 #include "demi/kernels/internal/choice_cache.h"
@@ -27,7 +28,7 @@
 namespace demi::kernels {
 namespace {
 
-enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32, kDemiDot };
+enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32, kDemiDot, kDemiAmx };
 
 // Part of the cache file's name: bumped when the kernels or the tuning change enough that choices made
 // before should be made again.
@@ -36,10 +37,11 @@ enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32, kDemiDot
 // path holding more than kMaxWideningBytes of copies is never chosen; 8: an f32 a stored by rows is read in
 // place (no block of a), and f16 products may be computed in bf16 (F16Products); 9: an operand read rounded
 // reaches oneDNN and demi-dot as a copy in its rounded dtype (the cast operand's path, whatever it costs),
-// and a ReLU at the store is not part of the key
-constexpr int kTuneVersion = 9;
-constexpr const char* kKernelNames[] = {"onednn", "demi-f32", "demi-bf16", "onednn-f32", "demi-dot"};
-static_assert(std::size(kKernelNames) == static_cast<size_t>(Kernel::kDemiDot) + 1, "a kernel needs its name");
+// and a ReLU at the store is not part of the key; 10: workspace is priced against time
+// (internal::priced_seconds) instead of capped at 2 MiB, and demi's AMX GEMM is a candidate
+constexpr int kTuneVersion = 10;
+constexpr const char* kKernelNames[] = {"onednn", "demi-f32", "demi-bf16", "onednn-f32", "demi-dot", "demi-amx"};
+static_assert(std::size(kKernelNames) == static_cast<size_t>(Kernel::kDemiAmx) + 1, "a kernel needs its name");
 
 MatmulPolicy policy_from_env() {
   const std::string s = env_choice("DEMI_MATMUL");
@@ -93,8 +95,9 @@ internal::ChoiceCache& choices() {
   return c;
 }
 
-constexpr double kF16WidenMargin = 1.1;
-constexpr int64_t kMaxWideningBytes = int64_t{2} << 20;  // (demi's GEMM holds at most a 2 MiB panel of b)
+// How much faster oneDNN's copying and widening paths must be, beyond what their workspace costs
+// (internal::priced_seconds).
+constexpr double kWidenMargin = 0.1;
 
 // An operand of n f32 values read rounded (MatmulParams::a_round, b_round) as the kernels that do not round
 // as they read get it: a copy for the call in the rounded dtype (workspace, freed on return; its cost is
@@ -156,9 +159,10 @@ void row_sums_of_a(const MatmulParams& p, const void* a) {
 }
 
 void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c) {
-  // demi's GEMM rounds a and b as it packs them and demi-dot b as it widens it; every other kernel (and
+  // demi's GEMMs round a and b as they pack them and demi-dot b as it widens it; every other kernel (and
   // demi-dot for a) gets a rounded copy.
   const bool gemm = k == Kernel::kDemiF32 || k == Kernel::kDemiBf16;
+  const bool amx = k == Kernel::kDemiAmx;  // (rounds in packing and adds a residual in its store; no row sums)
   // demi's GEMM sums a's rows from its packing (unless it packs other values than a's: f16 ones multiplied
   // as bf16); the other kernels leave them to a pass of their own.
   if (p.a_row_sums != nullptr && (!gemm || p.bf16_products)) {
@@ -169,7 +173,7 @@ void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c)
   }
   // demi's GEMM adds a residual in its store; the other kernels accumulate onto a copy of it in c (the same
   // sum, one pass over c more).
-  if (p.residual != nullptr && !gemm) {
+  if (p.residual != nullptr && !gemm && !amx) {
     if (p.residual != c)
       std::memcpy(c, p.residual, static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(p.c_dtype));
     MatmulParams q = p;
@@ -177,7 +181,7 @@ void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c)
     q.accumulate = true;
     return run(k, q, a, b, c);
   }
-  if (p.a_round != DType::kF32 && !gemm) {
+  if (p.a_round != DType::kF32 && !gemm && !amx) {
     const int64_t n = p.batch * p.m * p.k;
     MatmulParams q = p;
     q.a_dtype = std::exchange(q.a_round, DType::kF32);
@@ -185,7 +189,7 @@ void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c)
     round_into(a, n, p.a_round, low.f32());
     return run(k, q, low.f32(), b, c);
   }
-  if (p.b_round != DType::kF32 && !gemm && k != Kernel::kDemiDot) {
+  if (p.b_round != DType::kF32 && !gemm && !amx && k != Kernel::kDemiDot) {
     const int64_t n = p.batch * p.k * p.n;
     MatmulParams q = p;
     q.b_dtype = std::exchange(q.b_round, DType::kF32);
@@ -199,6 +203,7 @@ void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c)
     case Kernel::kDemiBf16: return cpu::gemm(p, a, b, c, cpu::GemmPath::kBf16Dot);
     case Kernel::kOnednnF32: return onednn::matmul_widened(p, a, b, c);
     case Kernel::kDemiDot: return cpu::gemm_dot(p, a, b, c);
+    case Kernel::kDemiAmx: return cpu::amx_gemm(p, a, b, c);
   }
 }
 
@@ -242,6 +247,9 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
     if (bf16 && matmul_policy() != MatmulPolicy::kDemi) cand.push_back(Kernel::kOnednnF32);
   }
   if (cpu::gemm_dot_supported(p)) cand.push_back(Kernel::kDemiDot);
+  MatmulParams amx_q = p;
+  amx_q.a_row_sums = nullptr;  // (summed in a pass of their own for it, as for oneDNN)
+  if (cpu::amx_gemm_supported(amx_q)) cand.push_back(Kernel::kDemiAmx);
   if (cand.size() == 1) return cand[0];
   // Output: c itself unless the product reads it (accumulate, or a residual that is c): the chosen
   // kernel's run overwrites it after.
@@ -271,20 +279,23 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
     for (size_t i = 0; i < cand.size(); ++i)
       best[i] = std::min(best[i], internal::seconds_of([&] { run(cand[i], p, a, b, out); }, reps));
   // oneDNN's widening paths (f16 always, bf16 as "onednn-f32") copy operands into f32 workspace, a chunk
-  // or a whole operand at a time (demi's converts panel by panel): they have to be clearly faster, by
-  // kF16WidenMargin, to be worth that memory, and are not taken at all where they hold more than
-  // kMaxWideningBytes at once (model C's 1024 x 784 x 256 f16 weight gradient into bf16 widened its
-  // operands and f32 output whole: 4.5 MiB, 22% of its O2-fp16 training peak, for a slightly faster product).
-  // So do oneDNN's runs on an f32 b read rounded (AMP's master weight), which get a rounded copy of the
-  // whole b per call (run()): to bf16 too, not only to f16 (model C's 1024 x 1024 forward at O2-bf16 took
-  // oneDNN on its bf16 copy when a tuning measured it a few percent faster than demi's pair kernel, and
-  // the 2 MiB copies raised C's O2-bf16 training peak from 18.98 to 24.38 MiB).
+  // or a whole operand at a time (demi's converts panel by panel), and its runs on an f32 b read rounded
+  // (AMP's master weight) get a rounded copy of the whole b per call (run()). Each candidate's time is
+  // priced by the workspace it holds beyond the lightest one's (internal::priced_seconds), the copying
+  // ones with kWidenMargin besides: model C's 1024 x 784 x 256 f16 weight gradient into bf16 widened its
+  // operands and f32 output whole (4.5 MiB, 22% of its O2-fp16 training peak) for a slightly faster
+  // product, and its 1024 x 1024 forward at O2-bf16 took oneDNN's bf16 copy of the master weight (2 MiB)
+  // when measured a few percent faster than demi's pair kernel (vdpbf16ps): neither is worth its memory.
+  // Where oneDNN runs the product on AMX tiles, several times as fast, the copy is.
   const bool f16 = a_value_dtype(p) == DType::kF16 || b_value_dtype(p) == DType::kF16;
+  const int64_t lightest = *std::min_element(workspace.begin(), workspace.end());
+  const int64_t footprint = p.batch * (p.m * p.k * static_cast<int64_t>(dtype_size(p.a_dtype)) +
+                                       p.k * p.n * static_cast<int64_t>(dtype_size(p.b_dtype)) +
+                                       p.m * p.n * static_cast<int64_t>(dtype_size(p.c_dtype)));
   for (size_t i = 0; i < cand.size(); ++i) {
     const bool copies = cand[i] == Kernel::kOnednn && (f16 || p.a_round != DType::kF32 || p.b_round != DType::kF32);
     const bool widens = copies || cand[i] == Kernel::kOnednnF32;
-    if (!widens) continue;
-    best[i] = workspace[i] > kMaxWideningBytes ? std::numeric_limits<double>::infinity() : best[i] * kF16WidenMargin;
+    best[i] = internal::priced_seconds(best[i], workspace[i] - lightest, footprint, widens ? kWidenMargin : 0);
   }
   return cand[static_cast<size_t>(std::min_element(best.begin(), best.end()) - best.begin())];
 }
@@ -330,6 +341,7 @@ std::string matmul_kernel(const MatmulParams& p_in) {
   if (k == Kernel::kOnednnF32) widened.a_dtype = widened.b_dtype = DType::kF32;
   const std::string impl = k == Kernel::kOnednn || k == Kernel::kOnednnF32 ? onednn::matmul_implementation(widened)
                            : k == Kernel::kDemiDot ? cpu::gemm_dot_implementation()
+                           : k == Kernel::kDemiAmx ? cpu::amx_gemm_implementation(p)
                                                    : cpu::gemm_implementation(p, k == Kernel::kDemiBf16
                                                                                      ? cpu::GemmPath::kBf16Dot
                                                                                      : cpu::GemmPath::kF32);

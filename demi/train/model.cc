@@ -133,7 +133,9 @@ std::map<std::string, double> Model::eval(const std::shared_ptr<const data::Data
       };
       if (get_context().mode == ExecMode::kGraph) {
         eval_graphs_.run(eval_key_.get("eval", &data, &label), batch, [&] {
-          if (nn::CallFusions::could_fuse(*network_)) (void)network_->call(nn::CallFusions::learning_batch(data));
+          if (!nn::CallFusions::could_fuse(*network_)) return;
+          MemTuningScope probe;  // (a probe, as TrainStep's: core/memory.h)
+          (void)network_->call(nn::CallFusions::learning_batch(data));
         });
       } else {
         batch();

@@ -187,7 +187,7 @@ int run_compare(const ParsedArgs& args) {
                                ratio(peak, bpeak), cell("%.2f", as_double(r.s, "peak_activation") / (1 << 20)),
                                cell("%.2f", as_double(r.s, "peak_cast_cache") / (1 << 20)),
                                cell("%.2f", as_double(r.s, "peak_workspace") / (1 << 20)), cell("%.1f", rss / (1 << 20)),
-                               ratio(rss, brss), cell("%.4f", as_double(r.s, "final_loss")),
+                               ratio(rss, brss), cell("%.5f", as_double(r.s, "final_loss")),
                                cell("%.4f", as_double(r.s, "test_accuracy"))});
   }
   print_table(main_table, {9, 10, 7, 10, 7, 9, 9, 9, 9, 7, 8, 9});

@@ -63,6 +63,7 @@ std::string feature_list() {
       {"avx512f", f.avx512f},   {"avx512bw", f.avx512bw}, {"avx512vl", f.avx512vl},
       {"avx512dq", f.avx512dq}, {"avx512_bf16", f.avx512_bf16}, {"avx512_fp16", f.avx512_fp16},
       {"amx_bf16", f.amx_bf16},
+      {"amx_tile", f.amx_tile && f.os_amx},
   };
   std::string have, missing;
   for (const auto& [name, present] : features) (present ? have : missing) += std::string(" ") + name;

@@ -59,4 +59,14 @@ double bf16_peak_gflops(double seconds) {
   return loop != nullptr ? measure(loop, seconds) : 0;
 }
 
+double amx_peak_gflops(double seconds) {
+  const auto loop = peak_kernels().amx_loop;
+  return loop != nullptr ? measure(loop, seconds) : 0;
+}
+
+double fp16_peak_gflops(double seconds) {
+  const auto loop = peak_kernels().fp16_loop;
+  return loop != nullptr ? measure(loop, seconds) : 0;
+}
+
 }  // namespace demi::kernels::cpu

@@ -11,5 +11,10 @@ namespace demi::kernels::cpu {
 double fma_peak_gflops(double seconds = 0.2);
 // bf16 GFLOP/s of vdpbf16ps (4 per lane per instruction), or 0.
 double bf16_peak_gflops(double seconds = 0.2);
+// bf16 GFLOP/s of the AMX tile unit's TDPBF16PS (2 x 16 x 16 x 32 per instruction), or 0 below the amx level.
+double amx_peak_gflops(double seconds = 0.2);
+// fp16 GFLOP/s of AVX512-FP16's vfmaddph (2 per lane, 32 lanes), or 0 where the CPU lacks it (measured at
+// the amx level only).
+double fp16_peak_gflops(double seconds = 0.2);
 
 }  // namespace demi::kernels::cpu

@@ -21,6 +21,15 @@ TEST(Peak, MeasuresWhereTheInstructionExists) {
       EXPECT_GT(bf16, 1.0);
     else
       EXPECT_EQ(bf16, 0.0);
+    const double amx = amx_peak_gflops(0.01), fp16 = fp16_peak_gflops(0.01);
+    if (level >= CpuLevel::kAmx)
+      EXPECT_GT(amx, 1.0);
+    else
+      EXPECT_EQ(amx, 0.0);
+    if (level >= CpuLevel::kAmx && cpu_features().avx512_fp16)
+      EXPECT_GT(fp16, 1.0);
+    else
+      EXPECT_EQ(fp16, 0.0);
   }
 }
 

@@ -33,6 +33,11 @@ struct KeyHash {
 
 }  // namespace
 
+double priced_seconds(double seconds, int64_t extra, int64_t footprint, double margin) {
+  const double share = extra > 0 ? static_cast<double>(extra) / static_cast<double>(std::max<int64_t>(footprint, 1)) : 0;
+  return seconds * (1 + margin + share);
+}
+
 double seconds_of(const std::function<void()>& f, int reps) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < reps; ++i) f();

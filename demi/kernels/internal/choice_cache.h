@@ -53,6 +53,16 @@ class ChoiceCache {
 // Seconds per call of f over `reps` calls (steady clock): what a tuner compares.
 double seconds_of(const std::function<void()>& f, int reps = 1);
 
+// How a measured choice weighs memory against time, the same on every CPU: a candidate's time is priced up
+// by the share of the call's footprint (`footprint`: the bytes its operands and result occupy as stored)
+// that its workspace adds over the lightest candidate's (`extra`: copies, widened operands, chunks of f32
+// output, held during the call and freed when it returns), plus `margin` (kernels that hold workspace by
+// design must be clearly faster: the choice is timed on a loaded machine too): 1% of time for 1% of
+// memory. So a kernel three times as fast is worth a bf16 copy of a Dense's f32 master weight (40% of the
+// call's footprint at model C's shapes: oneDNN's AMX kernel where AMX exists), and a path a few percent
+// faster is worth no copy, whatever the CPU. The smallest priced time wins.
+double priced_seconds(double seconds, int64_t extra, int64_t footprint, double margin);
+
 // "Intel_R_Xeon_R_Processor-6-207": the CPU's brand string with family and model (a VM's generic name
 // alone would let different CPUs share one file), as a file-name-safe word.
 std::string cpu_file_tag();

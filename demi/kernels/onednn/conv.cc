@@ -721,28 +721,28 @@ std::atomic<ConvDirectPolicy>& direct_policy_slot() {
   return p;
 }
 
-// How much faster oneDNN has to measure than the direct kernels to be chosen (it takes workspace, they do not).
-constexpr double kWorkspaceMargin = 1.1;
 
 kernels::internal::ChoiceCache& direct_choices() {
-  static auto& c = *new kernels::internal::ChoiceCache("conv-direct-v4", {"onednn", "demi-direct"});  // never destroyed
+  static auto& c = *new kernels::internal::ChoiceCache("conv-direct-v5", {"onednn", "demi-direct"});  // never destroyed
   return c;
 }
 
-// Workspace a candidate may hold at once and still be chosen, where the other holds no more (as the
-// matmul's widening paths): oneDNN's f16 paths widen whole chunks and unpooled gradients to f32.
-constexpr int64_t kMaxChoiceWorkspace = int64_t{2} << 20;
+// How much faster oneDNN must measure than demi's convolution kernels, beyond what its workspace costs (it
+// holds reordered, converted or unpooled chunks by design; theirs is little or none).
+constexpr double kOnednnMargin = 0.1;
 
-// Whether the workspace alone rules oneDNN's candidate out.
-bool onednn_holds_too_much(int64_t demi_workspace, int64_t onednn_workspace) {
-  return onednn_workspace > kMaxChoiceWorkspace && demi_workspace <= kMaxChoiceWorkspace;
+// The bytes a call of p touches as stored (x, w, y; dy and dx are y's and x's sizes): what its workspace
+// is weighed against (internal::priced_seconds).
+int64_t footprint_of(const Conv2dParams& p) {
+  return p.x_numel() * static_cast<int64_t>(dtype_size(p.x_dtype)) +
+         p.w_numel() * static_cast<int64_t>(dtype_size(p.w_dtype)) +
+         p.y_numel() * static_cast<int64_t>(dtype_size(p.y_dtype));
 }
 
-// 1 where run(true) (demi's kernel) measures faster than run(false) (oneDNN's) by kWorkspaceMargin, else 0.
-// Whatever the times, oneDNN is not chosen where its first run held more than kMaxChoiceWorkspace of
-// workspace at once and demi's no more than that (model A's f16 first-layer weight gradient: oneDNN's
-// widened copies, 4.39 MiB, were 74% of its O2-fp16 training peak, for no measurable speed).
-int demi_measures_faster(const std::function<void(bool)>& run) {
+// 1 where run(true) (demi's kernel) is preferred to run(false) (oneDNN's) by demi_kernel_preferred, each
+// time priced by the workspace it holds: model A's f16 first-layer weight gradient on oneDNN widened
+// copies (4.39 MiB, 74% of its O2-fp16 training peak) for no measurable speed.
+int demi_measures_faster(const std::function<void(bool)>& run, int64_t footprint) {
   // The two are often close, within what timing noise on a shared machine can amount to: each
   // measurement repeats the call to about a millisecond, and five alternating rounds keep the best.
   double warm = 0;
@@ -753,7 +753,6 @@ int demi_measures_faster(const std::function<void(bool)>& run) {
     warm += kernels::internal::seconds_of([&] { run(i == 1); });
     workspace[i] = peak.peak().pk(MemCategory::kWorkspace) - before;
   }
-  if (onednn_holds_too_much(workspace[1], workspace[0])) return 1;  // (no times needed)
   const int reps = std::clamp(static_cast<int>(2e-3 / std::max(warm, 1e-9)), 1, 20);
   double best[2] = {1e30, 1e30};
   for (int r = 0; r < 5; ++r)
@@ -762,7 +761,7 @@ int demi_measures_faster(const std::function<void(bool)>& run) {
   // oneDNN holds a chunk of images' reordered, converted or unpooled activations in workspace (up to
   // kChunkBytes: on model A at O2-bf16 the training peak's largest part), demi's kernels little or none;
   // like the matmul's widening paths, it has to be clearly faster to be worth that memory.
-  return demi_kernel_preferred(best[1], best[0], workspace[1], workspace[0]) ? 1 : 0;
+  return demi_kernel_preferred(best[1], best[0], workspace[1], workspace[0], footprint) ? 1 : 0;
 }
 
 // run(direct) makes the call with the direct kernel or with oneDNN's; the choice is measured on the call's
@@ -794,7 +793,7 @@ bool direct_chosen(const Conv2dParams& p, ConvDirection dir, const std::function
                    " n", p.n, " c", p.c, " ", p.h, "x", p.w, " oc", p.oc, " k", p.kh, "x", p.kw, " p", p.pad_top, ",",
                    p.pad_bottom, ",", p.pad_left, ",", p.pad_right);
   };
-  return direct_choices().choose(key, text, [&] { return demi_measures_faster(run); }) == 1;
+  return direct_choices().choose(key, text, [&] { return demi_measures_faster(run, footprint_of(p)); }) == 1;
 }
 
 // Whether the direct kernels run p (for dir) by the policy or by a choice already made (no measuring).
@@ -828,7 +827,7 @@ std::atomic<ConvGemmPolicy>& gemm_policy_slot() {
 }
 
 kernels::internal::ChoiceCache& gemm_choices() {
-  static auto& c = *new kernels::internal::ChoiceCache("conv-gemm-v3", {"onednn", "demi-gemm"});  // never destroyed
+  static auto& c = *new kernels::internal::ChoiceCache("conv-gemm-v4", {"onednn", "demi-gemm"});  // never destroyed
   return c;
 }
 
@@ -860,14 +859,16 @@ bool gemm_chosen(const Conv2dParams& p, ConvDirection dir, const std::function<v
                    p.pad_left, ",", p.pad_right, " s", p.stride_h, ",", p.stride_w, " d", p.dilation_h, ",",
                    p.dilation_w);
   };
-  return gemm_choices().choose(key, text, [&] { return demi_measures_faster(run); }) == 1;
+  return gemm_choices().choose(key, text, [&] { return demi_measures_faster(run, footprint_of(p)); }) == 1;
 }
 
 }  // namespace
 
 bool demi_kernel_preferred(double demi_seconds, double onednn_seconds, int64_t demi_workspace,
-                           int64_t onednn_workspace) {
-  return onednn_holds_too_much(demi_workspace, onednn_workspace) || demi_seconds < onednn_seconds * kWorkspaceMargin;
+                           int64_t onednn_workspace, int64_t footprint) {
+  const int64_t lightest = std::min(demi_workspace, onednn_workspace);
+  return kernels::internal::priced_seconds(demi_seconds, demi_workspace - lightest, footprint, 0) <=
+         kernels::internal::priced_seconds(onednn_seconds, onednn_workspace - lightest, footprint, kOnednnMargin);
 }
 
 void set_conv_gemm_policy(ConvGemmPolicy policy) { gemm_policy_slot().store(policy); }

@@ -91,7 +91,7 @@ std::string conv2d_implementation(const Conv2dParams& p, ConvDirection dir, bool
 // there or on oneDNN, whichever measured faster at the geometry's first call, per direction (forward, weight
 // gradient; on that call's own operands; oneDNN, which takes a chunk of activations in workspace, has to be
 // 10% faster), kept per geometry and input dtype in memory and in
-// "conv-direct-v4-<cpu>.txt" (../internal/choice_cache.h). The separate calls and the fused Conv2d -> ReLU ->
+// "conv-direct-v5-<cpu>.txt" (../internal/choice_cache.h). The separate calls and the fused Conv2d -> ReLU ->
 // MaxPool2d follow the same choices (the fused layer stays bit for bit the separate calls); the data gradient
 // is oneDNN's. DEMI_CONV_DIRECT=auto|on|off sets the policy at start-up (on: every geometry it takes).
 enum class ConvDirectPolicy { kAuto, kOn, kOff };
@@ -109,7 +109,7 @@ std::string conv2d_direct_kernel(const Conv2dParams& p, ConvDirection dir);
 // lost) runs as demi's indirect product (cpu::conv2d_indirect_supported: groups 1, the packed weights and a
 // padded image within bounds) or on oneDNN, whichever measured faster at the geometry's first forward, on
 // that call's operands (oneDNN, which holds a chunk of activations in workspace, has to be 10% faster);
-// kept per geometry and input dtype in memory and in "conv-gemm-v3-<cpu>.txt". The data gradient of a
+// kept per geometry and input dtype in memory and in "conv-gemm-v4-<cpu>.txt". The data gradient of a
 // stride-1 geometry (cpu::conv2d_backward_data_indirect_supported) is chosen the same way, per dy's dtype,
 // and the weight gradient (cpu::conv2d_backward_weights_indirect_supported) per x's and dy's dtypes, after
 // the direct kernels' choice. The fused layer follows these choices and computes what the separate calls
@@ -128,10 +128,10 @@ void set_conv_gemm_cache_dir(const std::string& dir);
 std::string conv2d_forward_kernel(const Conv2dParams& p);
 
 // How a measured choice between demi's kernel and oneDNN's is decided (the direct and the indirect
-// choices): demi's unless oneDNN's best time is faster by the workspace margin (10%, since oneDNN holds
-// workspace and demi's kernels little); never oneDNN's where its workspace peak passed 2 MiB and demi's did
-// not (oneDNN's f16 paths widen whole chunks to f32).
+// choices): each best time priced by the workspace it holds beyond the other's, as a share of the call's
+// footprint (kernels/internal/choice_cache.h's priced_seconds: 1% of time for 1% of memory), oneDNN's with
+// a 10% margin besides (it holds workspace by design, demi's kernels little); demi's where it is no dearer.
 bool demi_kernel_preferred(double demi_seconds, double onednn_seconds, int64_t demi_workspace,
-                           int64_t onednn_workspace);
+                           int64_t onednn_workspace, int64_t footprint);
 
 }  // namespace demi::kernels::onednn

@@ -17,6 +17,7 @@ dnnl::cpu_isa isa_of(CpuLevel level) {
     case CpuLevel::kAvx2: return dnnl::cpu_isa::avx2;
     case CpuLevel::kAvx512: return dnnl::cpu_isa::avx512_core;
     case CpuLevel::kAvx512Bf16: return dnnl::cpu_isa::avx512_core_bf16;
+    case CpuLevel::kAmx: return dnnl::cpu_isa::avx512_core_amx;
   }
   return dnnl::cpu_isa::all;
 }

@@ -1,0 +1,190 @@
+// demi's AMX GEMM against the reference twin: shapes small, odd and past a block, transposes, the dtype
+// mixes AMP multiplies in, every epilogue, batches and threads; f16 products (the exact hi/lo split)
+// against the f64 product of the f16 values within f32 accumulation; an f32 operand read rounded against
+// the cast operand, bit for bit. What it takes is decided on every CPU; the products need AMX and skip
+// elsewhere, saying so.
+#include "demi/kernels/cpu/gemm_amx.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "demi/core/cpu.h"
+#include "demi/core/parallel.h"
+#include "demi/core/rng.h"
+#include "demi/kernels/internal/matmul_conv_test_util.h"
+
+namespace demi::kernels::cpu {
+namespace {
+
+using testing::check_product;
+using testing::Operand;
+using testing::random_operand;
+
+constexpr DType F32 = DType::kF32, BF16 = DType::kBF16, F16 = DType::kF16;
+
+#define DEMI_SKIP_WITHOUT_AMX()                                                                            \
+  if (max_cpu_level() < CpuLevel::kAmx)                                                                     \
+  GTEST_SKIP() << "this CPU runs at most " << cpu_level_name(max_cpu_level())                               \
+               << ": the AMX GEMM needs AMX-TILE and AMX-BF16 (Xeons from Sapphire Rapids on) and the Linux " \
+                  "permission; what it takes is tested on every CPU"
+
+MatmulParams params(int64_t m, int64_t n, int64_t k, bool ta, bool tb, DType a, DType b, DType c) {
+  MatmulParams p;
+  p.m = m, p.n = n, p.k = k, p.trans_a = ta, p.trans_b = tb, p.a_dtype = a, p.b_dtype = b, p.c_dtype = c;
+  return p;
+}
+
+auto amx = [](const MatmulParams& p, const void* a, const void* b, void* c) { amx_gemm(p, a, b, c); };
+
+TEST(AmxGemm, TakesProductsOfBf16AndF16ValuesAtTheAmxLevelOnly) {
+  for (CpuLevel level : supported_cpu_levels()) {
+    ScopedCpuLevel scoped(level);
+    const bool here = level >= CpuLevel::kAmx;
+    SCOPED_TRACE(std::string(cpu_level_name(level)));
+    EXPECT_EQ(amx_gemm_supported(params(8, 8, 8, false, false, BF16, BF16, F32)), here);
+    EXPECT_EQ(amx_gemm_supported(params(8, 8, 8, true, true, F16, F16, F16)), here);
+    EXPECT_FALSE(amx_gemm_supported(params(8, 8, 8, false, false, F32, BF16, F32)));  // f32 values: not exact
+    MatmulParams master = params(8, 8, 8, false, true, BF16, F32, BF16);
+    master.b_round = BF16;  // AMP's f32 master weight read as bf16
+    EXPECT_EQ(amx_gemm_supported(master), here);
+    MatmulParams sums = params(8, 8, 8, true, false, BF16, BF16, F32);
+    float row_sums[8];
+    sums.a_row_sums = row_sums;
+    EXPECT_FALSE(amx_gemm_supported(sums));
+    EXPECT_FALSE(amx_gemm_supported(params(8, 8, 8, false, false, DType::kF64, DType::kF64, DType::kF64)));
+  }
+  // bf16 values run as they are; any f16 value splits the product (a bf16 operand beside it, lo 0), unless
+  // the run multiplies its f16 values as bf16 (bf16_products).
+  EXPECT_FALSE(amx_gemm_splits(params(8, 8, 8, false, false, BF16, BF16, F32)));
+  EXPECT_TRUE(amx_gemm_splits(params(8, 8, 8, false, false, F16, F16, F32)));
+  EXPECT_TRUE(amx_gemm_splits(params(8, 8, 8, false, false, BF16, F16, BF16)));
+  MatmulParams as_bf16 = params(8, 8, 8, false, false, F16, F16, F16);
+  as_bf16.bf16_products = true;
+  EXPECT_FALSE(amx_gemm_splits(as_bf16));
+  EXPECT_EQ(amx_gemm_implementation(as_bf16), "demi-amx:bf16");
+  EXPECT_EQ(amx_gemm_implementation(params(8, 8, 8, false, false, F16, F16, F32)), "demi-amx:f16-split");
+}
+
+TEST(AmxGemm, MatchesTheReferenceOverShapesTransposesDtypesAndEpilogues) {
+  DEMI_SKIP_WITHOUT_AMX();
+  ScopedCpuLevel level(CpuLevel::kAmx);
+  struct Shape {
+    int64_t m, n, k;
+  };
+  const Shape shapes[] = {{1, 1, 1}, {5, 7, 3}, {17, 33, 45}, {32, 32, 32}, {64, 48, 96}, {100, 70, 300}, {33, 130, 257}};
+  const testing::MatmulDtypes mixes[] = {{BF16, BF16, F32}, {BF16, BF16, BF16}, {F16, F16, F32},
+                                         {F16, F16, F16},   {F16, BF16, F16},   {BF16, F16, BF16}};
+  uint64_t seed = 1;
+  for (const Shape& s : shapes)
+    for (const auto& d : mixes)
+      for (int t = 0; t < 4; ++t) {
+        MatmulParams p = params(s.m, s.n, s.k, t & 1, t & 2, d.a, d.b, d.c);
+        SCOPED_TRACE(describe(p));
+        check_product(amx, p, false, seed++);
+        // Every epilogue on some of them: bias (f32 or in c's dtype), ReLU, accumulate, residual, batches.
+        if ((s.m + t) % 3 != 0) continue;
+        MatmulParams e = p;
+        e.relu = true;
+        e.bias_dtype = t & 1 ? d.c : F32;
+        e.batch = 2;
+        check_product(amx, e, true, seed++);
+        e.accumulate = true;
+        check_product(amx, e, true, seed++);
+        e.accumulate = false;
+        check_product(amx, e, false, seed++, false, /*with_residual=*/true);
+        if (s.k <= 64) check_product(amx, p, true, seed++, /*exact=*/true);  // dyadic values: every sum exact
+      }
+}
+
+// f16 values of wide magnitudes (2^-12 .. 2^8) multiplied through the split: within f32 accumulation of
+// the f64 product of the f16 values themselves, where products of the values rounded to bf16 (what
+// bf16_products computes) are off by far more.
+TEST(AmxGemm, F16ProductsAreTheProductsOfTheF16ValuesNotOfBf16Roundings) {
+  DEMI_SKIP_WITHOUT_AMX();
+  ScopedCpuLevel level(CpuLevel::kAmx);
+  const int64_t m = 48, n = 40, k = 200;
+  for (int t = 0; t < 4; ++t) {
+    MatmulParams p = params(m, n, k, t & 1, t & 2, F16, F16, F32);
+    SCOPED_TRACE(describe(p));
+    std::vector<double> av(static_cast<size_t>(m * k)), bv(static_cast<size_t>(k * n));
+    Generator g(7 + t);
+    auto fill = [&](std::vector<double>& v) {
+      for (double& x : v) x = std::ldexp(2 * g.next_double() - 1, static_cast<int>(g.next_int(21)) - 12);
+    };
+    fill(av);
+    fill(bv);
+    std::vector<Half> a(av.size()), b(bv.size());
+    convert(av.data(), DType::kF64, a.data(), F16, m * k);
+    convert(bv.data(), DType::kF64, b.data(), F16, k * n);
+    convert(a.data(), F16, av.data(), DType::kF64, m * k);  // the f16 values, exactly
+    convert(b.data(), F16, bv.data(), DType::kF64, k * n);
+    std::vector<float> c(static_cast<size_t>(m * n)), c_bf16(c.size());
+    amx_gemm(p, a.data(), b.data(), c.data());
+    MatmulParams q = p;
+    q.bf16_products = true;
+    amx_gemm(q, a.data(), b.data(), c_bf16.data());
+    double worst = 0, worst_bf16 = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0, scale = 0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const double x = av[static_cast<size_t>(t & 1 ? kk * m + i : i * k + kk)];
+          const double y = bv[static_cast<size_t>(t & 2 ? j * k + kk : kk * n + j)];
+          want += x * y;
+          scale += std::abs(x * y);
+        }
+        worst = std::max(worst, std::abs(c[static_cast<size_t>(i * n + j)] - want) / scale);
+        worst_bf16 = std::max(worst_bf16, std::abs(c_bf16[static_cast<size_t>(i * n + j)] - want) / scale);
+      }
+    EXPECT_LT(worst, 4 * std::ldexp(1.0, -24) * std::sqrt(static_cast<double>(k)));  // f32 sums of exact products
+    EXPECT_GT(worst_bf16, 30 * worst);  // (8-bit values: an error of order 2^-9 per product)
+  }
+}
+
+// An f32 operand read rounded (MatmulParams::a_round, b_round: AMP's master weight and data batch) is
+// packed from its rounded values: the product is the cast operand's, bit for bit.
+TEST(AmxGemm, AnF32OperandReadRoundedIsTheCastOperandsProduct) {
+  DEMI_SKIP_WITHOUT_AMX();
+  ScopedCpuLevel level(CpuLevel::kAmx);
+  for (DType round : {BF16, F16})
+    for (int t = 0; t < 4; ++t) {
+      MatmulParams p = params(37, 45, 70, t & 1, t & 2, round, F32, BF16);
+      p.b_round = round;
+      SCOPED_TRACE(describe(p));
+      Operand a = random_operand(round, p.m * p.k, 3), b = random_operand(F32, p.k * p.n, 4);
+      Operand b_cast = testing::cast_operand(b, round);
+      std::vector<BFloat16> got(static_cast<size_t>(p.m * p.n)), want(got.size());
+      amx_gemm(p, a.data(), b.data(), got.data());
+      MatmulParams q = p;
+      q.b_dtype = std::exchange(q.b_round, F32);
+      amx_gemm(q, a.data(), b_cast.data(), want.data());
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(BFloat16)));
+      Operand a32 = testing::cast_operand(a, F32);  // the same values stored in f32, read rounded
+      MatmulParams r = q;
+      r.a_dtype = F32;
+      r.a_round = round;
+      amx_gemm(r, a32.data(), b_cast.data(), got.data());
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(BFloat16)));
+    }
+}
+
+// Each 32 x 32 block sums its K' in one order whatever thread takes it: one thread and two give the bits.
+TEST(AmxGemm, ThreadsGiveTheSameBits) {
+  DEMI_SKIP_WITHOUT_AMX();
+  ScopedCpuLevel level(CpuLevel::kAmx);
+  const MatmulParams p = params(130, 100, 300, false, true, F16, F16, F32);
+  Operand a = random_operand(F16, p.m * p.k, 5), b = random_operand(F16, p.k * p.n, 6);
+  std::vector<float> one(static_cast<size_t>(p.m * p.n)), two(one.size());
+  const int saved = num_threads();
+  set_num_threads(1);
+  amx_gemm(p, a.data(), b.data(), one.data());
+  set_num_threads(2);
+  amx_gemm(p, a.data(), b.data(), two.data());
+  set_num_threads(saved);
+  EXPECT_EQ(one, two);
+}
+
+}  // namespace
+}  // namespace demi::kernels::cpu
