@@ -16,41 +16,24 @@
 #include "demi/core/cpu.h"
 #include "demi/core/half.h"
 #include "demi/core/parallel.h"
+#include "demi/kernels/cpu/internal/amx_tiles.h"
 #include "demi/kernels/cpu/internal/workspace.h"
 #include "demi/kernels/matmul_params.h"
 
 namespace demi::kernels::cpu::cpu_internal_amx {
 namespace {
 
+using cpu_internal::configure_tiles;
 using cpu_internal::for_each_part;
 using cpu_internal::PartScratch;
 using cpu_internal::parts_for;
 using cpu_internal::Workspace;
 
+// Tiles 0-3: the C block's sums (rows 0-15 | 16-31 x columns 0-15 | 16-31); 4, 5: a's two row tiles; 6, 7:
+// b's two column tiles (configure_tiles: internal/amx_tiles.h).
 constexpr int64_t kBlock = 32;  // a C block: 2 x 2 tiles of 16 x 16 f32
 constexpr int64_t kKStep = 32;  // bf16 values in a tile row (64 bytes): the K step of one TDPBF16PS
 constexpr int64_t kTile = 16;   // rows of a tile; columns of a B or C tile
-
-// LDTILECFG's 64 bytes (palette 1): every tile 16 rows of 64 bytes.
-struct TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
-
-// Tiles 0-3: the C block's sums (rows 0-15 | 16-31 x columns 0-15 | 16-31); 4, 5: a's two row tiles; 6, 7:
-// b's two column tiles.
-void configure_tiles() {
-  alignas(64) TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.rows[t] = kTile;
-    cfg.colsb[t] = 64;
-  }
-  _tile_loadconfig(&cfg);
-}
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 

@@ -6,32 +6,23 @@
 #include <cstdint>
 
 #include "demi/core/cpu.h"
+#include "demi/kernels/cpu/internal/amx_tiles.h"
 #include "demi/kernels/cpu/internal/peak_kernels.h"
 
 namespace demi::kernels::cpu_internal {
 namespace {
 
-struct TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 double amx_loop(int64_t iters, float* sink) {
-  alignas(64) TileConfig cfg;
-  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
-  _tile_loadconfig(&cfg);
-  alignas(64) static const uint16_t ones[16 * 32] = {};  // zero operands: the rate does not depend on values
+  configure_tiles();
+  alignas(64) static const uint16_t zeros[16 * 32] = {};  // the rate does not depend on the values
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  _tile_loadd(4, ones, 64);
-  _tile_loadd(5, ones, 64);
-  _tile_loadd(6, ones, 64);
-  _tile_loadd(7, ones, 64);
+  _tile_loadd(4, zeros, 64);
+  _tile_loadd(5, zeros, 64);
+  _tile_loadd(6, zeros, 64);
+  _tile_loadd(7, zeros, 64);
   for (int64_t it = 0; it < iters / 16; ++it) {
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
