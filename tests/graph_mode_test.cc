@@ -102,6 +102,7 @@ struct Run {
   std::vector<std::pair<std::string, graph::PlanSummary>> plans;
   int64_t parallel_allocs = 0;  // allocations by the threads of parallel loops during the steps
   int64_t train_peak = 0;       // the tracked training peak over the steps, above what was live before
+  int64_t gradient_peak = 0;    // the gradients' peak over the steps
   bool grads_kept = false;      // a parameter still had its .grad after the last step
 };
 
@@ -129,6 +130,7 @@ Run train(const std::function<std::shared_ptr<nn::Cell>()>& make, const Batches&
   }
   r.parallel_allocs = mem_stats().parallel_allocs - parallel_allocs;
   r.train_peak = mem_stats().train_peak - live_before;
+  r.gradient_peak = mem_stats().pk(MemCategory::kGradient);
   for (const Tensor& p : net->trainable_params()) r.grads_kept = r.grads_kept || p.grad().defined();
   for (const Tensor& p : net->trainable_params()) r.weights.push_back(p.clone());
   r.stats = step->graphs().stats();
@@ -503,8 +505,10 @@ TEST(GraphMode, ANetworkTheLearningRunCannotRunKeepsItsCallsWithAWarning) {
 
 // Graph mode places each parameter's update in backward wherever nothing waits on every gradient (no loss
 // scale, clipping, accumulation or data parallelism) and no cell computes in float16: the same weights bit
-// for bit (the tests above run these settings), no gradient held past its update, so a lower training
-// peak than PYNATIVE's, which keeps .grad readable after the step. Where float16 may overflow, or the
+// for bit (the tests above run these settings), no gradient held past its update, so a lower gradients'
+// peak than PYNATIVE's, which keeps .grad readable after the step, and a training peak no higher (lower
+// where the gradients make it; where a kernel's workspace in forward makes it, the two are equal: which
+// kernel runs is a measured choice: DESIGN.md, "Memory claims are about what no kernel choice moves"). Where float16 may overflow, or the
 // caller says false, graph mode updates after backward as PYNATIVE does.
 TEST(GraphMode, UpdatesInBackwardWhereNothingWaitsOnEveryGradientWithALowerPeak) {
   const Batches b = fashion_batches(4, 32);
@@ -516,9 +520,12 @@ TEST(GraphMode, UpdatesInBackwardWhereNothingWaitsOnEveryGradientWithALowerPeak)
     const auto graph = train(make, b, s, ExecMode::kGraph);
     EXPECT_TRUE(eager.grads_kept);
     EXPECT_FALSE(graph.grads_kept) << "each gradient is freed once its parameter is updated";
-    EXPECT_LT(graph.train_peak, eager.train_peak);
-    std::printf("LeNet %s training peak: PYNATIVE %lld bytes, GRAPH %lld\n", amp::level_name(s.level),
-                static_cast<long long>(eager.train_peak), static_cast<long long>(graph.train_peak));
+    EXPECT_LT(graph.gradient_peak, eager.gradient_peak);
+    EXPECT_LE(graph.train_peak, eager.train_peak);
+    std::printf("LeNet %s training peak: PYNATIVE %lld bytes, GRAPH %lld (gradients' %lld, %lld)\n",
+                amp::level_name(s.level), static_cast<long long>(eager.train_peak),
+                static_cast<long long>(graph.train_peak), static_cast<long long>(eager.gradient_peak),
+                static_cast<long long>(graph.gradient_peak));
     for (size_t k = 0; k < eager.weights.size(); ++k)
       EXPECT_EQ(std::memcmp(eager.weights[k].raw_data(), graph.weights[k].raw_data(), eager.weights[k].nbytes()), 0)
           << "parameter " << k;

@@ -30,7 +30,6 @@
 #include "demi/train/model.h"
 #include "demi/train/report.h"
 #include "demi/train/report_html.h"
-#include "tools/demi/gpt.h"
 
 namespace demi::cli {
 

@@ -14,6 +14,7 @@
 #include "demi/kernels/cpu/internal/dispatch.h"
 #include "demi/kernels/cpu/internal/workspace.h"
 #include "demi/kernels/cpu/pool.h"
+#include "demi/kernels/internal/choice_cache.h"
 
 namespace demi::kernels {
 namespace cpu_internal {
@@ -145,12 +146,6 @@ void pad_image(const Conv2dParams& p, const DirectGeom& g, const void* x, int64_
     }
 }
 
-// Whether the forward takes the taps in bf16 pairs (DirectConvKernels::forward_pairs): a bf16 image and bf16
-// weights on a level that has the pair tiles.
-bool forward_in_pairs(const DirectConvKernels& kern, const Conv2dParams& p) {
-  return kern.forward_pairs != nullptr && p.x_values() == DType::kBF16 && p.w_dtype == DType::kBF16;
-}
-
 // The pair image (DirectConvKernels::pair_image) beside the padded image xp in a thread's scratch: xp_bytes on
 // when the forward runs in pairs, else none.
 uint32_t* pair_image_after(const DirectConvKernels& kern, const DirectGeom& g, float* xp, size_t xp_bytes,
@@ -214,6 +209,54 @@ void forward_image(const DirectConvKernels& kern, const Conv2dParams& p, const D
   }
 }
 
+// A bf16 layer's geometry as the direct kernels' own choices (taps, dot products) key and name it: the
+// level and the geometry, not the batch (both are measured on one image).
+internal::ChoiceCache::Key geometry_key(const Conv2dParams& p) {
+  return {static_cast<int64_t>(cpu_level()), p.c, p.h, p.w, p.oc, p.kh, p.kw,
+          p.pad_top, p.pad_bottom, p.pad_left, p.pad_right};
+}
+std::string geometry_text(const Conv2dParams& p) {
+  return str_cat(cpu_level_name(cpu_level()), " c", p.c, " ", p.h, "x", p.w, " oc", p.oc, " k", p.kh, "x", p.kw,
+                 " p", p.pad_top, ",", p.pad_bottom, ",", p.pad_left, ",", p.pad_right);
+}
+
+// Whether a bf16 forward of p's geometry takes its taps in bf16 pairs (vdpbf16ps) or in f32 on the widened
+// taps: the products are exact in f32 either way (the sums in another order), and which is faster depends on
+// the CPU — vdpbf16ps issues at half the FMA rate on Intel Xeons, at the full one on Zen 4/5 — so it is
+// measured per geometry (one image, both tiles, best of alternating rounds) and kept like the other choices
+// (conv-direct-taps-v1-<cpu>.txt): the separate and the fused forwards read the same choice, so they keep
+// giving the same bits.
+bool pairs_measured_faster(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g) {
+  static auto& choices = *new internal::ChoiceCache("conv-direct-taps-v1", {"f32", "pairs"});  // never destroyed
+  return choices.choose(geometry_key(p), [&] { return geometry_text(p); }, [&] {
+    const std::vector<BFloat16> w(static_cast<size_t>(p.oc * g.k), BFloat16(0.25f));  // (the rate is the values')
+    const PackedWeights flat = pack_weights(p, g, w.data(), nullptr, kDirectOcb, false);
+    const PackedWeights paired = pack_weights(p, g, w.data(), nullptr, kDirectOcb, true);
+    const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float));
+    const Workspace buf(2 * xp_bytes + static_cast<size_t>(p.oc * g.oh * g.ow) * sizeof(float));
+    auto* xp = buf.f32();
+    std::fill(xp, xp + padded_floats(g), 0.5f);
+    const uint32_t* xq = pair_image_after(kern, g, xp, xp_bytes, true);
+    float* y32 = reinterpret_cast<float*>(reinterpret_cast<char*>(xp) + 2 * xp_bytes);
+    const auto run = [&](const PackedWeights& pw) { forward_image(kern, p, g, pw, xp, xq, false, y32); };
+    const double once = internal::seconds_of([&] { run(flat); run(paired); });
+    const int reps = std::clamp(static_cast<int>(1e-3 / std::max(once, 1e-9)), 1, 100);
+    double best[2] = {1e30, 1e30};
+    for (int r = 0; r < 5; ++r) {
+      best[0] = std::min(best[0], internal::seconds_of([&] { run(flat); }, reps));
+      best[1] = std::min(best[1], internal::seconds_of([&] { run(paired); }, reps));
+    }
+    return best[1] < best[0] ? 1 : 0;
+  }) == 1;
+}
+
+// Whether the forward takes the taps in bf16 pairs (DirectConvKernels::forward_pairs): a bf16 image and bf16
+// weights on a level that has the pair tiles, where they measure faster than the f32 tiles.
+bool forward_in_pairs(const DirectConvKernels& kern, const Conv2dParams& p) {
+  return kern.forward_pairs != nullptr && p.x_values() == DType::kBF16 && p.w_dtype == DType::kBF16 &&
+         pairs_measured_faster(kern, p, geometry(p));
+}
+
 void check(const Conv2dParams& p, const char* op) {
   check_conv2d_params(p, op);
   DEMI_CHECK(direct_conv_supported(p), op, ": the direct convolution takes groups 1, stride 1, dilation 1, C*KH*KW <= ",
@@ -221,10 +264,50 @@ void check(const Conv2dParams& p, const char* op) {
 }
 
 
+// Whether a bf16 weight gradient of p's geometry takes its dot products on bf16 rows and columns in pairs
+// (vdpbf16ps) or on f32 ones: the products exact in f32 either way, which is faster depends on the CPU (as
+// for the forward's taps), so it is measured per geometry — one chunk of output channels against every
+// column, both kernels, best of alternating rounds — and kept (conv-direct-dots-v1-<cpu>.txt); the separate
+// and the fused weight gradients read the same choice.
+bool dots_in_pairs_measured_faster(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g) {
+  static auto& choices = *new internal::ChoiceCache("conv-direct-dots-v1", {"f32", "pairs"});  // never destroyed
+  return choices.choose(geometry_key(p), [&] { return geometry_text(p); }, [&] {
+    const int64_t positions = g.oh * g.ow, on = std::min(kDzChannels, p.oc), k = g.k;
+    const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float));
+    const size_t col32 = bytes64(static_cast<size_t>(k * positions) * sizeof(float));
+    const size_t dz32 = bytes64(static_cast<size_t>(on * positions) * sizeof(float));
+    const size_t lanes = bytes64(static_cast<size_t>((on * k + on) * 16) * sizeof(float));
+    const Workspace buf(xp_bytes + 2 * col32 + 2 * dz32 + lanes);
+    char* at = reinterpret_cast<char*>(buf.f32());
+    auto* xp = reinterpret_cast<float*>(at);
+    auto* col = reinterpret_cast<float*>(at + xp_bytes);
+    auto* col16 = reinterpret_cast<BFloat16*>(at + xp_bytes + col32);
+    auto* dz = reinterpret_cast<float*>(at + xp_bytes + 2 * col32);
+    auto* dz16 = reinterpret_cast<BFloat16*>(at + xp_bytes + 2 * col32 + dz32);
+    auto* l = reinterpret_cast<float*>(at + xp_bytes + 2 * col32 + 2 * dz32);
+    std::fill(xp, xp + padded_floats(g), 0.5f);  // (the rate is the values')
+    std::fill(dz, dz + on * positions, 0.25f);
+    std::fill(dz16, dz16 + on * positions, BFloat16(0.25f));
+    kern.columns(g, xp, col);
+    kern.columns_bf16(g, xp, col16);
+    const auto flat = [&] { kern.dot_rows(dz, col, on, k, positions, l, k, l + on * k * 16); };
+    const auto paired = [&] { kern.dot_rows_bf16(dz16, col16, on, k, positions, l, k, l + on * k * 16); };
+    const double once = internal::seconds_of([&] { flat(); paired(); });
+    const int reps = std::clamp(static_cast<int>(1e-3 / std::max(once, 1e-9)), 1, 100);
+    double best[2] = {1e30, 1e30};
+    for (int r = 0; r < 5; ++r) {
+      best[0] = std::min(best[0], internal::seconds_of(flat, reps));
+      best[1] = std::min(best[1], internal::seconds_of(paired, reps));
+    }
+    return best[1] < best[0] ? 1 : 0;
+  }) == 1;
+}
+
 // The weight gradient. The threads take contiguous runs of images, each summing into its own 16-lane partials
-// (DirectConvKernels::dot_rows, or dot_rows_bf16 where the image and dz are bf16 and the level has it: a fixed
-// order within and across its images); at the end each (oc, k)'s lanes are added in lane order, then the
-// threads' sums in thread order (the bits depend on the thread count, as the choice cache's key does).
+// (DirectConvKernels::dot_rows, or dot_rows_bf16 where the image and dz are bf16, the level has it and it
+// measures faster: a fixed order within and across its images); at the end each (oc, k)'s lanes are added in
+// lane order, then the threads' sums in thread order (the bits depend on the thread count, as the choice
+// cache's key does).
 // `rows(n, o0, on, tmp, bf16)` returns channels [o0, o0 + on) of image n's dz as rows of OH * OW, f32 (or bf16
 // when bf16), in place or built in tmp, tmp_bytes(on, bf16) bytes of the thread's scratch (what rows needs:
 // none when dz is given in the kernels' dtype); on <= kDzChannels. The columns are bf16 where the rows are.
@@ -235,7 +318,8 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
                            float* dw32, float* db32) {
   const DirectConvKernels& kern = kernels();
   const DirectGeom g = geometry(p);
-  const bool bf16 = kern.dot_rows_bf16 && p.x_values() == DType::kBF16 && dz_dtype == DType::kBF16;
+  const bool bf16 = kern.dot_rows_bf16 && p.x_values() == DType::kBF16 && dz_dtype == DType::kBF16 &&
+                    dots_in_pairs_measured_faster(kern, p, g);
   const int64_t positions = g.oh * g.ow, threads = parts_for(p.n);
   const int64_t part = (p.oc * g.k + p.oc) * 16;  // one thread's lanes for dw and db
   // The columns of every input channel at once, built once per image, where they fit kAllColumnsBytes;
@@ -344,6 +428,13 @@ bool direct_conv_supported(const Conv2dParams& p) {
   return p.groups == 1 && p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
          p.c * p.kh * p.kw <= kDirectMaxK && p.out_h() >= 1 && p.out_w() >= 1 && is_f32_or_low(p.x_dtype) &&
          is_f32_or_low(p.w_dtype) && is_f32_or_low(p.bias_dtype) && is_f32_or_low(p.y_dtype);
+}
+
+bool direct_conv_forward_in_pairs(const Conv2dParams& p) { return forward_in_pairs(kernels(), p); }
+
+bool direct_conv_dots_in_pairs(const Conv2dParams& p) {
+  const DirectConvKernels& kern = kernels();
+  return kern.dot_rows_bf16 && p.x_values() == DType::kBF16 && dots_in_pairs_measured_faster(kern, p, geometry(p));
 }
 
 void direct_conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {

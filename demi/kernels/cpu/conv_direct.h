@@ -36,6 +36,11 @@ inline constexpr int64_t kDirectMaxK = 64;  // C * KH * KW
 
 // Whether these kernels take p's geometry and dtypes (p.y_dtype is not looked at: every output dtype works).
 bool direct_conv_supported(const Conv2dParams& p);
+// Whether a bf16 layer of p's geometry (x and w bf16) takes its forward taps in bf16 pairs (vdpbf16ps) and,
+// with a bf16 dz, its weight gradient's dot products on bf16 rows: where the level has those kernels and they
+// measured faster than the f32 ones on widened values (measured now if not yet; both exact products).
+bool direct_conv_forward_in_pairs(const Conv2dParams& p);
+bool direct_conv_dots_in_pairs(const Conv2dParams& p);
 
 // x (N, C, H, W), w (OC, C, KH, KW), bias (OC) or nullptr -> y (N, OC, OH, OW) y_dtype = act(conv(x, w) + bias)
 void direct_conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y);

@@ -903,7 +903,12 @@ std::string conv2d_direct_kernel(const Conv2dParams& p_in, ConvDirection dir) {
     d ? cpu::direct_conv2d_backward_weights(pw, x.get(), y.get(), dw.get(), db.get())
       : onednn_backward_weights(pw, x.get(), y.get(), dw.get(), db.get());
   });
-  return direct ? "demi-direct" : "onednn";
+  if (!direct) return "onednn";
+  if (p.x_dtype != DType::kBF16) return "demi-direct";
+  // A bf16 layer's taps or dot products: in vdpbf16ps pairs or in f32, whichever measured faster here.
+  const bool pairs = dir == ConvDirection::kForward ? cpu::direct_conv_forward_in_pairs(p)
+                                                    : cpu::direct_conv_dots_in_pairs(pw);
+  return pairs ? "demi-direct (bf16 pairs)" : "demi-direct (f32)";
 }
 
 std::string conv2d_forward_kernel(const Conv2dParams& p_in) {
