@@ -210,14 +210,17 @@ void forward_image(const DirectConvKernels& kern, const Conv2dParams& p, const D
 }
 
 // A bf16 layer's geometry as the direct kernels' own choices (taps, dot products) key and name it: the
-// level and the geometry, not the batch (both are measured on one image).
-internal::ChoiceCache::Key geometry_key(const Conv2dParams& p) {
-  return {static_cast<int64_t>(cpu_level()), p.c, p.h, p.w, p.oc, p.kh, p.kw,
+// level and the geometry, not the batch (both are measured on one image). The dot products' choice leaves
+// out the input channels too (`channels` false): each channel's gradient is then the one-channel
+// convolution's, bit for bit, whatever the layer's channel count (their cost is per channel's taps).
+internal::ChoiceCache::Key geometry_key(const Conv2dParams& p, bool channels) {
+  return {static_cast<int64_t>(cpu_level()), channels ? p.c : 0, p.h, p.w, p.oc, p.kh, p.kw,
           p.pad_top, p.pad_bottom, p.pad_left, p.pad_right};
 }
-std::string geometry_text(const Conv2dParams& p) {
-  return str_cat(cpu_level_name(cpu_level()), " c", p.c, " ", p.h, "x", p.w, " oc", p.oc, " k", p.kh, "x", p.kw,
-                 " p", p.pad_top, ",", p.pad_bottom, ",", p.pad_left, ",", p.pad_right);
+std::string geometry_text(const Conv2dParams& p, bool channels) {
+  return str_cat(cpu_level_name(cpu_level()), channels ? str_cat(" c", p.c) : std::string(" any c"), " ", p.h, "x",
+                 p.w, " oc", p.oc, " k", p.kh, "x", p.kw, " p", p.pad_top, ",", p.pad_bottom, ",", p.pad_left, ",",
+                 p.pad_right);
 }
 
 // Whether a bf16 forward of p's geometry takes its taps in bf16 pairs (vdpbf16ps) or in f32 on the widened
@@ -228,7 +231,7 @@ std::string geometry_text(const Conv2dParams& p) {
 // giving the same bits.
 bool pairs_measured_faster(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g) {
   static auto& choices = *new internal::ChoiceCache("conv-direct-taps-v1", {"f32", "pairs"});  // never destroyed
-  return choices.choose(geometry_key(p), [&] { return geometry_text(p); }, [&] {
+  return choices.choose(geometry_key(p, true), [&] { return geometry_text(p, true); }, [&] {
     const std::vector<BFloat16> w(static_cast<size_t>(p.oc * g.k), BFloat16(0.25f));  // (the rate is the values')
     const PackedWeights flat = pack_weights(p, g, w.data(), nullptr, kDirectOcb, false);
     const PackedWeights paired = pack_weights(p, g, w.data(), nullptr, kDirectOcb, true);
@@ -266,13 +269,13 @@ void check(const Conv2dParams& p, const char* op) {
 
 // Whether a bf16 weight gradient of p's geometry takes its dot products on bf16 rows and columns in pairs
 // (vdpbf16ps) or on f32 ones: the products exact in f32 either way, which is faster depends on the CPU (as
-// for the forward's taps), so it is measured per geometry — one chunk of output channels against every
-// column, both kernels, best of alternating rounds — and kept (conv-direct-dots-v1-<cpu>.txt); the separate
-// and the fused weight gradients read the same choice.
+// for the forward's taps), so it is measured per geometry — one chunk of output channels against one input
+// channel's columns, both kernels, best of alternating rounds — and kept (conv-direct-dots-v1-<cpu>.txt);
+// the separate and the fused weight gradients read the same choice, and so does every channel count.
 bool dots_in_pairs_measured_faster(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g) {
   static auto& choices = *new internal::ChoiceCache("conv-direct-dots-v1", {"f32", "pairs"});  // never destroyed
-  return choices.choose(geometry_key(p), [&] { return geometry_text(p); }, [&] {
-    const int64_t positions = g.oh * g.ow, on = std::min(kDzChannels, p.oc), k = g.k;
+  return choices.choose(geometry_key(p, false), [&] { return geometry_text(p, false); }, [&] {
+    const int64_t positions = g.oh * g.ow, on = std::min(kDzChannels, p.oc), k = g.kh * g.kw;  // (one channel's)
     const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float));
     const size_t col32 = bytes64(static_cast<size_t>(k * positions) * sizeof(float));
     const size_t dz32 = bytes64(static_cast<size_t>(on * positions) * sizeof(float));
@@ -288,8 +291,11 @@ bool dots_in_pairs_measured_faster(const DirectConvKernels& kern, const Conv2dPa
     std::fill(xp, xp + padded_floats(g), 0.5f);  // (the rate is the values')
     std::fill(dz, dz + on * positions, 0.25f);
     std::fill(dz16, dz16 + on * positions, BFloat16(0.25f));
-    kern.columns(g, xp, col);
-    kern.columns_bf16(g, xp, col16);
+    DirectGeom gc = g;  // one input channel's taps
+    gc.c = 1;
+    gc.k = k;
+    kern.columns(gc, xp, col);
+    kern.columns_bf16(gc, xp, col16);
     const auto flat = [&] { kern.dot_rows(dz, col, on, k, positions, l, k, l + on * k * 16); };
     const auto paired = [&] { kern.dot_rows_bf16(dz16, col16, on, k, positions, l, k, l + on * k * 16); };
     const double once = internal::seconds_of([&] { flat(); paired(); });
