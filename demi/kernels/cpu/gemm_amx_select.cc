@@ -9,16 +9,12 @@ namespace cpu_internal_amx {
 void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c, bool split);  // gemm_amx.cc
 }
 
-namespace {
-bool low(DType t) { return t == DType::kBF16 || t == DType::kF16; }
-}  // namespace
-
 bool amx_gemm_supported(const MatmulParams& p) {
   if (cpu_level() < CpuLevel::kAmx) return false;
   const DType av = a_product_dtype(p), bv = b_product_dtype(p);
-  const bool outputs = p.c_dtype == DType::kF32 || low(p.c_dtype);
-  const bool bias = p.bias == nullptr || p.bias_dtype == DType::kF32 || low(p.bias_dtype);
-  return low(av) && low(bv) && outputs && bias && p.a_row_sums == nullptr && p.m > 0 && p.n > 0 && p.k > 0;
+  const bool outputs = p.c_dtype == DType::kF32 || is_low_precision(p.c_dtype);
+  const bool bias = p.bias == nullptr || p.bias_dtype == DType::kF32 || is_low_precision(p.bias_dtype);
+  return is_low_precision(av) && is_low_precision(bv) && outputs && bias && p.a_row_sums == nullptr && p.m > 0 && p.n > 0 && p.k > 0;
 }
 
 bool amx_gemm_splits(const MatmulParams& p) {

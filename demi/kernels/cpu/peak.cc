@@ -47,26 +47,14 @@ const cpu_internal::PeakKernels& peak_kernels() {
   return table.get();
 }
 
+// The loop's rate, or 0 where the level has no such instruction (a null loop).
+double measured(double (*loop)(int64_t, float*), double seconds) { return loop != nullptr ? measure(loop, seconds) : 0; }
+
 }  // namespace
 
-double fma_peak_gflops(double seconds) {
-  const auto loop = peak_kernels().fma_loop;
-  return loop != nullptr ? measure(loop, seconds) : 0;
-}
-
-double bf16_peak_gflops(double seconds) {
-  const auto loop = peak_kernels().bf16_loop;
-  return loop != nullptr ? measure(loop, seconds) : 0;
-}
-
-double amx_peak_gflops(double seconds) {
-  const auto loop = peak_kernels().amx_loop;
-  return loop != nullptr ? measure(loop, seconds) : 0;
-}
-
-double fp16_peak_gflops(double seconds) {
-  const auto loop = peak_kernels().fp16_loop;
-  return loop != nullptr ? measure(loop, seconds) : 0;
-}
+double fma_peak_gflops(double seconds) { return measured(peak_kernels().fma_loop, seconds); }
+double bf16_peak_gflops(double seconds) { return measured(peak_kernels().bf16_loop, seconds); }
+double amx_peak_gflops(double seconds) { return measured(peak_kernels().amx_loop, seconds); }
+double fp16_peak_gflops(double seconds) { return measured(peak_kernels().fp16_loop, seconds); }
 
 }  // namespace demi::kernels::cpu
