@@ -4,6 +4,7 @@
 //   DEMI_ASSERT(cond, ...) — an invariant of demi's own: throws demi::InternalError ("bug in demi").
 #pragma once
 
+#include <exception>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -19,6 +20,19 @@ class Error : public std::runtime_error {
 class InternalError : public Error {
  public:
   explicit InternalError(const std::string& what) : Error(what) {}
+};
+
+// An exception raised by user code in another language (a Python exception in a data source, a map
+// function or a callback), carried through demi unchanged to the caller that can raise it again as itself,
+// with its type and traceback (the Python package does). what() is its text; original() the exception
+// itself. Code that adds context to demi's errors (a cell's path, a map's column) rethrows it as it is.
+class ForeignError : public Error {
+ public:
+  ForeignError(const std::string& what, std::exception_ptr original) : Error(what), original_(std::move(original)) {}
+  const std::exception_ptr& original() const { return original_; }
+
+ private:
+  std::exception_ptr original_;
 };
 
 namespace internal {

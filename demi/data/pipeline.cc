@@ -64,6 +64,8 @@ class MapDataset final : public Dataset {
           x = op(x, rng);
         } catch (const InternalError&) {
           throw;
+        } catch (const ForeignError&) {
+          throw;
         } catch (const Error& e) {
           throw Error(str_cat("map: ", op.name(), " on column '", col, "' of row ", index, " (epoch ", epoch,
                               "): ", e.what()));

@@ -1,5 +1,6 @@
 #include "demi/nn/cell.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -63,6 +64,8 @@ Tensor Cell::run(const Tensor& x) {
     throw;
   } catch (const InternalError&) {
     throw;
+  } catch (const ForeignError&) {
+    throw;
   } catch (const Error& e) {
     throw CellError(str_cat("in ", describe(), ": ", e.what()));
   }
@@ -107,7 +110,12 @@ Tensor Cell::register_parameter(const std::string& name, Tensor value, bool requ
   }
   p.set_requires_grad(requires_grad);
   p.set_name(name);
-  params_.emplace_back(name, p);
+  auto same = std::find_if(params_.begin(), params_.end(), [&](const auto& q) { return q.first == name; });
+  if (same != params_.end()) {
+    same->second = p;  // a name given again replaces its parameter
+  } else {
+    params_.emplace_back(name, p);
+  }
   return p;
 }
 
@@ -140,7 +148,16 @@ void Cell::add_cell(const std::string& name, std::shared_ptr<Cell> cell) {
   cell->parent_ = this;
   cell->name_ = name;
   cell->reset_layer_ids();
-  cells_.emplace_back(name, std::move(cell));
+  // A name given again replaces its cell (Python's `self.fc = nn.Dense(...)` a second time).
+  auto same = std::find_if(cells_.begin(), cells_.end(), [&](const auto& c) { return c.first == name; });
+  if (same != cells_.end()) {
+    same->second->parent_ = nullptr;
+    same->second->name_.clear();
+    same->second->reset_layer_ids();
+    same->second = std::move(cell);
+  } else {
+    cells_.emplace_back(name, std::move(cell));
+  }
   g_structure_version.fetch_add(1, std::memory_order_acq_rel);
 }
 
@@ -207,6 +224,8 @@ Tensor LossCell::operator()(const Tensor& logits, const Tensor& labels) {
   try {
     return construct(logits, labels);
   } catch (const InternalError&) {
+    throw;
+  } catch (const ForeignError&) {
     throw;
   } catch (const Error& e) {
     throw Error(str_cat("in loss ", type_name_, ": ", e.what()));

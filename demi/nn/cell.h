@@ -93,6 +93,8 @@ class Cell {
   static uint64_t structure_version();
 
  protected:
+  // For a cell whose type is known only after construction (a Python subclass: its class's name).
+  void set_type_name(std::string type_name) { type_name_ = std::move(type_name); }
   // Registers a parameter: tagged MemCategory::kParameter, requires grad, named with its path.
   Tensor register_parameter(const std::string& name, Tensor value, bool requires_grad = true);
   Tensor register_buffer(const std::string& name, Tensor value);
