@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 #include <set>
 #include <stdexcept>
@@ -107,6 +108,39 @@ TEST(GeneratorDataset, FactoryIsCalledEachEpochAndSizeIsCounted) {
   EXPECT_TRUE(it->next().has_value());
   EXPECT_EQ(it->position(), 1);
   EXPECT_EQ(calls, 3);
+}
+
+// A foreign language's exception (the Python package's, from a source or a map function) reaches the consumer
+// as itself: neither the source nor map wraps it with context the way they wrap demi's errors.
+TEST(GeneratorDataset, ForeignErrorsFromSourcesAndMapsPassUnchanged) {
+  struct Original : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
+  auto foreign = [](const char* what) { return ForeignError(what, std::make_exception_ptr(Original(what))); };
+  auto expect_original = [](const std::function<void()>& run, const std::string& what) {
+    try {
+      run();
+      FAIL() << "no exception";
+    } catch (const ForeignError& e) {
+      EXPECT_EQ(std::string(e.what()), what);
+      EXPECT_THROW(std::rethrow_exception(e.original()), Original);
+    }
+  };
+  GeneratorSource throwing = [&]() -> RowGenerator {
+    return [&]() -> std::optional<Row> { throw foreign("source says no"); };
+  };
+  auto from_source = std::make_shared<GeneratorDataset>(throwing, std::vector<std::string>{"v"});
+  expect_original([&] { from_source->create_iterator()->next(); }, "source says no");
+
+  GeneratorSource rows = []() -> RowGenerator {
+    return [i = 0]() mutable -> std::optional<Row> {
+      if (i >= 2) return std::nullopt;
+      return Row{full(Shape(), i++, DType::kF32)};
+    };
+  };
+  auto mapped = std::make_shared<GeneratorDataset>(rows, std::vector<std::string>{"v"})
+                    ->map({Lambda([&](const Tensor&) -> Tensor { throw foreign("map says no"); })}, {"v"});
+  expect_original([&] { mapped->create_iterator()->next(); }, "map says no");
 }
 
 TEST(GeneratorDataset, DeclaredSizeNeedsNoPassAndIsEnforced) {

@@ -68,6 +68,26 @@ TEST(Cell, DenseFedTheWrongFeatureCountNamesLayerShapesAndTheFix) {
   expect_contains(what, {"SimpleCNN layer 'fc' (Dense)", "7200", "8192", "(2, 8192)", "pad_mode"});
 }
 
+// A foreign exception raised inside construct (the Python package's, from a Python sub-computation) leaves the
+// cell tree as itself; demi's own errors get the layer's path.
+TEST(Cell, ForeignErrorsLeaveConstructUnchanged) {
+  struct Thrower : Cell {
+    Thrower() : Cell("Thrower") {}
+    Tensor construct(const Tensor&) override {
+      throw ForeignError("user's own", std::make_exception_ptr(std::out_of_range("user's own")));
+    }
+  };
+  SequentialCell seq;
+  seq.append(std::make_shared<Thrower>());
+  try {
+    seq(zeros(Shape{1}));
+    FAIL() << "no exception";
+  } catch (const ForeignError& e) {
+    EXPECT_EQ(std::string(e.what()), "user's own");
+    EXPECT_THROW(std::rethrow_exception(e.original()), std::out_of_range);
+  }
+}
+
 TEST(Cell, Conv2dWrongChannelsOr3DInput) {
   SimpleCNN net;
   expect_contains(error_of([&] { net(zeros({2, 1, 32, 32})); }),

@@ -251,6 +251,7 @@ void bind_train(nb::module_& m) {
       .def_ro("samples", &train::TrainSummary::samples)
       .def_ro("seconds", &train::TrainSummary::seconds)
       .def_ro("samples_per_second", &train::TrainSummary::samples_per_second)
+      .def_ro("median_step_seconds", &train::TrainSummary::median_step_seconds)
       .def_ro("final_loss", &train::TrainSummary::final_loss)
       .def_ro("mean_last_epoch_loss", &train::TrainSummary::mean_last_epoch_loss)
       .def_ro("skipped_steps", &train::TrainSummary::skipped_steps)
