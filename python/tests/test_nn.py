@@ -166,3 +166,14 @@ def test_checkpoint_round_trip(tmp_path):
     assert not_loaded == [] and unexpected == []
     x = ms.Tensor(np.ones((1, 3, 32, 32), np.float32))
     np.testing.assert_array_equal(net(x).asnumpy(), other(x).asnumpy())
+
+
+def test_initializers_by_object_and_by_name():
+    from demi.common.initializer import Constant, Normal
+    d = nn.Dense(3, 2, weight_init=Constant(0.5), bias_init="zeros")
+    np.testing.assert_array_equal(d.weight.asnumpy(), np.full((2, 3), 0.5, np.float32))
+    np.testing.assert_array_equal(d.bias.asnumpy(), np.zeros(2, np.float32))
+    w = nn.Dense(200, 100, weight_init=Normal(0.02)).weight.asnumpy()
+    assert abs(w.std() - 0.02) < 0.002
+    with pytest.raises(ms.DemiError, match="unknown initializer 'glorot'"):
+        nn.Dense(3, 2, weight_init="glorot")
