@@ -143,6 +143,9 @@ void Cell::set_precision_policy(std::shared_ptr<const ops::PrecisionPolicy> poli
 
 void Cell::add_cell(const std::string& name, std::shared_ptr<Cell> cell) {
   DEMI_CHECK(cell != nullptr, type_name_, ": sub-cell '", name, "' is null");
+  for (const auto& [n, c] : cells_) {
+    if (n == name && c == cell) return;  // the same cell under the same name again
+  }
   DEMI_CHECK(cell->parent_ == nullptr, type_name_, ": cell '", name, "' (", cell->type_name_,
              ") already belongs to another cell");
   cell->parent_ = this;

@@ -2,7 +2,7 @@
 from demi import _core
 from demi._core import (DynamicLossScaleManager, FixedLossScaleManager, DynamicLossScaler,  # noqa: F401
                         StaticLossScaler, LossScaleManager)
-from demi.train.model import amp_dtype_of, loss_cell_of
+from demi.train.model import amp_options, loss_cell_of
 
 _LEVELS = ("O0", "O1", "O2", "O3", "auto")
 
@@ -38,11 +38,7 @@ def build_train_network(network, optimizer, loss_fn=None, level="O0", boost_leve
     level = _level(level)
     if boost_level != "O0":
         raise ValueError("build_train_network: boost_level is not supported by demi")
-    low = amp_dtype_of(kwargs, "build_train_network")
-    manager = kwargs.pop("loss_scale_manager", None)
-    keep_bn = kwargs.pop("keep_batchnorm_fp32", None)
-    if kwargs:
-        raise ValueError(f"build_train_network: {', '.join(sorted(kwargs))} not supported by demi")
+    low, manager, keep_bn = amp_options(kwargs, "build_train_network")
     step = _core.build_train_network(network, optimizer, loss_cell_of(loss_fn, "build_train_network"), level, low,
                                      manager, keep_bn)
     return TrainOneStep(step, network)

@@ -41,6 +41,16 @@ decltype(auto) call_python(F&& fn) {
   }
 }
 
+// Whether Python can no longer be entered (not started, or shutting down): C++ code that would release a
+// Python reference then leaves it, as a process at its end may.
+inline bool python_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return !Py_IsInitialized() || Py_IsFinalizing();
+#else
+  return !Py_IsInitialized() || _Py_IsFinalizing();
+#endif
+}
+
 void bind_tensor(nb::module_& m);
 void bind_nn(nb::module_& m);
 void bind_data(nb::module_& m);

@@ -22,7 +22,7 @@ class PyRef {
  public:
   explicit PyRef(nb::object obj) : obj_(std::move(obj)) {}
   ~PyRef() {
-    if (!Py_IsInitialized() || _Py_IsFinalizing()) {
+    if (python_finalizing()) {
       obj_.release();
       return;
     }

@@ -281,7 +281,8 @@ void bind_tensor(nb::module_& m) {
       })
       .def("__repr__", &tensor_repr)
       .def("__str__", [](const Tensor& t) { return nb::str(tensor_to_numpy(t)); })
-      .def("__hash__", [](const Tensor& t) { return reinterpret_cast<intptr_t>(t.defined() ? &t.impl() : nullptr); })
+      // By identity, as Python objects hash (== is elementwise, so tensors are not value-hashable).
+      .def("__hash__", [](nb::handle self) { return reinterpret_cast<intptr_t>(self.ptr()); })
       .def("__neg__", [](const Tensor& t) { return unary("neg", t, [](const Tensor& x) { return ops::neg(x); }); })
       .def("__add__", [](const Tensor& a, nb::handle b) { return binary("add", a, operand(b, a), ops::add); })
       .def("__radd__", [](const Tensor& a, nb::handle b) { return binary("add", operand(b, a), a, ops::add); })

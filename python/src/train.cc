@@ -38,7 +38,7 @@ class PyStdoutBuf final : public std::streambuf {
  private:
   void flush_line() {
     if (line_.empty()) return;
-    if (!Py_IsInitialized() || _Py_IsFinalizing()) {
+    if (python_finalizing()) {
       line_.clear();
       return;
     }
@@ -56,7 +56,7 @@ class PyCallback final : public train::Callback {
  public:
   explicit PyCallback(nb::object obj) : obj_(std::move(obj)) {}
   ~PyCallback() override {
-    if (!Py_IsInitialized() || _Py_IsFinalizing()) {
+    if (python_finalizing()) {
       obj_.release();
       return;
     }
@@ -109,6 +109,19 @@ std::vector<train::CallbackPtr> callbacks_of(nb::handle list) {
   }
   out.push_back(std::make_shared<SignalCheck>());
   return out;
+}
+
+// The functional loss scalers' common surface (MindSpore's amp.DynamicLossScaler / StaticLossScaler).
+template <typename Scaler>
+void bind_scaler(nb::class_<Scaler> c) {
+  c.def("scale", &Scaler::scale, nb::call_guard<nb::gil_scoped_release>())
+      .def("unscale", [](const Scaler& s, std::vector<Tensor> grads) {
+        for (Tensor& g : grads) g = g.clone();  // MindSpore's unscale returns new tensors; the inputs stay
+        s.unscale(grads);
+        return grads;
+      }, nb::call_guard<nb::gil_scoped_release>())
+      .def("adjust", &Scaler::adjust, nb::arg("grads_finite"))
+      .def_prop_ro("scale_value", &Scaler::scale_value);
 }
 
 }  // namespace
@@ -201,24 +214,10 @@ void bind_train(nb::module_& m) {
       .def("__init__", [](amp::DynamicLossScaleManager* self, double init, double factor, int64_t window) {
         new (self) amp::DynamicLossScaleManager(init, factor, window);
       }, nb::arg("init_loss_scale") = 16777216.0, nb::arg("scale_factor") = 2.0, nb::arg("scale_window") = 2000);
-  nb::class_<amp::DynamicLossScaler>(m, "DynamicLossScaler")
-      .def(nb::init<double, double, int64_t>(), nb::arg("scale_value"), nb::arg("scale_factor"), nb::arg("scale_window"))
-      .def("scale", &amp::DynamicLossScaler::scale, rel)
-      .def("unscale", [](const amp::DynamicLossScaler& s, std::vector<Tensor> grads) {
-        s.unscale(grads);
-        return grads;
-      }, rel)
-      .def("adjust", &amp::DynamicLossScaler::adjust)
-      .def_prop_ro("scale_value", &amp::DynamicLossScaler::scale_value);
-  nb::class_<amp::StaticLossScaler>(m, "StaticLossScaler")
-      .def(nb::init<double>(), nb::arg("scale_value"))
-      .def("scale", &amp::StaticLossScaler::scale, rel)
-      .def("unscale", [](const amp::StaticLossScaler& s, std::vector<Tensor> grads) {
-        s.unscale(grads);
-        return grads;
-      }, rel)
-      .def("adjust", &amp::StaticLossScaler::adjust)
-      .def_prop_ro("scale_value", &amp::StaticLossScaler::scale_value);
+  bind_scaler(nb::class_<amp::DynamicLossScaler>(m, "DynamicLossScaler")
+                  .def(nb::init<double, double, int64_t>(), nb::arg("scale_value"), nb::arg("scale_factor"),
+                       nb::arg("scale_window")));
+  bind_scaler(nb::class_<amp::StaticLossScaler>(m, "StaticLossScaler").def(nb::init<double>(), nb::arg("scale_value")));
   m.def("all_finite", [](const std::vector<Tensor>& grads) { return amp::all_finite(grads); }, rel);
   m.def("auto_mixed_precision", [](nn::Cell& net, const std::string& level, DType low) {
     amp::auto_mixed_precision(net, amp::parse_level(level), low);

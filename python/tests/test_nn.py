@@ -41,6 +41,8 @@ def test_cell_registers_subcells_and_parameters_by_attribute():
     assert names == ["conv1.weight", "fc.weight", "fc.bias"]  # MindSpore's Conv2d has no bias by default
     assert len(net.trainable_params()) == 3
     assert "SimpleCNN<" in repr(net) and "(fc): Dense" in repr(net)
+    net.relu = net.relu  # the same cell again: nothing changes
+    assert [n for n, _ in net.parameters_and_names()] == ["conv1.weight", "fc.weight", "fc.bias"]
     net.fc = nn.Dense(32 * 15 * 15, 5)  # assigning again replaces the sub-cell
     assert [n for n, _ in net.parameters_and_names()].count("fc.weight") == 1
     assert dict(net.parameters_and_names())["fc.weight"].shape == (5, 7200)

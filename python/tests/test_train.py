@@ -101,3 +101,18 @@ def test_bfloat16_mixed_precision_is_demis_extra():
     assert np.isfinite(model.last_summary().final_loss)
     with pytest.raises(ValueError, match="amp_dtype"):
         make_model("O2", amp_dtype=ms.int32)
+
+
+def test_functional_loss_scalers_and_all_finite():
+    g = [ms.Tensor(np.array([2.0, -4.0], np.float32))]
+    for scaler in (ms.amp.StaticLossScaler(8.0), ms.amp.DynamicLossScaler(8.0, 2.0, 2)):
+        assert scaler.scale(ms.Tensor(np.float32(1.5))).item() == 12.0
+        np.testing.assert_array_equal(scaler.unscale(g)[0].asnumpy(), [0.25, -0.5])
+        np.testing.assert_array_equal(g[0].asnumpy(), [2.0, -4.0])  # a new tensor, as MindSpore's
+    dynamic = ms.amp.DynamicLossScaler(8.0, 2.0, 2)
+    assert dynamic.adjust(False) is False and dynamic.scale_value == 4.0  # backs off on an overflow
+    dynamic.adjust(True)
+    dynamic.adjust(True)
+    assert dynamic.scale_value == 8.0  # grows after scale_window finite steps
+    assert ms.amp.all_finite(g)
+    assert not ms.amp.all_finite(g + [ms.Tensor(np.array([np.inf], np.float32))])

@@ -36,11 +36,19 @@ def loss_cell_of(loss_fn, who):
     return loss_fn
 
 
-def amp_dtype_of(kwargs, who):
+def amp_options(kwargs, who):
+    """(low dtype, loss-scale manager, keep_batchnorm_fp32) from the keyword arguments MindSpore's Model and
+    build_train_network take (loss_scale_manager, keep_batchnorm_fp32) and demi's amp_dtype; anything else
+    is refused."""
+    kwargs = dict(kwargs)
     dtype = kwargs.pop("amp_dtype", _core.dtype.float16)
     if dtype not in (_core.dtype.float16, _core.dtype.bfloat16):
         raise ValueError(f"{who}: amp_dtype must be demi.float16 or demi.bfloat16, got {dtype}")
-    return dtype
+    manager = kwargs.pop("loss_scale_manager", None)
+    keep_bn = kwargs.pop("keep_batchnorm_fp32", None)
+    if kwargs:
+        raise ValueError(f"{who}: {', '.join(sorted(kwargs))} not supported by demi")
+    return dtype, manager, keep_bn
 
 
 class Model:
@@ -57,11 +65,7 @@ class Model:
             raise ValueError("Model: boost_level is not supported by demi")
         if optimizer is None:
             raise ValueError("Model: demi needs an optimizer")
-        low = amp_dtype_of(kwargs, "Model")
-        manager = kwargs.pop("loss_scale_manager", None)
-        keep_bn = kwargs.pop("keep_batchnorm_fp32", None)
-        if kwargs:
-            raise ValueError(f"Model: {', '.join(sorted(kwargs))} not supported by demi")
+        low, manager, keep_bn = amp_options(kwargs, "Model")
         self._network = network
         self._model = _core.Model(network, loss_cell_of(loss_fn, "Model"), optimizer, _metrics_of(metrics),
                                   amp_level, low, manager, keep_bn)
