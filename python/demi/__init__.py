@@ -34,8 +34,10 @@ def from_numpy(array):
 
 
 def jit(function=None, **kwargs):
-    """MindSpore's @jit: demi runs the function as it is (GRAPH_MODE's memory plans and fusions apply to the
-    train steps it makes below the Python code)."""
+    """MindSpore's @jit: demi runs the function as it is (GRAPH_MODE's memory plans, fusions and the capture
+    of Python cells apply below it). Its options (capture_mode, jit_level, ...) are refused, not ignored."""
+    if kwargs:
+        raise ValueError(f"jit: {', '.join(sorted(kwargs))} not supported by demi (it takes no options)")
     if function is None:
         return lambda f: f
     return function

@@ -218,6 +218,8 @@ void bind_nn(nb::module_& m) {
   nb::class_<nn::Cell, PyCell>(m, "Cell")
       .def("__init__", [](nn::Cell* self, nb::handle auto_prefix, nb::handle flags) {
         DEMI_CHECK(flags.is_none(), "Cell: flags are not supported by demi");
+        DEMI_CHECK(nb::cast<bool>(auto_prefix), "Cell: auto_prefix=False is not supported by demi (parameters are "
+                   "always named by their path: 'fc.weight')");
         new (self) PyCell("Cell");
       }, nb::arg("auto_prefix") = true, nb::arg("flags") = nb::none())
       .def("__call__", [](nb::handle self, nb::args args) -> nb::object {

@@ -179,3 +179,19 @@ def test_initializers_by_object_and_by_name():
     assert abs(w.std() - 0.02) < 0.002
     with pytest.raises(ms.DemiError, match="unknown initializer 'glorot'"):
         nn.Dense(3, 2, weight_init="glorot")
+
+
+def test_what_demi_does_not_do_is_refused():
+    class Unprefixed(nn.Cell):
+        def __init__(self):
+            super().__init__(auto_prefix=False)
+
+        def construct(self, x):
+            return x
+
+    with pytest.raises(ms.DemiError, match="auto_prefix"):
+        Unprefixed()
+    with pytest.raises(ValueError, match="capture_mode"):
+        ms.jit(capture_mode="bytecode")
+    with pytest.raises(ValueError, match="parameter groups"):
+        nn.Momentum([{"params": []}], 0.1, 0.9)

@@ -80,6 +80,8 @@ class Model:
         self._model.train(epoch, train_dataset._core, callbacks, dataset_sink_mode, sink_size)
 
     def eval(self, valid_dataset, callbacks=None, dataset_sink_mode=False):
+        if not isinstance(valid_dataset, Dataset):
+            raise TypeError(f"Model.eval: valid_dataset is {type(valid_dataset).__name__}, not a demi.dataset")
         if callbacks:
             raise ValueError("Model.eval: callbacks are not supported by demi's eval")
         return dict(self._model.eval(valid_dataset._core, dataset_sink_mode))
