@@ -151,8 +151,6 @@ void bind_data(nb::module_& m) {
       return x.dim(0) == 1 ? ops::reshape(x, Shape{x.dim(1), x.dim(2), 1}) : ops::transpose(x, {1, 2, 0});
     }, "CHW2HWC"));
   });
-  m.def("RandomHorizontalFlip", [](double p) { return data::Transform(data::RandomHorizontalFlip(p)); },
-        nb::arg("prob") = 0.5);
   m.def("OneHot", [](int64_t n) { return data::Transform(data::OneHot(n)); }, nb::arg("num_classes"));
 
   nb::class_<data::Dataset>(m, "Dataset")
@@ -188,8 +186,7 @@ void bind_data(nb::module_& m) {
         }
         if (!row) return nb::none();
         return tuple_of(*row);
-      })
-      .def_prop_ro("column_names", &data::Iterator::column_names);
+      });
 
   m.def("generator_dataset", [](nb::object source, std::vector<std::string> columns, const std::string& kind,
                                 int64_t num_rows) -> std::shared_ptr<data::Dataset> {

@@ -99,7 +99,6 @@ class PyCell : public nn::Cell {
   }
 
   using nn::Cell::add_cell;
-  using nn::Cell::register_buffer;
   using nn::Cell::register_parameter;
 
  private:
@@ -252,11 +251,6 @@ void bind_nn(nb::module_& m) {
           new (nb::inst_ptr<Tensor>(value)) Tensor(p);  // the Parameter object now is the cell's parameter
         }
         if (PyObject_GenericSetAttr(self.ptr(), name.ptr(), value.ptr()) != 0) throw nb::python_error();
-      })
-      .def("_register_buffer", [](nb::handle self, const std::string& name, const Tensor& value) {
-        auto* py = dynamic_cast<PyCell*>(nb::inst_ptr<nn::Cell>(self));
-        DEMI_CHECK(py != nullptr, "only a Python cell takes buffers this way");
-        return py->register_buffer(name, value);
       })
       .def("trainable_params", &nn::Cell::trainable_params)
       .def("get_parameters", &nn::Cell::trainable_params)

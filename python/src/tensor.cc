@@ -173,7 +173,6 @@ void bind_tensor(nb::module_& m) {
       .value("uint8", DType::kU8)
       .value("bool_", DType::kBool)
       .def("__str__", [](DType t) { return std::string(dtype_name(t)); });
-  m.def("parse_dtype", [](const std::string& s) { return parse_dtype(s); });
 
   nb::class_<Tensor> tensor(m, "Tensor", nb::is_weak_referenceable());
   tensor.def(nb::init<>())
@@ -352,11 +351,6 @@ void bind_tensor(nb::module_& m) {
   }, rel);
   m.def("cast", [](const Tensor& x, DType d) { return unary("cast", x, [d](const Tensor& t) { return ops::cast(t, d); }); },
         rel);
-  m.def("dropout", [](const Tensor& x, double keep_prob, bool training) {
-    return unary("dropout", x, [keep_prob, training](const Tensor& t) {
-      return ops::dropout(t, keep_prob, default_generator(), training);
-    });
-  }, rel);
   m.def("zeros", [](const std::vector<int64_t>& shape, DType t) { return zeros(shape_of(shape), t); });
   m.def("ones", [](const std::vector<int64_t>& shape, DType t) { return ones(shape_of(shape), t); });
 

@@ -231,8 +231,7 @@ void bind_train(nb::module_& m) {
       .def_ro("loss_scale", &amp::StepResult::loss_scale);
   nb::class_<amp::TrainStep>(m, "TrainStep")
       .def("__call__", &amp::TrainStep::operator(), nb::arg("data"), nb::arg("label"), rel)
-      .def("loss_scale_manager", &amp::TrainStep::loss_scale_manager, nb::rv_policy::reference_internal)
-      .def_prop_ro("last_logits", &amp::TrainStep::last_logits);
+      .def("loss_scale_manager", &amp::TrainStep::loss_scale_manager, nb::rv_policy::reference_internal);
   m.def("build_train_network", [](std::shared_ptr<nn::Cell> net, std::shared_ptr<optim::Optimizer> opt,
                                   std::shared_ptr<nn::LossCell> loss, const std::string& level, DType low,
                                   std::shared_ptr<amp::LossScaleManager> manager, std::optional<bool> keep_bn) {

@@ -84,3 +84,19 @@ def test_mnist_dataset_gives_mindsporess_hwc_rows(fashion_mnist_dir):
     assert ds.MnistDataset(str(fashion_mnist_dir / "train")).get_dataset_size() == 60000
     with pytest.raises(ValueError, match="cannot read the directory"):
         ds.MnistDataset(str(fashion_mnist_dir / "nowhere"))
+
+
+def test_map_workers_give_the_rows_of_one_worker_and_readers_refuse_workers(fashion_mnist_dir):
+    def run(workers):
+        data = ds.GeneratorDataset(list(rows(16)), column_names=["image", "label"], shuffle=False)
+        data = data.map(vision.Rescale(0.5, 1.0), "image", num_parallel_workers=workers).batch(4)
+        return [img.asnumpy() for img, _ in data.create_tuple_iterator()]
+
+    for a, b in zip(run(1), run(2)):
+        np.testing.assert_array_equal(a, b)
+    labels = ds.GeneratorDataset(lambda: rows(3), column_names=["image", "label"]).map(transforms.OneHot(4), "label")
+    np.testing.assert_array_equal([l.asnumpy() for _, l in labels.create_tuple_iterator()], np.eye(4)[:3])
+    with pytest.raises(ValueError, match="num_parallel_workers=4"):
+        ds.MnistDataset(str(fashion_mnist_dir / "test"), num_parallel_workers=4)
+    with pytest.raises(ValueError, match="num_parallel_workers=2"):
+        ds.GeneratorDataset(lambda: rows(2), column_names=["a", "b"]).batch(2, num_parallel_workers=2)

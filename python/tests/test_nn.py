@@ -195,3 +195,16 @@ def test_what_demi_does_not_do_is_refused():
         ms.jit(capture_mode="bytecode")
     with pytest.raises(ValueError, match="parameter groups"):
         nn.Momentum([{"params": []}], 0.1, 0.9)
+
+
+def test_sgd_with_momentum_is_mindsporess_momentum():
+    ms.set_seed(3)
+    a, b = SimpleCNN(), SimpleCNN()
+    ms.load_param_into_net(b, dict(a.parameters_and_names()), strict_load=True)
+    (x, y), = batches(1)
+    losses = []
+    for net, opt in ((a, nn.SGD(a.trainable_params(), 0.01, momentum=0.9)),
+                     (b, nn.Momentum(b.trainable_params(), 0.01, 0.9))):
+        step = ms.amp.build_train_network(net, opt, nn.SoftmaxCrossEntropyWithLogits(True, "mean"), level="O0")
+        losses.append([step(ms.Tensor(x), ms.Tensor(y)).item() for _ in range(3)])
+    assert losses[0] == losses[1]

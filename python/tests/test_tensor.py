@@ -88,3 +88,15 @@ def test_value_and_grad_matches_finite_differences():
     np.testing.assert_allclose(gx.asnumpy(), num, rtol=1e-6, atol=1e-9)
     assert gw.shape == (3, 4)
     assert w.grad is None  # value_and_grad leaves no gradient behind
+
+
+def test_grad_and_dropout():
+    x = ms.Tensor(np.array([1.0, -2.0, 3.0], np.float32))
+    g = ms.grad(lambda t: ops.sum(t * t))(x)
+    np.testing.assert_allclose(g.asnumpy(), [2.0, -4.0, 6.0])
+    from demi import nn
+    drop = nn.Dropout(p=0.5)
+    y = drop(ms.Tensor(np.ones(1000, np.float32))).asnumpy()
+    assert set(np.unique(y)) <= {0.0, 2.0} and 350 < (y == 0).sum() < 650  # kept values scaled by 1/(1-p)
+    drop.set_train(False)
+    np.testing.assert_array_equal(drop(x).asnumpy(), x.asnumpy())

@@ -12,6 +12,13 @@ __all__ = ["Dataset", "GeneratorDataset", "MnistDataset", "Cifar10Dataset", "Num
            "transforms"]
 
 
+def _one_worker(who, num_parallel_workers):
+    """Readers and batch run on one thread in demi (map's workers are the parallel part): more is refused."""
+    if num_parallel_workers not in (None, 1):
+        raise ValueError(f"{who}: num_parallel_workers={num_parallel_workers} is not supported by demi here "
+                         "(give map(..., num_parallel_workers=N) the parallel work)")
+
+
 def _refuse(who, **given):
     bad = [k for k, v in given.items() if v is not None]
     if bad:
@@ -38,6 +45,7 @@ class Dataset:
 
     def batch(self, batch_size, drop_remainder=False, num_parallel_workers=None, **kwargs):
         _refuse("batch", **kwargs)
+        _one_worker("batch", num_parallel_workers)
         if not isinstance(batch_size, int) or batch_size <= 0:
             raise ValueError(f"batch: batch_size must be a positive int, got {batch_size!r}")
         return Dataset(self._core.batch(batch_size, drop_remainder))
@@ -64,10 +72,9 @@ class Dataset:
     def get_col_names(self):
         return list(self._core.get_col_names())
 
-    def get_batch_size(self):
-        return None
-
     # ---- iteration ----
+    # do_copy (MindSpore's hint to copy rows out of its pipeline) changes nothing here: every row a demi
+    # iterator hands out is a tensor of its own (batch stacks into new storage), with either value.
     def create_tuple_iterator(self, columns=None, num_epochs=-1, output_numpy=False, do_copy=True):
         return _TupleIterator(self, columns, num_epochs, output_numpy, as_dict=False)
 
@@ -168,6 +175,7 @@ def GeneratorDataset(source, column_names=None, column_types=None, schema=None, 
 
 def NumpySlicesDataset(data, column_names=None, num_samples=None, num_parallel_workers=1, shuffle=None, **kwargs):
     _refuse("NumpySlicesDataset", **kwargs)
+    _one_worker("NumpySlicesDataset", num_parallel_workers)
     if isinstance(data, dict):
         column_names, columns = list(data.keys()), list(data.values())
     elif isinstance(data, (list, tuple)) and data and not isinstance(data[0], (int, float)):
@@ -218,6 +226,7 @@ def MnistDataset(dataset_dir, usage=None, num_samples=None, num_parallel_workers
     """MNIST (or Fashion-MNIST) IDX files in dataset_dir: rows (image uint8 (28, 28, 1), label int32), shuffled
     unless shuffle=False. usage None reads what the directory holds (train, test or both, as MindSpore's 'all')."""
     _refuse("MnistDataset", sampler=sampler, num_shards=num_shards, shard_id=shard_id, cache=cache)
+    _one_worker("MnistDataset", num_parallel_workers)
     usage = _usage_of("MnistDataset", dataset_dir, usage, "train-", "t10k-")
     return _file_dataset(_core.mnist_dataset(os.fspath(dataset_dir), usage), shuffle, num_samples)
 
@@ -226,5 +235,6 @@ def Cifar10Dataset(dataset_dir, usage=None, num_samples=None, num_parallel_worke
                    num_shards=None, shard_id=None, cache=None):
     """CIFAR-10 binary batches in dataset_dir: rows (image uint8 (32, 32, 3), label int32)."""
     _refuse("Cifar10Dataset", sampler=sampler, num_shards=num_shards, shard_id=shard_id, cache=cache)
+    _one_worker("Cifar10Dataset", num_parallel_workers)
     usage = _usage_of("Cifar10Dataset", dataset_dir, usage, "data_batch", "test_batch")
     return _file_dataset(_core.cifar10_dataset(os.fspath(dataset_dir), usage), shuffle, num_samples)
