@@ -138,7 +138,8 @@ Tensor tensor_from_object(nb::handle obj, std::optional<DType> dtype) {
     Tensor t = nb::cast<Tensor>(obj);
     return dtype && *dtype != t.dtype() ? ops::cast(t, *dtype) : t;
   }
-  nb::object convert = nb::module_::import_("demi._convert").attr("as_array");
+  // Looked up once (a data source converts every row through it); the reference lives as long as the process.
+  static nb::handle convert = nb::object(nb::module_::import_("demi._convert").attr("as_array")).release();
   nb::object array = convert(obj, dtype ? nb::cast(*dtype) : nb::none());
   auto a = nb::cast<nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>>(array);
   const std::optional<DType> t = dtype_of_dlpack(a.dtype());
