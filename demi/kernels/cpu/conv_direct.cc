@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "demi/core/convert.h"
@@ -209,6 +210,20 @@ void forward_image(const DirectConvKernels& kern, const Conv2dParams& p, const D
   }
 }
 
+// Whether `b` runs faster than `a` (two ways to the same result): both once (a warm-up, and how often to
+// repeat each to about a millisecond), then five alternating rounds; the best of each decides. The direct
+// kernels' measured choices (taps, dot products) are made by it.
+bool second_faster(const std::function<void()>& a, const std::function<void()>& b) {
+  const double once = internal::seconds_of([&] { a(); b(); });
+  const int reps = std::clamp(static_cast<int>(1e-3 / std::max(once, 1e-9)), 1, 100);
+  double best[2] = {1e30, 1e30};
+  for (int r = 0; r < 5; ++r) {
+    best[0] = std::min(best[0], internal::seconds_of(a, reps));
+    best[1] = std::min(best[1], internal::seconds_of(b, reps));
+  }
+  return best[1] < best[0];
+}
+
 // A bf16 layer's geometry as the direct kernels' own choices (taps, dot products) key and name it: the
 // level and the geometry, not the batch (both are measured on one image). The dot products' choice leaves
 // out the input channels too (`channels` false): each channel's gradient is then the one-channel
@@ -242,14 +257,7 @@ bool pairs_measured_faster(const DirectConvKernels& kern, const Conv2dParams& p,
     const uint32_t* xq = pair_image_after(kern, g, xp, xp_bytes, true);
     float* y32 = reinterpret_cast<float*>(reinterpret_cast<char*>(xp) + 2 * xp_bytes);
     const auto run = [&](const PackedWeights& pw) { forward_image(kern, p, g, pw, xp, xq, false, y32); };
-    const double once = internal::seconds_of([&] { run(flat); run(paired); });
-    const int reps = std::clamp(static_cast<int>(1e-3 / std::max(once, 1e-9)), 1, 100);
-    double best[2] = {1e30, 1e30};
-    for (int r = 0; r < 5; ++r) {
-      best[0] = std::min(best[0], internal::seconds_of([&] { run(flat); }, reps));
-      best[1] = std::min(best[1], internal::seconds_of([&] { run(paired); }, reps));
-    }
-    return best[1] < best[0] ? 1 : 0;
+    return second_faster([&] { run(flat); }, [&] { run(paired); }) ? 1 : 0;
   }) == 1;
 }
 
@@ -298,14 +306,7 @@ bool dots_in_pairs_measured_faster(const DirectConvKernels& kern, const Conv2dPa
     kern.columns_bf16(gc, xp, col16);
     const auto flat = [&] { kern.dot_rows(dz, col, on, k, positions, l, k, l + on * k * 16); };
     const auto paired = [&] { kern.dot_rows_bf16(dz16, col16, on, k, positions, l, k, l + on * k * 16); };
-    const double once = internal::seconds_of([&] { flat(); paired(); });
-    const int reps = std::clamp(static_cast<int>(1e-3 / std::max(once, 1e-9)), 1, 100);
-    double best[2] = {1e30, 1e30};
-    for (int r = 0; r < 5; ++r) {
-      best[0] = std::min(best[0], internal::seconds_of(flat, reps));
-      best[1] = std::min(best[1], internal::seconds_of(paired, reps));
-    }
-    return best[1] < best[0] ? 1 : 0;
+    return second_faster(flat, paired) ? 1 : 0;
   }) == 1;
 }
 
