@@ -38,8 +38,10 @@ enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32, kDemiDot
 // place (no block of a), and f16 products may be computed in bf16 (F16Products); 9: an operand read rounded
 // reaches oneDNN and demi-dot as a copy in its rounded dtype (the cast operand's path, whatever it costs),
 // and a ReLU at the store is not part of the key; 10: workspace is priced against time
-// (internal::priced_seconds) instead of capped at 2 MiB, and demi's AMX GEMM is a candidate
-constexpr int kTuneVersion = 10;
+// (internal::priced_seconds) instead of capped at 2 MiB, and demi's AMX GEMM is a candidate; 11: demi's AMX
+// GEMM packs in vector registers, each thread its part of the larger operand, reads a bf16 a in place, and
+// multiplies the f16 split as [hi | lo] four ways (half the packed bytes)
+constexpr int kTuneVersion = 11;
 constexpr const char* kKernelNames[] = {"onednn", "demi-f32", "demi-bf16", "onednn-f32", "demi-dot", "demi-amx"};
 static_assert(std::size(kKernelNames) == static_cast<size_t>(Kernel::kDemiAmx) + 1, "a kernel needs its name");
 

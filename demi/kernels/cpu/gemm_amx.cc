@@ -2,9 +2,10 @@
 // the whole K', and the AVX-512 store. Compiled for AMX; reached only at the amx level
 // (gemm_amx_select.cc decides).
 // GCC 12's AVX-512 intrinsics self-initialise their "undefined" operands, which -Wmaybe-uninitialized
-// reports inside the intrinsic headers.
+// (and -Wuninitialized) report inside the intrinsic headers.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -20,6 +21,10 @@
 #include "demi/kernels/cpu/internal/workspace.h"
 #include "demi/kernels/matmul_params.h"
 
+// The packing's and the store's vector helpers: inlined into their loops (a call per 16 values is what
+// the compiler would otherwise leave).
+#define DEMI_AMX_INLINE inline __attribute__((always_inline))
+
 namespace demi::kernels::cpu::cpu_internal_amx {
 namespace {
 
@@ -34,6 +39,9 @@ using cpu_internal::Workspace;
 constexpr int64_t kBlock = 32;  // a C block: 2 x 2 tiles of 16 x 16 f32
 constexpr int64_t kKStep = 32;  // bf16 values in a tile row (64 bytes): the K step of one TDPBF16PS
 constexpr int64_t kTile = 16;   // rows of a tile; columns of a B or C tile
+// K' values per block of a row block's a held in L1 (blocks()); bytes of the larger operand a thread packs
+// and multiplies at a time (half of a core's L2 on the Xeons with AMX: 2 MiB).
+constexpr int64_t kKBlock = 256, kChunkBytes = int64_t{1} << 20;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -51,118 +59,190 @@ void values_of(const void* src, DType t, DType round, int64_t n, float* out) {
   }
 }
 
-// An operand's K' layout: `segs` segments of kp values (K padded to 32 with zeros), hi or lo per segment:
-// a's [h h l l], b's [h l h l] (f16_split.h's patterns), or one segment of bf16 values.
+// An operand's K' layout: one segment of kp bf16 values (K padded to 32 with zeros), or split, two: the
+// values' hi parts, then their lo parts.
 struct Layout {
   int64_t k = 0, kp = 0, segs = 1;
-  unsigned lo_segments = 0;
   int64_t kq() const { return segs * kp; }
+  bool split() const { return segs > 1; }
 };
 
-// v (n f32 values, each exact in bf16 or in f16) -> hi = bf16(v) rounded to nearest even, and with lo set,
-// lo = v - hi (exact in bf16: at most 3 significant bits below hi's 8); lo 0 where hi is Inf or NaN, so
-// Inf stays Inf through the four products. `wide` holds n floats.
-void encode(const float* v, int64_t n, BFloat16* hi, BFloat16* lo, float* wide) {
-  cvt().f32_to_bf16(v, hi, n);
-  if (lo == nullptr) return;
-  cvt().bf16_to_f32(hi, wide, n);
-  for (int64_t i = 0; i < n; ++i) wide[i] = std::isfinite(wide[i]) ? v[i] - wide[i] : 0.0f;
-  cvt().f32_to_bf16(wide, lo, n);
+DEMI_AMX_INLINE __mmask16 lanes(int64_t n) {
+  return n >= 16 ? __mmask16{0xffff} : n <= 0 ? __mmask16{0} : static_cast<__mmask16>((1u << n) - 1);
 }
 
-// Row r of op(a)'s K values (f32, in `row`) written as packed a's row: its segments at dst + s * kp.
-void put_a_row(const float* row, const Layout& L, BFloat16* dst, BFloat16* hi, BFloat16* lo, float* wide) {
-  encode(row, L.k, hi, L.segs > 1 ? lo : nullptr, wide);
-  for (int64_t s = 0; s < L.segs; ++s)
-    std::memcpy(dst + s * L.kp, (L.lo_segments >> s) & 1 ? lo : hi, static_cast<size_t>(L.k) * sizeof(BFloat16));
+DEMI_AMX_INLINE __m512 widen_bf16(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-// a (M x K, or stored K x M with trans_a) -> rows [mp][kq] bf16, zero beyond K in each segment and beyond M.
-void pack_a(const MatmulParams& p, const void* a, const Layout& L, int64_t mp, BFloat16* dst) {
-  const int64_t M = p.m, K = p.k;
-  const size_t es = dtype_size(p.a_dtype);
-  std::memset(static_cast<void*>(dst), 0, static_cast<size_t>(mp * L.kq()) * sizeof(BFloat16));
-  constexpr int64_t kRows = 64;  // rows of op(a) per step
-  // (Every thread's scratch taken here, on the calling thread: workers allocate nothing.)
-  const int64_t tasks = (M + kRows - 1) / kRows, parts = parts_for(tasks);
-  const PartScratch scratch(parts, static_cast<size_t>(K) * (2 * sizeof(float) + 2 * sizeof(BFloat16)) +
-                                       (p.trans_a ? static_cast<size_t>(K * kRows) * sizeof(float) : 0));
-  for_each_part(parts, tasks, [&](int64_t part, int64_t t0, int64_t t1) {
-    float* row = reinterpret_cast<float*>(scratch.part(part));
-    float* wide = row + K;
-    BFloat16* hi = reinterpret_cast<BFloat16*>(wide + K);
-    BFloat16* lo = hi + K;
-    float* block = reinterpret_cast<float*>(lo + K);  // trans_a: [K][rows] f32
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t i0 = t * kRows, rows = std::min(kRows, M - i0);
-      if (p.trans_a) {
-        for (int64_t k = 0; k < K; ++k)
-          values_of(static_cast<const char*>(a) + static_cast<size_t>(k * M + i0) * es, p.a_dtype, p.a_round, rows,
-                    block + k * kRows);
-      }
-      for (int64_t i = 0; i < rows; ++i) {
-        if (p.trans_a) {
-          for (int64_t k = 0; k < K; ++k) row[k] = block[k * kRows + i];
-        } else {
-          values_of(static_cast<const char*>(a) + static_cast<size_t>((i0 + i) * K) * es, p.a_dtype, p.a_round, K,
-                    row);
-        }
-        put_a_row(row, L, dst + (i0 + i) * L.kq(), hi, lo, wide);
-      }
-    }
-  });
-}
-
-// b (K x N, or stored N x K with trans_b) -> column tiles of 16: tile column ct holds kq / 2 rows of 16
-// pairs (VNNI-2: the 32-bit word (ct, q, j) is op(b)'s k' = 2q, 2q + 1 at column 16 ct + j), zero beyond
-// K in each segment and beyond N. A TDPBF16PS's B tile is 16 of those rows: 1 KiB, 64 bytes apart.
-void pack_b(const MatmulParams& p, const void* b, const Layout& L, int64_t np, BFloat16* dst) {
-  const int64_t N = p.n, K = p.k, half = L.kq() / 2;
-  const size_t es = dtype_size(p.b_dtype);
-  std::memset(static_cast<void*>(dst), 0, static_cast<size_t>(np * L.kq()) * sizeof(BFloat16));
-  auto word = [&](int64_t n, int64_t kk) {  // the bf16 slot of op(b)'s (k' = kk, n)
-    return dst + ((n / kTile) * half + kk / 2) * 2 * kTile + (n % kTile) * 2 + (kk & 1);
-  };
-  const bool split = L.segs > 1;
-  // trans_b: each column of op(b) is a stored row (K values); else each row k of op(b) is a stored row.
-  const int64_t lines = p.trans_b ? N : K, len = p.trans_b ? K : N;
-  const int64_t parts = parts_for(lines);
-  const PartScratch scratch(parts, static_cast<size_t>(len) * (2 * sizeof(float) + 2 * sizeof(BFloat16)));
-  for_each_part(parts, lines, [&](int64_t part, int64_t l0, int64_t l1) {
-    float* v = reinterpret_cast<float*>(scratch.part(part));
-    float* wide = v + len;
-    BFloat16* hi = reinterpret_cast<BFloat16*>(wide + len);
-    BFloat16* lo = hi + len;
-    for (int64_t l = l0; l < l1; ++l) {
-      values_of(static_cast<const char*>(b) + static_cast<size_t>(l * len) * es, p.b_dtype, p.b_round, len, v);
-      encode(v, len, hi, split ? lo : nullptr, wide);
-      for (int64_t s = 0; s < L.segs; ++s) {
-        const BFloat16* seg = (L.lo_segments >> s) & 1 ? lo : hi;
-        if (p.trans_b) {
-          for (int64_t k = 0; k < K; ++k) *word(l, s * L.kp + k) = seg[k];
-        } else {
-          for (int64_t n = 0; n < N; ++n) *word(n, s * L.kp + l) = seg[n];
-        }
-      }
-    }
-  });
-}
-
-// mask lanes of an f32|bf16|f16 row at p + i (elements) as f32.
-__m512 load_row(const void* base, DType t, int64_t i, __mmask16 mask) {
+// mask lanes of an f32|bf16|f16 row at base + i (elements) as f32; the other lanes 0.
+DEMI_AMX_INLINE __m512 load_row(const void* base, DType t, int64_t i, __mmask16 mask) {
   switch (t) {
-    case DType::kBF16: {
-      const __m256i h = _mm256_maskz_loadu_epi16(mask, static_cast<const BFloat16*>(base) + i);
-      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    }
+    case DType::kBF16: return widen_bf16(_mm256_maskz_loadu_epi16(mask, static_cast<const BFloat16*>(base) + i));
     case DType::kF16:
       return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, static_cast<const Half*>(base) + i));
     default: return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(base) + i);
   }
 }
 
+DEMI_AMX_INLINE __m256i to_bf16(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }  // to nearest even
+
+// 16 of an operand's values at base + i (mask lanes; the others 0) as f32: an f32 one read rounded to
+// `round` where that is bf16|f16 (MatmulParams::a_round), once, to nearest even.
+DEMI_AMX_INLINE __m512 values16(const void* base, DType t, DType round, int64_t i, __mmask16 mask) {
+  const __m512 v = load_row(base, t, i, mask);
+  if (t != DType::kF32 || round == DType::kF32) return v;
+  if (round == DType::kF16) return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  return widen_bf16(to_bf16(v));
+}
+
+// 16 values, each exact in bf16 or in f16, as bf16: hi = bf16(v) to nearest even, and where the layout
+// splits, lo = v - hi (exact in bf16: at most 3 significant bits below hi's 8); lo 0 where hi is Inf or
+// NaN, so Inf stays Inf through the four products.
+struct Encoded {
+  __m256i hi, lo;
+  __m256i segment(int64_t s) const { return s == 1 ? lo : hi; }
+};
+DEMI_AMX_INLINE Encoded encode(__m512 v, const Layout& L) {
+  const __m256i hi = to_bf16(v);
+  if (!L.split()) return {hi, hi};
+  const __m512 h = widen_bf16(hi);
+  const __mmask16 finite = static_cast<__mmask16>(~_mm512_fpclass_ps_mask(h, 0x99));  // not NaN, not +-Inf
+  return {hi, to_bf16(_mm512_maskz_sub_ps(finite, v, h))};
+}
+
+DEMI_AMX_INLINE __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+// Two rows of 16 bf16 (k even, k odd) as 16 VNNI-2 words: word j = (even[j], odd[j]).
+DEMI_AMX_INLINE __m512i pairs(__m256i even, __m256i odd) {
+  return _mm512_or_si512(_mm512_cvtepu16_epi32(even), _mm512_slli_epi32(_mm512_cvtepu16_epi32(odd), 16));
+}
+
+// r (16 rows of 16 32-bit words) transposed in place.
+DEMI_AMX_INLINE void transpose16(__m512i (&r)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {  // within 128-bit lanes: (r_i[0], r_i+1[0], r_i[1], r_i+1[1]) ...
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int g = 0; g < 16; g += 4) {  // u[g + e], lane L: rows g..g+3 of column 4L + e
+    r[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+    r[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+    r[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+    r[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+  }
+  for (int e = 0; e < 4; ++e) {  // column 4L + e: lane L of r[e], r[4 + e], r[8 + e], r[12 + e]
+    const __m512i x0 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x88), x1 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xdd);
+    const __m512i y0 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x88);
+    const __m512i y1 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xdd);
+    t[e] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+    t[4 + e] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+    t[8 + e] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+    t[12 + e] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// a (M x K, or stored K x M with trans_a) -> rows of kq bf16: row i's segment s at s * kp, zero beyond K
+// in each segment and in the rows beyond M. This writes the row groups of 16 [g0, g1), row i at
+// dst + (i - row0) ld.
+void pack_a(const MatmulParams& p, const void* a, const Layout& L, int64_t g0, int64_t g1, int64_t row0,
+            int64_t ld, BFloat16* dst) {
+  const int64_t M = p.m, K = p.k, kq = L.kq();
+  const size_t es = dtype_size(p.a_dtype);
+  const char* base = static_cast<const char*>(a);
+  auto row = [&](int64_t r) {  // stored row r (clamped: a row past the end is read with no lanes)
+    return base + static_cast<size_t>(std::min(r, (p.trans_a ? K : M) - 1) * (p.trans_a ? M : K)) * es;
+  };
+  for (int64_t g = g0; g < g1; ++g) {
+    const int64_t i0 = g * kTile;
+    if (!p.trans_a) {
+      for (int64_t i = i0; i < i0 + kTile; ++i) {
+        BFloat16* out = dst + (i - row0) * ld;
+        if (i >= M) {
+          std::memset(static_cast<void*>(out), 0, static_cast<size_t>(kq) * sizeof(BFloat16));
+          continue;
+        }
+        const char* src = row(i);
+        for (int64_t k0 = 0; k0 < L.kp; k0 += kKStep) {
+          const Encoded e0 = encode(values16(src, p.a_dtype, p.a_round, k0, lanes(K - k0)), L);
+          const Encoded e1 = encode(values16(src, p.a_dtype, p.a_round, k0 + 16, lanes(K - k0 - 16)), L);
+          for (int64_t s = 0; s < L.segs; ++s)
+            _mm512_storeu_si512(out + s * L.kp + k0, join(e0.segment(s), e1.segment(s)));
+        }
+      }
+      continue;
+    }
+    // trans_a: op(a)'s rows i0.. are 16 columns of the stored rows k. Pairs of stored rows make 16 VNNI
+    // words (k pair q, column i), which transposed are the rows' words for 32 k.
+    const __mmask16 mi = lanes(M - i0);
+    for (int64_t k0 = 0; k0 < L.kp; k0 += kKStep) {
+      __m512i hi[16], lo[16];
+      for (int q = 0; q < 16; ++q) {
+        const int64_t k = k0 + 2 * q;
+        const Encoded e0 = encode(values16(row(k), p.a_dtype, p.a_round, i0, k < K ? mi : 0), L);
+        const Encoded e1 = encode(values16(row(k + 1), p.a_dtype, p.a_round, i0, k + 1 < K ? mi : 0), L);
+        hi[q] = pairs(e0.hi, e1.hi);
+        if (L.split()) lo[q] = pairs(e0.lo, e1.lo);
+      }
+      transpose16(hi);
+      if (L.split()) transpose16(lo);
+      for (int64_t s = 0; s < L.segs; ++s) {
+        const __m512i* w = s == 1 ? lo : hi;
+        for (int r = 0; r < 16; ++r) _mm512_storeu_si512(dst + (i0 + r - row0) * ld + s * L.kp + k0, w[r]);
+      }
+    }
+  }
+}
+
+// b (K x N, or stored N x K with trans_b) -> column tiles of 16: tile column ct holds kq / 2 rows of 16
+// pairs (VNNI-2: the 32-bit word (ct, q, j) is op(b)'s k' = 2q, 2q + 1 at column 16 ct + j), zero beyond
+// K in each segment and beyond N. A TDPBF16PS's B tile is 16 of those rows: 1 KiB, 64 bytes apart. This
+// writes pieces [t0, t1) of (tile column, 32 k): piece t is tile column t / (kp / 32)'s t % (kp / 32)-th.
+void pack_b(const MatmulParams& p, const void* b, const Layout& L, int64_t t0, int64_t t1, BFloat16* dst) {
+  const int64_t N = p.n, K = p.k, half = L.kq() / 2, steps = L.kp / kKStep;
+  const size_t es = dtype_size(p.b_dtype);
+  const char* base = static_cast<const char*>(b);
+  auto row = [&](int64_t r) {  // stored row r (clamped: a row past the end is read with no lanes)
+    return base + static_cast<size_t>(std::min(r, (p.trans_b ? N : K) - 1) * (p.trans_b ? K : N)) * es;
+  };
+  auto words = [&](int64_t ct, int64_t s, int64_t q) {  // tile column ct's row of k' pair (s * kp) / 2 + q
+    return dst + ((ct * half + s * L.kp / 2 + q) * kTile) * 2;
+  };
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t ct = t / steps, k0 = (t % steps) * kKStep, n0 = ct * kTile;
+    __m512i hi[16], lo[16];
+    if (!p.trans_b) {  // stored rows k: 16 columns of two of them are 16 words
+      const __mmask16 mn = lanes(N - n0);
+      for (int q = 0; q < 16; ++q) {
+        const int64_t k = k0 + 2 * q;
+        const Encoded e0 = encode(values16(row(k), p.b_dtype, p.b_round, n0, k < K ? mn : 0), L);
+        const Encoded e1 = encode(values16(row(k + 1), p.b_dtype, p.b_round, n0, k + 1 < K ? mn : 0), L);
+        hi[q] = pairs(e0.hi, e1.hi);
+        if (L.split()) lo[q] = pairs(e0.lo, e1.lo);
+      }
+    } else {  // stored rows n: 32 k of one are its 16 words; transposed, the 16 columns' rows
+      for (int r = 0; r < 16; ++r) {
+        const int64_t n = n0 + r;
+        const char* src = row(n);
+        const bool in = n < N;
+        const Encoded e0 = encode(values16(src, p.b_dtype, p.b_round, k0, in ? lanes(K - k0) : 0), L);
+        const Encoded e1 = encode(values16(src, p.b_dtype, p.b_round, k0 + 16, in ? lanes(K - k0 - 16) : 0), L);
+        hi[r] = join(e0.hi, e1.hi);
+        if (L.split()) lo[r] = join(e0.lo, e1.lo);
+      }
+      transpose16(hi);
+      if (L.split()) transpose16(lo);
+    }
+    for (int64_t s = 0; s < L.segs; ++s) {
+      const __m512i* w = s == 1 ? lo : hi;
+      for (int q = 0; q < 16; ++q) _mm512_storeu_si512(words(ct, s, k0 / 2 + q), w[q]);
+    }
+  }
+}
+
 // v rounded once (to nearest even) into t at p + i, mask lanes.
-void store_row(void* base, DType t, int64_t i, __m512 v, __mmask16 mask) {
+DEMI_AMX_INLINE void store_row(void* base, DType t, int64_t i, __m512 v, __mmask16 mask) {
   switch (t) {
     case DType::kBF16:
       _mm256_mask_storeu_epi16(static_cast<BFloat16*>(base) + i, mask, (__m256i)_mm512_cvtneps_pbh(v));
@@ -192,108 +272,236 @@ void store_block(const MatmulParams& p, const float (&acc)[kBlock][kBlock], int6
     }
 }
 
-// C (mp x np, 32 x 32 blocks) = packed a . packed b over kq, stored through the epilogue. The columns go in
-// chunks whose packed b stays in a core's L2 (half of it) while every row block of a passes over it; the
-// threads share a chunk's row blocks. A row block's K' goes in blocks of kKBlock, whose a (32 x kKBlock, 16
-// KiB) stays in L1 across the chunk's column blocks; their f32 sums wait between K blocks in `sums` (the
-// chunk's 32 x 32 blocks, 4 KiB each), and the last K block's go through the store.
-void multiply(const MatmulParams& p, const Layout& L, const BFloat16* pa, const BFloat16* pb, int64_t mp, int64_t np,
-              void* c, const void* residual, const float* bias) {
-  constexpr int64_t kKBlock = 256, kChunkBytes = int64_t{1} << 20;
-  const int64_t kq = L.kq(), half = kq / 2, mblocks = mp / kBlock, nblocks = np / kBlock;
-  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / (kBlock * kq * static_cast<int64_t>(sizeof(BFloat16))));
-  const int64_t stride = kq * static_cast<int64_t>(sizeof(BFloat16));  // a's rows, in bytes
-  const int64_t parts = parts_for(mblocks);
-  const PartScratch scratch(parts, kq > kKBlock ? static_cast<size_t>(chunk * kBlock * kBlock) * sizeof(float) : 0);
-  for (int64_t n0 = 0; n0 < nblocks; n0 += chunk) {
-    const int64_t n1 = std::min(nblocks, n0 + chunk);
-    for_each_part(parts, mblocks, [&](int64_t part, int64_t m0, int64_t m1) {
-      configure_tiles();
-      float* const held = reinterpret_cast<float*>(scratch.part(part));
-      alignas(64) float acc[kBlock][kBlock];
-      for (int64_t mb = m0; mb < m1; ++mb)
-        for (int64_t k0 = 0; k0 < kq; k0 += kKBlock) {
-          const int64_t steps = std::min(kKBlock, kq - k0) / kKStep;
-          const bool first = k0 == 0, last = k0 + kKBlock >= kq;
-          const BFloat16* a0 = pa + mb * kBlock * kq + k0;
-          const BFloat16* a1 = a0 + kTile * kq;
-          for (int64_t nb = n0; nb < n1; ++nb) {
-            const BFloat16* t0 = pb + (2 * nb) * half * 2 * kTile + k0 * kTile;
-            const BFloat16* t1 = t0 + half * 2 * kTile;
-            float* sums = held + (nb - n0) * kBlock * kBlock;
-            if (first) {
-              _tile_zero(0);
-              _tile_zero(1);
-              _tile_zero(2);
-              _tile_zero(3);
-            } else {
-              _tile_loadd(0, sums, kBlock * sizeof(float));
-              _tile_loadd(1, sums + kTile, kBlock * sizeof(float));
-              _tile_loadd(2, sums + kTile * kBlock, kBlock * sizeof(float));
-              _tile_loadd(3, sums + kTile * kBlock + kTile, kBlock * sizeof(float));
-            }
-            for (int64_t s = 0; s < steps; ++s) {
-              // The next step's b tiles toward L1 while these multiply (2 KiB: 32 lines).
-              const char* next0 = reinterpret_cast<const char*>(t0 + (s + 1) * kTile * 2 * kTile);
-              const char* next1 = reinterpret_cast<const char*>(t1 + (s + 1) * kTile * 2 * kTile);
-              for (int l = 0; l < 16; ++l) {
-                _mm_prefetch(next0 + 64 * l, _MM_HINT_T0);
-                _mm_prefetch(next1 + 64 * l, _MM_HINT_T0);
-              }
-              _tile_loadd(4, a0 + s * kKStep, stride);
-              _tile_loadd(6, t0 + s * kTile * 2 * kTile, 64);
-              _tile_dpbf16ps(0, 4, 6);
-              _tile_loadd(7, t1 + s * kTile * 2 * kTile, 64);
-              _tile_dpbf16ps(1, 4, 7);
-              _tile_loadd(5, a1 + s * kKStep, stride);
-              _tile_dpbf16ps(2, 5, 6);
-              _tile_dpbf16ps(3, 5, 7);
-            }
-            float* out = last ? &acc[0][0] : sums;
-            _tile_stored(0, out, kBlock * sizeof(float));
-            _tile_stored(1, out + kTile, kBlock * sizeof(float));
-            _tile_stored(2, out + kTile * kBlock, kBlock * sizeof(float));
-            _tile_stored(3, out + kTile * kBlock + kTile, kBlock * sizeof(float));
-            if (!last) continue;
-            const int64_t i0 = mb * kBlock, j0 = nb * kBlock;
-            store_block(p, acc, i0, j0, std::min(kBlock, p.m - i0), std::min(kBlock, p.n - j0), c, residual, bias);
-          }
-        }
-      _tile_release();
-    });
+// Where a row block of a's rows is (32 rows of kq bf16, ld(mb) apart): in a itself (`direct`: bf16
+// values stored by rows, K a multiple of 32) for the row blocks before `packed_from`, packed from there on
+// (all of them where a is not direct; only the last, partial one where it is, which must not be read past
+// M). Packed rows are kq + 32 apart: 2^n bytes apart, a block's rows would share a few L1 sets.
+struct RowsOfA {
+  const BFloat16* direct = nullptr;
+  const BFloat16* packed = nullptr;
+  int64_t packed_from = 0, direct_ld = 0, packed_ld = 0;
+  const BFloat16* block(int64_t mb) const {
+    return mb < packed_from ? direct + mb * kBlock * direct_ld : packed + (mb - packed_from) * kBlock * packed_ld;
   }
+  int64_t ld(int64_t mb) const { return mb < packed_from ? direct_ld : packed_ld; }
+};
+
+// The C blocks (row blocks [m0, m1) x column blocks [n0, n1), 32 x 32 each) = a . packed b over K',
+// stored through the epilogue. pb is the whole packed b (column block nb's two tile columns at pb + 2 nb
+// kq 16). A row block's K' goes in blocks of kKBlock, whose a (32 x kKBlock) stays in L1 across the column
+// blocks; their f32 sums wait between K blocks in `held` (one 32 x 32 f32 block per column block), and the
+// last K block's go through the store.
+void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFloat16* pb, int64_t m0, int64_t m1,
+            int64_t n0, int64_t n1, float* held, void* c, const void* residual, const float* bias) {
+  const int64_t kq = L.kq(), half = kq / 2;
+  alignas(64) float acc[kBlock][kBlock];
+  for (int64_t mb = m0; mb < m1; ++mb)
+    for (int64_t k0 = 0; k0 < kq; k0 += kKBlock) {
+      const int64_t steps = std::min(kKBlock, kq - k0) / kKStep;
+      const bool first = k0 == 0, last = k0 + kKBlock >= kq;
+      const int64_t stride = pa.ld(mb) * static_cast<int64_t>(sizeof(BFloat16));  // a's rows, in bytes
+      const BFloat16* a0 = pa.block(mb) + k0;
+      const BFloat16* a1 = a0 + kTile * pa.ld(mb);
+      for (int64_t nb = n0; nb < n1; ++nb) {
+        const BFloat16* t0 = pb + (2 * nb) * half * 2 * kTile + k0 * kTile;
+        const BFloat16* t1 = t0 + half * 2 * kTile;
+        float* sums = held + (nb - n0) * kBlock * kBlock;
+        if (first) {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+        } else {
+          _tile_loadd(0, sums, kBlock * sizeof(float));
+          _tile_loadd(1, sums + kTile, kBlock * sizeof(float));
+          _tile_loadd(2, sums + kTile * kBlock, kBlock * sizeof(float));
+          _tile_loadd(3, sums + kTile * kBlock + kTile, kBlock * sizeof(float));
+        }
+        for (int64_t s = 0; s < steps; ++s) {
+          // The next step's b tiles toward L1 while these multiply (2 KiB: 32 lines).
+          const char* next0 = reinterpret_cast<const char*>(t0 + (s + 1) * kTile * 2 * kTile);
+          const char* next1 = reinterpret_cast<const char*>(t1 + (s + 1) * kTile * 2 * kTile);
+          for (int l = 0; l < 16; ++l) {
+            _mm_prefetch(next0 + 64 * l, _MM_HINT_T0);
+            _mm_prefetch(next1 + 64 * l, _MM_HINT_T0);
+          }
+          _tile_loadd(4, a0 + s * kKStep, stride);
+          _tile_loadd(6, t0 + s * kTile * 2 * kTile, 64);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_loadd(7, t1 + s * kTile * 2 * kTile, 64);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_loadd(5, a1 + s * kKStep, stride);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+        float* out = last ? &acc[0][0] : sums;
+        _tile_stored(0, out, kBlock * sizeof(float));
+        _tile_stored(1, out + kTile, kBlock * sizeof(float));
+        _tile_stored(2, out + kTile * kBlock, kBlock * sizeof(float));
+        _tile_stored(3, out + kTile * kBlock + kTile, kBlock * sizeof(float));
+        if (!last) continue;
+        const int64_t i0 = mb * kBlock, j0 = nb * kBlock;
+        store_block(p, acc, i0, j0, std::min(kBlock, p.m - i0), std::min(kBlock, p.n - j0), c, residual, bias);
+      }
+    }
+}
+
+// blocks() for split operands: a's rows and b's tile columns hold K' = [hi | lo], kp values each, and each
+// step of 32 k multiplies four products into two chains per C tile, ah bh + al bh and ah bl + al bl (tiles 0,
+// 1: rows 0-15, 16-31 of the first; 2, 3 of the second), a column half (16) of the block at a time: six tile
+// loads for eight products, and two products per chain and step keep the tile unit's latency covered. The
+// chains wait between K blocks in `held` (two 32 x 32 f32 blocks per column block) and are added at the store.
+void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFloat16* pb, int64_t m0,
+                  int64_t m1, int64_t n0, int64_t n1, float* held, void* c, const void* residual, const float* bias) {
+  const int64_t kq = L.kq(), kp = L.kp, half = kq / 2;
+  constexpr int64_t kRow = kBlock * sizeof(float);                     // a held block's rows, in bytes
+  alignas(64) float acc[2][kBlock][kBlock];
+  for (int64_t mb = m0; mb < m1; ++mb)
+    for (int64_t k0 = 0; k0 < kp; k0 += kKBlock) {
+      const int64_t steps = std::min(kKBlock, kp - k0) / kKStep;
+      const bool first = k0 == 0, last = k0 + kKBlock >= kp;
+      const int64_t stride = pa.ld(mb) * static_cast<int64_t>(sizeof(BFloat16));  // a's rows, in bytes
+      const BFloat16* a0 = pa.block(mb) + k0;
+      const BFloat16* a1 = a0 + kTile * pa.ld(mb);
+      for (int64_t nb = n0; nb < n1; ++nb) {
+        float* sums = held + (nb - n0) * 2 * kBlock * kBlock;
+        for (int64_t g = 0; g < 2; ++g) {
+          const BFloat16* bh = pb + ((2 * nb + g) * half + k0 / 2) * 2 * kTile;
+          const BFloat16* bl = bh + kp / 2 * 2 * kTile;
+          float* sa = (last ? &acc[0][0][0] : sums) + g * kTile;
+          float* sb = sa + kBlock * kBlock;
+          if (first) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+          } else {
+            float* ha = sums + g * kTile;
+            _tile_loadd(0, ha, kRow);
+            _tile_loadd(1, ha + kTile * kBlock, kRow);
+            _tile_loadd(2, ha + kBlock * kBlock, kRow);
+            _tile_loadd(3, ha + kBlock * kBlock + kTile * kBlock, kRow);
+          }
+          for (int64_t s = 0; s < steps; ++s) {
+            const int64_t t = s * kTile * 2 * kTile;  // a step's offset in b's tile columns
+            const char* next_h = reinterpret_cast<const char*>(bh + t + kTile * 2 * kTile);
+            const char* next_l = reinterpret_cast<const char*>(bl + t + kTile * 2 * kTile);
+            for (int l = 0; l < 16; ++l) {
+              _mm_prefetch(next_h + 64 * l, _MM_HINT_T0);
+              _mm_prefetch(next_l + 64 * l, _MM_HINT_T0);
+            }
+            _tile_loadd(6, bh + t, 64);
+            _tile_loadd(7, bl + t, 64);
+            _tile_loadd(4, a0 + s * kKStep, stride);
+            _tile_loadd(5, a0 + kp + s * kKStep, stride);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(2, 4, 7);
+            _tile_dpbf16ps(0, 5, 6);
+            _tile_dpbf16ps(2, 5, 7);
+            _tile_loadd(4, a1 + s * kKStep, stride);
+            _tile_loadd(5, a1 + kp + s * kKStep, stride);
+            _tile_dpbf16ps(1, 4, 6);
+            _tile_dpbf16ps(3, 4, 7);
+            _tile_dpbf16ps(1, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          }
+          _tile_stored(0, sa, kRow);
+          _tile_stored(1, sa + kTile * kBlock, kRow);
+          _tile_stored(2, sb, kRow);
+          _tile_stored(3, sb + kTile * kBlock, kRow);
+        }
+        if (!last) continue;
+        for (int64_t r = 0; r < kBlock; ++r)
+          for (int64_t j = 0; j < kBlock; j += kTile)
+            _mm512_store_ps(&acc[0][r][j], _mm512_add_ps(_mm512_load_ps(&acc[0][r][j]), _mm512_load_ps(&acc[1][r][j])));
+        const int64_t i0 = mb * kBlock, j0 = nb * kBlock;
+        store_block(p, acc[0], i0, j0, std::min(kBlock, p.m - i0), std::min(kBlock, p.n - j0), c, residual, bias);
+      }
+    }
 }
 
 }  // namespace
 
+// The threads split C along the operand that is larger (a's rows where M >= N, else b's columns): the
+// smaller one is packed first, by all of them, and read by all; each thread packs its part of the larger
+// one itself, a chunk at a time (what fits half of a core's L2), just before multiplying it, so that what
+// it packs is still in its own cache when its tiles load it.
 void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c, bool split) {
   Layout la, lb;
   la.k = lb.k = p.k;
   la.kp = lb.kp = round_up(p.k, kKStep);
-  la.segs = lb.segs = split ? 4 : 1;
-  la.lo_segments = split ? 0b1100u : 0;  // [h h l l] . [h l h l]: ah bh + ah bl + al bh + al bl
-  lb.lo_segments = split ? 0b1010u : 0;
-  const int64_t mp = round_up(p.m, kBlock), np = round_up(p.n, kBlock);
-  Workspace pa(static_cast<size_t>(mp * la.kq()) * sizeof(BFloat16));
-  Workspace pb(static_cast<size_t>(np * lb.kq()) * sizeof(BFloat16));
+  la.segs = lb.segs = split ? 2 : 1;  // [h | l], multiplied four ways by blocks_split
+  const int64_t mp = round_up(p.m, kBlock), np = round_up(p.n, kBlock), kq = la.kq();
+  const int64_t mblocks = mp / kBlock, nblocks = np / kBlock, steps = la.kp / kKStep;
+  // a's tiles load from a itself where its rows already are the packed rows (bf16 by rows, K a multiple
+  // of 32, not split): only a partial last row block is packed. Not where the rows are a multiple of
+  // 2 KiB apart: a block's 32 rows would crowd 16 of L1's sets (1024^3 measured 0.7x packing them).
+  const bool direct = !split && !p.trans_a && p.a_dtype == DType::kBF16 && p.k % kKStep == 0 && p.k % 1024 != 0;
+  const int64_t packed_from = direct ? p.m / kBlock : 0;
+  const int64_t ld = kq + kKStep;
+  Workspace pa(static_cast<size_t>((mblocks - packed_from) * kBlock * ld) * sizeof(BFloat16));
+  Workspace pb(static_cast<size_t>(np * kq) * sizeof(BFloat16));
   Workspace bias32(p.bias != nullptr && p.bias_dtype != DType::kF32 ? static_cast<size_t>(p.n) * sizeof(float) : 0);
   const float* bias = static_cast<const float*>(p.bias);
   if (p.bias != nullptr && p.bias_dtype != DType::kF32) {
     values_of(p.bias, p.bias_dtype, DType::kF32, p.n, bias32.f32());
     bias = bias32.f32();
   }
-  auto* pa16 = reinterpret_cast<BFloat16*>(pa.f32());
   auto* pb16 = reinterpret_cast<BFloat16*>(pb.f32());
+  RowsOfA rows;
+  rows.packed = reinterpret_cast<BFloat16*>(pa.f32());
+  rows.packed_from = packed_from;
+  rows.direct_ld = p.k;
+  rows.packed_ld = ld;
+  auto* pa16 = reinterpret_cast<BFloat16*>(pa.f32());
+  const int64_t row0 = packed_from * kBlock;  // the first packed row
+  const bool by_columns = nblocks > mblocks;
+  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / (kBlock * kq * static_cast<int64_t>(sizeof(BFloat16))));
+  const int64_t parts = parts_for(by_columns ? nblocks : mblocks);
+  // (Every thread's scratch taken here, on the calling thread: workers allocate nothing.)
+  const int64_t chains = split ? 2 : 1;
+  const PartScratch scratch(
+      parts, la.kp > kKBlock ? static_cast<size_t>(chains * chunk * kBlock * kBlock) * sizeof(float) : 0);
+  const auto product = split ? blocks_split : blocks;
   const size_t as = dtype_size(p.a_dtype), bs = dtype_size(p.b_dtype), cs = dtype_size(p.c_dtype);
   for (int64_t i = 0; i < p.batch; ++i) {
-    pack_a(p, static_cast<const char*>(a) + static_cast<size_t>(i * p.m * p.k) * as, la, mp, pa16);
-    pack_b(p, static_cast<const char*>(b) + static_cast<size_t>(i * p.k * p.n) * bs, lb, np, pb16);
+    const void* ai = static_cast<const char*>(a) + static_cast<size_t>(i * p.m * p.k) * as;
+    const void* bi = static_cast<const char*>(b) + static_cast<size_t>(i * p.k * p.n) * bs;
     const size_t at = static_cast<size_t>(i * p.m * p.n) * cs;
-    multiply(p, la, pa16, pb16, mp, np, static_cast<char*>(c) + at,
-             p.residual != nullptr ? static_cast<const char*>(p.residual) + at : nullptr, bias);
+    void* ci = static_cast<char*>(c) + at;
+    const void* ri = p.residual != nullptr ? static_cast<const char*>(p.residual) + at : nullptr;
+    rows.direct = static_cast<const BFloat16*>(ai);
+    if (by_columns || direct) {  // a packed first (where it is packed at all), by all the threads
+      const int64_t g0 = 2 * packed_from, groups = mp / kTile - g0;
+      for_each_part(parts_for(groups), groups, [&](int64_t, int64_t t0, int64_t t1) {
+        pack_a(p, ai, la, g0 + t0, g0 + t1, row0, ld, pa16);
+      });
+    }
+    if (!by_columns) {
+      const int64_t pieces = np / kTile * steps;
+      for_each_part(parts_for(pieces), pieces,
+                    [&](int64_t, int64_t t0, int64_t t1) { pack_b(p, bi, lb, t0, t1, pb16); });
+    }
+    for_each_part(parts, by_columns ? nblocks : mblocks, [&](int64_t part, int64_t b0, int64_t b1) {
+      configure_tiles();
+      float* const held = reinterpret_cast<float*>(scratch.part(part));
+      for (int64_t c0 = b0; c0 < b1; c0 += chunk) {
+        const int64_t c1 = std::min(b1, c0 + chunk);
+        if (by_columns) {  // column blocks [c0, c1): 4 (c1 - c0) tile columns
+          pack_b(p, bi, lb, 2 * c0 * steps, 2 * c1 * steps, pb16);
+          product(p, la, rows, pb16, 0, mblocks, c0, c1, held, ci, ri, bias);
+        } else {  // row blocks [c0, c1) against b's column blocks, a chunk of them at a time
+          if (!direct) pack_a(p, ai, la, 2 * c0, 2 * c1, row0, ld, pa16);
+          for (int64_t n0 = 0; n0 < nblocks; n0 += chunk)
+            product(p, la, rows, pb16, c0, c1, n0, std::min(nblocks, n0 + chunk), held, ci, ri, bias);
+        }
+      }
+      _tile_release();
+    });
   }
 }
 
 }  // namespace demi::kernels::cpu::cpu_internal_amx
 
+#undef DEMI_AMX_INLINE
 #pragma GCC diagnostic pop

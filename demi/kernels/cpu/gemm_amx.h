@@ -4,13 +4,17 @@
 //
 //   - bf16 values (bf16 operands, f32 ones read as bf16, f16 ones under bf16_products) are packed as
 //     they are; f16 values (f16 operands, f32 ones read as f16) are split exactly into bf16 hi + lo
-//     (f16_split.h) and the product runs over four times K: ah bh + ah bl + al bh + al bl, every term exact
-//     in f32 and summed in f32 — the values of the f32 product of the f16 values, up to the order of the
-//     sum (a bf16 operand beside an f16 one is split too, its lo 0). No option changes the numbers.
-//   - a is packed as rows of K' bf16 (K' = K, or 4K split, each segment padded to 32 with zeros), b as
-//     column tiles of 16 in VNNI-2 pairs, both converted, rounded, split and transposed while packing
-//     (a call's workspace: the packed operands, the bytes its measured choice weighs against its time).
-//   - the C tiles of a 32 x 32 block stay in tile registers over the whole K'; the block's store applies
+//     (f16_split.h) and each step of 32 k multiplies four tile products, ah bh + al bh and ah bl + al bl in
+//     two chains added at the store, every term exact in f32 and summed in f32 — the values of the f32
+//     product of the f16 values, up to the order of the sum (a bf16 operand beside an f16 one is split
+//     too, its lo 0). No option changes the numbers.
+//   - a is packed as rows of K' bf16 (K' = K, or [hi | lo] split, each part padded to 32 with zeros), b as
+//     column tiles of 16 in VNNI-2 pairs, both converted, rounded, split and transposed in vector
+//     registers while packing (a call's workspace: the packed operands, the bytes its measured choice weighs
+//     against its time). The threads share the smaller operand, packed first, and each packs its own part
+//     of the larger one a chunk at a time, just before its tiles read it.
+//   - a C block of 32 x 32 is 2 x 2 tiles (bf16 values) or two halves of 2 x 2 tiles holding the two
+//     chains (split), summed over K blocks of 256 with a's block in L1; the block's store applies
 //     MatmulParams' epilogue in AVX-512 (accumulate or residual, bias, ReLU, one rounding into c's dtype).
 //   - the tile configuration is loaded once per thread per call and released at its end.
 // The tile unit treats bf16 input subnormals (below 2^-126) as zero and flushes f32 subnormal sums: f16
@@ -26,7 +30,7 @@ namespace demi::kernels::cpu {
 // Whether amx_gemm takes p here: the CPU level is amx (core/cpu.h) and p is a product of bf16 or f16
 // values (a_product_dtype and b_product_dtype), no a_row_sums, c f32|bf16|f16. Any CPU may ask.
 bool amx_gemm_supported(const MatmulParams& p);
-// Whether p runs as the exact f16 split (four times K) rather than on bf16 values as they are.
+// Whether p runs as the exact f16 split (four products per step) rather than on bf16 values as they are.
 bool amx_gemm_splits(const MatmulParams& p);
 // c = p's product (its whole contract, ../matmul_params.h) on the tile unit; amx_gemm_supported(p) holds.
 void amx_gemm(const MatmulParams& p, const void* a, const void* b, void* c);
