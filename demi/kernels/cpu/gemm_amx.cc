@@ -40,8 +40,9 @@ constexpr int64_t kBlock = 32;  // a C block: 2 x 2 tiles of 16 x 16 f32
 constexpr int64_t kKStep = 32;  // bf16 values in a tile row (64 bytes): the K step of one TDPBF16PS
 constexpr int64_t kTile = 16;   // rows of a tile; columns of a B or C tile
 // K' values per block of a row block's a held in L1 (blocks()); bytes of the larger operand a thread packs
-// and multiplies at a time (half of a core's L2 on the Xeons with AMX: 2 MiB).
-constexpr int64_t kKBlock = 256, kChunkBytes = int64_t{1} << 20;
+// and multiplies at a time, and of b's column blocks multiplied at a time (a quarter of a core's L2 on the
+// Xeons with AMX: 2 MiB).
+constexpr int64_t kKBlock = 256, kChunkBytes = int64_t{1} << 19;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -198,8 +199,10 @@ void pack_a(const MatmulParams& p, const void* a, const Layout& L, int64_t g0, i
 // b (K x N, or stored N x K with trans_b) -> column tiles of 16: tile column ct holds kq / 2 rows of 16
 // pairs (VNNI-2: the 32-bit word (ct, q, j) is op(b)'s k' = 2q, 2q + 1 at column 16 ct + j), zero beyond
 // K in each segment and beyond N. A TDPBF16PS's B tile is 16 of those rows: 1 KiB, 64 bytes apart. This
-// writes pieces [t0, t1) of (tile column, 32 k): piece t is tile column t / (kp / 32)'s t % (kp / 32)-th.
-void pack_b(const MatmulParams& p, const void* b, const Layout& L, int64_t t0, int64_t t1, BFloat16* dst) {
+// writes pieces [t0, t1) of (tile column, 32 k): piece t is tile column t / (kp / 32)'s t % (kp / 32)-th;
+// tile column ct at dst + (ct - ct0) kq 16.
+void pack_b(const MatmulParams& p, const void* b, const Layout& L, int64_t t0, int64_t t1, int64_t ct0,
+            BFloat16* dst) {
   const int64_t N = p.n, K = p.k, half = L.kq() / 2, steps = L.kp / kKStep;
   const size_t es = dtype_size(p.b_dtype);
   const char* base = static_cast<const char*>(b);
@@ -207,7 +210,7 @@ void pack_b(const MatmulParams& p, const void* b, const Layout& L, int64_t t0, i
     return base + static_cast<size_t>(std::min(r, (p.trans_b ? N : K) - 1) * (p.trans_b ? K : N)) * es;
   };
   auto words = [&](int64_t ct, int64_t s, int64_t q) {  // tile column ct's row of k' pair (s * kp) / 2 + q
-    return dst + ((ct * half + s * L.kp / 2 + q) * kTile) * 2;
+    return dst + (((ct - ct0) * half + s * L.kp / 2 + q) * kTile) * 2;
   };
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t ct = t / steps, k0 = (t % steps) * kKStep, n0 = ct * kTile;
@@ -287,12 +290,12 @@ struct RowsOfA {
 };
 
 // The C blocks (row blocks [m0, m1) x column blocks [n0, n1), 32 x 32 each) = a . packed b over K',
-// stored through the epilogue. pb is the whole packed b (column block nb's two tile columns at pb + 2 nb
-// kq 16). A row block's K' goes in blocks of kKBlock, whose a (32 x kKBlock) stays in L1 across the column
-// blocks; their f32 sums wait between K blocks in `held` (one 32 x 32 f32 block per column block), and the
-// last K block's go through the store.
-void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFloat16* pb, int64_t m0, int64_t m1,
-            int64_t n0, int64_t n1, float* held, void* c, const void* residual, const float* bias) {
+// stored through the epilogue. pb holds packed b's column blocks from pb_nb0 on (column block nb's two tile
+// columns at pb + 2 (nb - pb_nb0) kq 16). A row block's K' goes in blocks of kKBlock, whose a (32 x
+// kKBlock) stays in L1 across the column blocks; their f32 sums wait between K blocks in `held` (one 32 x
+// 32 f32 block per column block), and the last K block's go through the store.
+void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFloat16* pb, int64_t pb_nb0, int64_t m0,
+            int64_t m1, int64_t n0, int64_t n1, float* held, void* c, const void* residual, const float* bias) {
   const int64_t kq = L.kq(), half = kq / 2;
   alignas(64) float acc[kBlock][kBlock];
   for (int64_t mb = m0; mb < m1; ++mb)
@@ -303,7 +306,7 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
       const BFloat16* a0 = pa.block(mb) + k0;
       const BFloat16* a1 = a0 + kTile * pa.ld(mb);
       for (int64_t nb = n0; nb < n1; ++nb) {
-        const BFloat16* t0 = pb + (2 * nb) * half * 2 * kTile + k0 * kTile;
+        const BFloat16* t0 = pb + 2 * (nb - pb_nb0) * half * 2 * kTile + k0 * kTile;
         const BFloat16* t1 = t0 + half * 2 * kTile;
         float* sums = held + (nb - n0) * kBlock * kBlock;
         if (first) {
@@ -351,8 +354,9 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
 // 1: rows 0-15, 16-31 of the first; 2, 3 of the second), a column half (16) of the block at a time: six tile
 // loads for eight products, and two products per chain and step keep the tile unit's latency covered. The
 // chains wait between K blocks in `held` (two 32 x 32 f32 blocks per column block) and are added at the store.
-void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFloat16* pb, int64_t m0,
-                  int64_t m1, int64_t n0, int64_t n1, float* held, void* c, const void* residual, const float* bias) {
+void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFloat16* pb, int64_t pb_nb0,
+                  int64_t m0, int64_t m1, int64_t n0, int64_t n1, float* held, void* c, const void* residual,
+                  const float* bias) {
   const int64_t kq = L.kq(), kp = L.kp, half = kq / 2;
   constexpr int64_t kRow = kBlock * sizeof(float);                     // a held block's rows, in bytes
   alignas(64) float acc[2][kBlock][kBlock];
@@ -366,7 +370,7 @@ void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, con
       for (int64_t nb = n0; nb < n1; ++nb) {
         float* sums = held + (nb - n0) * 2 * kBlock * kBlock;
         for (int64_t g = 0; g < 2; ++g) {
-          const BFloat16* bh = pb + ((2 * nb + g) * half + k0 / 2) * 2 * kTile;
+          const BFloat16* bh = pb + ((2 * (nb - pb_nb0) + g) * half + k0 / 2) * 2 * kTile;
           const BFloat16* bl = bh + kp / 2 * 2 * kTile;
           float* sa = (last ? &acc[0][0][0] : sums) + g * kTile;
           float* sb = sa + kBlock * kBlock;
@@ -423,9 +427,10 @@ void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, con
 }  // namespace
 
 // The threads split C along the operand that is larger (a's rows where M >= N, else b's columns): the
-// smaller one is packed first, by all of them, and read by all; each thread packs its part of the larger
-// one itself, a chunk at a time (what fits half of a core's L2), just before multiplying it, so that what
-// it packs is still in its own cache when its tiles load it.
+// smaller one is packed first, whole, by all of them, and read by all; each thread packs its part of the
+// larger one itself, a chunk at a time into a buffer of its own (what fits a quarter of a core's L2), just
+// before multiplying it, so that what it packs is still in its cache when its tiles load it, and the
+// larger operand is never held packed whole.
 void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c, bool split) {
   Layout la, lb;
   la.k = lb.k = p.k;
@@ -433,35 +438,38 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   la.segs = lb.segs = split ? 2 : 1;  // [h | l], multiplied four ways by blocks_split
   const int64_t mp = round_up(p.m, kBlock), np = round_up(p.n, kBlock), kq = la.kq();
   const int64_t mblocks = mp / kBlock, nblocks = np / kBlock, steps = la.kp / kKStep;
+  const int64_t ld = kq + kKStep;  // packed a's rows (RowsOfA)
   // a's tiles load from a itself where its rows already are the packed rows (bf16 by rows, K a multiple
   // of 32, not split): only a partial last row block is packed. Not where the rows are a multiple of
   // 2 KiB apart: a block's 32 rows would crowd 16 of L1's sets (1024^3 measured 0.7x packing them).
   const bool direct = !split && !p.trans_a && p.a_dtype == DType::kBF16 && p.k % kKStep == 0 && p.k % 1024 != 0;
+  const bool by_columns = nblocks > mblocks;
+  const int64_t a_block = kBlock * ld, b_block = kBlock * kq;  // a row block's, a column block's bf16
+  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / ((by_columns ? b_block : a_block) * 2));
+  const int64_t b_chunk = std::max<int64_t>(1, kChunkBytes / (b_block * 2));  // column blocks per blocks() call
+  const int64_t parts = parts_for(by_columns ? nblocks : mblocks);
   const int64_t packed_from = direct ? p.m / kBlock : 0;
-  const int64_t ld = kq + kKStep;
-  Workspace pa(static_cast<size_t>((mblocks - packed_from) * kBlock * ld) * sizeof(BFloat16));
-  Workspace pb(static_cast<size_t>(np * kq) * sizeof(BFloat16));
+  // Shared: a (the row blocks from packed_from on) where the threads split b, else b, whole; each thread's
+  // own: its chunk of the larger one, and its C sums between K blocks. (All taken here, on the calling
+  // thread: workers allocate nothing.)
+  const bool a_shared = by_columns || direct;
+  Workspace pa(a_shared ? static_cast<size_t>((mblocks - packed_from) * a_block) * sizeof(BFloat16) : 0);
+  Workspace pb(by_columns ? 0 : static_cast<size_t>(np * kq) * sizeof(BFloat16));
+  const int64_t chains = split ? 2 : 1;
+  const size_t sums_bytes =
+      la.kp > kKBlock ? static_cast<size_t>(chains * b_chunk * kBlock * kBlock) * sizeof(float) : 0;
+  const size_t own_bytes = by_columns ? static_cast<size_t>(chunk * b_block) * sizeof(BFloat16)
+                           : direct   ? 0
+                                      : static_cast<size_t>(chunk * a_block) * sizeof(BFloat16);
+  const PartScratch scratch(parts, own_bytes + sums_bytes);
   Workspace bias32(p.bias != nullptr && p.bias_dtype != DType::kF32 ? static_cast<size_t>(p.n) * sizeof(float) : 0);
   const float* bias = static_cast<const float*>(p.bias);
   if (p.bias != nullptr && p.bias_dtype != DType::kF32) {
     values_of(p.bias, p.bias_dtype, DType::kF32, p.n, bias32.f32());
     bias = bias32.f32();
   }
-  auto* pb16 = reinterpret_cast<BFloat16*>(pb.f32());
-  RowsOfA rows;
-  rows.packed = reinterpret_cast<BFloat16*>(pa.f32());
-  rows.packed_from = packed_from;
-  rows.direct_ld = p.k;
-  rows.packed_ld = ld;
   auto* pa16 = reinterpret_cast<BFloat16*>(pa.f32());
-  const int64_t row0 = packed_from * kBlock;  // the first packed row
-  const bool by_columns = nblocks > mblocks;
-  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / (kBlock * kq * static_cast<int64_t>(sizeof(BFloat16))));
-  const int64_t parts = parts_for(by_columns ? nblocks : mblocks);
-  // (Every thread's scratch taken here, on the calling thread: workers allocate nothing.)
-  const int64_t chains = split ? 2 : 1;
-  const PartScratch scratch(
-      parts, la.kp > kKBlock ? static_cast<size_t>(chains * chunk * kBlock * kBlock) * sizeof(float) : 0);
+  auto* pb16 = reinterpret_cast<BFloat16*>(pb.f32());
   const auto product = split ? blocks_split : blocks;
   const size_t as = dtype_size(p.a_dtype), bs = dtype_size(p.b_dtype), cs = dtype_size(p.c_dtype);
   for (int64_t i = 0; i < p.batch; ++i) {
@@ -470,31 +478,43 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
     const size_t at = static_cast<size_t>(i * p.m * p.n) * cs;
     void* ci = static_cast<char*>(c) + at;
     const void* ri = p.residual != nullptr ? static_cast<const char*>(p.residual) + at : nullptr;
-    rows.direct = static_cast<const BFloat16*>(ai);
-    if (by_columns || direct) {  // a packed first (where it is packed at all), by all the threads
+    RowsOfA shared_a;
+    shared_a.direct = static_cast<const BFloat16*>(ai);
+    shared_a.packed = pa16;
+    shared_a.packed_from = packed_from;
+    shared_a.direct_ld = p.k;
+    shared_a.packed_ld = ld;
+    if (a_shared) {  // a's packed row blocks, by all the threads
       const int64_t g0 = 2 * packed_from, groups = mp / kTile - g0;
       for_each_part(parts_for(groups), groups, [&](int64_t, int64_t t0, int64_t t1) {
-        pack_a(p, ai, la, g0 + t0, g0 + t1, row0, ld, pa16);
+        pack_a(p, ai, la, g0 + t0, g0 + t1, packed_from * kBlock, ld, pa16);
       });
     }
     if (!by_columns) {
       const int64_t pieces = np / kTile * steps;
       for_each_part(parts_for(pieces), pieces,
-                    [&](int64_t, int64_t t0, int64_t t1) { pack_b(p, bi, lb, t0, t1, pb16); });
+                    [&](int64_t, int64_t t0, int64_t t1) { pack_b(p, bi, lb, t0, t1, 0, pb16); });
     }
     for_each_part(parts, by_columns ? nblocks : mblocks, [&](int64_t part, int64_t b0, int64_t b1) {
       configure_tiles();
-      float* const held = reinterpret_cast<float*>(scratch.part(part));
+      auto* own = reinterpret_cast<BFloat16*>(scratch.part(part));
+      float* const held = reinterpret_cast<float*>(scratch.part(part) + own_bytes);
       for (int64_t c0 = b0; c0 < b1; c0 += chunk) {
         const int64_t c1 = std::min(b1, c0 + chunk);
-        if (by_columns) {  // column blocks [c0, c1): 4 (c1 - c0) tile columns
-          pack_b(p, bi, lb, 2 * c0 * steps, 2 * c1 * steps, pb16);
-          product(p, la, rows, pb16, 0, mblocks, c0, c1, held, ci, ri, bias);
-        } else {  // row blocks [c0, c1) against b's column blocks, a chunk of them at a time
-          if (!direct) pack_a(p, ai, la, 2 * c0, 2 * c1, row0, ld, pa16);
-          for (int64_t n0 = 0; n0 < nblocks; n0 += chunk)
-            product(p, la, rows, pb16, c0, c1, n0, std::min(nblocks, n0 + chunk), held, ci, ri, bias);
+        if (by_columns) {  // column blocks [c0, c1): their 2 (c1 - c0) tile columns, packed into `own`
+          pack_b(p, bi, lb, 2 * c0 * steps, 2 * c1 * steps, 2 * c0, own);
+          product(p, la, shared_a, own, c0, 0, mblocks, c0, c1, held, ci, ri, bias);
+          continue;
         }
+        // row blocks [c0, c1) against all of b, its column blocks a chunk's worth at a time
+        RowsOfA own_a = shared_a;
+        if (!direct) {
+          own_a.packed = own;
+          own_a.packed_from = c0;
+          pack_a(p, ai, la, 2 * c0, 2 * c1, c0 * kBlock, ld, own);
+        }
+        for (int64_t n0 = 0; n0 < nblocks; n0 += b_chunk)
+          product(p, la, own_a, pb16, 0, c0, c1, n0, std::min(nblocks, n0 + b_chunk), held, ci, ri, bias);
       }
       _tile_release();
     });

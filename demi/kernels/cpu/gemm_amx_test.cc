@@ -101,6 +101,23 @@ TEST(AmxGemm, MatchesTheReferenceOverShapesTransposesDtypesAndEpilogues) {
       }
 }
 
+// Products past one thread's chunk of the larger operand (a's rows, or b's columns, packed a chunk at a time
+// into each thread's own buffer) and past one K block (sums held between blocks), both ways of splitting
+// the threads, bf16 values and the split, with a bias and ReLU at the store.
+TEST(AmxGemm, ProductsSpanningSeveralChunksAndKBlocks) {
+  DEMI_SKIP_WITHOUT_AMX();
+  ScopedCpuLevel level(CpuLevel::kAmx);
+  uint64_t seed = 100;
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{40, 600}, {600, 40}})
+    for (DType t : {BF16, F16})
+      for (int tr = 0; tr < 4; tr += 3) {  // neither, both transposed
+        MatmulParams p = params(m, n, 1100, tr & 1, tr & 2, t, t, F32);
+        p.relu = true;
+        SCOPED_TRACE(describe(p));
+        check_product(amx, p, /*with_bias=*/true, seed++);
+      }
+}
+
 // f16 values of wide magnitudes (2^-12 .. 2^8) multiplied through the split: within f32 accumulation of
 // the f64 product of the f16 values themselves, where products of the values rounded to bf16 (what
 // bf16_products computes) are off by far more.
