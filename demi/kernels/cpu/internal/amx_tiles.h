@@ -11,7 +11,7 @@
 namespace demi::kernels::cpu_internal {
 
 // LDTILECFG's 64 bytes.
-struct TileConfig {
+struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
   uint8_t reserved[14] = {};
@@ -20,13 +20,18 @@ struct TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64);
 
-inline void configure_tiles() {
-  alignas(64) TileConfig cfg;
+// The configuration as a constant in memory: built on the stack, GCC 12 may drop or sink the stores that
+// LDTILECFG reads (its builtin does not tell it that the memory is read), leaving colsb 0 beside rows 16,
+// which faults (#GP, seen as SIGSEGV) in the first tile instruction.
+inline constexpr TileConfig kTileConfig = [] {
+  TileConfig cfg;
   for (int t = 0; t < 8; ++t) {
     cfg.rows[t] = 16;
     cfg.colsb[t] = 64;
   }
-  _tile_loadconfig(&cfg);
-}
+  return cfg;
+}();
+
+inline void configure_tiles() { _tile_loadconfig(&kTileConfig); }
 
 }  // namespace demi::kernels::cpu_internal
