@@ -37,6 +37,27 @@ TEST(DemiConv, MatchesReferenceForEveryGeometryDtypeAndLevel) {
   }
 }
 
+// The weight gradient on the tile unit (bf16, stride 1, channels in multiples of 32: conv_amx.h) against
+// the reference: dilation and asymmetric padding (its taps read the padded image at offsets i * dilation_h
+// * wp + j * dilation_w), a 1 x 1 kernel, a 5 x 5 one over more images than a thread's chunk of four, with
+// and without accumulation; every direction is checked on the way.
+TEST(DemiConv, WeightGradientOnTheTileUnitMatchesTheReference) {
+  if (max_cpu_level() < CpuLevel::kAmx)
+    GTEST_SKIP() << "this CPU runs at most " << cpu_level_name(max_cpu_level())
+                 << ": the tile unit's weight gradient needs AMX (Xeons from Sapphire Rapids on); the other "
+                    "levels' are tested everywhere";
+  ScopedCpuLevel level(CpuLevel::kAmx);
+  const Geometry geometries[] = {
+      {"dilation (2, 1), asymmetric padding", 5, 32, 9, 11, 64, 3, 2, 1, 1, 2, 1, 0, 1, 2, 1, 1},
+      {"1x1, 64 -> 32", 3, 64, 7, 5, 32, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1},
+      {"5x5 pad 2, 11 images", 11, 32, 6, 7, 32, 5, 5, 1, 1, 2, 2, 2, 2, 1, 1, 1}};
+  for (const Geometry& g : geometries) {
+    Fixture f(g);
+    kernels::testing::check_all_directions(kDemi, f, BF16, BF16, ConvLayout::kAuto, false);
+    kernels::testing::check_all_directions(kDemi, f, BF16, BF16, ConvLayout::kAuto, true);
+  }
+}
+
 // An output gradient made one image at a time (Images::make, as the fused Conv2d -> ReLU -> MaxPool2d
 // backward unpools it) gives the bits of the same gradient stored whole, on every path that reads it: the
 // indirect data and weight gradients, the per-image data gradient (stride 2), and the per-image weight

@@ -29,6 +29,7 @@ namespace demi::kernels::cpu::cpu_internal_amx {
 namespace {
 
 using cpu_internal::configure_tiles;
+using cpu_internal::transpose16;
 using cpu_internal::for_each_part;
 using cpu_internal::PartScratch;
 using cpu_internal::parts_for;
@@ -117,31 +118,6 @@ DEMI_AMX_INLINE __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4
 // Two rows of 16 bf16 (k even, k odd) as 16 VNNI-2 words: word j = (even[j], odd[j]).
 DEMI_AMX_INLINE __m512i pairs(__m256i even, __m256i odd) {
   return _mm512_or_si512(_mm512_cvtepu16_epi32(even), _mm512_slli_epi32(_mm512_cvtepu16_epi32(odd), 16));
-}
-
-// r (16 rows of 16 32-bit words) transposed in place.
-DEMI_AMX_INLINE void transpose16(__m512i (&r)[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {  // within 128-bit lanes: (r_i[0], r_i+1[0], r_i[1], r_i+1[1]) ...
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int g = 0; g < 16; g += 4) {  // u[g + e], lane L: rows g..g+3 of column 4L + e
-    r[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
-    r[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
-    r[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
-    r[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
-  }
-  for (int e = 0; e < 4; ++e) {  // column 4L + e: lane L of r[e], r[4 + e], r[8 + e], r[12 + e]
-    const __m512i x0 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x88), x1 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xdd);
-    const __m512i y0 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x88);
-    const __m512i y1 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xdd);
-    t[e] = _mm512_shuffle_i32x4(x0, y0, 0x88);
-    t[4 + e] = _mm512_shuffle_i32x4(x1, y1, 0x88);
-    t[8 + e] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
-    t[12 + e] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
-  }
-  for (int i = 0; i < 16; ++i) r[i] = t[i];
 }
 
 // a (M x K, or stored K x M with trans_a) -> rows of kq bf16: row i's segment s at s * kp, zero beyond K

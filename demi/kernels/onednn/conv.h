@@ -109,7 +109,7 @@ std::string conv2d_direct_kernel(const Conv2dParams& p, ConvDirection dir);
 // lost) runs as demi's indirect product (cpu::conv2d_indirect_supported: groups 1, the packed weights and a
 // padded image within bounds) or on oneDNN, whichever measured faster at the geometry's first forward, on
 // that call's operands (oneDNN, which holds a chunk of activations in workspace, has to be 10% faster);
-// kept per geometry and input dtype in memory and in "conv-gemm-v4-<cpu>.txt". The data gradient of a
+// kept per geometry and input dtype in memory and in "conv-gemm-v5-<cpu>.txt". The data gradient of a
 // stride-1 geometry (cpu::conv2d_backward_data_indirect_supported) is chosen the same way, per dy's dtype,
 // and the weight gradient (cpu::conv2d_backward_weights_indirect_supported) per x's and dy's dtypes, after
 // the direct kernels' choice. The fused layer follows these choices and computes what the separate calls

@@ -1,4 +1,5 @@
-// The AMX tile configuration demi's tile kernels use (include only from *_amx.cc files, compiled for AMX):
+// The AMX tile configuration demi's tile kernels use, and the word transpose their VNNI-2 packing shares
+// (include only from *_amx.cc files, compiled for AMX):
 // palette 1, all eight tiles 16 rows of 64 bytes — a C tile of 16 x 16 f32, an A tile of 16 rows of 32 bf16,
 // a B tile of 16 VNNI-2 rows (32 k x 16 columns). Loaded once per thread per parallel region (LDTILECFG
 // costs a few hundred cycles), released at its end so that context switches stop saving the tiles.
@@ -33,5 +34,30 @@ inline constexpr TileConfig kTileConfig = [] {
 }();
 
 inline void configure_tiles() { _tile_loadconfig(&kTileConfig); }
+
+// r (16 rows of 16 32-bit words) transposed in place.
+inline __attribute__((always_inline)) void transpose16(__m512i (&r)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {  // within 128-bit lanes: (r_i[0], r_i+1[0], r_i[1], r_i+1[1]) ...
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int g = 0; g < 16; g += 4) {  // u[g + e], lane L: rows g..g+3 of column 4L + e
+    r[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+    r[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+    r[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+    r[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+  }
+  for (int e = 0; e < 4; ++e) {  // column 4L + e: lane L of r[e], r[4 + e], r[8 + e], r[12 + e]
+    const __m512i x0 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x88), x1 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xdd);
+    const __m512i y0 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x88);
+    const __m512i y1 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xdd);
+    t[e] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+    t[4 + e] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+    t[8 + e] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+    t[12 + e] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
 
 }  // namespace demi::kernels::cpu_internal
