@@ -10,6 +10,7 @@ import argparse
 import json
 import resource
 import statistics
+import sys
 import time
 
 import torch
@@ -72,6 +73,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.precision == "fp16" and not hasattr(torch.amp, "GradScaler"):
+        sys.exit(f"torch {torch.__version__} has no torch.amp.GradScaler (the CPU loss scaler arrived in "
+                 "torch 2.3): its fp16 peer is not run")
     torch.manual_seed(0)
     build, shape, batch = MODELS[args.model]
     net = build()

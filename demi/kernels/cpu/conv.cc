@@ -152,7 +152,16 @@ size_t image_buffer_bytes(const Images& src) {
   return src.data != nullptr ? 0 : cpu_internal::bytes64(src.make_bytes);
 }
 
+// The forward on the tile unit (conv_amx.h): the amx level, bf16 image and weights, stride 1, channels and
+// output channels in multiples of 32, output bf16 or f32.
+bool forward_amx(const Conv2dParams& p) {
+  return cpu_level() >= CpuLevel::kAmx && p.groups == 1 && p.stride_h == 1 && p.stride_w == 1 &&
+         p.x_dtype == DType::kBF16 && p.w_dtype == DType::kBF16 && p.c % 32 == 0 && p.oc % 32 == 0 &&
+         (p.y_dtype == DType::kBF16 || p.y_dtype == DType::kF32);
+}
+
 bool indirect_fits(const Conv2dParams& p, const Geometry& g) {
+  if (forward_amx(p)) return true;
   const cpu_internal::GemmKernels& gk = cpu_internal::gemm_kernels();
   if (gk.f32_indirect == nullptr || gk.store_f32_transposed == nullptr) return false;
   const int64_t panels = (g.oc + gk.nr - 1) / gk.nr;
@@ -212,9 +221,55 @@ void pad_image_bf16(const Conv2dParams& p, const Geometry& g, const BFloat16* x,
                   static_cast<size_t>(g.w) * sizeof(BFloat16));
 }
 
+// The forward on the tile unit: the weights as [tap][oc][c] once per call; the images to the threads, each
+// padded in channel pairs (with the slack the tiles read past it), multiplied into (OC, positions at the
+// padded width) f32 sums, and stored row by row at the output width with the bias, ReLU, the sum already
+// in y (accumulate) and one rounding into y's dtype.
+void amx_forward(const Conv2dParams& p, const Geometry& g, const Images& x, const void* w, const float* bias32,
+                 void* y, bool accumulate) {
+  AmxConvWeights a;
+  a.c = g.c, a.oc = g.oc, a.kh = g.kh, a.kw = g.kw, a.dilation_h = p.dilation_h, a.dilation_w = p.dilation_w;
+  a.oh = g.oh, a.ow = g.ow;
+  const int64_t hp = g.h + p.pad_top + p.pad_bottom, taps = g.kh * g.kw, P = g.cols();
+  a.wp = g.w + p.pad_left + p.pad_right;
+  a.channel = hp * a.wp;
+  const int64_t kp = a.positions();
+  Workspace wt(static_cast<size_t>(taps * g.oc * g.c) * sizeof(BFloat16));
+  auto* wt16 = reinterpret_cast<BFloat16*>(wt.f32());
+  const auto* wb = static_cast<const BFloat16*>(w);
+  for (int64_t o = 0; o < g.oc; ++o)
+    for (int64_t c = 0; c < g.c; ++c)
+      for (int64_t t = 0; t < taps; ++t) wt16[(t * g.oc + o) * g.c + c] = wb[(o * g.c + c) * taps + t];
+  const int64_t pair_elems = (g.c / 2 * a.channel + a.slack()) * 2;
+  // (Each part's pair image, sums, f32 row and made x image taken at once, before the threads start.)
+  const size_t image_bytes = cpu_internal::bytes64(static_cast<size_t>(pair_elems) * sizeof(BFloat16));
+  const size_t sums_bytes = cpu_internal::bytes64(static_cast<size_t>(g.oc * kp) * sizeof(float));
+  const size_t row_bytes = cpu_internal::bytes64(static_cast<size_t>(P) * sizeof(float));  // a channel's plane
+  const int64_t parts = cpu_internal::parts_for(p.n);
+  PartScratch scratch(parts, image_bytes + sums_bytes + row_bytes + image_buffer_bytes(x));
+  for_each_part(parts, p.n, [&](int64_t part, int64_t n0, int64_t n1) {
+    auto* pairs = reinterpret_cast<BFloat16*>(scratch.part(part));
+    auto* sums = reinterpret_cast<float*>(scratch.part(part) + image_bytes);
+    auto* row = reinterpret_cast<float*>(scratch.part(part) + image_bytes + sums_bytes);
+    void* made = scratch.part(part) + image_bytes + sums_bytes + row_bytes;  // x's image n, where x makes it
+    for (int64_t n = n0; n < n1; ++n) {
+      const auto* xn = static_cast<const BFloat16*>(image_of(x, n, g.c * g.h * g.w, p.x_dtype, made));
+      pad_image_pairs(p, g, xn, hp, a.wp, pairs);
+      std::fill(pairs + g.c / 2 * a.channel * 2, pairs + pair_elems, BFloat16{});
+      amx_conv_forward_image(a, wt16, pairs, sums);
+      amx_conv_store(a, sums, bias32, p.relu, accumulate, element_at(y, n * g.oc * P, p.y_dtype),
+                     p.y_dtype == DType::kBF16, row);
+    }
+  });
+}
+
 // The indirect forward where indirect_fits; false (nothing done) otherwise.
 bool indirect_forward(const Conv2dParams& p, const Geometry& g, const Images& x, const void* w, const float* bias32,
                       void* y, bool accumulate = false) {
+  if (forward_amx(p)) {
+    amx_forward(p, g, x, w, bias32, y, accumulate);
+    return true;
+  }
   if (!indirect_fits(p, g)) return false;
   const cpu_internal::GemmKernels& gk = cpu_internal::gemm_kernels();
   const bool pairs = uses_pairs(p);

@@ -11,7 +11,9 @@
 //   backward-data     dx[n] = col2im(W^T . dy[n])                       (summed in f32, rounded once)
 //   backward-weights  dW = sum_n dy[n] . col(x[n])^T, db = sum dy       (per-thread f32 partials, added;
 //                     where conv2d_backward_weights_indirect_supported: dW^T = col . dy^T, col read through
-//                     offsets into each padded image)
+//                     offsets into each padded image; at the amx level, bf16, stride 1, channels in
+//                     multiples of 32: on the tile unit, per tap, tiles loaded from the padded images,
+//                     conv_amx.h)
 // bf16 operands where the CPU has AVX512-BF16 run the indirect products on vdpbf16ps pairs (channel pairs
 // at a tap in the forward and the stride-1 data gradient; neighbouring positions in the weight gradient).
 #pragma once
@@ -47,9 +49,10 @@ bool conv2d_indirect_supported(const Conv2dParams& p);
 // Whether conv2d_backward_data runs p as that indirect product (stride 1: the data gradient is the forward
 // convolution of dy with the flipped weights, padded by (KH-1)*dilation - pad) rather than per image.
 bool conv2d_backward_data_indirect_supported(const Conv2dParams& p);
-// Whether conv2d_backward_weights runs p as an indirect product (dW^T = col . dy^T with col read through
-// offsets into each padded image) rather than per image: where a padded image and a thread's K x OC f32
-// partial sums fit.
+// Whether conv2d_backward_weights runs p with no column matrix rather than per image: on the tile unit
+// (conv_amx.h: the amx level, bf16 x and dy, stride 1, C and OC multiples of 32), else as an indirect
+// product (dW^T = col . dy^T with col read through offsets into each padded image) where a padded image
+// and a thread's K x OC f32 partial sums fit.
 bool conv2d_backward_weights_indirect_supported(const Conv2dParams& p);
 
 // x (N, C, H, W), w (OC, C, KH, KW), bias (OC) or nullptr -> y (N, OC, OH, OW) = act(conv(x, w) + bias)

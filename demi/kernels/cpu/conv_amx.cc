@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "demi/core/convert.h"
+#include "demi/core/cpu.h"
 #include "demi/kernels/cpu/internal/amx_tiles.h"
 
 namespace demi::kernels::cpu {
@@ -37,6 +39,69 @@ void amx_conv_pack_dy(const AmxConvWeights& g, const BFloat16* dy, BFloat16* row
       BFloat16* dst = packed + (t * kp / 2 + k0 / 2) * 32;
       for (int q = 0; q < 16; ++q) _mm512_storeu_si512(dst + q * 32, w[q]);
     }
+}
+
+void amx_conv_forward_image(const AmxConvWeights& g, const BFloat16* wt, const BFloat16* pairs, float* out) {
+  const int64_t kp = g.positions();
+  const int64_t a_stride = g.c * static_cast<int64_t>(sizeof(BFloat16));       // wt's rows: output channels
+  const int64_t b_stride = 2 * g.channel * static_cast<int64_t>(sizeof(BFloat16));  // pair planes
+  const int64_t o_stride = kp * static_cast<int64_t>(sizeof(float));
+  configure_tiles();
+  for (int64_t ob = 0; ob < g.oc; ob += 32)
+    for (int64_t pb = 0; pb < kp; pb += 32) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t i = 0; i < g.kh; ++i)
+        for (int64_t j = 0; j < g.kw; ++j) {
+          const int64_t tap = i * g.kw + j, off = i * g.dilation_h * g.wp + j * g.dilation_w;
+          for (int64_t cb = 0; cb < g.c; cb += 32) {
+            const BFloat16* a0 = wt + (tap * g.oc + ob) * g.c + cb;  // output channels ob .. ob + 15
+            const BFloat16* a1 = a0 + 16 * g.c;                      // ob + 16 .. ob + 31
+            const BFloat16* b0 = pairs + ((cb / 2) * g.channel + pb + off) * 2;  // positions pb .. pb + 15
+            const BFloat16* b1 = b0 + 32;                                        // pb + 16 .. pb + 31
+            _tile_loadd(4, a0, a_stride);
+            _tile_loadd(6, b0, b_stride);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_loadd(7, b1, b_stride);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_loadd(5, a1, a_stride);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          }
+        }
+      float* o = out + ob * kp + pb;
+      _tile_stored(0, o, o_stride);
+      _tile_stored(1, o + 16, o_stride);
+      _tile_stored(2, o + 16 * kp, o_stride);
+      _tile_stored(3, o + 16 * kp + 16, o_stride);
+    }
+  _tile_release();
+}
+
+void amx_conv_store(const AmxConvWeights& g, const float* out, const float* bias, bool relu, bool accumulate,
+                    void* y, bool y_bf16, float* plane) {
+  const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(CpuLevel::kAvx512Bf16);
+  const int64_t kp = g.positions(), P = g.oh * g.ow;
+  for (int64_t o = 0; o < g.oc; ++o) {
+    const __m512 b = _mm512_set1_ps(bias != nullptr ? bias[o] : 0.0f);
+    // Channel o's plane in f32 (in y itself where y is f32), then rounded once, whole, into bf16.
+    float* dst = y_bf16 ? plane : static_cast<float*>(y) + o * P;
+    if (accumulate && y_bf16) cvt.bf16_to_f32(static_cast<const BFloat16*>(y) + o * P, plane, P);
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+      const float* src = out + o * kp + oy * g.wp;
+      float* d = dst + oy * g.ow;
+      for (int64_t x0 = 0; x0 < g.ow; x0 += 16) {
+        const __mmask16 m = static_cast<__mmask16>(g.ow - x0 >= 16 ? 0xffff : (1u << (g.ow - x0)) - 1);
+        __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, src + x0), b);
+        if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, d + x0));
+        if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
+        _mm512_mask_storeu_ps(d + x0, m, v);
+      }
+    }
+    if (y_bf16) cvt.f32_to_bf16(plane, static_cast<BFloat16*>(y) + o * P, P);
+  }
 }
 
 void amx_conv_weight_sums(const AmxConvWeights& g, const BFloat16* xpad, const BFloat16* dy, int64_t images,

@@ -1,16 +1,17 @@
-// The weight gradient of a stride-1 bf16 convolution on the tile unit (AMX), with no column matrix: for a
+// Stride-1 bf16 convolutions on the tile unit (AMX). The weight gradient, with no column matrix: for a
 // tap (i, j), dW[:, :, i, j]^T (C, OC) = sum over positions of X_ij (C, positions) . dy^T (positions, OC),
 // where the positions run over the output rows at the padded image's width wp (OH * wp of them; those past
-// OW in a row have dy 0), so that X_ij's row c is wp * (OH) consecutive values of the padded image from
+// OW in a row have dy 0), so that X_ij's row c is OH * wp consecutive values of the padded image from
 // channel c's (i * dilation_h) * wp + j * dilation_w on: a tile's 16 rows (16 channels) load straight
 // from the padded image, one channel apart. dy is packed once per image into VNNI-2 pairs of positions
-// (amx_conv_pack_dy) and read by every tap and channel block. The positions a zero of dy multiplies read
-// real values of the padded image (the next row's first columns) or the zeros past it: an Inf or NaN
-// there gives NaN where the exact sum has none, in a gradient that is then non-finite either way only if
-// that value is read by a real position too — the loss scaler's overflow check sees a non-finite
-// gradient; finite inputs give the exact products, summed in f32.
+// (amx_conv_pack_dy) and read by every tap and channel block. With finite inputs the products are exact
+// and summed in f32. The positions where dy is 0 read real values of the padded image (the next row's first
+// columns, or the zeros past the last channel): an Inf or NaN in x there can make a sum NaN where the
+// exact one is +-Inf or finite. Such an x is an overflow that AMP's check meets in the loss and gradients
+// anyway (the step is skipped).
 //
-// Channels and output channels in multiples of 32 (2 x 2 tile blocks); reached only at the amx level
+// The forward (and so the stride-1 data gradient) likewise below. Channels and output channels in
+// multiples of 32 (2 x 2 tile blocks); reached only at the amx level
 // (conv.cc decides); compiled for AMX.
 #pragma once
 
@@ -37,6 +38,21 @@ struct AmxConvWeights {
 // VNNI-2 words (positions 2q, 2q + 1 of channel 16 t + j), dy 0 past OW in a row and past OH rows.
 // `row` is scratch for one dy row at the padded width (oc * positions() bf16).
 void amx_conv_pack_dy(const AmxConvWeights& g, const BFloat16* dy, BFloat16* row, BFloat16* packed);
+
+// The forward of one image on the tile unit, stride 1 (the data gradient of a stride-1 convolution is one:
+// conv.cc), with no column matrix: out (OC, positions()) f32 = sum over taps and channel blocks of W_tap
+// (OC, C) . X_tap (C, positions), X_tap's rows read as B tiles straight from the image padded in channel
+// pairs (pairs (C / 2, Hp, Wp, 2) bf16, g.slack() pairs of zeros after it): a tile's 16 rows are 16
+// channel pairs, one channel's plane apart, each 16 positions of the two channels side by side. wt holds
+// the weights as [tap][oc][c] bf16. The positions past OW in a row (and past OH rows) hold sums of other
+// values; the caller stores only the others.
+void amx_conv_forward_image(const AmxConvWeights& g, const BFloat16* wt, const BFloat16* pairs, float* out);
+
+// y (OC, OH, OW), bf16 or f32, <- out's positions inside the output (amx_conv_forward_image's), each plus
+// bias[o] (bias nullptr: none), plus what y holds (accumulate), ReLU (relu), rounded once into y's dtype.
+// `plane` is scratch for OH * OW floats.
+void amx_conv_store(const AmxConvWeights& g, const float* out, const float* bias, bool relu, bool accumulate,
+                    void* y, bool y_bf16, float* plane);
 
 // sums [kh][kw][c][oc] f32 = (first) or += the weight gradient's sums over `images` images: padded images
 // at xpad + n * image (zero around, g.slack() zeros after the last channel), packed dy at dy + n *

@@ -37,14 +37,15 @@ TEST(DemiConv, MatchesReferenceForEveryGeometryDtypeAndLevel) {
   }
 }
 
-// The weight gradient on the tile unit (bf16, stride 1, channels in multiples of 32: conv_amx.h) against
-// the reference: dilation and asymmetric padding (its taps read the padded image at offsets i * dilation_h
-// * wp + j * dilation_w), a 1 x 1 kernel, a 5 x 5 one over more images than a thread's chunk of four, with
-// and without accumulation; every direction is checked on the way.
-TEST(DemiConv, WeightGradientOnTheTileUnitMatchesTheReference) {
+// The convolutions on the tile unit (bf16, stride 1, channels in multiples of 32: conv_amx.h) against the
+// reference, each direction: the forward with bias and ReLU, the data gradient (the forward of dy with
+// the flipped weights) and the weight gradient; dilation and asymmetric padding (the taps read the padded
+// image at offsets i * dilation_h * wp + j * dilation_w), a 1 x 1 kernel, a 5 x 5 one over more images
+// than a thread's chunk of four, with and without accumulation.
+TEST(DemiConv, ConvolutionsOnTheTileUnitMatchTheReference) {
   if (max_cpu_level() < CpuLevel::kAmx)
     GTEST_SKIP() << "this CPU runs at most " << cpu_level_name(max_cpu_level())
-                 << ": the tile unit's weight gradient needs AMX (Xeons from Sapphire Rapids on); the other "
+                 << ": the tile unit's convolutions need AMX (Xeons from Sapphire Rapids on); the other "
                     "levels' are tested everywhere";
   ScopedCpuLevel level(CpuLevel::kAmx);
   const Geometry geometries[] = {
