@@ -223,11 +223,11 @@ void pad_image_bf16(const Conv2dParams& p, const Geometry& g, const BFloat16* x,
 
 // The forward on the tile unit: the weights as [tap][oc][c] once per call; the images to the threads, each
 // padded in channel pairs (with the slack the tiles read past it), multiplied into (OC, positions at the
-// padded width) f32 sums, and stored row by row at the output width with the bias, ReLU, the sum already
-// in y (accumulate) and one rounding into y's dtype.
+// padded width) f32 sums, and stored a channel plane at a time at the output width with the bias, ReLU,
+// the sum already in y (accumulate) and one rounding into y's dtype.
 void amx_forward(const Conv2dParams& p, const Geometry& g, const Images& x, const void* w, const float* bias32,
                  void* y, bool accumulate) {
-  AmxConvWeights a;
+  AmxConvGeometry a;
   a.c = g.c, a.oc = g.oc, a.kh = g.kh, a.kw = g.kw, a.dilation_h = p.dilation_h, a.dilation_w = p.dilation_w;
   a.oh = g.oh, a.ow = g.ow;
   const int64_t hp = g.h + p.pad_top + p.pad_bottom, taps = g.kh * g.kw, P = g.cols();
@@ -241,7 +241,7 @@ void amx_forward(const Conv2dParams& p, const Geometry& g, const Images& x, cons
     for (int64_t c = 0; c < g.c; ++c)
       for (int64_t t = 0; t < taps; ++t) wt16[(t * g.oc + o) * g.c + c] = wb[(o * g.c + c) * taps + t];
   const int64_t pair_elems = (g.c / 2 * a.channel + a.slack()) * 2;
-  // (Each part's pair image, sums, f32 row and made x image taken at once, before the threads start.)
+  // (Each part's pair image, sums, f32 plane and made x image taken at once, before the threads start.)
   const size_t image_bytes = cpu_internal::bytes64(static_cast<size_t>(pair_elems) * sizeof(BFloat16));
   const size_t sums_bytes = cpu_internal::bytes64(static_cast<size_t>(g.oc * kp) * sizeof(float));
   const size_t row_bytes = cpu_internal::bytes64(static_cast<size_t>(P) * sizeof(float));  // a channel's plane
@@ -531,7 +531,7 @@ bool weight_gradient_amx(const Conv2dParams& p) {
 
 void amx_backward_weights(const Conv2dParams& p, const Geometry& g, const void* x, const Images& dy, void* dw,
                           void* db) {
-  AmxConvWeights a;
+  AmxConvGeometry a;
   a.c = g.c, a.oc = g.oc, a.kh = g.kh, a.kw = g.kw, a.dilation_h = p.dilation_h, a.dilation_w = p.dilation_w;
   a.oh = g.oh, a.ow = g.ow;
   const int64_t hp = g.h + p.pad_top + p.pad_bottom;

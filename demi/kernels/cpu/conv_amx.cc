@@ -21,7 +21,7 @@ namespace demi::kernels::cpu {
 using cpu_internal::configure_tiles;
 using cpu_internal::transpose16;
 
-void amx_conv_pack_dy(const AmxConvWeights& g, const BFloat16* dy, BFloat16* row, BFloat16* packed) {
+void amx_conv_pack_dy(const AmxConvGeometry& g, const BFloat16* dy, BFloat16* row, BFloat16* packed) {
   const int64_t kp = g.positions();
   // dy at the padded width: row o holds position y * wp + x = dy[o][y][x] for x < ow, 0 elsewhere.
   std::fill(row, row + g.oc * kp, BFloat16{});
@@ -41,7 +41,7 @@ void amx_conv_pack_dy(const AmxConvWeights& g, const BFloat16* dy, BFloat16* row
     }
 }
 
-void amx_conv_forward_image(const AmxConvWeights& g, const BFloat16* wt, const BFloat16* pairs, float* out) {
+void amx_conv_forward_image(const AmxConvGeometry& g, const BFloat16* wt, const BFloat16* pairs, float* out) {
   const int64_t kp = g.positions();
   const int64_t a_stride = g.c * static_cast<int64_t>(sizeof(BFloat16));       // wt's rows: output channels
   const int64_t b_stride = 2 * g.channel * static_cast<int64_t>(sizeof(BFloat16));  // pair planes
@@ -80,7 +80,7 @@ void amx_conv_forward_image(const AmxConvWeights& g, const BFloat16* wt, const B
   _tile_release();
 }
 
-void amx_conv_store(const AmxConvWeights& g, const float* out, const float* bias, bool relu, bool accumulate,
+void amx_conv_store(const AmxConvGeometry& g, const float* out, const float* bias, bool relu, bool accumulate,
                     void* y, bool y_bf16, float* plane) {
   const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(CpuLevel::kAvx512Bf16);
   const int64_t kp = g.positions(), P = g.oh * g.ow;
@@ -104,7 +104,7 @@ void amx_conv_store(const AmxConvWeights& g, const float* out, const float* bias
   }
 }
 
-void amx_conv_weight_sums(const AmxConvWeights& g, const BFloat16* xpad, const BFloat16* dy, int64_t images,
+void amx_conv_weight_sums(const AmxConvGeometry& g, const BFloat16* xpad, const BFloat16* dy, int64_t images,
                           float* sums, bool first) {
   const int64_t kp = g.positions(), steps = kp / 32, half = kp / 2;
   const int64_t stride = g.channel * static_cast<int64_t>(sizeof(BFloat16));  // a tile's rows: channels

@@ -21,12 +21,13 @@
 
 namespace demi::kernels::cpu {
 
-struct AmxConvWeights {
+// A stride-1 layer's geometry as the tile kernels read it.
+struct AmxConvGeometry {
   int64_t c = 0, oc = 0, kh = 0, kw = 0, dilation_h = 1, dilation_w = 1;
   int64_t oh = 0, ow = 0;
   int64_t wp = 0;       // the padded image's width
   int64_t channel = 0;  // elements of one channel of the padded image (hp * wp)
-  int64_t image = 0;    // elements from one padded image to the next: c * channel and the slack below
+  int64_t image = 0;    // (weight gradient) elements from one padded image to the next: c * channel and slack
   // positions per image (oh * wp) rounded up to 32, and the zeros a padded image needs after its last
   // channel for the tiles' reads past it: (kw - 1) * dilation_w + positions - oh * wp
   int64_t positions() const { return (oh * wp + 31) / 32 * 32; }
@@ -36,8 +37,8 @@ struct AmxConvWeights {
 
 // dy (OC, OH, OW) bf16 -> packed: tile column t (16 output channels) holds positions() / 2 rows of 16
 // VNNI-2 words (positions 2q, 2q + 1 of channel 16 t + j), dy 0 past OW in a row and past OH rows.
-// `row` is scratch for one dy row at the padded width (oc * positions() bf16).
-void amx_conv_pack_dy(const AmxConvWeights& g, const BFloat16* dy, BFloat16* row, BFloat16* packed);
+// `row` is scratch for dy at the padded width (oc * positions() bf16).
+void amx_conv_pack_dy(const AmxConvGeometry& g, const BFloat16* dy, BFloat16* row, BFloat16* packed);
 
 // The forward of one image on the tile unit, stride 1 (the data gradient of a stride-1 convolution is one:
 // conv.cc), with no column matrix: out (OC, positions()) f32 = sum over taps and channel blocks of W_tap
@@ -46,18 +47,18 @@ void amx_conv_pack_dy(const AmxConvWeights& g, const BFloat16* dy, BFloat16* row
 // channel pairs, one channel's plane apart, each 16 positions of the two channels side by side. wt holds
 // the weights as [tap][oc][c] bf16. The positions past OW in a row (and past OH rows) hold sums of other
 // values; the caller stores only the others.
-void amx_conv_forward_image(const AmxConvWeights& g, const BFloat16* wt, const BFloat16* pairs, float* out);
+void amx_conv_forward_image(const AmxConvGeometry& g, const BFloat16* wt, const BFloat16* pairs, float* out);
 
 // y (OC, OH, OW), bf16 or f32, <- out's positions inside the output (amx_conv_forward_image's), each plus
 // bias[o] (bias nullptr: none), plus what y holds (accumulate), ReLU (relu), rounded once into y's dtype.
 // `plane` is scratch for OH * OW floats.
-void amx_conv_store(const AmxConvWeights& g, const float* out, const float* bias, bool relu, bool accumulate,
+void amx_conv_store(const AmxConvGeometry& g, const float* out, const float* bias, bool relu, bool accumulate,
                     void* y, bool y_bf16, float* plane);
 
 // sums [kh][kw][c][oc] f32 = (first) or += the weight gradient's sums over `images` images: padded images
 // at xpad + n * image (zero around, g.slack() zeros after the last channel), packed dy at dy + n *
 // packed_dy(). On the calling thread.
-void amx_conv_weight_sums(const AmxConvWeights& g, const BFloat16* xpad, const BFloat16* dy, int64_t images,
+void amx_conv_weight_sums(const AmxConvGeometry& g, const BFloat16* xpad, const BFloat16* dy, int64_t images,
                           float* sums, bool first);
 
 }  // namespace demi::kernels::cpu

@@ -9,7 +9,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -29,10 +28,10 @@ namespace demi::kernels::cpu::cpu_internal_amx {
 namespace {
 
 using cpu_internal::configure_tiles;
-using cpu_internal::transpose16;
 using cpu_internal::for_each_part;
 using cpu_internal::PartScratch;
 using cpu_internal::parts_for;
+using cpu_internal::transpose16;
 using cpu_internal::Workspace;
 
 // Tiles 0-3: the C block's sums (rows 0-15 | 16-31 x columns 0-15 | 16-31); 4, 5: a's two row tiles; 6, 7:
@@ -49,15 +48,12 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 const demi::internal::ConvertKernels& cvt() { return demi::internal::convert_kernels(CpuLevel::kAvx512Bf16); }
 
-// n values of src (dtype t; an f32 one read rounded to `round` where that is bf16|f16) as f32.
-void values_of(const void* src, DType t, DType round, int64_t n, float* out) {
+// n values of src (f32|bf16|f16) as f32: a bias in c's dtype.
+void bias_as_f32(const void* src, DType t, int64_t n, float* out) {
   switch (t) {
     case DType::kBF16: cvt().bf16_to_f32(static_cast<const BFloat16*>(src), out, n); break;
     case DType::kF16: cvt().f16_to_f32(static_cast<const Half*>(src), out, n); break;
-    default:
-      std::memcpy(out, src, static_cast<size_t>(n) * sizeof(float));
-      if (round != DType::kF32) round_f32(out, out, n, round);
-      break;
+    default: std::memcpy(out, src, static_cast<size_t>(n) * sizeof(float)); break;
   }
 }
 
@@ -441,7 +437,7 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   Workspace bias32(p.bias != nullptr && p.bias_dtype != DType::kF32 ? static_cast<size_t>(p.n) * sizeof(float) : 0);
   const float* bias = static_cast<const float*>(p.bias);
   if (p.bias != nullptr && p.bias_dtype != DType::kF32) {
-    values_of(p.bias, p.bias_dtype, DType::kF32, p.n, bias32.f32());
+    bias_as_f32(p.bias, p.bias_dtype, p.n, bias32.f32());
     bias = bias32.f32();
   }
   auto* pa16 = reinterpret_cast<BFloat16*>(pa.f32());
