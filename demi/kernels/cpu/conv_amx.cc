@@ -19,6 +19,10 @@
 namespace demi::kernels::cpu {
 
 using cpu_internal::configure_tiles;
+using cpu_internal::load_c_tiles;
+using cpu_internal::multiply_c_tiles;
+using cpu_internal::store_c_tiles;
+using cpu_internal::zero_c_tiles;
 using cpu_internal::transpose16;
 
 void amx_conv_pack_dy(const AmxConvGeometry& g, const BFloat16* dy, BFloat16* row, BFloat16* packed) {
@@ -45,14 +49,10 @@ void amx_conv_forward_image(const AmxConvGeometry& g, const BFloat16* wt, const 
   const int64_t kp = g.positions();
   const int64_t a_stride = g.c * static_cast<int64_t>(sizeof(BFloat16));       // wt's rows: output channels
   const int64_t b_stride = 2 * g.channel * static_cast<int64_t>(sizeof(BFloat16));  // pair planes
-  const int64_t o_stride = kp * static_cast<int64_t>(sizeof(float));
   configure_tiles();
   for (int64_t ob = 0; ob < g.oc; ob += 32)
     for (int64_t pb = 0; pb < kp; pb += 32) {
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
+      zero_c_tiles();
       for (int64_t i = 0; i < g.kh; ++i)
         for (int64_t j = 0; j < g.kw; ++j) {
           const int64_t tap = i * g.kw + j, off = i * g.dilation_h * g.wp + j * g.dilation_w;
@@ -61,21 +61,10 @@ void amx_conv_forward_image(const AmxConvGeometry& g, const BFloat16* wt, const 
             const BFloat16* a1 = a0 + 16 * g.c;                      // ob + 16 .. ob + 31
             const BFloat16* b0 = pairs + ((cb / 2) * g.channel + pb + off) * 2;  // positions pb .. pb + 15
             const BFloat16* b1 = b0 + 32;                                        // pb + 16 .. pb + 31
-            _tile_loadd(4, a0, a_stride);
-            _tile_loadd(6, b0, b_stride);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_loadd(7, b1, b_stride);
-            _tile_dpbf16ps(1, 4, 7);
-            _tile_loadd(5, a1, a_stride);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
+            multiply_c_tiles(a0, a1, a_stride, b0, b1, b_stride);
           }
         }
-      float* o = out + ob * kp + pb;
-      _tile_stored(0, o, o_stride);
-      _tile_stored(1, o + 16, o_stride);
-      _tile_stored(2, o + 16 * kp, o_stride);
-      _tile_stored(3, o + 16 * kp + 16, o_stride);
+      store_c_tiles(out + ob * kp + pb, kp);
     }
   _tile_release();
 }
@@ -108,7 +97,6 @@ void amx_conv_weight_sums(const AmxConvGeometry& g, const BFloat16* xpad, const 
                           float* sums, bool first) {
   const int64_t kp = g.positions(), steps = kp / 32, half = kp / 2;
   const int64_t stride = g.channel * static_cast<int64_t>(sizeof(BFloat16));  // a tile's rows: channels
-  const int64_t srow = g.oc * static_cast<int64_t>(sizeof(float));  // sums' rows (channels), in bytes
   configure_tiles();
   for (int64_t i = 0; i < g.kh; ++i)
     for (int64_t j = 0; j < g.kw; ++j) {
@@ -116,37 +104,20 @@ void amx_conv_weight_sums(const AmxConvGeometry& g, const BFloat16* xpad, const 
       for (int64_t cb = 0; cb < g.c; cb += 32)
         for (int64_t ob = 0; ob < g.oc; ob += 32) {
           float* s = sums + ((i * g.kw + j) * g.c + cb) * g.oc + ob;
-          if (first) {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-          } else {
-            _tile_loadd(0, s, srow);
-            _tile_loadd(1, s + 16, srow);
-            _tile_loadd(2, s + 16 * g.oc, srow);
-            _tile_loadd(3, s + 16 * g.oc + 16, srow);
-          }
+          if (first)
+            zero_c_tiles();
+          else
+            load_c_tiles(s, g.oc);
           for (int64_t n = 0; n < images; ++n) {
             const BFloat16* a0 = xpad + n * g.image + cb * g.channel + tap;  // channels cb .. cb + 15
             const BFloat16* a1 = a0 + 16 * g.channel;                        // cb + 16 .. cb + 31
             const BFloat16* b0 = dy + n * g.packed_dy() + (ob / 16) * half * 32;
             const BFloat16* b1 = b0 + half * 32;
             for (int64_t st = 0; st < steps; ++st) {
-              _tile_loadd(4, a0 + st * 32, stride);
-              _tile_loadd(6, b0 + st * 16 * 32, 64);
-              _tile_dpbf16ps(0, 4, 6);
-              _tile_loadd(7, b1 + st * 16 * 32, 64);
-              _tile_dpbf16ps(1, 4, 7);
-              _tile_loadd(5, a1 + st * 32, stride);
-              _tile_dpbf16ps(2, 5, 6);
-              _tile_dpbf16ps(3, 5, 7);
+              multiply_c_tiles(a0 + st * 32, a1 + st * 32, stride, b0 + st * 16 * 32, b1 + st * 16 * 32, 64);
             }
           }
-          _tile_stored(0, s, srow);
-          _tile_stored(1, s + 16, srow);
-          _tile_stored(2, s + 16 * g.oc, srow);
-          _tile_stored(3, s + 16 * g.oc + 16, srow);
+          store_c_tiles(s, g.oc);
         }
     }
   _tile_release();

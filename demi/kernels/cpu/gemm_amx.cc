@@ -28,6 +28,10 @@ namespace demi::kernels::cpu::cpu_internal_amx {
 namespace {
 
 using cpu_internal::configure_tiles;
+using cpu_internal::load_c_tiles;
+using cpu_internal::multiply_c_tiles;
+using cpu_internal::store_c_tiles;
+using cpu_internal::zero_c_tiles;
 using cpu_internal::for_each_part;
 using cpu_internal::PartScratch;
 using cpu_internal::parts_for;
@@ -281,17 +285,10 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
         const BFloat16* t0 = pb + 2 * (nb - pb_nb0) * half * 2 * kTile + k0 * kTile;
         const BFloat16* t1 = t0 + half * 2 * kTile;
         float* sums = held + (nb - n0) * kBlock * kBlock;
-        if (first) {
-          _tile_zero(0);
-          _tile_zero(1);
-          _tile_zero(2);
-          _tile_zero(3);
-        } else {
-          _tile_loadd(0, sums, kBlock * sizeof(float));
-          _tile_loadd(1, sums + kTile, kBlock * sizeof(float));
-          _tile_loadd(2, sums + kTile * kBlock, kBlock * sizeof(float));
-          _tile_loadd(3, sums + kTile * kBlock + kTile, kBlock * sizeof(float));
-        }
+        if (first)
+          zero_c_tiles();
+        else
+          load_c_tiles(sums, kBlock);
         for (int64_t s = 0; s < steps; ++s) {
           // The next step's b tiles toward L1 while these multiply (2 KiB: 32 lines).
           const char* next0 = reinterpret_cast<const char*>(t0 + (s + 1) * kTile * 2 * kTile);
@@ -300,20 +297,10 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
             _mm_prefetch(next0 + 64 * l, _MM_HINT_T0);
             _mm_prefetch(next1 + 64 * l, _MM_HINT_T0);
           }
-          _tile_loadd(4, a0 + s * kKStep, stride);
-          _tile_loadd(6, t0 + s * kTile * 2 * kTile, 64);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_loadd(7, t1 + s * kTile * 2 * kTile, 64);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_loadd(5, a1 + s * kKStep, stride);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
+          multiply_c_tiles(a0 + s * kKStep, a1 + s * kKStep, stride, t0 + s * kTile * 2 * kTile,
+                           t1 + s * kTile * 2 * kTile, 64);
         }
-        float* out = last ? &acc[0][0] : sums;
-        _tile_stored(0, out, kBlock * sizeof(float));
-        _tile_stored(1, out + kTile, kBlock * sizeof(float));
-        _tile_stored(2, out + kTile * kBlock, kBlock * sizeof(float));
-        _tile_stored(3, out + kTile * kBlock + kTile, kBlock * sizeof(float));
+        store_c_tiles(last ? &acc[0][0] : sums, kBlock);
         if (!last) continue;
         const int64_t i0 = mb * kBlock, j0 = nb * kBlock;
         store_block(p, acc, i0, j0, std::min(kBlock, p.m - i0), std::min(kBlock, p.n - j0), c, residual, bias);
@@ -347,10 +334,7 @@ void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, con
           float* sa = (last ? &acc[0][0][0] : sums) + g * kTile;
           float* sb = sa + kBlock * kBlock;
           if (first) {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
+            zero_c_tiles();
           } else {
             float* ha = sums + g * kTile;
             _tile_loadd(0, ha, kRow);

@@ -35,6 +35,45 @@ inline constexpr TileConfig kTileConfig = [] {
 
 inline void configure_tiles() { _tile_loadconfig(&kTileConfig); }
 
+// A 2 x 2 block of C tiles, 32 x 32 f32 in tiles 0-3 (rows 0-15 | 16-31 x columns 0-15 | 16-31), held in
+// memory as rows `ld` floats apart: zeroed, loaded, stored; and one 32-k step of its product, a's tiles
+// (rows 0-15 at a0, 16-31 at a1, rows a_stride bytes apart) in 4, 5 and b's (columns 0-15 at b0, 16-31 at
+// b1, VNNI rows b_stride bytes apart) in 6, 7: four tile loads for four products.
+inline __attribute__((always_inline)) void zero_c_tiles() {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+}
+
+inline __attribute__((always_inline)) void load_c_tiles(const float* c, int64_t ld) {
+  const int64_t stride = ld * static_cast<int64_t>(sizeof(float));
+  _tile_loadd(0, c, stride);
+  _tile_loadd(1, c + 16, stride);
+  _tile_loadd(2, c + 16 * ld, stride);
+  _tile_loadd(3, c + 16 * ld + 16, stride);
+}
+
+inline __attribute__((always_inline)) void store_c_tiles(float* c, int64_t ld) {
+  const int64_t stride = ld * static_cast<int64_t>(sizeof(float));
+  _tile_stored(0, c, stride);
+  _tile_stored(1, c + 16, stride);
+  _tile_stored(2, c + 16 * ld, stride);
+  _tile_stored(3, c + 16 * ld + 16, stride);
+}
+
+inline __attribute__((always_inline)) void multiply_c_tiles(const void* a0, const void* a1, int64_t a_stride,
+                                                            const void* b0, const void* b1, int64_t b_stride) {
+  _tile_loadd(4, a0, a_stride);
+  _tile_loadd(6, b0, b_stride);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_loadd(7, b1, b_stride);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_loadd(5, a1, a_stride);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
+}
+
 // r (16 rows of 16 32-bit words) transposed in place.
 inline __attribute__((always_inline)) void transpose16(__m512i (&r)[16]) {
   __m512i t[16];
