@@ -317,7 +317,7 @@ void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, con
                   int64_t m0, int64_t m1, int64_t n0, int64_t n1, float* held, void* c, const void* residual,
                   const float* bias) {
   const int64_t kq = L.kq(), kp = L.kp, half = kq / 2;
-  constexpr int64_t kRow = kBlock * sizeof(float);                     // a held block's rows, in bytes
+  constexpr int64_t kRow = kBlock * sizeof(float);  // a held block's rows, in bytes
   alignas(64) float acc[2][kBlock][kBlock];
   for (int64_t mb = m0; mb < m1; ++mb)
     for (int64_t k0 = 0; k0 < kp; k0 += kKBlock) {
