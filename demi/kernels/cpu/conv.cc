@@ -638,6 +638,8 @@ void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const v
   });
 }
 
+bool conv2d_forward_on_tiles(const Conv2dParams& p) { return conv2d_supported(p) && forward_amx(p); }
+
 bool conv2d_backward_data_indirect_supported(const Conv2dParams& p) {
   return conv2d_supported(p) && data_gradient_indirect(p);
 }

@@ -46,6 +46,9 @@ bool conv2d_supported(const Conv2dParams& p);
 // where the CPU level has the indirect micro-kernel and the packed weights (2 MiB) and one padded f32 image
 // (4 MiB) fit. The dispatcher (../onednn/conv.h) offers only this form against oneDNN.
 bool conv2d_indirect_supported(const Conv2dParams& p);
+// Whether conv2d_forward runs p on the tile unit (conv_amx.h: the amx level, bf16 x and w, stride 1, C and
+// OC multiples of 32, y bf16|f32), the form conv2d_indirect_supported then names.
+bool conv2d_forward_on_tiles(const Conv2dParams& p);
 // Whether conv2d_backward_data runs p as that indirect product (stride 1: the data gradient is the forward
 // convolution of dy with the flipped weights, padded by (KH-1)*dilation - pad) rather than per image.
 bool conv2d_backward_data_indirect_supported(const Conv2dParams& p);

@@ -931,7 +931,8 @@ std::string conv2d_forward_kernel(const Conv2dParams& p_in) {
     d ? cpu::conv2d_forward(p, x.get(), w.get(), nullptr, y.get())
       : onednn_forward(p, x.get(), w.get(), nullptr, y.get());
   });
-  return gemm ? "demi-gemm" : "onednn";
+  if (!gemm) return "onednn";
+  return cpu::conv2d_forward_on_tiles(p) ? "demi-gemm (tiles)" : "demi-gemm";
 }
 
 void conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {

@@ -123,8 +123,8 @@ ConvGemmPolicy conv_gemm_policy();
 std::string conv_gemm_cache_path();
 void set_conv_gemm_cache_dir(const std::string& dir);
 // The forward's kernel for p's geometry and x_dtype as a conv layer runs it: "demi-direct", "demi-gemm",
-// "onednn" or "onednn (not an indirect geometry)", measured now on zeroed scratch operands if not yet. For
-// `demi info` and benchmarks.
+// "demi-gemm (tiles)" (on the tile unit: cpu::conv2d_forward_on_tiles), "onednn" or "onednn (not an indirect
+// geometry)", measured now on zeroed scratch operands if not yet. For `demi info` and benchmarks.
 std::string conv2d_forward_kernel(const Conv2dParams& p);
 
 // How a measured choice between demi's kernel and oneDNN's is decided (the direct and the indirect
