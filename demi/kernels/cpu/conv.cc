@@ -152,11 +152,25 @@ size_t image_buffer_bytes(const Images& src) {
   return src.data != nullptr ? 0 : cpu_internal::bytes64(src.make_bytes);
 }
 
-// The forward on the tile unit (conv_amx.h): the amx level, bf16 image and weights, stride 1, channels and
-// output channels in multiples of 32, output bf16 or f32.
+// The geometries the tile convolutions take (conv_amx.h): the amx level, groups 1, stride 1, channels and
+// output channels in multiples of 32; and such a layer's geometry as they read it.
+bool tile_geometry(const Conv2dParams& p) {
+  return cpu_level() >= CpuLevel::kAmx && p.groups == 1 && p.stride_h == 1 && p.stride_w == 1 && p.c % 32 == 0 &&
+         p.oc % 32 == 0;
+}
+
+AmxConvGeometry amx_geometry(const Conv2dParams& p, const Geometry& g) {
+  AmxConvGeometry a;
+  a.c = g.c, a.oc = g.oc, a.kh = g.kh, a.kw = g.kw, a.dilation_h = p.dilation_h, a.dilation_w = p.dilation_w;
+  a.oh = g.oh, a.ow = g.ow;
+  a.wp = g.w + p.pad_left + p.pad_right;
+  a.channel = (g.h + p.pad_top + p.pad_bottom) * a.wp;
+  return a;
+}
+
+// The forward on the tile unit: bf16 image and weights, output bf16 or f32.
 bool forward_amx(const Conv2dParams& p) {
-  return cpu_level() >= CpuLevel::kAmx && p.groups == 1 && p.stride_h == 1 && p.stride_w == 1 &&
-         p.x_dtype == DType::kBF16 && p.w_dtype == DType::kBF16 && p.c % 32 == 0 && p.oc % 32 == 0 &&
+  return tile_geometry(p) && p.x_dtype == DType::kBF16 && p.w_dtype == DType::kBF16 &&
          (p.y_dtype == DType::kBF16 || p.y_dtype == DType::kF32);
 }
 
@@ -227,13 +241,8 @@ void pad_image_bf16(const Conv2dParams& p, const Geometry& g, const BFloat16* x,
 // the sum already in y (accumulate) and one rounding into y's dtype.
 void amx_forward(const Conv2dParams& p, const Geometry& g, const Images& x, const void* w, const float* bias32,
                  void* y, bool accumulate) {
-  AmxConvGeometry a;
-  a.c = g.c, a.oc = g.oc, a.kh = g.kh, a.kw = g.kw, a.dilation_h = p.dilation_h, a.dilation_w = p.dilation_w;
-  a.oh = g.oh, a.ow = g.ow;
-  const int64_t hp = g.h + p.pad_top + p.pad_bottom, taps = g.kh * g.kw, P = g.cols();
-  a.wp = g.w + p.pad_left + p.pad_right;
-  a.channel = hp * a.wp;
-  const int64_t kp = a.positions();
+  const AmxConvGeometry a = amx_geometry(p, g);
+  const int64_t hp = g.h + p.pad_top + p.pad_bottom, taps = g.kh * g.kw, P = g.cols(), kp = a.positions();
   Workspace wt(static_cast<size_t>(taps * g.oc * g.c) * sizeof(BFloat16));
   auto* wt16 = reinterpret_cast<BFloat16*>(wt.f32());
   const auto* wb = static_cast<const BFloat16*>(w);
@@ -252,10 +261,10 @@ void amx_forward(const Conv2dParams& p, const Geometry& g, const Images& x, cons
     auto* sums = reinterpret_cast<float*>(scratch.part(part) + image_bytes);
     auto* row = reinterpret_cast<float*>(scratch.part(part) + image_bytes + sums_bytes);
     void* made = scratch.part(part) + image_bytes + sums_bytes + row_bytes;  // x's image n, where x makes it
+    std::fill(pairs + g.c / 2 * a.channel * 2, pairs + pair_elems, BFloat16{});  // the slack: never written
     for (int64_t n = n0; n < n1; ++n) {
       const auto* xn = static_cast<const BFloat16*>(image_of(x, n, g.c * g.h * g.w, p.x_dtype, made));
       pad_image_pairs(p, g, xn, hp, a.wp, pairs);
-      std::fill(pairs + g.c / 2 * a.channel * 2, pairs + pair_elems, BFloat16{});
       amx_conv_forward_image(a, wt16, pairs, sums);
       amx_conv_store(a, sums, bias32, p.relu, accumulate, element_at(y, n * g.oc * P, p.y_dtype),
                      p.y_dtype == DType::kBF16, row);
@@ -525,19 +534,14 @@ void indirect_backward_weights(const Conv2dParams& p, const Geometry& g, const v
 constexpr int64_t kAmxImages = 4;
 
 bool weight_gradient_amx(const Conv2dParams& p) {
-  return cpu_level() >= CpuLevel::kAmx && p.groups == 1 && p.stride_h == 1 && p.stride_w == 1 &&
-         p.x_dtype == DType::kBF16 && p.y_dtype == DType::kBF16 && p.c % 32 == 0 && p.oc % 32 == 0;
+  return tile_geometry(p) && p.x_dtype == DType::kBF16 && p.y_dtype == DType::kBF16;
 }
 
 void amx_backward_weights(const Conv2dParams& p, const Geometry& g, const void* x, const Images& dy, void* dw,
                           void* db) {
-  AmxConvGeometry a;
-  a.c = g.c, a.oc = g.oc, a.kh = g.kh, a.kw = g.kw, a.dilation_h = p.dilation_h, a.dilation_w = p.dilation_w;
-  a.oh = g.oh, a.ow = g.ow;
-  const int64_t hp = g.h + p.pad_top + p.pad_bottom;
-  a.wp = g.w + p.pad_left + p.pad_right;
-  a.channel = hp * a.wp;
+  AmxConvGeometry a = amx_geometry(p, g);
   a.image = (g.c * a.channel + a.slack() + 31) / 32 * 32;
+  const int64_t hp = g.h + p.pad_top + p.pad_bottom;
   const int64_t taps = g.kh * g.kw, wn = g.oc * g.rows(), P = g.cols();
   const int threads = std::max(1, std::min<int>(num_threads(), static_cast<int>(p.n)));
   const int64_t part = wn + g.oc;  // a thread's [tap][c][oc] sums, then its bias sums
@@ -562,6 +566,8 @@ void amx_backward_weights(const Conv2dParams& p, const Geometry& g, const void* 
       float* sums = parts + t * part;
       float* bsums = sums + wn;
       std::fill(sums, sums + part, 0.0f);
+      for (int64_t i = 0; i < kAmxImages; ++i)  // each image's slack: never written
+        std::fill(xs + i * a.image + g.c * a.channel, xs + (i + 1) * a.image, BFloat16{});
       const int64_t n0 = t * p.n / threads, n1 = (t + 1) * p.n / threads;
       for (int64_t c0 = n0; c0 < n1; c0 += kAmxImages) {
         const int64_t count = std::min(kAmxImages, n1 - c0);
@@ -570,7 +576,6 @@ void amx_backward_weights(const Conv2dParams& p, const Geometry& g, const void* 
           BFloat16* xp = xs + i * a.image;
           const auto* xn = reinterpret_cast<const BFloat16*>(element_at(x, n * g.c * g.h * g.w, p.x_dtype));
           pad_image_bf16(p, g, xn, hp, a.wp, xp);
-          std::fill(xp + g.c * a.channel, xp + a.image, BFloat16{});
           const auto* dyn = static_cast<const BFloat16*>(image_of(dy, n, g.oc * P, p.y_dtype, made));
           amx_conv_pack_dy(a, dyn, wide, dys + i * a.packed_dy());
           if (db)
