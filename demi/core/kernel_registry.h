@@ -108,7 +108,8 @@
 #define DEMI_KERNELS_direct_conv(X) \
   X(kScalar, direct_conv_kernels_scalar, own) \
   X(kAvx512, direct_conv_kernels_avx512, own) \
-  X(kAvx512Bf16, direct_conv_kernels_avx512bf16, own)
+  X(kAvx512Bf16, direct_conv_kernels_avx512bf16, own) \
+  X(kAmx, direct_conv_kernels_amx, own)
 #define DEMI_KERNELS_dropout(X) \
   X(kScalar, dropout_kernels_scalar, own) \
   X(kAvx2, dropout_kernels_avx2, own) \

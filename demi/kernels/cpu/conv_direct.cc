@@ -1,10 +1,12 @@
 #include "demi/kernels/cpu/conv_direct.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "demi/core/convert.h"
@@ -102,6 +104,24 @@ const DirectConvKernels& kernels() {
   return table.get();
 }
 
+// How a layer's products run: FMAs on f32 (every level), vdpbf16ps pairs (DirectConvKernels::forward_pairs,
+// dot_rows_bf16) or the tile unit (forward_tiles, weight_sums_tiles); the last two for a bf16 image with bf16
+// weights (forward) or a bf16 dz (weight gradient) where the level has them.
+enum class Products { kF32, kPairs, kTiles };
+
+// ScopedDirectConvProducts' way (a Products), or -1: as measured.
+std::atomic<int> g_forced_products{-1};
+
+// The forced way where the level has its kernels (`pairs`, `tiles`: whether it has them), else `measured()`.
+template <class Measured>
+Products forced_or(bool pairs, bool tiles, Measured&& measured) {
+  const int forced = g_forced_products.load();
+  const auto way = static_cast<Products>(forced);
+  if (forced >= 0 && (way == Products::kF32 || (way == Products::kPairs && pairs) || (way == Products::kTiles && tiles)))
+    return way;
+  return measured();
+}
+
 DirectGeom geometry(const Conv2dParams& p) {
   DirectGeom g;
   g.c = p.c;
@@ -147,35 +167,48 @@ void pad_image(const Conv2dParams& p, const DirectGeom& g, const void* x, int64_
     }
 }
 
-// The pair image (DirectConvKernels::pair_image) beside the padded image xp in a thread's scratch: xp_bytes on
-// when the forward runs in pairs, else none.
-uint32_t* pair_image_after(const DirectConvKernels& kern, const DirectGeom& g, float* xp, size_t xp_bytes,
-                           bool in_pairs) {
-  if (!in_pairs) return nullptr;
+// The scratch beside the padded image xp in a thread's scratch, xp_bytes on: the pair image
+// (DirectConvKernels::pair_image, built here) when the forward runs in pairs, the room for the tile unit's taps
+// on it, else none.
+uint32_t* image_scratch_after(const DirectConvKernels& kern, const DirectGeom& g, float* xp, size_t xp_bytes,
+                              Products taps) {
+  if (taps == Products::kF32) return nullptr;
   auto* xq = reinterpret_cast<uint32_t*>(reinterpret_cast<char*>(xp) + xp_bytes);
-  kern.pair_image(xp, static_cast<int64_t>(padded_floats(g)), xq);
+  if (taps == Products::kPairs) kern.pair_image(xp, static_cast<int64_t>(padded_floats(g)), xq);
   return xq;
 }
 
 // The forward tiles' weights [tile][K][ocb] and bias [tile][ocb], f32, zero past OC; in pairs instead, the
-// weights as [tile][pairs][ocb] words of two bf16 in pair_plan's order (DirectConvKernels::forward_pairs).
+// weights as [tile][pairs][ocb] words of two bf16 in pair_plan's order (DirectConvKernels::forward_pairs); on
+// the tile unit, one tile of every channel: wt (OCP, fwd_slots) bf16 and the bias's OCP floats.
 struct PackedWeights {
   std::vector<float> w, bias;
   std::vector<uint32_t> pairs;
+  std::vector<BFloat16> wt;
   cpu_internal::PairPlan plan;  // (in pairs)
+  cpu_internal::TileGeom tg;    // (on the tile unit)
   int64_t tiles = 0, ocb = 0;
   const float* tile_w(int64_t t, const DirectGeom& g) const { return w.data() + t * g.k * ocb; }
   const uint32_t* tile_pairs(int64_t t) const { return pairs.data() + t * plan.n * ocb; }
 };
 
 PackedWeights pack_weights(const Conv2dParams& p, const DirectGeom& g, const void* w, const void* bias, int64_t ocb,
-                           bool in_pairs) {
+                           Products taps) {
   PackedWeights pw;
+  if (taps == Products::kTiles) {
+    pw.tg = cpu_internal::tile_geom(g, p.oc);
+    ocb = pw.tg.ocp;
+  }
   pw.ocb = ocb;
   pw.tiles = (p.oc + ocb - 1) / ocb;
   std::vector<float> w32(static_cast<size_t>(p.oc * g.k));
   convert(w, p.w_dtype, w32.data(), DType::kF32, p.oc * g.k);
-  if (in_pairs) {  // a widened bf16's top half is its bits
+  if (taps == Products::kTiles) {  // (bf16 weights: widened and narrowed exactly)
+    pw.wt.assign(static_cast<size_t>(pw.tg.ocp * pw.tg.fwd_slots), BFloat16{});
+    for (int64_t oc = 0; oc < p.oc; ++oc)
+      for (int64_t k = 0; k < g.k; ++k)
+        pw.wt[static_cast<size_t>(oc * pw.tg.fwd_slots + k)] = BFloat16(w32[static_cast<size_t>(oc * g.k + k)]);
+  } else if (taps == Products::kPairs) {  // a widened bf16's top half is its bits
     pw.plan = cpu_internal::pair_plan(g);
     const cpu_internal::PairPlan& pp = pw.plan;
     pw.pairs.assign(static_cast<size_t>(pw.tiles * pp.n * ocb), 0u);
@@ -197,31 +230,52 @@ PackedWeights pack_weights(const Conv2dParams& p, const DirectGeom& g, const voi
   return pw;
 }
 
-// One image's convolution into y32 (OC, OH, OW) f32; pw packed for the forward tile (kDirectOcb channels).
-void forward_image(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g, const PackedWeights& pw,
-                   const float* xp, const uint32_t* xq, bool relu, float* y32) {
-  for (int64_t t = 0; t < pw.tiles; ++t) {
-    const int ocn = static_cast<int>(std::min<int64_t>(pw.ocb, p.oc - t * pw.ocb));
-    float* y = y32 + t * pw.ocb * g.oh * g.ow;
-    if (!pw.pairs.empty())
-      kern.forward_pairs(g, pw.plan, xp, xq, pw.tile_pairs(t), pw.bias.data() + t * pw.ocb, relu, y, ocn);
-    else
-      kern.forward(g, xp, pw.tile_w(t, g), pw.bias.data() + t * pw.ocb, relu, y, ocn);
-  }
+// The scratch an image's forward takes beside its padded image: the pair image (in pairs) or the tile unit's
+// taps, sums and plane (DirectConvKernels::forward_tiles).
+size_t image_scratch_bytes(const DirectGeom& g, int64_t oc, Products taps) {
+  if (taps == Products::kPairs) return bytes64(padded_floats(g) * sizeof(float));
+  if (taps != Products::kTiles) return 0;
+  const cpu_internal::TileGeom t = cpu_internal::tile_geom(g, oc);
+  return bytes64(static_cast<size_t>((t.fwd_slots / 2 + t.ocp) * t.q + g.oh * g.ow) * sizeof(uint32_t));
 }
 
-// Whether `b` runs faster than `a` (two ways to the same result): both once (a warm-up, and how often to
+// One image's convolution into y (OC, OH, OW) in y_dtype (f32, or rounded once from the f32 sums); pw packed
+// for the forward tile (kDirectOcb channels). xq: the pair image (in pairs), or the scratch for the tile
+// unit's (image_scratch_bytes); y32: scratch for the f32 output where y_dtype is another (the tile unit
+// rounds to bf16 itself).
+void forward_image(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g, const PackedWeights& pw,
+                   const float* xp, uint32_t* xq, bool relu, void* y, DType y_dtype, float* y32) {
+  if (!pw.wt.empty() && (y_dtype == DType::kF32 || y_dtype == DType::kBF16))
+    return kern.forward_tiles(g, pw.tg, xp, pw.wt.data(), pw.bias.data(), relu, xq, y, y_dtype == DType::kBF16,
+                              p.oc);
+  float* out = y_dtype == DType::kF32 ? static_cast<float*>(y) : y32;
+  if (!pw.wt.empty()) {
+    kern.forward_tiles(g, pw.tg, xp, pw.wt.data(), pw.bias.data(), relu, xq, out, false, p.oc);
+  } else {
+    for (int64_t t = 0; t < pw.tiles; ++t) {
+      const int ocn = static_cast<int>(std::min<int64_t>(pw.ocb, p.oc - t * pw.ocb));
+      float* yt = out + t * pw.ocb * g.oh * g.ow;
+      if (!pw.pairs.empty())
+        kern.forward_pairs(g, pw.plan, xp, xq, pw.tile_pairs(t), pw.bias.data() + t * pw.ocb, relu, yt, ocn);
+      else
+        kern.forward(g, xp, pw.tile_w(t, g), pw.bias.data() + t * pw.ocb, relu, yt, ocn);
+    }
+  }
+  if (out != y) convert(out, DType::kF32, y, y_dtype, p.oc * g.oh * g.ow);
+}
+
+// Which of a few ways to the same result runs fastest (its index): each once (a warm-up, and how often to
 // repeat each to about a millisecond), then five alternating rounds; the best of each decides. The direct
 // kernels' measured choices (taps, dot products) are made by it.
-bool second_faster(const std::function<void()>& a, const std::function<void()>& b) {
-  const double once = internal::seconds_of([&] { a(); b(); });
-  const int reps = std::clamp(static_cast<int>(1e-3 / std::max(once, 1e-9)), 1, 100);
-  double best[2] = {1e30, 1e30};
-  for (int r = 0; r < 5; ++r) {
-    best[0] = std::min(best[0], internal::seconds_of(a, reps));
-    best[1] = std::min(best[1], internal::seconds_of(b, reps));
-  }
-  return best[1] < best[0];
+size_t fastest(const std::vector<std::function<void()>>& runs) {
+  const double once = internal::seconds_of([&] {
+    for (const auto& r : runs) r();
+  });
+  const int reps = std::clamp(static_cast<int>(1e-3 * static_cast<double>(runs.size()) / 2 / std::max(once, 1e-9)), 1, 100);
+  std::vector<double> best(runs.size(), 1e30);
+  for (int r = 0; r < 5; ++r)
+    for (size_t i = 0; i < runs.size(); ++i) best[i] = std::min(best[i], internal::seconds_of(runs[i], reps));
+  return static_cast<size_t>(std::min_element(best.begin(), best.end()) - best.begin());
 }
 
 // A bf16 layer's geometry as the direct kernels' own choices (taps, dot products) key and name it: the
@@ -238,34 +292,47 @@ std::string geometry_text(const Conv2dParams& p, bool channels) {
                  p.pad_right);
 }
 
-// Whether a bf16 forward of p's geometry takes its taps in bf16 pairs (vdpbf16ps) or in f32 on the widened
-// taps: the products are exact in f32 either way (the sums in another order), and which is faster depends on
-// the CPU — vdpbf16ps issues at half the FMA rate on Intel Xeons, at the full one on Zen 4/5 — so it is
-// measured per geometry (one image, both tiles, best of alternating rounds) and kept like the other choices
-// (conv-direct-taps-v1-<cpu>.txt): the separate and the fused forwards read the same choice, so they keep
+// How a bf16 forward of p's geometry takes its taps: in f32 on the widened taps, in bf16 pairs (vdpbf16ps) or
+// on the tile unit (AMX), where the level has them. The products are exact in f32 every way (the sums in
+// another order), and which is fastest depends on the CPU — vdpbf16ps issues at half the FMA rate on Intel
+// Xeons, at the full one on Zen 4/5; the tile unit exists only on the Xeons — so it is measured per geometry
+// (one image, each way, best of alternating rounds) and kept like the other choices
+// (conv-direct-taps-v2-<cpu>.txt): the separate and the fused forwards read the same choice, so they keep
 // giving the same bits.
-bool pairs_measured_faster(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g) {
-  static auto& choices = *new internal::ChoiceCache("conv-direct-taps-v1", {"f32", "pairs"});  // never destroyed
-  return choices.choose(geometry_key(p, true), [&] { return geometry_text(p, true); }, [&] {
+Products taps_measured(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g) {
+  static auto& choices = *new internal::ChoiceCache("conv-direct-taps-v2", {"f32", "pairs", "tiles"});  // never destroyed
+  return static_cast<Products>(choices.choose(geometry_key(p, true), [&] { return geometry_text(p, true); }, [&] {
     const std::vector<BFloat16> w(static_cast<size_t>(p.oc * g.k), BFloat16(0.25f));  // (the rate is the values')
-    const PackedWeights flat = pack_weights(p, g, w.data(), nullptr, kDirectOcb, false);
-    const PackedWeights paired = pack_weights(p, g, w.data(), nullptr, kDirectOcb, true);
+    std::vector<Products> ways{Products::kF32};
+    if (kern.forward_pairs) ways.push_back(Products::kPairs);
+    if (kern.forward_tiles) ways.push_back(Products::kTiles);
     const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float));
-    const Workspace buf(2 * xp_bytes + static_cast<size_t>(p.oc * g.oh * g.ow) * sizeof(float));
+    size_t scratch = 0;
+    for (Products t : ways) scratch = std::max(scratch, image_scratch_bytes(g, p.oc, t));
+    const Workspace buf(xp_bytes + scratch + static_cast<size_t>(p.oc * g.oh * g.ow) * sizeof(float));
     auto* xp = buf.f32();
     std::fill(xp, xp + padded_floats(g), 0.5f);
-    const uint32_t* xq = pair_image_after(kern, g, xp, xp_bytes, true);
-    float* y32 = reinterpret_cast<float*>(reinterpret_cast<char*>(xp) + 2 * xp_bytes);
-    const auto run = [&](const PackedWeights& pw) { forward_image(kern, p, g, pw, xp, xq, false, y32); };
-    return second_faster([&] { run(flat); }, [&] { run(paired); }) ? 1 : 0;
-  }) == 1;
+    float* y32 = reinterpret_cast<float*>(reinterpret_cast<char*>(xp) + xp_bytes + scratch);
+    std::vector<PackedWeights> packed;
+    std::vector<std::function<void()>> runs;
+    for (Products t : ways) packed.push_back(pack_weights(p, g, w.data(), nullptr, kDirectOcb, t));
+    for (size_t i = 0; i < ways.size(); ++i)
+      runs.push_back([&, i] {
+        uint32_t* xq = image_scratch_after(kern, g, xp, xp_bytes, ways[i]);
+        forward_image(kern, p, g, packed[i], xp, xq, false, y32, DType::kF32, y32);
+      });
+    return static_cast<int>(ways[fastest(runs)]);
+  }));
 }
 
-// Whether the forward takes the taps in bf16 pairs (DirectConvKernels::forward_pairs): a bf16 image and bf16
-// weights on a level that has the pair tiles, where they measure faster than the f32 tiles.
-bool forward_in_pairs(const DirectConvKernels& kern, const Conv2dParams& p) {
-  return kern.forward_pairs != nullptr && p.x_values() == DType::kBF16 && p.w_dtype == DType::kBF16 &&
-         pairs_measured_faster(kern, p, geometry(p));
+// How the forward takes its taps: a bf16 image and bf16 weights on a level that has the pair or tile kernels
+// as measured fastest (taps_measured), else f32.
+Products forward_taps(const DirectConvKernels& kern, const Conv2dParams& p) {
+  if ((kern.forward_pairs == nullptr && kern.forward_tiles == nullptr) || p.x_values() != DType::kBF16 ||
+      p.w_dtype != DType::kBF16)
+    return Products::kF32;
+  return forced_or(kern.forward_pairs != nullptr, kern.forward_tiles != nullptr,
+                   [&] { return taps_measured(kern, p, geometry(p)); });
 }
 
 void check(const Conv2dParams& p, const char* op) {
@@ -275,39 +342,124 @@ void check(const Conv2dParams& p, const char* op) {
 }
 
 
-// Whether a bf16 weight gradient of p's geometry takes its dot products on bf16 rows and columns in pairs
-// (vdpbf16ps) or on f32 ones: the products exact in f32 either way, which is faster depends on the CPU (as
-// for the forward's taps), so it is measured per geometry — one chunk of output channels against one input
-// channel's columns, both kernels, best of alternating rounds — and kept (conv-direct-dots-v1-<cpu>.txt);
-// the separate and the fused weight gradients read the same choice, and so does every channel count.
-bool dots_in_pairs_measured_faster(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g) {
-  static auto& choices = *new internal::ChoiceCache("conv-direct-dots-v1", {"f32", "pairs"});  // never destroyed
-  return choices.choose(geometry_key(p, false), [&] { return geometry_text(p, false); }, [&] {
-    const int64_t positions = g.oh * g.ow, on = std::min(kDzChannels, p.oc), k = g.kh * g.kw;  // (one channel's)
-    const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float));
-    const size_t col32 = bytes64(static_cast<size_t>(k * positions) * sizeof(float));
-    const size_t dz32 = bytes64(static_cast<size_t>(on * positions) * sizeof(float));
-    const size_t lanes = bytes64(static_cast<size_t>((on * k + on) * 16) * sizeof(float));
-    const Workspace buf(xp_bytes + 2 * col32 + 2 * dz32 + lanes);
-    char* at = reinterpret_cast<char*>(buf.f32());
-    auto* xp = reinterpret_cast<float*>(at);
-    auto* col = reinterpret_cast<float*>(at + xp_bytes);
-    auto* col16 = reinterpret_cast<BFloat16*>(at + xp_bytes + col32);
-    auto* dz = reinterpret_cast<float*>(at + xp_bytes + 2 * col32);
-    auto* dz16 = reinterpret_cast<BFloat16*>(at + xp_bytes + 2 * col32 + dz32);
-    auto* l = reinterpret_cast<float*>(at + xp_bytes + 2 * col32 + 2 * dz32);
-    std::fill(xp, xp + padded_floats(g), 0.5f);  // (the rate is the values')
-    std::fill(dz, dz + on * positions, 0.25f);
-    std::fill(dz16, dz16 + on * positions, BFloat16(0.25f));
+// How a bf16 weight gradient of p's geometry (image and dz bf16) runs its products: dot products on f32 rows
+// and columns, on bf16 ones in pairs (vdpbf16ps), or on the tile unit (AMX), where the level has them. The
+// products are exact in f32 every way; which is fastest depends on the CPU (as for the forward's taps), so it
+// is measured per geometry — one image of one input channel, every output channel, columns built and dz
+// given, each way, best of alternating rounds — and kept (conv-direct-dots-v2-<cpu>.txt); the separate and
+// the fused weight gradients read the same choice, and so does every channel count.
+Products dots_measured(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g) {
+  static auto& choices = *new internal::ChoiceCache("conv-direct-dots-v2", {"f32", "pairs", "tiles"});  // never destroyed
+  return static_cast<Products>(choices.choose(geometry_key(p, false), [&] { return geometry_text(p, false); }, [&] {
     DirectGeom gc = g;  // one input channel's taps
     gc.c = 1;
-    gc.k = k;
-    kern.columns(gc, xp, col);
-    kern.columns_bf16(gc, xp, col16);
-    const auto flat = [&] { kern.dot_rows(dz, col, on, k, positions, l, k, l + on * k * 16); };
-    const auto paired = [&] { kern.dot_rows_bf16(dz16, col16, on, k, positions, l, k, l + on * k * 16); };
-    return second_faster(flat, paired) ? 1 : 0;
-  }) == 1;
+    gc.k = g.kh * g.kw;
+    const int64_t positions = g.oh * g.ow, k = gc.k;
+    const cpu_internal::TileGeom t = cpu_internal::tile_geom(gc, p.oc);
+    const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float));
+    const size_t col32 = bytes64(static_cast<size_t>(std::max(k * positions, t.grad_slots * t.pp)) * sizeof(float));
+    const size_t dz32 = bytes64(static_cast<size_t>(std::max(p.oc * positions, t.ocp * t.pp)) * sizeof(float));
+    const size_t lanes = bytes64(static_cast<size_t>(std::max((p.oc * k + p.oc) * 16, t.grad_slots * t.ocp)) *
+                                 sizeof(float));
+    const Workspace buf(xp_bytes + col32 + 2 * dz32 + lanes);
+    char* at = reinterpret_cast<char*>(buf.f32());
+    auto* xp = reinterpret_cast<float*>(at);
+    auto* col = reinterpret_cast<float*>(at + xp_bytes);  // (f32, bf16 or the tile unit's columns)
+    auto* dz = reinterpret_cast<float*>(at + xp_bytes + col32);
+    auto* dz16 = reinterpret_cast<BFloat16*>(at + xp_bytes + col32 + dz32);
+    auto* dzt = dz16 + p.oc * positions;
+    auto* l = reinterpret_cast<float*>(at + xp_bytes + col32 + 2 * dz32);
+    std::fill(xp, xp + padded_floats(g), 0.5f);  // (the rate is the values')
+    std::fill(dz, dz + p.oc * positions, 0.25f);
+    std::fill(dz16, dz16 + p.oc * positions, BFloat16(0.25f));
+    auto* col16 = reinterpret_cast<BFloat16*>(col);
+    std::fill(dzt, dzt + t.ocp * t.pp, BFloat16{});
+    std::vector<Products> ways{Products::kF32};
+    std::vector<std::function<void()>> runs{[&] {
+      kern.columns(gc, xp, col);
+      for (int64_t o0 = 0; o0 < p.oc; o0 += kDzChannels) {
+        const int64_t on = std::min(kDzChannels, p.oc - o0);
+        kern.dot_rows(dz + o0 * positions, col, on, k, positions, l + o0 * k * 16, k, l + (p.oc * k + o0) * 16);
+      }
+    }};
+    if (kern.dot_rows_bf16) {
+      ways.push_back(Products::kPairs);
+      runs.push_back([&] {
+        kern.columns_bf16(gc, xp, col16);
+        for (int64_t o0 = 0; o0 < p.oc; o0 += kDzChannels) {
+          const int64_t on = std::min(kDzChannels, p.oc - o0);
+          kern.dot_rows_bf16(dz16 + o0 * positions, col16, on, k, positions, l + o0 * k * 16, k,
+                             l + (p.oc * k + o0) * 16);
+        }
+      });
+    }
+    if (kern.weight_sums_tiles) {
+      ways.push_back(Products::kTiles);
+      runs.push_back([&] {
+        kern.columns_tiles(gc, t, xp, col16);
+        for (int64_t o0 = 0; o0 < p.oc; o0 += 16)
+          kern.pack_dz_tiles(dz16 + o0 * positions, std::min<int64_t>(16, p.oc - o0), positions, t.pp,
+                             dzt + o0 * t.pp);
+        kern.weight_sums_tiles(t, col16, dzt, l);
+      });
+    }
+    return static_cast<int>(ways[fastest(runs)]);
+  }));
+}
+
+// How a weight gradient with dz in dz_dtype runs its products: dots_measured's choice for a bf16 image and a
+// bf16 dz on a level with the pair or tile kernels, else f32 dot products.
+Products dots_way(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g, DType dz_dtype) {
+  if ((kern.dot_rows_bf16 == nullptr && kern.weight_sums_tiles == nullptr) || p.x_values() != DType::kBF16 ||
+      dz_dtype != DType::kBF16)
+    return Products::kF32;
+  return forced_or(kern.dot_rows_bf16 != nullptr, kern.weight_sums_tiles != nullptr,
+                   [&] { return dots_measured(kern, p, g); });
+}
+
+// The weight gradient on the tile unit (dots_way kTiles): the threads take contiguous runs of images, each
+// summing into its own (grad_slots, OCP) f32 block (DirectConvKernels::weight_sums_tiles: per image the
+// columns built once, dz taken 16 channels at a time and packed); at the end each (oc, k) adds the threads'
+// sums in thread order. rows, tmp_bytes as for backward_weights_impl (here 16 channels at a time, bf16).
+template <class Rows, class TmpBytes>
+void backward_weights_tiles(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g, const void* x,
+                            Rows&& rows, TmpBytes&& tmp_bytes, float* dw32, float* db32) {
+  const cpu_internal::TileGeom t = cpu_internal::tile_geom(g, p.oc);
+  const int64_t positions = g.oh * g.ow, threads = parts_for(p.n);
+  const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)),
+               col_bytes = bytes64(static_cast<size_t>(t.grad_slots * t.pp) * sizeof(BFloat16)),
+               dzt_bytes = bytes64(static_cast<size_t>(t.ocp * t.pp) * sizeof(BFloat16)),
+               rows_bytes = bytes64(tmp_bytes(std::min<int64_t>(16, p.oc), true)),
+               sums_bytes = bytes64(static_cast<size_t>(t.grad_slots * t.ocp) * sizeof(float));
+  PartScratch scratch(threads, xp_bytes + col_bytes + dzt_bytes + rows_bytes + sums_bytes);
+  const size_t sums_at = xp_bytes + col_bytes + dzt_bytes + rows_bytes;
+  for_each_part(threads, p.n, [&](int64_t part, int64_t n0, int64_t n1) {
+    char* base = scratch.part(part);
+    auto* xp = reinterpret_cast<float*>(base);
+    auto* col = reinterpret_cast<BFloat16*>(base + xp_bytes);
+    auto* dzt = reinterpret_cast<BFloat16*>(base + xp_bytes + col_bytes);
+    auto* tmp = reinterpret_cast<float*>(base + xp_bytes + col_bytes + dzt_bytes);
+    auto* sums = reinterpret_cast<float*>(base + sums_at);
+    std::fill(sums, sums + t.grad_slots * t.ocp, 0.0f);
+    std::fill(dzt, dzt + t.ocp * t.pp, BFloat16{});  // (the channel blocks past OC stay 0)
+    for (int64_t n = n0; n < n1; ++n) {
+      pad_image(p, g, x, n, xp);
+      kern.columns_tiles(g, t, xp, col);
+      for (int64_t o0 = 0; o0 < p.oc; o0 += 16) {
+        const int64_t on = std::min<int64_t>(16, p.oc - o0);
+        kern.pack_dz_tiles(static_cast<const BFloat16*>(rows(n, o0, on, tmp, true)), on, positions, t.pp,
+                           dzt + o0 * t.pp);
+      }
+      kern.weight_sums_tiles(t, col, dzt, sums);
+    }
+  });
+  for (int64_t oc = 0; oc < p.oc; ++oc)
+    for (int64_t k = 0; k <= g.k; ++k) {
+      float s = 0.0f;
+      for (int64_t part = 0; part < threads; ++part)
+        s += reinterpret_cast<const float*>(scratch.part(part) + sums_at)[k * t.ocp + oc];
+      (k < g.k ? dw32[oc * g.k + k] : db32[oc]) = s;
+    }
 }
 
 // The weight gradient. The threads take contiguous runs of images, each summing into its own 16-lane partials
@@ -325,8 +477,9 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
                            float* dw32, float* db32) {
   const DirectConvKernels& kern = kernels();
   const DirectGeom g = geometry(p);
-  const bool bf16 = kern.dot_rows_bf16 && p.x_values() == DType::kBF16 && dz_dtype == DType::kBF16 &&
-                    dots_in_pairs_measured_faster(kern, p, g);
+  const Products way = dots_way(kern, p, g, dz_dtype);
+  if (way == Products::kTiles) return backward_weights_tiles(kern, p, g, x, rows, tmp_bytes, dw32, db32);
+  const bool bf16 = way == Products::kPairs;
   const int64_t positions = g.oh * g.ow, threads = parts_for(p.n);
   const int64_t part = (p.oc * g.k + p.oc) * 16;  // one thread's lanes for dw and db
   // The columns of every input channel at once, built once per image, where they fit kAllColumnsBytes;
@@ -437,22 +590,39 @@ bool direct_conv_supported(const Conv2dParams& p) {
          is_f32_or_low(p.w_dtype) && is_f32_or_low(p.bias_dtype) && is_f32_or_low(p.y_dtype);
 }
 
-bool direct_conv_forward_in_pairs(const Conv2dParams& p) { return forward_in_pairs(kernels(), p); }
+namespace {
+const char* products_name(Products way) {
+  return way == Products::kTiles ? "tiles" : way == Products::kPairs ? "bf16 pairs" : "f32";
+}
+}  // namespace
 
-bool direct_conv_dots_in_pairs(const Conv2dParams& p) {
-  const DirectConvKernels& kern = kernels();
-  return kern.dot_rows_bf16 && p.x_values() == DType::kBF16 && dots_in_pairs_measured_faster(kern, p, geometry(p));
+ScopedDirectConvProducts::ScopedDirectConvProducts(const char* way) : saved_(g_forced_products.load()) {
+  const std::string w = way ? way : "";
+  DEMI_CHECK(w.empty() || w == "f32" || w == "bf16 pairs" || w == "tiles",
+             "ScopedDirectConvProducts: the way is f32, bf16 pairs or tiles, got \"", w, "\"");
+  g_forced_products = w.empty()               ? -1
+                      : w == "tiles"          ? static_cast<int>(Products::kTiles)
+                      : w == "bf16 pairs"     ? static_cast<int>(Products::kPairs)
+                                              : static_cast<int>(Products::kF32);
+}
+
+ScopedDirectConvProducts::~ScopedDirectConvProducts() { g_forced_products = saved_; }
+
+const char* direct_conv_forward_products(const Conv2dParams& p) { return products_name(forward_taps(kernels(), p)); }
+
+const char* direct_conv_dots_products(const Conv2dParams& p) {
+  return products_name(dots_way(kernels(), p, geometry(p), p.y_dtype));
 }
 
 void direct_conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y) {
   check(p, "conv2d_forward (direct)");
   const DirectConvKernels& kern = kernels();
   const DirectGeom g = geometry(p);
-  const bool in_pairs = forward_in_pairs(kern, p);
-  const PackedWeights pw = pack_weights(p, g, w, bias, kDirectOcb, in_pairs);
+  const Products taps = forward_taps(kern, p);
+  const PackedWeights pw = pack_weights(p, g, w, bias, kDirectOcb, taps);
   const int64_t per_image = p.oc * g.oh * g.ow;
   const int64_t parts = parts_for(p.n);
-  const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)), xq_bytes = in_pairs ? xp_bytes : 0;
+  const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)), xq_bytes = image_scratch_bytes(g, p.oc, taps);
   const size_t y_bytes = p.y_dtype == DType::kF32 ? 0 : static_cast<size_t>(per_image) * sizeof(float);
   PartScratch scratch(parts, xp_bytes + xq_bytes + y_bytes);
   for_each_part(parts, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
@@ -460,11 +630,8 @@ void direct_conv2d_forward(const Conv2dParams& p, const void* x, const void* w, 
     auto* y32 = reinterpret_cast<float*>(scratch.part(t) + xp_bytes + xq_bytes);
     for (int64_t n = n0; n < n1; ++n) {
       pad_image(p, g, x, n, xp);
-      const uint32_t* xq = pair_image_after(kern, g, xp, xp_bytes, in_pairs);
-      float* out = p.y_dtype == DType::kF32 ? static_cast<float*>(y) + n * per_image : y32;
-      forward_image(kern, p, g, pw, xp, xq, p.relu, out);
-      if (out != static_cast<float*>(y) + n * per_image)
-        convert(out, DType::kF32, element_at(y, n * per_image, p.y_dtype), p.y_dtype, per_image);
+      uint32_t* xq = image_scratch_after(kern, g, xp, xp_bytes, taps);
+      forward_image(kern, p, g, pw, xp, xq, p.relu, element_at(y, n * per_image, p.y_dtype), p.y_dtype, y32);
     }
   });
 }
@@ -482,12 +649,17 @@ void direct_conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dPa
   // The convolution's own output dtype: the separate ops pool the values it stores (bf16: the same ties), and
   // an f16 output of an f32 convolution is pooled in f32, rounded once.
   const DType conv_dtype = p.y_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
-  if (pool.is_2x2_stride_2() && kern.forward_pool2x2) {  // pooled in registers: the output is never stored
-    const bool in_pairs = forward_in_pairs(kern, p) && kern.forward_pool2x2_pairs != nullptr;
-    const PackedWeights pw = pack_weights(p, g, w, bias, cpu_internal::kDirectPoolOcb, in_pairs);
+  const Products taps = forward_taps(kern, p);
+  // Pooled in registers (the output is never stored as such): by the FMA and pair tiles, and from the tile
+  // unit's sums at the padded width (those in the thread's scratch).
+  if (pool.is_2x2_stride_2() && kern.forward_pool2x2) {
+    const bool tiles = taps == Products::kTiles && kern.forward_pool2x2_tiles != nullptr;
+    const bool in_pairs = taps == Products::kPairs && kern.forward_pool2x2_pairs != nullptr;
+    const Products way = tiles ? Products::kTiles : in_pairs ? Products::kPairs : Products::kF32;
+    const PackedWeights pw = pack_weights(p, g, w, bias, cpu_internal::kDirectPoolOcb, way);
     const int64_t plane = pool.oh * pool.ow;
     const int64_t parts = parts_for(p.n);
-    const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)), xq_bytes = in_pairs ? xp_bytes : 0;
+    const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)), xq_bytes = image_scratch_bytes(g, p.oc, way);
     PartScratch scratch(parts, xp_bytes + xq_bytes +
                                    (y_dtype == DType::kF32 ? 0 : static_cast<size_t>(pooled) * sizeof(float)));
     for_each_part(parts, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
@@ -495,10 +667,13 @@ void direct_conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dPa
       auto* out32 = reinterpret_cast<float*>(scratch.part(t) + xp_bytes + xq_bytes);
       for (int64_t n = n0; n < n1; ++n) {
         pad_image(p, g, x, n, xp);
-        const uint32_t* xq = pair_image_after(kern, g, xp, xp_bytes, in_pairs);
+        uint32_t* xq = image_scratch_after(kern, g, xp, xp_bytes, way);
         float* dst = y_dtype == DType::kF32 ? static_cast<float*>(y) + n * pooled : out32;
         uint8_t* am = argmax ? argmax + n * pooled : nullptr;
-        for (int64_t tile = 0; tile < pw.tiles; ++tile) {
+        if (tiles)
+          kern.forward_pool2x2_tiles(g, pw.tg, xp, pw.wt.data(), pw.bias.data(), conv_dtype == DType::kBF16, xq, dst,
+                                     am, p.oc, pool.oh, pool.ow);
+        for (int64_t tile = 0; tile < (tiles ? 0 : pw.tiles); ++tile) {
           const int ocn = static_cast<int>(std::min<int64_t>(pw.ocb, p.oc - tile * pw.ocb));
           float* out = dst + tile * pw.ocb * plane;
           uint8_t* out_am = am ? am + tile * pw.ocb * plane : nullptr;
@@ -514,12 +689,11 @@ void direct_conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dPa
     });
     return;
   }
-  const bool in_pairs = forward_in_pairs(kern, p);
-  const PackedWeights pw = pack_weights(p, g, w, bias, kDirectOcb, in_pairs);
+  const PackedWeights pw = pack_weights(p, g, w, bias, kDirectOcb, taps);
   Pool2dParams one = pool;
   one.n = 1;
   const int64_t parts = parts_for(p.n);
-  const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)), xq_bytes = in_pairs ? xp_bytes : 0,
+  const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)), xq_bytes = image_scratch_bytes(g, p.oc, taps),
                y_bytes = bytes64(static_cast<size_t>(per_image) * sizeof(float)),
                low_bytes = bytes64(static_cast<size_t>(per_image) * dtype_size(conv_dtype));
   PartScratch scratch(parts,
@@ -532,13 +706,9 @@ void direct_conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dPa
     void* pooled_tmp = base + xp_bytes + xq_bytes + y_bytes + low_bytes;
     for (int64_t n = n0; n < n1; ++n) {
       pad_image(p, g, x, n, xp);
-      const uint32_t* xq = pair_image_after(kern, g, xp, xp_bytes, in_pairs);
-      forward_image(kern, p, g, pw, xp, xq, false, y32);
-      const void* conv_out = y32;
-      if (conv_dtype != DType::kF32) {
-        convert(y32, DType::kF32, ylow, conv_dtype, per_image);
-        conv_out = ylow;
-      }
+      uint32_t* xq = image_scratch_after(kern, g, xp, xp_bytes, taps);
+      void* conv_out = conv_dtype == DType::kF32 ? static_cast<void*>(y32) : ylow;
+      forward_image(kern, p, g, pw, xp, xq, false, conv_out, conv_dtype, y32);
       void* dst = element_at(y, n * pooled, y_dtype);
       relu_max_pool2d_forward(one, conv_dtype, conv_out, conv_dtype == y_dtype ? dst : pooled_tmp,
                               argmax ? argmax + n * pooled : nullptr);

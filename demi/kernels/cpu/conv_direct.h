@@ -1,6 +1,6 @@
 // Direct convolution for few input channels (a network's first layers: model A's 3 -> 32 k3, K = 27; model
 // B's 1 -> 32 k3p1, K = 9), with the fused ReLU -> MaxPool2d and the weight gradient, on f32 FMAs (bf16 on
-// vdpbf16ps where the CPU has AVX512-BF16).
+// vdpbf16ps where the CPU has AVX512-BF16, or on the tile unit where it has AMX: whichever measures fastest).
 //
 // Why not a GEMM: with K = C*KH*KW this small, an im2col GEMM (or oneDNN's jit kernel) does a few dozen
 // multiply-adds per output and then stores it; the layer is bound by moving its full-size output, which the
@@ -36,11 +36,25 @@ inline constexpr int64_t kDirectMaxK = 64;  // C * KH * KW
 
 // Whether these kernels take p's geometry and dtypes (p.y_dtype is not looked at: every output dtype works).
 bool direct_conv_supported(const Conv2dParams& p);
-// Whether a bf16 layer of p's geometry (x and w bf16) takes its forward taps in bf16 pairs (vdpbf16ps) and,
-// with a bf16 dz, its weight gradient's dot products on bf16 rows: where the level has those kernels and they
-// measured faster than the f32 ones on widened values (measured now if not yet; both exact products).
-bool direct_conv_forward_in_pairs(const Conv2dParams& p);
-bool direct_conv_dots_in_pairs(const Conv2dParams& p);
+// How a bf16 layer of p's geometry runs its products, as measured fastest here (now if not yet; every way's
+// products exact): the forward's taps (x and w bf16) and, with a bf16 p.y_dtype (dz), the weight gradient's:
+// "f32" (FMAs on widened values), "bf16 pairs" (vdpbf16ps, AVX512-BF16) or "tiles" (the tile unit, AMX).
+const char* direct_conv_forward_products(const Conv2dParams& p);
+const char* direct_conv_dots_products(const Conv2dParams& p);
+
+// Tests: while in scope, the bf16 layers take their products `way` ("f32", "bf16 pairs" or "tiles"; nullptr:
+// as measured) wherever the CPU level has that way's kernels (else as measured), instead of the measured
+// choice.
+class ScopedDirectConvProducts {
+ public:
+  explicit ScopedDirectConvProducts(const char* way);
+  ~ScopedDirectConvProducts();
+  ScopedDirectConvProducts(const ScopedDirectConvProducts&) = delete;
+  ScopedDirectConvProducts& operator=(const ScopedDirectConvProducts&) = delete;
+
+ private:
+  int saved_;
+};
 
 // x (N, C, H, W), w (OC, C, KH, KW), bias (OC) or nullptr -> y (N, OC, OH, OW) y_dtype = act(conv(x, w) + bias)
 void direct_conv2d_forward(const Conv2dParams& p, const void* x, const void* w, const void* bias, void* y);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "demi/core/convert.h"
@@ -35,6 +36,29 @@ const Geometry kWide = {"wide rows, asymmetric padding", 2, 2, 5, 45, 13, 3, 4, 
 // The data gradient is not the direct kernels' (oneDNN's serves it): the reference stands in.
 const kernels::testing::ConvKernels kDirect{direct_conv2d_forward, ref::conv2d_backward_data,
                                             direct_conv2d_backward_weights};
+
+// The ways a bf16 layer's products may take at a level: as measured (nullptr), and each one the level has,
+// forced (ScopedDirectConvProducts).
+std::vector<const char*> product_ways(CpuLevel level) {
+  std::vector<const char*> ways{nullptr, "f32"};
+  if (level >= CpuLevel::kAvx512Bf16) ways.push_back("bf16 pairs");
+  if (level >= CpuLevel::kAmx) ways.push_back("tiles");
+  return ways;
+}
+
+std::string way_name(const char* way) { return way ? way : "measured"; }
+
+// body(level, way) at every CPU level this machine has, under each way its bf16 products may take there.
+template <class Body>
+void at_every_level_and_way(Body&& body) {
+  for (CpuLevel level : supported_cpu_levels()) {
+    ScopedCpuLevel scoped(level);
+    for (const char* way : product_ways(level)) {
+      ScopedDirectConvProducts forced(way);
+      body(level, way);
+    }
+  }
+}
 
 std::vector<Geometry> direct_geometries() {
   std::vector<Geometry> out;
@@ -91,16 +115,15 @@ TEST(DirectConv, PairPlanTakesEveryTapOnce) {
 
 TEST(DirectConv, MatchesReferenceForEveryGeometryDtypeAndLevel) {
   const std::pair<DType, DType> dtypes[] = {{F32, F32}, {BF16, BF16}, {BF16, F32}, {F16, F16}, {F16, F32}};
-  for (CpuLevel level : supported_cpu_levels()) {
-    ScopedCpuLevel scoped(level);
-    SCOPED_TRACE(cpu_level_name(level));
+  at_every_level_and_way([&](CpuLevel level, const char* way) {
+    SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << way_name(way));
     int i = 0;
     for (const Geometry& g : direct_geometries()) {
       Fixture f(g);
       for (auto [in, out] : dtypes)
         kernels::testing::check_all_directions(kDirect, f, in, out, ConvLayout::kAuto, (i++ % 2) == 1);
     }
-  }
+  });
 }
 
 // The fused forward equals direct_conv2d_forward then relu_max_pool2d_forward (values and window indices),
@@ -113,8 +136,7 @@ TEST(DirectConv, FusedReluMaxPoolEqualsItsSeparateKernelsBitForBit) {
   };
   const Case cases[] = {{F32, F32}, {BF16, BF16}, {F16, F32}};
   uint64_t seed = 900;
-  for (CpuLevel level : supported_cpu_levels()) {
-    ScopedCpuLevel scoped(level);
+  at_every_level_and_way([&](CpuLevel level, const char* way) {
     for (const Geometry& g : direct_geometries()) {
       for (const Case& k : cases)
         for (int64_t window : {2, 3}) {
@@ -124,8 +146,8 @@ TEST(DirectConv, FusedReluMaxPoolEqualsItsSeparateKernelsBitForBit) {
           p.y_dtype = k.conv;
           p.bias_dtype = F32;
           const DType out = k.in;
-          SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << g.name << " " << dtype_name(k.in)
-                                            << " window " << window);
+          SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << way_name(way) << " " << g.name << " "
+                                            << dtype_name(k.in) << " window " << window);
           const Pool2dParams pool =
               make_pool2d_params(p.n, p.oc, p.out_h(), p.out_w(), window, window, window, window, PadMode::kValid);
           Operand x = random_operand(k.in, p.x_numel(), seed += 10), w = random_operand(k.in, p.w_numel(), seed + 1);
@@ -157,7 +179,7 @@ TEST(DirectConv, FusedReluMaxPoolEqualsItsSeparateKernelsBitForBit) {
           EXPECT_EQ(got_db.bytes, want_db.bytes) << "bias gradient";
         }
     }
-  }
+  });
 }
 
 // Each (oc, c, i, j) of the weight gradient sums its positions in one fixed order whatever else the call
@@ -167,11 +189,11 @@ TEST(DirectConv, FusedReluMaxPoolEqualsItsSeparateKernelsBitForBit) {
 // one channel's at a time (62 x 62 x 27: past 100 KiB); either way each channel's weights are bit for bit
 // the one-channel convolution's.
 TEST(DirectConv, WeightGradientPerInputChannelIsTheOneChannelConvolutionsBitForBit) {
-  for (CpuLevel level : supported_cpu_levels()) {
-    ScopedCpuLevel scoped(level);
+  at_every_level_and_way([&](CpuLevel level, const char* way) {
     for (int64_t size : {11, 62}) {
       for (DType t : {F32, BF16, F16}) {
-        SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << dtype_name(t) << " size " << size);
+        SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << way_name(way) << " " << dtype_name(t)
+                                          << " size " << size);
         Conv2dParams p;
         p.n = size > 11 ? 2 : 3, p.c = 3, p.h = size, p.w = size + 2, p.oc = 10, p.kh = 3, p.kw = 3;
         p.pad_top = p.pad_bottom = 1;
@@ -199,7 +221,7 @@ TEST(DirectConv, WeightGradientPerInputChannelIsTheOneChannelConvolutionsBitForB
         }
       }
     }
-  }
+  });
 }
 
 // An f16 image's weight gradient takes f16 columns where the level has them: bit for bit the f32 columns'
@@ -245,10 +267,10 @@ TEST(DirectConv, WeightGradientScratchIsSizedByThePathsDtypes) {
   const Pool2dParams pool = make_pool2d_params(p.n, p.oc, p.out_h(), p.out_w(), 2, 2, 2, 2, PadMode::kValid);
   const int64_t positions = p.out_h() * p.out_w(), k = p.c * p.kh * p.kw;
   const int64_t lanes = (p.oc * k + p.oc) * 16 * 4, xp = p.c * p.h * p.w * 4 + 4096;  // padded image + slack
-  for (CpuLevel level : supported_cpu_levels()) {
-    ScopedCpuLevel scoped(level);
+  at_every_level_and_way([&](CpuLevel level, const char* forced_way) {
     for (DType t : {BF16, F16}) {
-      SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << dtype_name(t));
+      SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << way_name(forced_way) << " "
+                                        << dtype_name(t));
       p.x_dtype = p.w_dtype = t;
       p.y_dtype = t == BF16 ? BF16 : F32;
       p.bias_dtype = F32;
@@ -259,20 +281,41 @@ TEST(DirectConv, WeightGradientScratchIsSizedByThePathsDtypes) {
       direct_conv2d_relu_max_pool2d_backward_weights(p, pool, x.data(), t, dy.data(), argmax.data(), dw.data(), F32,
                                                      db.data(), F32);
       const int64_t scratch = peak.peak().pk(MemCategory::kWorkspace) - mem_stats().cur(MemCategory::kWorkspace);
-      const bool bf16_dot = t == BF16 && direct_conv_dots_in_pairs(p);  // (where they measure faster)
+      const std::string way = t == BF16 ? direct_conv_dots_products(p) : "f32";  // (what measures fastest)
+      const bool bf16_dot = way == "bf16 pairs", tiles = way == "tiles";
       const bool f16_columns = t == F16 && level >= CpuLevel::kAvx512;
-      const int64_t dz_rows = 8;  // channels of dz at a time
+      const int64_t dz_rows = tiles ? 16 : 8;  // channels of dz at a time
       // Every input channel's columns (within the 100 KiB for building them once per image): 48.6 KB in
-      // bf16 or f16, 97.2 KB in f32 (an f16 image on a level without f16 columns)
-      const int64_t columns = k * positions * (bf16_dot || f16_columns ? 2 : 4);
-      const int64_t per_thread = bf16_dot ? xp + columns + dz_rows * positions * 2 + lanes
-                                          : xp + columns + dz_rows * positions * 4 +
-                                                dz_rows * pool.oh * pool.ow * 4 + lanes;
+      // bf16 or f16, 97.2 KB in f32 (an f16 image on a level without f16 columns); the tile unit's: 32 slots
+      // (27 taps, the bias's ones) x 928 positions in bf16, and dz packed (32 channels x 928 positions), their
+      // 32 x 32 f32 sums in place of the lanes
+      const int64_t columns = tiles ? 32 * 928 * 2 : k * positions * (bf16_dot || f16_columns ? 2 : 4);
+      const int64_t per_thread = tiles      ? xp + columns + 32 * 928 * 2 + dz_rows * positions * 2 + 32 * 32 * 4
+                                 : bf16_dot ? xp + columns + dz_rows * positions * 2 + lanes
+                                            : xp + columns + dz_rows * positions * 4 +
+                                                  dz_rows * pool.oh * pool.ow * 4 + lanes;
       EXPECT_LE(scratch, 2 * (per_thread + 5 * 64)) << "bytes of scratch";
       EXPECT_LT(scratch, 2 * (xp + k * positions * 4 + 2 * p.oc * positions * 4 + lanes)) << "the f32-sized scratch";
     }
-  }
+  });
   set_num_threads(saved_threads);
+}
+
+// A bf16 layer forced to the tile unit takes it, forward and weight gradient, where the CPU has AMX (the
+// suites above then check its values against the reference and its fused op against its separate calls);
+// below the amx level the way is not there and the measured choice stands.
+TEST(DirectConv, TileUnitIsTakenWhereTheCpuHasIt) {
+  if (cpu_level() < CpuLevel::kAmx)
+    GTEST_SKIP() << "this CPU's level is " << cpu_level_name(cpu_level()) << ": no tile unit (AMX) to run on";
+  Conv2dParams p = kernels::testing::params_of(kGeometries[0]);  // model A's first layer
+  p.x_dtype = p.w_dtype = p.y_dtype = BF16;
+  ScopedDirectConvProducts forced("tiles");
+  EXPECT_STREQ(direct_conv_forward_products(p), "tiles");
+  EXPECT_STREQ(direct_conv_dots_products(p), "tiles");
+  ScopedCpuLevel below(CpuLevel::kAvx512Bf16);
+  EXPECT_STRNE(direct_conv_forward_products(p), "tiles");
+  EXPECT_STRNE(direct_conv_dots_products(p), "tiles");
+  EXPECT_THROW(ScopedDirectConvProducts("amx"), Error);
 }
 
 }  // namespace

@@ -905,10 +905,12 @@ std::string conv2d_direct_kernel(const Conv2dParams& p_in, ConvDirection dir) {
   });
   if (!direct) return "onednn";
   if (p.x_dtype != DType::kBF16) return "demi-direct";
-  // A bf16 layer's taps or dot products: in vdpbf16ps pairs or in f32, whichever measured faster here.
-  const bool pairs = dir == ConvDirection::kForward ? cpu::direct_conv_forward_in_pairs(p)
-                                                    : cpu::direct_conv_dots_in_pairs(pw);
-  return pairs ? "demi-direct (bf16 pairs)" : "demi-direct (f32)";
+  // A bf16 layer's taps or dot products: in f32, vdpbf16ps pairs or on the tile unit, whichever measured fastest
+  // here.
+  return str_cat("demi-direct (",
+                 dir == ConvDirection::kForward ? cpu::direct_conv_forward_products(p)
+                                                : cpu::direct_conv_dots_products(pw),
+                 ")");
 }
 
 std::string conv2d_forward_kernel(const Conv2dParams& p_in) {

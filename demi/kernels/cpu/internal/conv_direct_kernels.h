@@ -11,7 +11,16 @@
 //         half and the next position's in the high half;
 //   col   one image's columns: (K, OH * OW), row k = (c, i, j) holding xp[c, oy + i, ox + j] at oy * OW + ox;
 //   lanes the weight gradient's partial sums, 16 lanes per (oc, k) (and per oc for the bias), added across
-//         the lanes only at the end.
+//         the lanes only at the end;
+//   the tile unit's (AMX), TileGeom:
+//   taps  the forward's B matrix: (fwd_slots / 2, Q) 32-bit words, word (s, q) = the bf16 of taps 2s and
+//         2s + 1 at position q = oy * WP + ox (the padded width: a tap's values are one run of xp from its
+//         offset), low and high half; 0 past the K taps;
+//   wt    the forward's A matrix: (OCP, fwd_slots) bf16, 0 past OC and past K;
+//   tcol  the weight gradient's A matrix: (grad_slots, PP) bf16, row k < K tap k at the dense positions
+//         oy * OW + ox, row K 1.0 (its sums are the bias gradient's), 0 past P = OH * OW and past row K;
+//   dzt   the weight gradient's B matrix, per 16 output channels: PP / 2 rows of 16 words (VNNI-2: the
+//         channel's positions 2r, 2r + 1), 0 past P and past OC.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +31,8 @@ namespace demi::kernels::cpu_internal {
 
 inline constexpr int kDirectOcb = 12;      // output channels per forward tile (12 x 2 vectors = 24 zmm)
 inline constexpr int kDirectPoolOcb = 6;   // per fused forward tile (6 x 2 rows x 2 vectors)
-inline constexpr int64_t kDirectSlack = 64;
+// (the tile unit's forward reads a tap's run up to KW + 30 floats past the last plane: K <= 64)
+inline constexpr int64_t kDirectSlack = 128;
 
 struct DirectGeom {
   int64_t c = 0, kh = 0, kw = 0;  // input channels and kernel
@@ -30,6 +40,11 @@ struct DirectGeom {
   int64_t oh = 0, ow = 0;         // output (stride 1, dilation 1: OH = HP - KH + 1)
   int64_t k = 0;                  // C * KH * KW
 };
+
+// Tap t = (c, i, j)'s offset in the padded image from its output position.
+inline int64_t tap_offset(const DirectGeom& g, int64_t t) {
+  return ((t / g.kw / g.kh) * g.hp + t / g.kw % g.kh) * g.wp + t % g.kw;
+}
 
 // row(src, out) for each output row of each column row k = (c, i, j): src = xp[c, oy + i, j ...], out = the
 // row's OW values at col + (k * OH + oy) * OW. The columns kernels differ only in how they copy a row.
@@ -58,11 +73,10 @@ struct PairPlan {
 inline PairPlan pair_plan(const DirectGeom& g) {
   PairPlan pp;
   const auto add = [&](int64_t t0, int64_t t1) {
-    const auto off = [&](int64_t t) { return ((t / g.kw / g.kh) * g.hp + t / g.kw % g.kh) * g.wp + t % g.kw; };
     pp.tap0[pp.n] = static_cast<int8_t>(t0);
     pp.tap1[pp.n] = static_cast<int8_t>(t1);
-    pp.off0[pp.n] = off(t0);
-    pp.off1[pp.n] = t1 < 0 ? -1 : off(t1);
+    pp.off0[pp.n] = tap_offset(g, t0);
+    pp.off1[pp.n] = t1 < 0 ? -1 : tap_offset(g, t1);
     ++pp.n;
   };
   int64_t last[64];
@@ -77,6 +91,20 @@ inline PairPlan pair_plan(const DirectGeom& g) {
   pp.built_end = pp.n;
   if (lasts % 2) add(last[lasts - 1], -1);
   return pp;
+}
+
+// The tile unit's padded sizes (taps, output channels, positions) for a layer of OC output channels.
+struct TileGeom {
+  int64_t fwd_slots = 0;   // the forward's tap slots: K rounded up to 32 (one tile step of k)
+  int64_t grad_slots = 0;  // the weight gradient's: K + 1 (the bias's row) rounded up to 32
+  int64_t ocp = 0;         // output channels rounded up to 32 (a 2 x 2 block of C tiles)
+  int64_t q = 0;           // forward positions: OH rows at the padded width WP, rounded up to 32
+  int64_t pp = 0;          // weight-gradient positions: OH * OW rounded up to 32
+};
+
+inline TileGeom tile_geom(const DirectGeom& g, int64_t oc) {
+  const auto up32 = [](int64_t v) { return (v + 31) / 32 * 32; };
+  return {up32(g.k), up32(g.k + 1), up32(oc), up32(g.oh * g.wp), up32(g.oh * g.ow)};
 }
 
 struct DirectConvKernels {
@@ -124,10 +152,30 @@ struct DirectConvKernels {
   void (*columns_f16)(const DirectGeom& g, const float* xp, Half* col) = nullptr;
   void (*dot_rows_f16)(const float* dz, const Half* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
                        int64_t lanes_k, float* db_lanes) = nullptr;
+  // The tile unit's (AMX only; nullptr elsewhere), for a bf16 image and bf16 weights, layouts above. Products
+  // exact, summed in f32 by the tile unit (bf16 subnormals read as 0, f32 results below 2^-126 flushed to 0,
+  // as vdpbf16ps does). Each output's sum depends only on its own taps and positions, in a fixed order.
+  // forward_tiles: y (oc, OH, OW) = act(wt . taps + bias) (bias: OCP values), f32 or rounded once to bf16
+  // (y_bf16), taps built here from xp and followed by room for the sums at the padded width (OCP, Q) f32 and
+  // an f32 plane (OH * OW).
+  void (*forward_tiles)(const DirectGeom& g, const TileGeom& t, const float* xp, const BFloat16* wt,
+                        const float* bias, bool relu, uint32_t* taps, void* y, bool y_bf16, int64_t oc) = nullptr;
+  // forward_pool2x2_tiles: forward_pool2x2 for all oc channels from the tile unit's sums (the scratch as
+  // forward_tiles'): pooled (oc, PH, PW) f32 and argmax (nullable), bit for bit relu_max_pool2d_forward on
+  // forward_tiles' output (in bf16 when round_bf16).
+  void (*forward_pool2x2_tiles)(const DirectGeom& g, const TileGeom& t, const float* xp, const BFloat16* wt,
+                                const float* bias, bool round_bf16, uint32_t* taps, float* pooled, uint8_t* argmax,
+                                int64_t oc, int64_t ph, int64_t pw) = nullptr;
+  // The weight gradient of one image: tcol from xp, dzt (16 channels: on of them, dz's rows of `positions`
+  // bf16) packed, and sums (grad_slots, OCP) += tcol . dzt^T over every 16-channel block of dzt.
+  void (*columns_tiles)(const DirectGeom& g, const TileGeom& t, const float* xp, BFloat16* tcol) = nullptr;
+  void (*pack_dz_tiles)(const BFloat16* dz, int64_t on, int64_t positions, int64_t pp, BFloat16* dzt) = nullptr;
+  void (*weight_sums_tiles)(const TileGeom& t, const BFloat16* tcol, const BFloat16* dzt, float* sums) = nullptr;
 };
 
 const DirectConvKernels& direct_conv_kernels_scalar();
 const DirectConvKernels& direct_conv_kernels_avx512();
 const DirectConvKernels& direct_conv_kernels_avx512bf16();
+const DirectConvKernels& direct_conv_kernels_amx();
 
 }  // namespace demi::kernels::cpu_internal

@@ -1,0 +1,209 @@
+// The tile-unit (AMX) pieces of the direct convolution (internal/conv_direct_kernels.h): a network's first
+// layer, K = C * KH * KW taps (model A's 27, B's 9), multiplied as one (or two) 32-k steps of the tile unit
+// instead of K FMAs per output. The forward multiplies the weights (A: output channels x tap slots) by the
+// image's taps (B: tap pairs x positions at the padded width, each tap one run of the padded image) into
+// 2 x 2 blocks of C tiles; the weight gradient multiplies the image's columns (A: tap slots x positions, a
+// row of ones for the bias) by dz packed in VNNI pairs of positions (B). Both build their B (and the
+// gradient's A) per image in vector registers from the f32-padded image, whose values are widened bf16:
+// the top halves, exactly. Everything else is the AVX512-BF16 table's.
+// GCC 12's AVX-512 intrinsics self-initialise their "undefined" operands, which -Wmaybe-uninitialized
+// (and -Wuninitialized) report inside the intrinsic headers.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <algorithm>
+#include <cstring>
+
+#include "demi/kernels/cpu/internal/vec_avx512.h"  // first: immintrin.h under its warning pragmas
+#include "demi/kernels/cpu/internal/conv_direct_avx512_impl.h"
+#include "demi/core/convert.h"
+#include "demi/core/cpu.h"
+#include "demi/kernels/cpu/internal/amx_tiles.h"
+#include "demi/kernels/cpu/internal/conv_direct_kernels.h"
+
+#if !defined(__AMX_BF16__)
+#error "conv_direct_amx.cc needs -mamx-bf16 (files named *_amx.cc get it)"
+#endif
+
+namespace demi::kernels::cpu_internal {
+namespace {
+
+// Word 2i + 1 of the pair (lo, hi) of f32 vectors is the top half of element i: lo's for i < 16, hi's after.
+alignas(64) constexpr uint16_t kTopHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+                                                 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+
+inline __mmask32 first32(int64_t n) {
+  return n >= 32 ? static_cast<__mmask32>(0xFFFFFFFFu) : static_cast<__mmask32>((1u << std::max<int64_t>(n, 0)) - 1u);
+}
+
+// y (oc, OH, OW) from the sums at the padded width, out (OCP, Q): + bias, ReLU, the positions inside the output
+// only, a channel's plane at a time; in bf16 (y_bf16) rounded once from the f32 plane, built in `plane`
+// (OH * OW floats), by demi's converter (subnormals kept, as Tensor::to rounds).
+void store_planes(const DirectGeom& g, const TileGeom& t, const float* out, const float* bias, bool relu, void* y,
+                  bool y_bf16, float* plane, int64_t oc) {
+  const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(CpuLevel::kAvx512Bf16);
+  const __m512 zero = _mm512_setzero_ps();
+  const int64_t positions = g.oh * g.ow;
+  for (int64_t o = 0; o < oc; ++o) {
+    const __m512 b = _mm512_set1_ps(bias[o]);
+    float* dst = y_bf16 ? plane : static_cast<float*>(y) + o * positions;
+    for (int64_t oy = 0; oy < g.oh; ++oy, dst += g.ow) {
+      const float* src = out + o * t.q + oy * g.wp;
+      for (int64_t ox = 0; ox < g.ow; ox += 16) {
+        const __mmask16 m = static_cast<__mmask16>(g.ow - ox >= 16 ? 0xFFFF : (1u << (g.ow - ox)) - 1u);
+        __m512 r = _mm512_add_ps(_mm512_maskz_loadu_ps(m, src + ox), b);
+        if (relu) r = _mm512_max_ps(zero, r);  // zero first: -0 and NaN pass, as relu(v) = v < 0 ? 0 : v keeps them
+        _mm512_mask_storeu_ps(dst + ox, m, r);
+      }
+    }
+    if (y_bf16) cvt.f32_to_bf16(plane, static_cast<BFloat16*>(y) + o * positions, positions);
+  }
+}
+
+// out (OCP, Q) f32 = wt . taps (the sums at the padded width), taps built from xp; out follows the taps.
+float* tile_sums(const DirectGeom& g, const TileGeom& t, const float* xp, const BFloat16* wt, uint32_t* taps) {
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t s = 0; s < t.fwd_slots / 2; ++s) {
+    uint32_t* row = taps + s * t.q;
+    const int64_t t0 = 2 * s, t1 = 2 * s + 1;
+    if (t0 >= g.k) {
+      std::memset(row, 0, static_cast<size_t>(t.q) * sizeof(uint32_t));
+      continue;
+    }
+    const float* x0 = xp + tap_offset(g, t0);
+    const float* x1 = t1 < g.k ? xp + tap_offset(g, t1) : nullptr;
+    for (int64_t q = 0; q < t.q; q += 16) {
+      const __m512i lo = _mm512_srli_epi32(_mm512_loadu_si512(x0 + q), 16);
+      const __m512i hi = x1 ? _mm512_and_si512(_mm512_loadu_si512(x1 + q), high) : _mm512_setzero_si512();
+      _mm512_storeu_si512(row + q, _mm512_or_si512(lo, hi));
+    }
+  }
+  const int64_t a_stride = t.fwd_slots * static_cast<int64_t>(sizeof(BFloat16));
+  const int64_t b_stride = t.q * static_cast<int64_t>(sizeof(uint32_t));
+  float* out = reinterpret_cast<float*>(taps + t.fwd_slots / 2 * t.q);
+  configure_tiles();
+  for (int64_t ob = 0; ob < t.ocp; ob += 32)
+    for (int64_t pb = 0; pb < t.q; pb += 32) {
+      zero_c_tiles();
+      for (int64_t kb = 0; kb < t.fwd_slots; kb += 32) {
+        const BFloat16* a0 = wt + ob * t.fwd_slots + kb;  // output channels ob .. ob + 15
+        const uint32_t* b0 = taps + (kb / 2) * t.q + pb;   // positions pb .. pb + 15
+        multiply_c_tiles(a0, a0 + 16 * t.fwd_slots, a_stride, b0, b0 + 16, b_stride);
+      }
+      store_c_tiles(out + ob * t.q + pb, t.q);
+    }
+  _tile_release();
+  return out;
+}
+
+void forward_tiles(const DirectGeom& g, const TileGeom& t, const float* xp, const BFloat16* wt, const float* bias,
+                   bool relu, uint32_t* taps, void* y, bool y_bf16, int64_t oc) {
+  float* out = tile_sums(g, t, xp, wt, taps);
+  store_planes(g, t, out, bias, relu, y, y_bf16, out + t.ocp * t.q, oc);
+}
+
+// The sums' 2 x 2 windows pooled by the FMA tiles' epilogue (conv_direct_avx512_impl.h), 6 channels at a
+// time: its accumulators loaded from the sums (rows 2 py and 2 py + 1, 32 columns from 2 px0; the columns
+// past OW hold other sums, which the epilogue drops).
+template <bool kRoundBf16>
+void forward_pool2x2_tiles_t(const DirectGeom& g, const TileGeom& t, const float* xp, const BFloat16* wt,
+                             const float* bias, uint32_t* taps, float* pooled, uint8_t* argmax, int64_t oc, int64_t ph,
+                             int64_t pw) {
+  constexpr int kOcb = kDirectPoolOcb;
+  const float* out = tile_sums(g, t, xp, wt, taps);
+  for (int64_t o0 = 0; o0 < oc; o0 += kOcb) {
+    const int ocn = static_cast<int>(std::min<int64_t>(kOcb, oc - o0));
+    direct_avx512::forward_pool2x2<kRoundBf16>(
+        bias + o0, pooled + o0 * ph * pw, argmax ? argmax + o0 * ph * pw : nullptr, ocn, ph, pw,
+        [&](__m512 (&acc)[kOcb][2][2], int64_t py, int64_t px0) {
+#pragma GCC unroll 6
+          for (int o = 0; o < kOcb; ++o) {
+            if (o >= ocn) break;
+            const float* row = out + (o0 + o) * t.q + 2 * py * g.wp + 2 * px0;
+            acc[o][0][0] = _mm512_loadu_ps(row);
+            acc[o][0][1] = _mm512_loadu_ps(row + 16);
+            acc[o][1][0] = _mm512_loadu_ps(row + g.wp);
+            acc[o][1][1] = _mm512_loadu_ps(row + g.wp + 16);
+          }
+        });
+  }
+}
+
+void forward_pool2x2_tiles(const DirectGeom& g, const TileGeom& t, const float* xp, const BFloat16* wt,
+                           const float* bias, bool round_bf16, uint32_t* taps, float* pooled, uint8_t* argmax,
+                           int64_t oc, int64_t ph, int64_t pw) {
+  if (round_bf16) return forward_pool2x2_tiles_t<true>(g, t, xp, wt, bias, taps, pooled, argmax, oc, ph, pw);
+  forward_pool2x2_tiles_t<false>(g, t, xp, wt, bias, taps, pooled, argmax, oc, ph, pw);
+}
+
+void columns_tiles(const DirectGeom& g, const TileGeom& t, const float* xp, BFloat16* tcol) {
+  const __m512i top = _mm512_load_si512(kTopHalves);
+  const int64_t positions = g.oh * g.ow;
+  for (int64_t k = 0; k < g.k; ++k) {
+    const float* src = xp + tap_offset(g, k);
+    BFloat16* dst = tcol + k * t.pp;
+    for (int64_t oy = 0; oy < g.oh; ++oy, src += g.wp, dst += g.ow)
+      for (int64_t ox = 0; ox < g.ow; ox += 32) {
+        const __mmask32 m = first32(g.ow - ox);
+        const __m512i lo = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(m), src + ox);
+        const __m512i hi = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(m >> 16), src + ox + 16);
+        _mm512_mask_storeu_epi16(dst + ox, m, _mm512_permutex2var_epi16(lo, top, hi));
+      }
+    std::memset(static_cast<void*>(tcol + k * t.pp + positions), 0,
+                static_cast<size_t>(t.pp - positions) * sizeof(BFloat16));
+  }
+  // The bias's row: 1.0 (bf16 0x3F80) at the positions, 0 past them; the slots after it 0.
+  BFloat16* ones = tcol + g.k * t.pp;
+  std::fill(ones, ones + positions, BFloat16(1.0f));
+  std::fill(ones + positions, tcol + t.grad_slots * t.pp, BFloat16{});
+}
+
+void pack_dz_tiles(const BFloat16* dz, int64_t on, int64_t positions, int64_t pp, BFloat16* dzt) {
+  // 16 channels x 32 positions: each channel's 32 values are 16 words (position pairs); transposed, the 16
+  // VNNI rows of those pairs.
+  for (int64_t p0 = 0; p0 < pp; p0 += 32) {
+    const __mmask32 m = first32(positions - p0);
+    __m512i w[16];
+    for (int r = 0; r < 16; ++r)
+      w[r] = r < on ? _mm512_maskz_loadu_epi16(m, dz + r * positions + p0) : _mm512_setzero_si512();
+    transpose16(w);
+    BFloat16* dst = dzt + (p0 / 2) * 32;
+    for (int r = 0; r < 16; ++r) _mm512_storeu_si512(dst + r * 32, w[r]);
+  }
+}
+
+void weight_sums_tiles(const TileGeom& t, const BFloat16* tcol, const BFloat16* dzt, float* sums) {
+  const int64_t a_stride = t.pp * static_cast<int64_t>(sizeof(BFloat16)), block = (t.pp / 2) * 32;
+  configure_tiles();
+  for (int64_t kb = 0; kb < t.grad_slots; kb += 32)
+    for (int64_t ob = 0; ob < t.ocp; ob += 32) {
+      float* s = sums + kb * t.ocp + ob;
+      load_c_tiles(s, t.ocp);
+      const BFloat16* a0 = tcol + kb * t.pp;  // slots kb .. kb + 15
+      const BFloat16* b0 = dzt + (ob / 16) * block;  // output channels ob .. ob + 15
+      for (int64_t p0 = 0; p0 < t.pp; p0 += 32)
+        multiply_c_tiles(a0 + p0, a0 + 16 * t.pp + p0, a_stride, b0 + p0 * 16, b0 + block + p0 * 16, 64);
+      store_c_tiles(s, t.ocp);
+    }
+  _tile_release();
+}
+
+}  // namespace
+
+const DirectConvKernels& direct_conv_kernels_amx() {
+  static const DirectConvKernels k = [] {
+    DirectConvKernels t = direct_conv_kernels_avx512bf16();
+    t.name = "amx";
+    t.forward_tiles = forward_tiles;
+    t.forward_pool2x2_tiles = forward_pool2x2_tiles;
+    t.columns_tiles = columns_tiles;
+    t.pack_dz_tiles = pack_dz_tiles;
+    t.weight_sums_tiles = weight_sums_tiles;
+    return t;
+  }();
+  return k;
+}
+
+}  // namespace demi::kernels::cpu_internal
+
+#pragma GCC diagnostic pop
