@@ -231,12 +231,14 @@ PackedWeights pack_weights(const Conv2dParams& p, const DirectGeom& g, const voi
 }
 
 // The scratch an image's forward takes beside its padded image: the pair image (in pairs) or the tile unit's
-// taps, sums and plane (DirectConvKernels::forward_tiles).
-size_t image_scratch_bytes(const DirectGeom& g, int64_t oc, Products taps) {
+// taps, sums and plane (DirectConvKernels::forward_tiles; `pooled`: its taps and one chunk of sums,
+// forward_pool2x2_tiles).
+size_t image_scratch_bytes(const DirectGeom& g, int64_t oc, Products taps, bool pooled = false) {
   if (taps == Products::kPairs) return bytes64(padded_floats(g) * sizeof(float));
   if (taps != Products::kTiles) return 0;
   const cpu_internal::TileGeom t = cpu_internal::tile_geom(g, oc);
-  return bytes64(static_cast<size_t>((t.fwd_slots / 2 + t.ocp) * t.q + g.oh * g.ow) * sizeof(uint32_t));
+  const int64_t after = pooled ? cpu_internal::tile_pool_chunk(g, t).floats : t.ocp * t.q + g.oh * g.ow;
+  return bytes64(static_cast<size_t>(t.fwd_slots / 2 * t.q + after) * sizeof(uint32_t));
 }
 
 // One image's convolution into y (OC, OH, OW) in y_dtype (f32, or rounded once from the f32 sums); pw packed
@@ -659,7 +661,7 @@ void direct_conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dPa
     const PackedWeights pw = pack_weights(p, g, w, bias, cpu_internal::kDirectPoolOcb, way);
     const int64_t plane = pool.oh * pool.ow;
     const int64_t parts = parts_for(p.n);
-    const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)), xq_bytes = image_scratch_bytes(g, p.oc, way);
+    const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)), xq_bytes = image_scratch_bytes(g, p.oc, way, true);
     PartScratch scratch(parts, xp_bytes + xq_bytes +
                                    (y_dtype == DType::kF32 ? 0 : static_cast<size_t>(pooled) * sizeof(float)));
     for_each_part(parts, p.n, [&](int64_t t, int64_t n0, int64_t n1) {

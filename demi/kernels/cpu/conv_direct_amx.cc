@@ -60,8 +60,8 @@ void store_planes(const DirectGeom& g, const TileGeom& t, const float* out, cons
   }
 }
 
-// out (OCP, Q) f32 = wt . taps (the sums at the padded width), taps built from xp; out follows the taps.
-float* tile_sums(const DirectGeom& g, const TileGeom& t, const float* xp, const BFloat16* wt, uint32_t* taps) {
+// taps (fwd_slots / 2, Q) from the padded image xp.
+void build_taps(const DirectGeom& g, const TileGeom& t, const float* xp, uint32_t* taps) {
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (int64_t s = 0; s < t.fwd_slots / 2; ++s) {
     uint32_t* row = taps + s * t.q;
@@ -78,55 +78,75 @@ float* tile_sums(const DirectGeom& g, const TileGeom& t, const float* xp, const 
       _mm512_storeu_si512(row + q, _mm512_or_si512(lo, hi));
     }
   }
+}
+
+// out (OCP, q1 - q0) f32, rows ld floats apart = wt . taps at the positions [q0, q1) (multiples of 32). With
+// the tiles configured.
+void block_sums(const TileGeom& t, const BFloat16* wt, const uint32_t* taps, int64_t q0, int64_t q1, float* out,
+                int64_t ld) {
   const int64_t a_stride = t.fwd_slots * static_cast<int64_t>(sizeof(BFloat16));
   const int64_t b_stride = t.q * static_cast<int64_t>(sizeof(uint32_t));
-  float* out = reinterpret_cast<float*>(taps + t.fwd_slots / 2 * t.q);
-  configure_tiles();
   for (int64_t ob = 0; ob < t.ocp; ob += 32)
-    for (int64_t pb = 0; pb < t.q; pb += 32) {
+    for (int64_t pb = q0; pb < q1; pb += 32) {
       zero_c_tiles();
       for (int64_t kb = 0; kb < t.fwd_slots; kb += 32) {
         const BFloat16* a0 = wt + ob * t.fwd_slots + kb;  // output channels ob .. ob + 15
         const uint32_t* b0 = taps + (kb / 2) * t.q + pb;   // positions pb .. pb + 15
         multiply_c_tiles(a0, a0 + 16 * t.fwd_slots, a_stride, b0, b0 + 16, b_stride);
       }
-      store_c_tiles(out + ob * t.q + pb, t.q);
+      store_c_tiles(out + ob * ld + (pb - q0), ld);
     }
-  _tile_release();
-  return out;
 }
 
 void forward_tiles(const DirectGeom& g, const TileGeom& t, const float* xp, const BFloat16* wt, const float* bias,
                    bool relu, uint32_t* taps, void* y, bool y_bf16, int64_t oc) {
-  float* out = tile_sums(g, t, xp, wt, taps);
+  build_taps(g, t, xp, taps);
+  float* out = reinterpret_cast<float*>(taps + t.fwd_slots / 2 * t.q);
+  configure_tiles();
+  block_sums(t, wt, taps, 0, t.q, out, t.q);
+  _tile_release();
   store_planes(g, t, out, bias, relu, y, y_bf16, out + t.ocp * t.q, oc);
 }
 
 // The sums' 2 x 2 windows pooled by the FMA tiles' epilogue (conv_direct_avx512_impl.h), 6 channels at a
 // time: its accumulators loaded from the sums (rows 2 py and 2 py + 1, 32 columns from 2 px0; the columns
-// past OW hold other sums, which the epilogue drops).
+// past OW hold other sums, which the epilogue drops). A few pooled rows at a time (tile_pool_chunk), their
+// sums computed into an L1-sized block just before they are pooled: the image's sums never pass through L2.
 template <bool kRoundBf16>
 void forward_pool2x2_tiles_t(const DirectGeom& g, const TileGeom& t, const float* xp, const BFloat16* wt,
                              const float* bias, uint32_t* taps, float* pooled, uint8_t* argmax, int64_t oc, int64_t ph,
                              int64_t pw) {
   constexpr int kOcb = kDirectPoolOcb;
-  const float* out = tile_sums(g, t, xp, wt, taps);
-  for (int64_t o0 = 0; o0 < oc; o0 += kOcb) {
-    const int ocn = static_cast<int>(std::min<int64_t>(kOcb, oc - o0));
-    direct_avx512::forward_pool2x2<kRoundBf16>(
-        bias + o0, pooled + o0 * ph * pw, argmax ? argmax + o0 * ph * pw : nullptr, ocn, ph, pw,
-        [&](__m512 (&acc)[kOcb][2][2], int64_t py, int64_t px0) {
+  build_taps(g, t, xp, taps);
+  float* out = reinterpret_cast<float*>(taps + t.fwd_slots / 2 * t.q);
+  const int64_t rows = tile_pool_chunk(g, t).rows;
+  const int64_t last_px0 = (pw - 1) / 16 * 16;  // the epilogue's last group of 16 pooled columns
+  configure_tiles();
+  for (int64_t py0 = 0; py0 < ph; py0 += rows) {
+    const int64_t py1 = std::min(ph, py0 + rows);
+    // The positions the pool reads: from row 2 py0 to 32 columns from 2 last_px0 in row 2 py1 - 1, in whole
+    // blocks of 32 (within Q, whose last block is slack: 2 last_px0 < OW <= WP).
+    const int64_t q0 = 2 * py0 * g.wp / 32 * 32;
+    const int64_t q1 = ((2 * py1 - 1) * g.wp + 2 * last_px0 + 32 + 31) / 32 * 32, ld = q1 - q0;
+    block_sums(t, wt, taps, q0, q1, out, ld);
+    for (int64_t o0 = 0; o0 < oc; o0 += kOcb) {
+      const int ocn = static_cast<int>(std::min<int64_t>(kOcb, oc - o0));
+      direct_avx512::forward_pool2x2_rows<kRoundBf16>(
+          bias + o0, pooled + o0 * ph * pw, argmax ? argmax + o0 * ph * pw : nullptr, ocn, py0, py1, ph, pw,
+          [&](__m512 (&acc)[kOcb][2][2], int64_t py, int64_t px0) {
 #pragma GCC unroll 6
-          for (int o = 0; o < kOcb; ++o) {
-            if (o >= ocn) break;
-            const float* row = out + (o0 + o) * t.q + 2 * py * g.wp + 2 * px0;
-            acc[o][0][0] = _mm512_loadu_ps(row);
-            acc[o][0][1] = _mm512_loadu_ps(row + 16);
-            acc[o][1][0] = _mm512_loadu_ps(row + g.wp);
-            acc[o][1][1] = _mm512_loadu_ps(row + g.wp + 16);
-          }
-        });
+            for (int o = 0; o < kOcb; ++o) {
+              if (o >= ocn) break;
+              const float* row = out + (o0 + o) * ld + 2 * py * g.wp - q0 + 2 * px0;
+              acc[o][0][0] = _mm512_loadu_ps(row);
+              acc[o][0][1] = _mm512_loadu_ps(row + 16);
+              acc[o][1][0] = _mm512_loadu_ps(row + g.wp);
+              acc[o][1][1] = _mm512_loadu_ps(row + g.wp + 16);
+            }
+          });
+    }
   }
+  _tile_release();
 }
 
 void forward_pool2x2_tiles(const DirectGeom& g, const TileGeom& t, const float* xp, const BFloat16* wt,

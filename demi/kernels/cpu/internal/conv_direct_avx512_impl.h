@@ -50,15 +50,16 @@ inline void forward_row(const DirectGeom& g, const float* bias, bool relu, float
 // four values taken in relu_max_pool2d_forward's order (the first maximum wins a tie, a NaN wins over a
 // number), ReLU, and 16 pooled values with their window indices stored. accumulate(acc, py, px0) with acc:
 // __m512[kDirectPoolOcb][2][2] (channel, output row 2 py + r, columns 2 px0 + 16 v ...).
+// The pooled rows [py0, py1) only: forward_pool2x2_rows.
 template <bool kRoundBf16, class Accumulate>
-inline void forward_pool2x2(const float* bias, float* pooled, uint8_t* argmax, int ocn, int64_t ph, int64_t pw,
-                            Accumulate&& accumulate) {
+inline void forward_pool2x2_rows(const float* bias, float* pooled, uint8_t* argmax, int ocn, int64_t py0, int64_t py1,
+                                 int64_t ph, int64_t pw, Accumulate&& accumulate) {
   using V = VecAvx512;
   constexpr int kOcb = kDirectPoolOcb;
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512 zero = _mm512_setzero_ps();
-  for (int64_t py = 0; py < ph; ++py)
+  for (int64_t py = py0; py < py1; ++py)
     for (int64_t px0 = 0; px0 < pw; px0 += 16) {
       __m512 acc[kOcb][2][2];
 #pragma GCC unroll 6
@@ -108,6 +109,12 @@ inline void forward_pool2x2(const float* bias, float* pooled, uint8_t* argmax, i
         if (argmax) _mm512_mask_cvtepi32_storeu_epi8(argmax + out, keep, at);
       }
     }
+}
+
+template <bool kRoundBf16, class Accumulate>
+inline void forward_pool2x2(const float* bias, float* pooled, uint8_t* argmax, int ocn, int64_t ph, int64_t pw,
+                            Accumulate&& accumulate) {
+  forward_pool2x2_rows<kRoundBf16>(bias, pooled, argmax, ocn, 0, ph, ph, pw, accumulate);
 }
 
 }  // namespace direct_avx512

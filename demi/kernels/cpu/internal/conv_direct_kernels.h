@@ -23,6 +23,7 @@
 //         channel's positions 2r, 2r + 1), 0 past P and past OC.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "demi/core/half.h"
@@ -31,8 +32,8 @@ namespace demi::kernels::cpu_internal {
 
 inline constexpr int kDirectOcb = 12;      // output channels per forward tile (12 x 2 vectors = 24 zmm)
 inline constexpr int kDirectPoolOcb = 6;   // per fused forward tile (6 x 2 rows x 2 vectors)
-// (the tile unit's forward reads a tap's run up to KW + 30 floats past the last plane: K <= 64)
-inline constexpr int64_t kDirectSlack = 128;
+// (the tile unit's forward reads a tap's run up to KW + 62 floats past the last plane: K <= 64)
+inline constexpr int64_t kDirectSlack = 160;
 
 struct DirectGeom {
   int64_t c = 0, kh = 0, kw = 0;  // input channels and kernel
@@ -98,13 +99,28 @@ struct TileGeom {
   int64_t fwd_slots = 0;   // the forward's tap slots: K rounded up to 32 (one tile step of k)
   int64_t grad_slots = 0;  // the weight gradient's: K + 1 (the bias's row) rounded up to 32
   int64_t ocp = 0;         // output channels rounded up to 32 (a 2 x 2 block of C tiles)
-  int64_t q = 0;           // forward positions: OH rows at the padded width WP, rounded up to 32
+  int64_t q = 0;           // forward positions: OH rows at the padded width WP, rounded up to 32, and a block
+                           // of 32 more (the fused pool's reads past the last row)
   int64_t pp = 0;          // weight-gradient positions: OH * OW rounded up to 32
 };
 
 inline TileGeom tile_geom(const DirectGeom& g, int64_t oc) {
   const auto up32 = [](int64_t v) { return (v + 31) / 32 * 32; };
-  return {up32(g.k), up32(g.k + 1), up32(oc), up32(g.oh * g.wp), up32(g.oh * g.ow)};
+  return {up32(g.k), up32(g.k + 1), up32(oc), up32(g.oh * g.wp) + 32, up32(g.oh * g.ow)};
+}
+
+// The fused pool's chunks on the tile unit (DirectConvKernels::forward_pool2x2_tiles): a few pooled rows at
+// a time, their sums (OCP x their positions, whole blocks of 32 with up to 96 of alignment and read-ahead)
+// within 32 KiB where one row pair allows, so that they stay in L1 until pooled.
+struct TilePoolChunk {
+  int64_t rows = 0;    // pooled rows per chunk
+  int64_t floats = 0;  // the most sums one chunk holds
+};
+
+inline TilePoolChunk tile_pool_chunk(const DirectGeom& g, const TileGeom& t) {
+  constexpr int64_t kChunkFloats = (int64_t{32} << 10) / 4;
+  const int64_t rows = std::max<int64_t>(1, (kChunkFloats / t.ocp - 96) / (2 * g.wp));
+  return {rows, t.ocp * (rows * 2 * g.wp + 96)};
 }
 
 struct DirectConvKernels {
@@ -160,8 +176,8 @@ struct DirectConvKernels {
   // an f32 plane (OH * OW).
   void (*forward_tiles)(const DirectGeom& g, const TileGeom& t, const float* xp, const BFloat16* wt,
                         const float* bias, bool relu, uint32_t* taps, void* y, bool y_bf16, int64_t oc) = nullptr;
-  // forward_pool2x2_tiles: forward_pool2x2 for all oc channels from the tile unit's sums (the scratch as
-  // forward_tiles'): pooled (oc, PH, PW) f32 and argmax (nullable), bit for bit relu_max_pool2d_forward on
+  // forward_pool2x2_tiles: forward_pool2x2 for all oc channels from the tile unit's sums (taps, then room
+  // for tile_pool_chunk's sums): pooled (oc, PH, PW) f32 and argmax (nullable), bit for bit relu_max_pool2d_forward on
   // forward_tiles' output (in bf16 when round_bf16).
   void (*forward_pool2x2_tiles)(const DirectGeom& g, const TileGeom& t, const float* xp, const BFloat16* wt,
                                 const float* bias, bool round_bf16, uint32_t* taps, float* pooled, uint8_t* argmax,
