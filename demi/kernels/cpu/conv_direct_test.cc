@@ -32,6 +32,10 @@ constexpr DType F32 = DType::kF32, BF16 = DType::kBF16, F16 = DType::kF16;
 // 45 output columns (a 32-column tile and a 13-column one), 13 output channels (a 12-channel tile and a
 // 1-channel one), asymmetric padding, K = 24.
 const Geometry kWide = {"wide rows, asymmetric padding", 2, 2, 5, 45, 13, 3, 4, 1, 1, 1, 0, 2, 1, 1, 1, 1};
+// K = 64, the most the direct kernels take (two 32-k steps of the tile unit's forward, three tap blocks of its
+// weight gradient with the bias's row), 40 output channels (two 32-channel blocks, the second partial), 3
+// output columns at a padded width of 6, 3 images (an odd split between two threads).
+const Geometry kWideK = {"K = 64, 40 channels, narrow rows", 3, 4, 9, 3, 40, 4, 4, 1, 1, 2, 1, 2, 1, 1, 1, 1};
 
 // The data gradient is not the direct kernels' (oneDNN's serves it): the reference stands in.
 const kernels::testing::ConvKernels kDirect{direct_conv2d_forward, ref::conv2d_backward_data,
@@ -65,11 +69,12 @@ std::vector<Geometry> direct_geometries() {
   for (const Geometry& g : kGeometries)
     if (direct_conv_supported(kernels::testing::params_of(g))) out.push_back(g);
   out.push_back(kWide);
+  out.push_back(kWideK);
   return out;
 }
 
 TEST(DirectConv, TakesFewChannelStrideOneGeometriesOnly) {
-  EXPECT_GE(direct_geometries().size(), 4u);  // A's and B's first layers, 1x1, the wide one
+  EXPECT_GE(direct_geometries().size(), 5u);  // A's and B's first layers, 1x1, the wide ones
   Conv2dParams p = kernels::testing::params_of(kGeometries[2]);  // model B conv2: K = 288
   EXPECT_FALSE(direct_conv_supported(p));
   std::vector<float> buf(1 << 16);
