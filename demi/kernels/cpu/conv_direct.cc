@@ -117,7 +117,8 @@ template <class Measured>
 Products forced_or(bool pairs, bool tiles, Measured&& measured) {
   const int forced = g_forced_products.load();
   const auto way = static_cast<Products>(forced);
-  if (forced >= 0 && (way == Products::kF32 || (way == Products::kPairs && pairs) || (way == Products::kTiles && tiles)))
+  if (forced >= 0 &&
+      (way == Products::kF32 || (way == Products::kPairs && pairs) || (way == Products::kTiles && tiles)))
     return way;
   return measured();
 }
@@ -273,7 +274,8 @@ size_t fastest(const std::vector<std::function<void()>>& runs) {
   const double once = internal::seconds_of([&] {
     for (const auto& r : runs) r();
   });
-  const int reps = std::clamp(static_cast<int>(1e-3 * static_cast<double>(runs.size()) / 2 / std::max(once, 1e-9)), 1, 100);
+  const double share = 1e-3 * static_cast<double>(runs.size()) / 2;  // about a millisecond of each
+  const int reps = std::clamp(static_cast<int>(share / std::max(once, 1e-9)), 1, 100);
   std::vector<double> best(runs.size(), 1e30);
   for (int r = 0; r < 5; ++r)
     for (size_t i = 0; i < runs.size(); ++i) best[i] = std::min(best[i], internal::seconds_of(runs[i], reps));
@@ -302,7 +304,8 @@ std::string geometry_text(const Conv2dParams& p, bool channels) {
 // (conv-direct-taps-v2-<cpu>.txt): the separate and the fused forwards read the same choice, so they keep
 // giving the same bits.
 Products taps_measured(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g) {
-  static auto& choices = *new internal::ChoiceCache("conv-direct-taps-v2", {"f32", "pairs", "tiles"});  // never destroyed
+  // (never destroyed)
+  static auto& choices = *new internal::ChoiceCache("conv-direct-taps-v2", {"f32", "pairs", "tiles"});
   return static_cast<Products>(choices.choose(geometry_key(p, true), [&] { return geometry_text(p, true); }, [&] {
     const std::vector<BFloat16> w(static_cast<size_t>(p.oc * g.k), BFloat16(0.25f));  // (the rate is the values')
     std::vector<Products> ways{Products::kF32};
@@ -351,7 +354,8 @@ void check(const Conv2dParams& p, const char* op) {
 // given, each way, best of alternating rounds — and kept (conv-direct-dots-v2-<cpu>.txt); the separate and
 // the fused weight gradients read the same choice, and so does every channel count.
 Products dots_measured(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g) {
-  static auto& choices = *new internal::ChoiceCache("conv-direct-dots-v2", {"f32", "pairs", "tiles"});  // never destroyed
+  // (never destroyed)
+  static auto& choices = *new internal::ChoiceCache("conv-direct-dots-v2", {"f32", "pairs", "tiles"});
   return static_cast<Products>(choices.choose(geometry_key(p, false), [&] { return geometry_text(p, false); }, [&] {
     DirectGeom gc = g;  // one input channel's taps
     gc.c = 1;
@@ -661,7 +665,8 @@ void direct_conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dPa
     const PackedWeights pw = pack_weights(p, g, w, bias, cpu_internal::kDirectPoolOcb, way);
     const int64_t plane = pool.oh * pool.ow;
     const int64_t parts = parts_for(p.n);
-    const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)), xq_bytes = image_scratch_bytes(g, p.oc, way, true);
+    const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float));
+    const size_t xq_bytes = image_scratch_bytes(g, p.oc, way, true);
     PartScratch scratch(parts, xp_bytes + xq_bytes +
                                    (y_dtype == DType::kF32 ? 0 : static_cast<size_t>(pooled) * sizeof(float)));
     for_each_part(parts, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
