@@ -543,7 +543,7 @@ void amx_backward_weights(const Conv2dParams& p, const Geometry& g, const void* 
   a.image = (g.c * a.channel + a.slack() + 31) / 32 * 32;
   const int64_t hp = g.h + p.pad_top + p.pad_bottom;
   const int64_t taps = g.kh * g.kw, wn = g.oc * g.rows(), P = g.cols();
-  const int threads = std::max(1, std::min<int>(num_threads(), static_cast<int>(p.n)));
+  const int64_t threads = cpu_internal::parts_for(p.n);
   const int64_t part = wn + g.oc;  // a thread's [tap][c][oc] sums, then its bias sums
   Workspace partial(static_cast<size_t>(threads * part) * sizeof(float));
   float* parts = partial.f32();
@@ -555,40 +555,37 @@ void amx_backward_weights(const Conv2dParams& p, const Geometry& g, const void* 
   const size_t wide_bytes = cpu_internal::bytes64(static_cast<size_t>(a.packed_dy()) * sizeof(BFloat16));
   const size_t row_bytes = cpu_internal::bytes64(db ? static_cast<size_t>(P) * sizeof(float) : 0);
   PartScratch scratch(threads, x_bytes + dy_bytes + wide_bytes + row_bytes + image_buffer_bytes(dy));
-  parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      char* at = scratch.part(t);
-      auto* xs = reinterpret_cast<BFloat16*>(at);
-      auto* dys = reinterpret_cast<BFloat16*>(at + x_bytes);
-      auto* wide = reinterpret_cast<BFloat16*>(at + x_bytes + dy_bytes);
-      auto* row = reinterpret_cast<float*>(at + x_bytes + dy_bytes + wide_bytes);
-      void* made = at + x_bytes + dy_bytes + wide_bytes + row_bytes;  // dy's image n, where dy makes it
-      float* sums = parts + t * part;
-      float* bsums = sums + wn;
-      std::fill(sums, sums + part, 0.0f);
-      for (int64_t i = 0; i < kAmxImages; ++i)  // each image's slack: never written
-        std::fill(xs + i * a.image + g.c * a.channel, xs + (i + 1) * a.image, BFloat16{});
-      const int64_t n0 = t * p.n / threads, n1 = (t + 1) * p.n / threads;
-      for (int64_t c0 = n0; c0 < n1; c0 += kAmxImages) {
-        const int64_t count = std::min(kAmxImages, n1 - c0);
-        for (int64_t i = 0; i < count; ++i) {
-          const int64_t n = c0 + i;
-          BFloat16* xp = xs + i * a.image;
-          const auto* xn = reinterpret_cast<const BFloat16*>(element_at(x, n * g.c * g.h * g.w, p.x_dtype));
-          pad_image_bf16(p, g, xn, hp, a.wp, xp);
-          const auto* dyn = static_cast<const BFloat16*>(image_of(dy, n, g.oc * P, p.y_dtype, made));
-          amx_conv_pack_dy(a, dyn, wide, dys + i * a.packed_dy());
-          if (db)
-            for (int64_t o = 0; o < g.oc; ++o) {
-              to_f32(cvt, p.y_dtype, dyn + o * P, row, P);
-              bsums[o] += row_sum(row, P);
-            }
-        }
-        amx_conv_weight_sums(a, xs, dys, count, sums, /*first=*/c0 == n0);
+  for_each_part(threads, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
+    char* at = scratch.part(t);
+    auto* xs = reinterpret_cast<BFloat16*>(at);
+    auto* dys = reinterpret_cast<BFloat16*>(at + x_bytes);
+    auto* wide = reinterpret_cast<BFloat16*>(at + x_bytes + dy_bytes);
+    auto* row = reinterpret_cast<float*>(at + x_bytes + dy_bytes + wide_bytes);
+    void* made = at + x_bytes + dy_bytes + wide_bytes + row_bytes;  // dy's image n, where dy makes it
+    float* sums = parts + t * part;
+    float* bsums = sums + wn;
+    std::fill(sums, sums + part, 0.0f);
+    for (int64_t i = 0; i < kAmxImages; ++i)  // each image's slack: never written
+      std::fill(xs + i * a.image + g.c * a.channel, xs + (i + 1) * a.image, BFloat16{});
+    for (int64_t c0 = n0; c0 < n1; c0 += kAmxImages) {
+      const int64_t count = std::min(kAmxImages, n1 - c0);
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t n = c0 + i;
+        BFloat16* xp = xs + i * a.image;
+        const auto* xn = reinterpret_cast<const BFloat16*>(element_at(x, n * g.c * g.h * g.w, p.x_dtype));
+        pad_image_bf16(p, g, xn, hp, a.wp, xp);
+        const auto* dyn = static_cast<const BFloat16*>(image_of(dy, n, g.oc * P, p.y_dtype, made));
+        amx_conv_pack_dy(a, dyn, wide, dys + i * a.packed_dy());
+        if (db)
+          for (int64_t o = 0; o < g.oc; ++o) {
+            to_f32(cvt, p.y_dtype, dyn + o * P, row, P);
+            bsums[o] += row_sum(row, P);
+          }
       }
+      amx_conv_weight_sums(a, xs, dys, count, sums, /*first=*/c0 == n0);
     }
   });
-  for (int t = 1; t < threads; ++t)
+  for (int64_t t = 1; t < threads; ++t)
     for (int64_t i = 0; i < part; ++i) parts[i] += parts[t * part + i];
   Workspace out(static_cast<size_t>(wn) * sizeof(float));  // dW (OC, C, KH, KW) <- [tap][c][oc]
   for (int64_t o = 0; o < g.oc; ++o)

@@ -23,7 +23,7 @@ using cpu_internal::load_c_tiles;
 using cpu_internal::multiply_c_tiles;
 using cpu_internal::store_c_tiles;
 using cpu_internal::zero_c_tiles;
-using cpu_internal::transpose16;
+using cpu_internal::pack_value_pairs;
 
 void amx_conv_pack_dy(const AmxConvGeometry& g, const BFloat16* dy, BFloat16* row, BFloat16* packed) {
   const int64_t kp = g.positions();
@@ -33,16 +33,8 @@ void amx_conv_pack_dy(const AmxConvGeometry& g, const BFloat16* dy, BFloat16* ro
     for (int64_t y = 0; y < g.oh; ++y)
       std::memcpy(static_cast<void*>(row + o * kp + y * g.wp), dy + (o * g.oh + y) * g.ow,
                   static_cast<size_t>(g.ow) * sizeof(BFloat16));
-  // 16 channels x 32 positions: each channel's 32 values are its 16 words (position pairs); transposed,
-  // the 16 VNNI rows of those pairs.
-  for (int64_t t = 0; t < g.oc / 16; ++t)
-    for (int64_t k0 = 0; k0 < kp; k0 += 32) {
-      __m512i w[16];
-      for (int r = 0; r < 16; ++r) w[r] = _mm512_loadu_si512(row + (t * 16 + r) * kp + k0);
-      transpose16(w);
-      BFloat16* dst = packed + (t * kp / 2 + k0 / 2) * 32;
-      for (int q = 0; q < 16; ++q) _mm512_storeu_si512(dst + q * 32, w[q]);
-    }
+  for (int64_t t = 0; t < g.oc / 16; ++t)  // 16 channels at a time: a B tile column
+    pack_value_pairs(row + t * 16 * kp, 16, kp, kp, kp, packed + t * kp / 2 * 32);
 }
 
 void amx_conv_forward_image(const AmxConvGeometry& g, const BFloat16* wt, const BFloat16* pairs, float* out) {

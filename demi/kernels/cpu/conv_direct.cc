@@ -677,14 +677,14 @@ void direct_conv2d_relu_max_pool2d_forward(const Conv2dParams& p, const Pool2dPa
         uint32_t* xq = image_scratch_after(kern, g, xp, xp_bytes, way);
         float* dst = y_dtype == DType::kF32 ? static_cast<float*>(y) + n * pooled : out32;
         uint8_t* am = argmax ? argmax + n * pooled : nullptr;
-        if (tiles)
-          kern.forward_pool2x2_tiles(g, pw.tg, xp, pw.wt.data(), pw.bias.data(), conv_dtype == DType::kBF16, xq, dst,
-                                     am, p.oc, pool.oh, pool.ow);
-        for (int64_t tile = 0; tile < (tiles ? 0 : pw.tiles); ++tile) {
+        for (int64_t tile = 0; tile < pw.tiles; ++tile) {  // (on the tile unit: one, of every channel)
           const int ocn = static_cast<int>(std::min<int64_t>(pw.ocb, p.oc - tile * pw.ocb));
           float* out = dst + tile * pw.ocb * plane;
           uint8_t* out_am = am ? am + tile * pw.ocb * plane : nullptr;
-          if (in_pairs)
+          if (tiles)
+            kern.forward_pool2x2_tiles(g, pw.tg, xp, pw.wt.data(), pw.bias.data(), conv_dtype == DType::kBF16, xq,
+                                       out, out_am, ocn, pool.oh, pool.ow);
+          else if (in_pairs)
             kern.forward_pool2x2_pairs(g, pw.plan, xp, xq, pw.tile_pairs(tile), pw.bias.data() + tile * pw.ocb,
                                        conv_dtype == DType::kBF16, out, out_am, ocn, pool.oh, pool.ow);
           else

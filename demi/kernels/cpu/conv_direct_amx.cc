@@ -28,14 +28,6 @@
 namespace demi::kernels::cpu_internal {
 namespace {
 
-// Word 2i + 1 of the pair (lo, hi) of f32 vectors is the top half of element i: lo's for i < 16, hi's after.
-alignas(64) constexpr uint16_t kTopHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
-                                                 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
-
-inline __mmask32 first32(int64_t n) {
-  return n >= 32 ? static_cast<__mmask32>(0xFFFFFFFFu) : static_cast<__mmask32>((1u << std::max<int64_t>(n, 0)) - 1u);
-}
-
 // y (oc, OH, OW) from the sums at the padded width, out (OCP, Q): + bias, ReLU, the positions inside the output
 // only, a channel's plane at a time; in bf16 (y_bf16) rounded once from the f32 plane, built in `plane`
 // (OH * OW floats), by demi's converter (subnormals kept, as Tensor::to rounds).
@@ -157,18 +149,11 @@ void forward_pool2x2_tiles(const DirectGeom& g, const TileGeom& t, const float* 
 }
 
 void columns_tiles(const DirectGeom& g, const TileGeom& t, const float* xp, BFloat16* tcol) {
-  const __m512i top = _mm512_load_si512(kTopHalves);
   const int64_t positions = g.oh * g.ow;
   for (int64_t k = 0; k < g.k; ++k) {
     const float* src = xp + tap_offset(g, k);
     BFloat16* dst = tcol + k * t.pp;
-    for (int64_t oy = 0; oy < g.oh; ++oy, src += g.wp, dst += g.ow)
-      for (int64_t ox = 0; ox < g.ow; ox += 32) {
-        const __mmask32 m = first32(g.ow - ox);
-        const __m512i lo = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(m), src + ox);
-        const __m512i hi = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(m >> 16), src + ox + 16);
-        _mm512_mask_storeu_epi16(dst + ox, m, _mm512_permutex2var_epi16(lo, top, hi));
-      }
+    for (int64_t oy = 0; oy < g.oh; ++oy, src += g.wp, dst += g.ow) direct_avx512::narrow_row_bf16(src, dst, g.ow);
     std::memset(static_cast<void*>(tcol + k * t.pp + positions), 0,
                 static_cast<size_t>(t.pp - positions) * sizeof(BFloat16));
   }
@@ -179,17 +164,7 @@ void columns_tiles(const DirectGeom& g, const TileGeom& t, const float* xp, BFlo
 }
 
 void pack_dz_tiles(const BFloat16* dz, int64_t on, int64_t positions, int64_t pp, BFloat16* dzt) {
-  // 16 channels x 32 positions: each channel's 32 values are 16 words (position pairs); transposed, the 16
-  // VNNI rows of those pairs.
-  for (int64_t p0 = 0; p0 < pp; p0 += 32) {
-    const __mmask32 m = first32(positions - p0);
-    __m512i w[16];
-    for (int r = 0; r < 16; ++r)
-      w[r] = r < on ? _mm512_maskz_loadu_epi16(m, dz + r * positions + p0) : _mm512_setzero_si512();
-    transpose16(w);
-    BFloat16* dst = dzt + (p0 / 2) * 32;
-    for (int r = 0; r < 16; ++r) _mm512_storeu_si512(dst + r * 32, w[r]);
-  }
+  cpu_internal::pack_value_pairs(dz, on, positions, positions, pp, dzt);
 }
 
 void weight_sums_tiles(const TileGeom& t, const BFloat16* tcol, const BFloat16* dzt, float* sums) {

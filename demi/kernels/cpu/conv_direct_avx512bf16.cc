@@ -29,25 +29,13 @@ inline __mmask32 pair_mask(int64_t left) {
   return left >= 32 ? static_cast<__mmask32>(0xFFFFFFFFu) : static_cast<__mmask32>((1u << left) - 1u);
 }
 
-// col (K, OH * OW) in bf16 from the padded image, whose f32 values are widened bf16: the top halves, exactly
-// (their bits: a NaN's payload and a subnormal stay as they are), 32 positions at a time picked from two
-// vectors of f32 by one word permute (vpermt2w), where a shift and a narrowing store took 16 (it made model
-// A's first-layer backward at O2-bf16 faster, before its columns were built once per image; `demi train
-// --profile` times that backward).
+// col (K, OH * OW) in bf16 from the padded image, whose f32 values are widened bf16: the top halves
+// (direct_avx512::narrow_row_bf16: 32 positions at a time by one word permute, where a shift and a
+// narrowing store took 16; it made model A's first-layer backward at O2-bf16 faster, before its columns
+// were built once per image; `demi train --profile` times that backward).
 void columns_bf16(const DirectGeom& g, const float* xp, BFloat16* col) {
-  // Word 2i + 1 of the pair (lo, hi) is the top half of element i: lo's for i < 16, hi's (index 32 + ...) after.
-  alignas(64) static constexpr uint16_t kTopHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
-                                                          23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
-                                                          45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
-  const __m512i top = _mm512_load_si512(kTopHalves);
-  for_each_column_row(g, xp, col, [&](const float* src, BFloat16* out) {
-    for (int64_t ox = 0; ox < g.ow; ox += 32) {
-      const __mmask32 m = pair_mask(g.ow - ox);
-      const __m512i lo = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(m), src + ox);
-      const __m512i hi = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(m >> 16), src + ox + 16);
-      _mm512_mask_storeu_epi16(out + ox, m, _mm512_permutex2var_epi16(lo, top, hi));
-    }
-  });
+  for_each_column_row(g, xp, col,
+                      [&](const float* src, BFloat16* out) { direct_avx512::narrow_row_bf16(src, out, g.ow); });
 }
 
 template <int KB>

@@ -50,17 +50,6 @@ constexpr int64_t kKBlock = 256, kChunkBytes = int64_t{1} << 19;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-const demi::internal::ConvertKernels& cvt() { return demi::internal::convert_kernels(CpuLevel::kAvx512Bf16); }
-
-// n values of src (f32|bf16|f16) as f32: a bias in c's dtype.
-void bias_as_f32(const void* src, DType t, int64_t n, float* out) {
-  switch (t) {
-    case DType::kBF16: cvt().bf16_to_f32(static_cast<const BFloat16*>(src), out, n); break;
-    case DType::kF16: cvt().f16_to_f32(static_cast<const Half*>(src), out, n); break;
-    default: std::memcpy(out, src, static_cast<size_t>(n) * sizeof(float)); break;
-  }
-}
-
 // An operand's K' layout: one segment of kp bf16 values (K padded to 32 with zeros), or split, two: the
 // values' hi parts, then their lo parts.
 struct Layout {
@@ -265,6 +254,26 @@ struct RowsOfA {
   int64_t ld(int64_t mb) const { return mb < packed_from ? direct_ld : packed_ld; }
 };
 
+// One K block of a row block of a (kKBlock of its K' values, or what is left): its steps of kKStep, whether
+// it is the first and the last, and the row block's two tile rows from k0 on, `stride` bytes apart.
+struct KBlock {
+  int64_t mb, k0, steps;
+  bool first, last;
+  const BFloat16 *a0, *a1;
+  int64_t stride;
+};
+
+// body(KBlock) for each row block [m0, m1) of pa and each K block of its first k values, in that order.
+template <class Body>
+DEMI_AMX_INLINE void for_each_k_block(const RowsOfA& pa, int64_t m0, int64_t m1, int64_t k, Body&& body) {
+  for (int64_t mb = m0; mb < m1; ++mb)
+    for (int64_t k0 = 0; k0 < k; k0 += kKBlock) {
+      const BFloat16* a0 = pa.block(mb) + k0;
+      body(KBlock{mb, k0, std::min(kKBlock, k - k0) / kKStep, k0 == 0, k0 + kKBlock >= k, a0,
+                  a0 + kTile * pa.ld(mb), pa.ld(mb) * static_cast<int64_t>(sizeof(BFloat16))});
+    }
+}
+
 // The C blocks (row blocks [m0, m1) x column blocks [n0, n1), 32 x 32 each) = a . packed b over K',
 // stored through the epilogue. pb holds packed b's column blocks from pb_nb0 on (column block nb's two tile
 // columns at pb + 2 (nb - pb_nb0) kq 16). A row block's K' goes in blocks of kKBlock, whose a (32 x
@@ -274,38 +283,32 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
             int64_t m1, int64_t n0, int64_t n1, float* held, void* c, const void* residual, const float* bias) {
   const int64_t kq = L.kq(), half = kq / 2;
   alignas(64) float acc[kBlock][kBlock];
-  for (int64_t mb = m0; mb < m1; ++mb)
-    for (int64_t k0 = 0; k0 < kq; k0 += kKBlock) {
-      const int64_t steps = std::min(kKBlock, kq - k0) / kKStep;
-      const bool first = k0 == 0, last = k0 + kKBlock >= kq;
-      const int64_t stride = pa.ld(mb) * static_cast<int64_t>(sizeof(BFloat16));  // a's rows, in bytes
-      const BFloat16* a0 = pa.block(mb) + k0;
-      const BFloat16* a1 = a0 + kTile * pa.ld(mb);
-      for (int64_t nb = n0; nb < n1; ++nb) {
-        const BFloat16* t0 = pb + 2 * (nb - pb_nb0) * half * 2 * kTile + k0 * kTile;
-        const BFloat16* t1 = t0 + half * 2 * kTile;
-        float* sums = held + (nb - n0) * kBlock * kBlock;
-        if (first)
-          zero_c_tiles();
-        else
-          load_c_tiles(sums, kBlock);
-        for (int64_t s = 0; s < steps; ++s) {
-          // The next step's b tiles toward L1 while these multiply (2 KiB: 32 lines).
-          const char* next0 = reinterpret_cast<const char*>(t0 + (s + 1) * kTile * 2 * kTile);
-          const char* next1 = reinterpret_cast<const char*>(t1 + (s + 1) * kTile * 2 * kTile);
-          for (int l = 0; l < 16; ++l) {
-            _mm_prefetch(next0 + 64 * l, _MM_HINT_T0);
-            _mm_prefetch(next1 + 64 * l, _MM_HINT_T0);
-          }
-          multiply_c_tiles(a0 + s * kKStep, a1 + s * kKStep, stride, t0 + s * kTile * 2 * kTile,
-                           t1 + s * kTile * 2 * kTile, 64);
+  for_each_k_block(pa, m0, m1, kq, [&](const KBlock& kb) {
+    for (int64_t nb = n0; nb < n1; ++nb) {
+      const BFloat16* t0 = pb + 2 * (nb - pb_nb0) * half * 2 * kTile + kb.k0 * kTile;
+      const BFloat16* t1 = t0 + half * 2 * kTile;
+      float* sums = held + (nb - n0) * kBlock * kBlock;
+      if (kb.first)
+        zero_c_tiles();
+      else
+        load_c_tiles(sums, kBlock);
+      for (int64_t s = 0; s < kb.steps; ++s) {
+        // The next step's b tiles toward L1 while these multiply (2 KiB: 32 lines).
+        const char* next0 = reinterpret_cast<const char*>(t0 + (s + 1) * kTile * 2 * kTile);
+        const char* next1 = reinterpret_cast<const char*>(t1 + (s + 1) * kTile * 2 * kTile);
+        for (int l = 0; l < 16; ++l) {
+          _mm_prefetch(next0 + 64 * l, _MM_HINT_T0);
+          _mm_prefetch(next1 + 64 * l, _MM_HINT_T0);
         }
-        store_c_tiles(last ? &acc[0][0] : sums, kBlock);
-        if (!last) continue;
-        const int64_t i0 = mb * kBlock, j0 = nb * kBlock;
-        store_block(p, acc, i0, j0, std::min(kBlock, p.m - i0), std::min(kBlock, p.n - j0), c, residual, bias);
+        multiply_c_tiles(kb.a0 + s * kKStep, kb.a1 + s * kKStep, kb.stride, t0 + s * kTile * 2 * kTile,
+                         t1 + s * kTile * 2 * kTile, 64);
       }
+      store_c_tiles(kb.last ? &acc[0][0] : sums, kBlock);
+      if (!kb.last) continue;
+      const int64_t i0 = kb.mb * kBlock, j0 = nb * kBlock;
+      store_block(p, acc, i0, j0, std::min(kBlock, p.m - i0), std::min(kBlock, p.n - j0), c, residual, bias);
     }
+  });
 }
 
 // blocks() for split operands: a's rows and b's tile columns hold K' = [hi | lo], kp values each, and each
@@ -319,65 +322,59 @@ void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, con
   const int64_t kq = L.kq(), kp = L.kp, half = kq / 2;
   constexpr int64_t kRow = kBlock * sizeof(float);  // a held block's rows, in bytes
   alignas(64) float acc[2][kBlock][kBlock];
-  for (int64_t mb = m0; mb < m1; ++mb)
-    for (int64_t k0 = 0; k0 < kp; k0 += kKBlock) {
-      const int64_t steps = std::min(kKBlock, kp - k0) / kKStep;
-      const bool first = k0 == 0, last = k0 + kKBlock >= kp;
-      const int64_t stride = pa.ld(mb) * static_cast<int64_t>(sizeof(BFloat16));  // a's rows, in bytes
-      const BFloat16* a0 = pa.block(mb) + k0;
-      const BFloat16* a1 = a0 + kTile * pa.ld(mb);
-      for (int64_t nb = n0; nb < n1; ++nb) {
-        float* sums = held + (nb - n0) * 2 * kBlock * kBlock;
-        for (int64_t g = 0; g < 2; ++g) {
-          const BFloat16* bh = pb + ((2 * (nb - pb_nb0) + g) * half + k0 / 2) * 2 * kTile;
-          const BFloat16* bl = bh + kp / 2 * 2 * kTile;
-          float* sa = (last ? &acc[0][0][0] : sums) + g * kTile;
-          float* sb = sa + kBlock * kBlock;
-          if (first) {
-            zero_c_tiles();
-          } else {
-            float* ha = sums + g * kTile;
-            _tile_loadd(0, ha, kRow);
-            _tile_loadd(1, ha + kTile * kBlock, kRow);
-            _tile_loadd(2, ha + kBlock * kBlock, kRow);
-            _tile_loadd(3, ha + kBlock * kBlock + kTile * kBlock, kRow);
-          }
-          for (int64_t s = 0; s < steps; ++s) {
-            const int64_t t = s * kTile * 2 * kTile;  // a step's offset in b's tile columns
-            const char* next_h = reinterpret_cast<const char*>(bh + t + kTile * 2 * kTile);
-            const char* next_l = reinterpret_cast<const char*>(bl + t + kTile * 2 * kTile);
-            for (int l = 0; l < 16; ++l) {
-              _mm_prefetch(next_h + 64 * l, _MM_HINT_T0);
-              _mm_prefetch(next_l + 64 * l, _MM_HINT_T0);
-            }
-            _tile_loadd(6, bh + t, 64);
-            _tile_loadd(7, bl + t, 64);
-            _tile_loadd(4, a0 + s * kKStep, stride);
-            _tile_loadd(5, a0 + kp + s * kKStep, stride);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_dpbf16ps(2, 4, 7);
-            _tile_dpbf16ps(0, 5, 6);
-            _tile_dpbf16ps(2, 5, 7);
-            _tile_loadd(4, a1 + s * kKStep, stride);
-            _tile_loadd(5, a1 + kp + s * kKStep, stride);
-            _tile_dpbf16ps(1, 4, 6);
-            _tile_dpbf16ps(3, 4, 7);
-            _tile_dpbf16ps(1, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
-          }
-          _tile_stored(0, sa, kRow);
-          _tile_stored(1, sa + kTile * kBlock, kRow);
-          _tile_stored(2, sb, kRow);
-          _tile_stored(3, sb + kTile * kBlock, kRow);
+  for_each_k_block(pa, m0, m1, kp, [&](const KBlock& kb) {
+    for (int64_t nb = n0; nb < n1; ++nb) {
+      float* sums = held + (nb - n0) * 2 * kBlock * kBlock;
+      for (int64_t g = 0; g < 2; ++g) {
+        const BFloat16* bh = pb + ((2 * (nb - pb_nb0) + g) * half + kb.k0 / 2) * 2 * kTile;
+        const BFloat16* bl = bh + kp / 2 * 2 * kTile;
+        float* sa = (kb.last ? &acc[0][0][0] : sums) + g * kTile;
+        float* sb = sa + kBlock * kBlock;
+        if (kb.first) {
+          zero_c_tiles();
+        } else {
+          float* ha = sums + g * kTile;
+          _tile_loadd(0, ha, kRow);
+          _tile_loadd(1, ha + kTile * kBlock, kRow);
+          _tile_loadd(2, ha + kBlock * kBlock, kRow);
+          _tile_loadd(3, ha + kBlock * kBlock + kTile * kBlock, kRow);
         }
-        if (!last) continue;
-        for (int64_t r = 0; r < kBlock; ++r)
-          for (int64_t j = 0; j < kBlock; j += kTile)
-            _mm512_store_ps(&acc[0][r][j], _mm512_add_ps(_mm512_load_ps(&acc[0][r][j]), _mm512_load_ps(&acc[1][r][j])));
-        const int64_t i0 = mb * kBlock, j0 = nb * kBlock;
-        store_block(p, acc[0], i0, j0, std::min(kBlock, p.m - i0), std::min(kBlock, p.n - j0), c, residual, bias);
+        for (int64_t s = 0; s < kb.steps; ++s) {
+          const int64_t t = s * kTile * 2 * kTile;  // a step's offset in b's tile columns
+          const char* next_h = reinterpret_cast<const char*>(bh + t + kTile * 2 * kTile);
+          const char* next_l = reinterpret_cast<const char*>(bl + t + kTile * 2 * kTile);
+          for (int l = 0; l < 16; ++l) {
+            _mm_prefetch(next_h + 64 * l, _MM_HINT_T0);
+            _mm_prefetch(next_l + 64 * l, _MM_HINT_T0);
+          }
+          _tile_loadd(6, bh + t, 64);
+          _tile_loadd(7, bl + t, 64);
+          _tile_loadd(4, kb.a0 + s * kKStep, kb.stride);
+          _tile_loadd(5, kb.a0 + kp + s * kKStep, kb.stride);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(2, 4, 7);
+          _tile_dpbf16ps(0, 5, 6);
+          _tile_dpbf16ps(2, 5, 7);
+          _tile_loadd(4, kb.a1 + s * kKStep, kb.stride);
+          _tile_loadd(5, kb.a1 + kp + s * kKStep, kb.stride);
+          _tile_dpbf16ps(1, 4, 6);
+          _tile_dpbf16ps(3, 4, 7);
+          _tile_dpbf16ps(1, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, sa, kRow);
+        _tile_stored(1, sa + kTile * kBlock, kRow);
+        _tile_stored(2, sb, kRow);
+        _tile_stored(3, sb + kTile * kBlock, kRow);
       }
+      if (!kb.last) continue;
+      for (int64_t r = 0; r < kBlock; ++r)
+        for (int64_t j = 0; j < kBlock; j += kTile)
+          _mm512_store_ps(&acc[0][r][j], _mm512_add_ps(_mm512_load_ps(&acc[0][r][j]), _mm512_load_ps(&acc[1][r][j])));
+      const int64_t i0 = kb.mb * kBlock, j0 = nb * kBlock;
+      store_block(p, acc[0], i0, j0, std::min(kBlock, p.m - i0), std::min(kBlock, p.n - j0), c, residual, bias);
     }
+  });
 }
 
 }  // namespace
@@ -421,7 +418,7 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   Workspace bias32(p.bias != nullptr && p.bias_dtype != DType::kF32 ? static_cast<size_t>(p.n) * sizeof(float) : 0);
   const float* bias = static_cast<const float*>(p.bias);
   if (p.bias != nullptr && p.bias_dtype != DType::kF32) {
-    bias_as_f32(p.bias, p.bias_dtype, p.n, bias32.f32());
+    convert(p.bias, p.bias_dtype, bias32.f32(), DType::kF32, p.n);  // (a bias in c's dtype: exact in f32)
     bias = bias32.f32();
   }
   auto* pa16 = reinterpret_cast<BFloat16*>(pa.f32());

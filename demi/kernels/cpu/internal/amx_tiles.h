@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "demi/core/half.h"
+
 namespace demi::kernels::cpu_internal {
 
 // LDTILECFG's 64 bytes.
@@ -97,6 +99,25 @@ inline __attribute__((always_inline)) void transpose16(__m512i (&r)[16]) {
     t[12 + e] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
   }
   for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// 16 rows of bf16 values as B tiles of VNNI-2 pairs of consecutive values: rows [0, rows) at src + r * ld,
+// n values each (0 past n, and in rows >= rows); for each 32 values from 0 on to `padded` (a multiple of
+// 32), 16 rows of 16 words (word (q, r) = row r's values 2q, 2q + 1) at dst + p0 * 16. (A tile row of
+// one 32-value step: 64 bytes; the step's 16 rows one B tile.)
+inline void pack_value_pairs(const BFloat16* src, int64_t rows, int64_t ld, int64_t n, int64_t padded,
+                             BFloat16* dst) {
+  for (int64_t p0 = 0; p0 < padded; p0 += 32) {
+    const int64_t left = n - p0;
+    const __mmask32 m = left >= 32 ? static_cast<__mmask32>(0xFFFFFFFFu)
+                        : left <= 0 ? static_cast<__mmask32>(0)
+                                    : static_cast<__mmask32>((1u << left) - 1u);
+    __m512i w[16];
+    for (int r = 0; r < 16; ++r)
+      w[r] = r < rows ? _mm512_maskz_loadu_epi16(m, src + r * ld + p0) : _mm512_setzero_si512();
+    transpose16(w);  // each row's 32 values are 16 words (pairs); transposed, the 16 VNNI rows of those pairs
+    for (int r = 0; r < 16; ++r) _mm512_storeu_si512(dst + p0 * 16 + r * 32, w[r]);
+  }
 }
 
 }  // namespace demi::kernels::cpu_internal
