@@ -109,6 +109,21 @@ DEMI_AMX_INLINE __m512i pairs(__m256i even, __m256i odd) {
   return _mm512_or_si512(_mm512_cvtepu16_epi32(even), _mm512_slli_epi32(_mm512_cvtepu16_epi32(odd), 16));
 }
 
+// Stored rows k0 + 2q and k0 + 2q + 1 (q < 16; `row(r)` gives stored row r, rows from K on read as 0) at
+// the 16 columns from `col` (mask lanes), encoded, as 16 VNNI-2 words each: hi[q] (and lo[q] where L splits)
+// word j = (row k0 + 2q's value, row k0 + 2q + 1's value) at column col + j.
+template <class Row>
+DEMI_AMX_INLINE void stored_row_pairs(Row&& row, DType t, DType round, int64_t col, __mmask16 mask, int64_t K,
+                                      int64_t k0, const Layout& L, __m512i (&hi)[16], __m512i (&lo)[16]) {
+  for (int q = 0; q < 16; ++q) {
+    const int64_t k = k0 + 2 * q;
+    const Encoded e0 = encode(values16(row(k), t, round, col, k < K ? mask : 0), L);
+    const Encoded e1 = encode(values16(row(k + 1), t, round, col, k + 1 < K ? mask : 0), L);
+    hi[q] = pairs(e0.hi, e1.hi);
+    if (L.split()) lo[q] = pairs(e0.lo, e1.lo);
+  }
+}
+
 // a (M x K, or stored K x M with trans_a) -> rows of kq bf16: row i's segment s at s * kp, zero beyond K
 // in each segment and in the rows beyond M. This writes the row groups of 16 [g0, g1), row i at
 // dst + (i - row0) ld.
@@ -144,13 +159,7 @@ void pack_a(const MatmulParams& p, const void* a, const Layout& L, int64_t g0, i
     const __mmask16 mi = lanes(M - i0);
     for (int64_t k0 = 0; k0 < L.kp; k0 += kKStep) {
       __m512i hi[16], lo[16];
-      for (int q = 0; q < 16; ++q) {
-        const int64_t k = k0 + 2 * q;
-        const Encoded e0 = encode(values16(row(k), p.a_dtype, p.a_round, i0, k < K ? mi : 0), L);
-        const Encoded e1 = encode(values16(row(k + 1), p.a_dtype, p.a_round, i0, k + 1 < K ? mi : 0), L);
-        hi[q] = pairs(e0.hi, e1.hi);
-        if (L.split()) lo[q] = pairs(e0.lo, e1.lo);
-      }
+      stored_row_pairs(row, p.a_dtype, p.a_round, i0, mi, K, k0, L, hi, lo);
       transpose16(hi);
       if (L.split()) transpose16(lo);
       for (int64_t s = 0; s < L.segs; ++s) {
@@ -181,14 +190,7 @@ void pack_b(const MatmulParams& p, const void* b, const Layout& L, int64_t t0, i
     const int64_t ct = t / steps, k0 = (t % steps) * kKStep, n0 = ct * kTile;
     __m512i hi[16], lo[16];
     if (!p.trans_b) {  // stored rows k: 16 columns of two of them are 16 words
-      const __mmask16 mn = lanes(N - n0);
-      for (int q = 0; q < 16; ++q) {
-        const int64_t k = k0 + 2 * q;
-        const Encoded e0 = encode(values16(row(k), p.b_dtype, p.b_round, n0, k < K ? mn : 0), L);
-        const Encoded e1 = encode(values16(row(k + 1), p.b_dtype, p.b_round, n0, k + 1 < K ? mn : 0), L);
-        hi[q] = pairs(e0.hi, e1.hi);
-        if (L.split()) lo[q] = pairs(e0.lo, e1.lo);
-      }
+      stored_row_pairs(row, p.b_dtype, p.b_round, n0, lanes(N - n0), K, k0, L, hi, lo);
     } else {  // stored rows n: 32 k of one are its 16 words; transposed, the 16 columns' rows
       for (int r = 0; r < 16; ++r) {
         const int64_t n = n0 + r;
