@@ -119,7 +119,9 @@ TEST(DirectConv, PairPlanTakesEveryTapOnce) {
 }
 
 TEST(DirectConv, MatchesReferenceForEveryGeometryDtypeAndLevel) {
-  const std::pair<DType, DType> dtypes[] = {{F32, F32}, {BF16, BF16}, {BF16, F32}, {F16, F16}, {F16, F32}};
+  // (bf16 -> f16: a layer whose f16 products are taken in bf16, F16Products::kBf16, keeps y in f16)
+  const std::pair<DType, DType> dtypes[] = {{F32, F32}, {BF16, BF16}, {BF16, F32}, {BF16, F16}, {F16, F16},
+                                            {F16, F32}};
   at_every_level_and_way([&](CpuLevel level, const char* way) {
     SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << way_name(way));
     int i = 0;
