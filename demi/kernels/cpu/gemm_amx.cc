@@ -109,12 +109,46 @@ DEMI_AMX_INLINE __m512i pairs(__m256i even, __m256i odd) {
   return _mm512_or_si512(_mm512_cvtepu16_epi32(even), _mm512_slli_epi32(_mm512_cvtepu16_epi32(odd), 16));
 }
 
+// Whether an operand's values reach the tiles unsplit as bf16 to copy (stored bf16) or as f32 to round once
+// to bf16: the packing's fast paths, which skip the f32 round trip of values16 and encode.
+DEMI_AMX_INLINE bool plain_bf16(DType t, DType round, const Layout& L) {
+  return !L.split() && (t == DType::kBF16 || (t == DType::kF32 && round == DType::kBF16));
+}
+
+// 32 consecutive values of a row from base + i as bf16, 16 words of consecutive pairs: copied, or rounded
+// once to nearest even (the rounding of to_bf16). plain_bf16 holds.
+DEMI_AMX_INLINE __m512i row32(const void* base, DType t, int64_t i) {
+  if (t == DType::kBF16) return _mm512_loadu_si512(static_cast<const BFloat16*>(base) + i);
+  const float* f = static_cast<const float*>(base) + i;
+  return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(f + 16), _mm512_loadu_ps(f));
+}
+
+// 16 values from column i of two stored rows (k even, k odd) as 16 VNNI-2 words, word j = (even[j],
+// odd[j]): what pairs(encode(...)) gives where plain_bf16 holds and all 16 lanes are in.
+DEMI_AMX_INLINE __m512i row_pair16(const void* even, const void* odd, DType t, int64_t i) {
+  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                              22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  __m512i both;  // even's 16 values, then odd's
+  if (t == DType::kBF16) {
+    both = join(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const BFloat16*>(even) + i)),
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const BFloat16*>(odd) + i)));
+  } else {
+    both = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(static_cast<const float*>(odd) + i),
+                                        _mm512_loadu_ps(static_cast<const float*>(even) + i));
+  }
+  return _mm512_permutexvar_epi16(interleave, both);
+}
+
 // Stored rows k0 + 2q and k0 + 2q + 1 (q < 16; `row(r)` gives stored row r, rows from K on read as 0) at
 // the 16 columns from `col` (mask lanes), encoded, as 16 VNNI-2 words each: hi[q] (and lo[q] where L splits)
 // word j = (row k0 + 2q's value, row k0 + 2q + 1's value) at column col + j.
 template <class Row>
 DEMI_AMX_INLINE void stored_row_pairs(Row&& row, DType t, DType round, int64_t col, __mmask16 mask, int64_t K,
                                       int64_t k0, const Layout& L, __m512i (&hi)[16], __m512i (&lo)[16]) {
+  if (mask == 0xffff && k0 + kKStep <= K && plain_bf16(t, round, L)) {  // (all 32 rows and 16 columns in)
+    for (int q = 0; q < 16; ++q) hi[q] = row_pair16(row(k0 + 2 * q), row(k0 + 2 * q + 1), t, col);
+    return;
+  }
   for (int q = 0; q < 16; ++q) {
     const int64_t k = k0 + 2 * q;
     const Encoded e0 = encode(values16(row(k), t, round, col, k < K ? mask : 0), L);
@@ -145,7 +179,10 @@ void pack_a(const MatmulParams& p, const void* a, const Layout& L, int64_t g0, i
           continue;
         }
         const char* src = row(i);
-        for (int64_t k0 = 0; k0 < L.kp; k0 += kKStep) {
+        // (whole steps of 32 values copied or rounded at once where plain_bf16 holds; the rest encoded)
+        const int64_t plain = plain_bf16(p.a_dtype, p.a_round, L) ? K / kKStep * kKStep : 0;
+        for (int64_t k0 = 0; k0 < plain; k0 += kKStep) _mm512_storeu_si512(out + k0, row32(src, p.a_dtype, k0));
+        for (int64_t k0 = plain; k0 < L.kp; k0 += kKStep) {
           const Encoded e0 = encode(values16(src, p.a_dtype, p.a_round, k0, lanes(K - k0)), L);
           const Encoded e1 = encode(values16(src, p.a_dtype, p.a_round, k0 + 16, lanes(K - k0 - 16)), L);
           for (int64_t s = 0; s < L.segs; ++s)
@@ -191,6 +228,9 @@ void pack_b(const MatmulParams& p, const void* b, const Layout& L, int64_t t0, i
     __m512i hi[16], lo[16];
     if (!p.trans_b) {  // stored rows k: 16 columns of two of them are 16 words
       stored_row_pairs(row, p.b_dtype, p.b_round, n0, lanes(N - n0), K, k0, L, hi, lo);
+    } else if (n0 + kTile <= N && k0 + kKStep <= K && plain_bf16(p.b_dtype, p.b_round, L)) {
+      for (int r = 0; r < 16; ++r) hi[r] = row32(row(n0 + r), p.b_dtype, k0);  // as below, at once
+      transpose16(hi);
     } else {  // stored rows n: 32 k of one are its 16 words; transposed, the 16 columns' rows
       for (int r = 0; r < 16; ++r) {
         const int64_t n = n0 + r;
