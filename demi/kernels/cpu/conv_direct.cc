@@ -283,17 +283,14 @@ size_t fastest(const std::vector<std::function<void()>>& runs) {
 }
 
 // A bf16 layer's geometry as the direct kernels' own choices (taps, dot products) key and name it: the
-// level and the geometry, not the batch (both are measured on one image). The dot products' choice leaves
-// out the input channels too (`channels` false): each channel's gradient is then the one-channel
-// convolution's, bit for bit, whatever the layer's channel count (their cost is per channel's taps).
-internal::ChoiceCache::Key geometry_key(const Conv2dParams& p, bool channels) {
-  return {static_cast<int64_t>(cpu_level()), channels ? p.c : 0, p.h, p.w, p.oc, p.kh, p.kw,
+// level and the geometry, not the batch (both are measured on one image).
+internal::ChoiceCache::Key geometry_key(const Conv2dParams& p) {
+  return {static_cast<int64_t>(cpu_level()), p.c, p.h, p.w, p.oc, p.kh, p.kw,
           p.pad_top, p.pad_bottom, p.pad_left, p.pad_right};
 }
-std::string geometry_text(const Conv2dParams& p, bool channels) {
-  return str_cat(cpu_level_name(cpu_level()), channels ? str_cat(" c", p.c) : std::string(" any c"), " ", p.h, "x",
-                 p.w, " oc", p.oc, " k", p.kh, "x", p.kw, " p", p.pad_top, ",", p.pad_bottom, ",", p.pad_left, ",",
-                 p.pad_right);
+std::string geometry_text(const Conv2dParams& p) {
+  return str_cat(cpu_level_name(cpu_level()), " c", p.c, " ", p.h, "x", p.w, " oc", p.oc, " k", p.kh, "x", p.kw, " p",
+                 p.pad_top, ",", p.pad_bottom, ",", p.pad_left, ",", p.pad_right);
 }
 
 // How a bf16 forward of p's geometry takes its taps: in f32 on the widened taps, in bf16 pairs (vdpbf16ps) or
@@ -306,7 +303,7 @@ std::string geometry_text(const Conv2dParams& p, bool channels) {
 Products taps_measured(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g) {
   // (never destroyed)
   static auto& choices = *new internal::ChoiceCache("conv-direct-taps-v2", {"f32", "pairs", "tiles"});
-  return static_cast<Products>(choices.choose(geometry_key(p, true), [&] { return geometry_text(p, true); }, [&] {
+  return static_cast<Products>(choices.choose(geometry_key(p), [&] { return geometry_text(p); }, [&] {
     const std::vector<BFloat16> w(static_cast<size_t>(p.oc * g.k), BFloat16(0.25f));  // (the rate is the values')
     std::vector<Products> ways{Products::kF32};
     if (kern.forward_pairs) ways.push_back(Products::kPairs);
@@ -349,19 +346,19 @@ void check(const Conv2dParams& p, const char* op) {
 
 // How a bf16 weight gradient of p's geometry (image and dz bf16) runs its products: dot products on f32 rows
 // and columns, on bf16 ones in pairs (vdpbf16ps), or on the tile unit (AMX), where the level has them. The
-// products are exact in f32 every way; which is fastest depends on the CPU (as for the forward's taps), so it
-// is measured per geometry — one image of one input channel, every output channel, columns built and dz
-// given, each way, best of alternating rounds — and kept (conv-direct-dots-v2-<cpu>.txt); the separate and
-// the fused weight gradients read the same choice, and so does every channel count.
+// products are exact in f32 every way; which is fastest depends on the CPU (as for the forward's taps) and on
+// the layer's taps — the tile unit takes every input channel's taps in one 32-slot step, the dot products
+// one tap at a time, so a 3-channel layer's tiles gain three times what a 1-channel one's do — so it is
+// measured per geometry with the layer's input channels — one image, every output channel, columns built
+// and dz given, each way, best of alternating rounds — and kept (conv-direct-dots-v3-<cpu>.txt); the
+// separate and the fused weight gradients read the same choice. (v2 measured one input channel for every
+// channel count: model A's 3-channel layer then took the pairs where the tiles are 2.4x as fast.)
 Products dots_measured(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g) {
   // (never destroyed)
-  static auto& choices = *new internal::ChoiceCache("conv-direct-dots-v2", {"f32", "pairs", "tiles"});
-  return static_cast<Products>(choices.choose(geometry_key(p, false), [&] { return geometry_text(p, false); }, [&] {
-    DirectGeom gc = g;  // one input channel's taps
-    gc.c = 1;
-    gc.k = g.kh * g.kw;
-    const int64_t positions = g.oh * g.ow, k = gc.k;
-    const cpu_internal::TileGeom t = cpu_internal::tile_geom(gc, p.oc);
+  static auto& choices = *new internal::ChoiceCache("conv-direct-dots-v3", {"f32", "pairs", "tiles"});
+  return static_cast<Products>(choices.choose(geometry_key(p), [&] { return geometry_text(p); }, [&] {
+    const int64_t positions = g.oh * g.ow, k = g.k;  // every input channel's taps at once
+    const cpu_internal::TileGeom t = cpu_internal::tile_geom(g, p.oc);
     const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float));
     const size_t col32 = bytes64(static_cast<size_t>(std::max(k * positions, t.grad_slots * t.pp)) * sizeof(float));
     const size_t dz32 = bytes64(static_cast<size_t>(std::max(p.oc * positions, t.ocp * t.pp)) * sizeof(float));
@@ -382,7 +379,7 @@ Products dots_measured(const DirectConvKernels& kern, const Conv2dParams& p, con
     std::fill(dzt, dzt + t.ocp * t.pp, BFloat16{});
     std::vector<Products> ways{Products::kF32};
     std::vector<std::function<void()>> runs{[&] {
-      kern.columns(gc, xp, col);
+      kern.columns(g, xp, col);
       for (int64_t o0 = 0; o0 < p.oc; o0 += kDzChannels) {
         const int64_t on = std::min(kDzChannels, p.oc - o0);
         kern.dot_rows(dz + o0 * positions, col, on, k, positions, l + o0 * k * 16, k, l + (p.oc * k + o0) * 16);
@@ -391,7 +388,7 @@ Products dots_measured(const DirectConvKernels& kern, const Conv2dParams& p, con
     if (kern.dot_rows_bf16) {
       ways.push_back(Products::kPairs);
       runs.push_back([&] {
-        kern.columns_bf16(gc, xp, col16);
+        kern.columns_bf16(g, xp, col16);
         for (int64_t o0 = 0; o0 < p.oc; o0 += kDzChannels) {
           const int64_t on = std::min(kDzChannels, p.oc - o0);
           kern.dot_rows_bf16(dz16 + o0 * positions, col16, on, k, positions, l + o0 * k * 16, k,
@@ -402,7 +399,7 @@ Products dots_measured(const DirectConvKernels& kern, const Conv2dParams& p, con
     if (kern.weight_sums_tiles) {
       ways.push_back(Products::kTiles);
       runs.push_back([&] {
-        kern.columns_tiles(gc, t, xp, col16);
+        kern.columns_tiles(g, t, xp, col16);
         for (int64_t o0 = 0; o0 < p.oc; o0 += 16)
           kern.pack_dz_tiles(dz16 + o0 * positions, std::min<int64_t>(16, p.oc - o0), positions, t.pp,
                              dzt + o0 * t.pp);

@@ -194,7 +194,7 @@ TEST(DirectConv, FusedReluMaxPoolEqualsItsSeparateKernelsBitForBit) {
 // on its channels (so taking the columns a channel at a time changes no bit), and the bias gradient too.
 // Small images take every channel's columns at once (11 x 11 positions x 27 taps, in any dtype), large ones
 // one channel's at a time (62 x 62 x 27: past 100 KiB); either way each channel's weights are bit for bit
-// the one-channel convolution's.
+// the one-channel convolution's (taking the same way: as measured, the 3-channel layer's).
 TEST(DirectConv, WeightGradientPerInputChannelIsTheOneChannelConvolutionsBitForBit) {
   at_every_level_and_way([&](CpuLevel level, const char* way) {
     for (int64_t size : {11, 62}) {
@@ -210,6 +210,8 @@ TEST(DirectConv, WeightGradientPerInputChannelIsTheOneChannelConvolutionsBitForB
         std::vector<float> dw(static_cast<size_t>(p.w_numel())), db(static_cast<size_t>(p.oc));
         direct_conv2d_backward_weights(p, x.data(), dz.data(), dw.data(), db.data());
         const int64_t taps = p.kh * p.kw, plane = p.h * p.w;
+        // (As measured, the way is chosen per channel count: the 1-channel layers take the 3-channel one's.)
+        ScopedDirectConvProducts same_way(way ? way : direct_conv_dots_products(p));
         for (int64_t c = 0; c < p.c; ++c) {
           Conv2dParams q = p;
           q.c = 1;
