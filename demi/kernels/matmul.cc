@@ -28,7 +28,7 @@
 namespace demi::kernels {
 namespace {
 
-enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32, kDemiDot, kDemiAmx };
+enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32, kDemiDot, kDemiAmx, kDemiDotPerThread };
 
 // Part of the cache file's name: bumped when the kernels or the tuning change enough that choices made
 // before should be made again.
@@ -40,10 +40,13 @@ enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32, kDemiDot
 // and a ReLU at the store is not part of the key; 10: workspace is priced against time
 // (internal::priced_seconds) instead of capped at 2 MiB, and demi's AMX GEMM is a candidate; 11: demi's AMX
 // GEMM packs in vector registers, each thread its part of the larger operand, reads a bf16 a in place, and
-// multiplies the f16 split as [hi | lo] four ways (half the packed bytes)
-constexpr int kTuneVersion = 11;
-constexpr const char* kKernelNames[] = {"onednn", "demi-f32", "demi-bf16", "onednn-f32", "demi-dot", "demi-amx"};
-static_assert(std::size(kKernelNames) == static_cast<size_t>(Kernel::kDemiAmx) + 1, "a kernel needs its name");
+// multiplies the f16 split as [hi | lo] four ways (half the packed bytes); 12: demi-dot's copy of a converted
+// b per thread is a candidate of its own (demi-dot-per-thread), priced against the one shared copy
+constexpr int kTuneVersion = 12;
+constexpr const char* kKernelNames[] = {"onednn",   "demi-f32", "demi-bf16", "onednn-f32",
+                                        "demi-dot", "demi-amx", "demi-dot-per-thread"};
+static_assert(std::size(kKernelNames) == static_cast<size_t>(Kernel::kDemiDotPerThread) + 1,
+              "a kernel needs its name");
 
 MatmulPolicy policy_from_env() {
   const std::string s = env_choice("DEMI_MATMUL");
@@ -191,7 +194,7 @@ void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c)
     round_into(a, n, p.a_round, low.f32());
     return run(k, q, low.f32(), b, c);
   }
-  if (p.b_round != DType::kF32 && !gemm && !amx && k != Kernel::kDemiDot) {
+  if (p.b_round != DType::kF32 && !gemm && !amx && k != Kernel::kDemiDot && k != Kernel::kDemiDotPerThread) {
     const int64_t n = p.batch * p.k * p.n;
     MatmulParams q = p;
     q.b_dtype = std::exchange(q.b_round, DType::kF32);
@@ -204,7 +207,8 @@ void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c)
     case Kernel::kDemiF32: return cpu::gemm(p, a, b, c, cpu::GemmPath::kF32);
     case Kernel::kDemiBf16: return cpu::gemm(p, a, b, c, cpu::GemmPath::kBf16Dot);
     case Kernel::kOnednnF32: return onednn::matmul_widened(p, a, b, c);
-    case Kernel::kDemiDot: return cpu::gemm_dot(p, a, b, c);
+    case Kernel::kDemiDot: return cpu::gemm_dot(p, a, b, c, cpu::DotCopies::kShared);
+    case Kernel::kDemiDotPerThread: return cpu::gemm_dot(p, a, b, c, cpu::DotCopies::kPerThread);
     case Kernel::kDemiAmx: return cpu::amx_gemm(p, a, b, c);
   }
 }
@@ -248,7 +252,12 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
     if (bf16 && cpu::gemm_has_bf16_dot()) cand.push_back(Kernel::kDemiBf16);
     if (bf16 && matmul_policy() != MatmulPolicy::kDemi) cand.push_back(Kernel::kOnednnF32);
   }
-  if (cpu::gemm_dot_supported(p)) cand.push_back(Kernel::kDemiDot);
+  if (cpu::gemm_dot_supported(p)) {
+    cand.push_back(Kernel::kDemiDot);
+    // (a copy of b per thread: faster where the other core's half of a shared one is slow to reach, and as
+    // many copies as threads — the pricing below weighs them)
+    if (cpu::gemm_dot_copies_per_thread(p)) cand.push_back(Kernel::kDemiDotPerThread);
+  }
   MatmulParams amx_q = p;
   amx_q.a_row_sums = nullptr;  // (summed in a pass of their own for it, as for oneDNN)
   if (cpu::amx_gemm_supported(amx_q)) cand.push_back(Kernel::kDemiAmx);
@@ -342,7 +351,7 @@ std::string matmul_kernel(const MatmulParams& p_in) {
   if (widened.b_round != DType::kF32) widened.b_dtype = std::exchange(widened.b_round, DType::kF32);
   if (k == Kernel::kOnednnF32) widened.a_dtype = widened.b_dtype = DType::kF32;
   const std::string impl = k == Kernel::kOnednn || k == Kernel::kOnednnF32 ? onednn::matmul_implementation(widened)
-                           : k == Kernel::kDemiDot ? cpu::gemm_dot_implementation()
+                           : k == Kernel::kDemiDot || k == Kernel::kDemiDotPerThread ? cpu::gemm_dot_implementation()
                            : k == Kernel::kDemiAmx ? cpu::amx_gemm_implementation(p)
                                                    : cpu::gemm_implementation(p, k == Kernel::kDemiBf16
                                                                                      ? cpu::GemmPath::kBf16Dot

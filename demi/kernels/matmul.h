@@ -10,7 +10,12 @@
 //   - "onednn-f32" oneDNN's f32 matmul on bf16 operands widened in chunks (bf16 x bf16; like the f16
 //                  path, it must be 10% faster to be chosen);
 //   - "demi-dot"   demi's dot-product kernel for few output columns (cpu/gemm_dot.h: a . b^T with N <= 32,
-//                  a classifier's last Dense forward).
+//                  a classifier's last Dense forward), a converted b in one copy the threads share;
+//   - "demi-dot-per-thread"  the same with a copy of the converted b per thread (where it fits a core's
+//                  L2: faster on two threads, twice the copies — weighed by the workspace pricing below);
+//   - "demi-amx"   demi's AMX GEMM (cpu/gemm_amx.h: bf16 values, and f16 ones exactly, on the tile unit).
+// Each candidate's time is priced by the workspace it holds beyond the lightest one's
+// (internal::priced_seconds: 1% of time for 1% of the call's footprint).
 // f64 always runs the reference kernel.
 //
 // Choices are also kept on disk, so that another process on the same machine makes the same ones (a run

@@ -51,27 +51,37 @@ const cpu_internal::GemmDotKernels& kernels() {
   return table.get();
 }
 
+constexpr size_t kPrivateB = size_t{512} << 10;  // (a core's L2 holds a copy per thread below this)
+
+// The threads a product of p takes (its row pairs split among them).
+int64_t parts_of(const MatmulParams& p) {
+  return p.m * p.n * p.k >= (int64_t{1} << 16) ? cpu_internal::parts_for((p.m + 1) / 2) : 1;
+}
+
+// Whether p's b is converted to f32 rows before the products (see below).
+bool converts_b(const MatmulParams& p) { return p.b_round != DType::kF32 || p.b_dtype != DType::kF32; }
+
 // One (batch-1) product; bias32: N f32 values or null.
-void product(const MatmulParams& p, const void* a, const void* b, void* c, const float* bias32) {
+void product(const MatmulParams& p, const void* a, const void* b, void* c, const float* bias32, DotCopies copies) {
   const cpu_internal::GemmDotKernels& kern = kernels();
   const int64_t M = p.m, N = p.n, K = p.k;
   // b as f32 rows (N x K: few by construction), converted once — or an f32 b read as b_round, rounded once.
   // MatmulParams::bf16_products: f16 values (exact in f32) are then rounded once more, to bf16; the sums of
   // their products run in f32 as any other's.
   const bool rounded = p.b_round != DType::kF32;
-  const bool convert_b = rounded || p.b_dtype != DType::kF32;
+  const bool convert_b = converts_b(p);
   const bool b_to_bf16 = p.bf16_products && b_value_dtype(p) == DType::kF16;
   const bool a_to_bf16 = p.bf16_products && p.a_dtype == DType::kF16;
   const int64_t pairs = (M + 1) / 2;
-  const int64_t parts = M * N * K >= (int64_t{1} << 16) ? cpu_internal::parts_for(pairs) : 1;
-  // Every tile reads all of b. Converted by the threads together, half of it sat in the other core's cache
-  // and every row pair fetched it from there: model A's 32 x 7200 x 10 f16 forward on its FP32 master ran
+  const int64_t parts = parts_of(p);
+  // Every tile reads all of b. Converted by the threads together, half of it sits in the other core's cache
+  // and every row pair fetches it from there: model A's 32 x 7200 x 10 f16 forward on its FP32 master ran
   // far below the f32 product's speed on two threads, though close to it on one; with its own copy, much
-  // closer on two (gemm_bench's model A rows, with --threads 1 and 2, measure it).
-  // So while a copy fits in a core's L2, each part converts all of b for itself (a few microseconds).
-  constexpr size_t kPrivateB = size_t{512} << 10;
+  // closer on two (gemm_bench's model A rows, with --threads 1 and 2, measure it). So while a copy fits in
+  // a core's L2, each part may convert all of b for itself (DotCopies::kPerThread: a few microseconds, and
+  // a copy per thread: model A's 10 x 7200 f32 copies were 0.55 of its 1.77 MiB O2 training peak).
   const size_t b_bytes = static_cast<size_t>(N * K) * sizeof(float);
-  const bool private_b = convert_b && parts > 1 && b_bytes <= kPrivateB;
+  const bool private_b = copies == DotCopies::kPerThread && gemm_dot_copies_per_thread(p);
   const auto convert_b_into = [&](float* dst, int64_t e0, int64_t e1) {
     if (rounded)
       round_f32(static_cast<const float*>(b) + e0, dst + e0, e1 - e0, p.b_round);
@@ -140,7 +150,11 @@ bool gemm_dot_supported(const MatmulParams& p) {
          is_f32_or_low(p.b_dtype) && is_f32_or_low(p.c_dtype) && (p.bias == nullptr || is_f32_or_low(p.bias_dtype));
 }
 
-void gemm_dot(const MatmulParams& p, const void* a, const void* b, void* c) {
+bool gemm_dot_copies_per_thread(const MatmulParams& p) {
+  return converts_b(p) && parts_of(p) > 1 && static_cast<size_t>(p.n * p.k) * sizeof(float) <= kPrivateB;
+}
+
+void gemm_dot(const MatmulParams& p, const void* a, const void* b, void* c, DotCopies copies) {
   check_matmul_params(p, "gemm_dot");
   DEMI_CHECK(p.a_round == DType::kF32, "gemm_dot: reads a as stored; ", describe(p),
              " gets a rounded copy of a from kernels::matmul");
@@ -153,7 +167,7 @@ void gemm_dot(const MatmulParams& p, const void* a, const void* b, void* c) {
   const int64_t sa = p.m * p.k, sb = p.n * p.k, sc = p.m * p.n;
   for (int64_t i = 0; i < p.batch; ++i)
     product(p, element_at(a, i * sa, p.a_dtype), element_at(b, i * sb, p.b_dtype), element_at(c, i * sc, p.c_dtype),
-            p.bias ? bias32 : nullptr);
+            p.bias ? bias32 : nullptr, copies);
 }
 
 std::string gemm_dot_implementation() { return str_cat("demi-dot:", kernels().name); }

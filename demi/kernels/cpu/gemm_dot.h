@@ -26,8 +26,17 @@ inline constexpr int64_t kDotMaxN = 32;
 // Whether gemm_dot takes p: trans_b, not trans_a, 1 <= N <= kDotMaxN, f32|bf16|f16 operands and output.
 bool gemm_dot_supported(const MatmulParams& p);
 
-// c (batch, M, N) = act(a (batch, M, K) . b (batch, N, K)^T + bias (+ c)), as MatmulParams says.
-void gemm_dot(const MatmulParams& p, const void* a, const void* b, void* c);
+// Where a b that is not f32 as stored (low precision, or read rounded) is converted to f32 rows: one copy
+// the threads share (converted by all of them, so half of it sits in the other core's cache), or, where the
+// copy fits in a core's L2, a copy per thread, each converted by its own thread (faster on two threads,
+// as many copies as threads). kernels::matmul measures both and prices the copies (its tune()).
+enum class DotCopies { kShared, kPerThread };
+// Whether p's b takes a copy per thread under DotCopies::kPerThread (else both ways are one run).
+bool gemm_dot_copies_per_thread(const MatmulParams& p);
+
+// c (batch, M, N) = act(a (batch, M, K) . b (batch, N, K)^T + bias (+ c)), as MatmulParams says. The same
+// bits either way of copying b.
+void gemm_dot(const MatmulParams& p, const void* a, const void* b, void* c, DotCopies copies = DotCopies::kShared);
 
 // "demi-dot:avx512" (the variant this CPU runs) for diagnostics and `demi info`.
 std::string gemm_dot_implementation();

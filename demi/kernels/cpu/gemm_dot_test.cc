@@ -110,8 +110,8 @@ TEST(GemmDot, AnF32OperandReadRoundedIsBitForBitTheCastOperand) {
   }
 }
 
-// How a product is split across threads (parts, each part's own converted b or one shared copy, a widened
-// in registers) never changes a bit: every output's sum has one fixed order.
+// How a product is split across threads (parts, each part's own converted b or one shared copy: DotCopies,
+// a widened in registers) never changes a bit: every output's sum has one fixed order.
 TEST(GemmDot, ResultsDoNotDependOnTheThreadCount) {
   const int saved = num_threads();
   struct Case {
@@ -133,12 +133,17 @@ TEST(GemmDot, ResultsDoNotDependOnTheThreadCount) {
     SCOPED_TRACE(describe(p));
     Operand a = kernels::testing::random_operand(cs.a, p.m * p.k, seed += 2);
     Operand b = kernels::testing::random_operand(cs.b, p.n * p.k, seed + 1);
-    std::vector<char> one(static_cast<size_t>(p.m * p.n) * dtype_size(cs.a)), two(one.size());
+    std::vector<char> one(static_cast<size_t>(p.m * p.n) * dtype_size(cs.a)), two(one.size()), copies(one.size());
     set_num_threads(1);
     gemm_dot(p, a.data(), b.data(), one.data());
     set_num_threads(2);
-    gemm_dot(p, a.data(), b.data(), two.data());
+    gemm_dot(p, a.data(), b.data(), two.data(), DotCopies::kShared);
+    gemm_dot(p, a.data(), b.data(), copies.data(), DotCopies::kPerThread);
     EXPECT_EQ(one, two);
+    EXPECT_EQ(one, copies);
+    // (a converted b of at most 512 KiB in f32 takes a copy per thread on request: not 32 x 4200, and an f32
+    // b as stored takes none)
+    EXPECT_EQ(gemm_dot_copies_per_thread(p), (cs.b != F32 || cs.round != F32) && cs.n * cs.k * 4 <= (512 << 10));
   }
   set_num_threads(saved);
 }
