@@ -179,16 +179,17 @@ Tensor dense_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bo
     };
     // Where this rule holds x's only reference, the weight gradient (x's last reader) runs first and the
     // data gradient (x's shape and dtype) then takes x's bytes: one activation less at the step's peak,
-    // which is this backward on models A and D. Otherwise the data gradient runs first. So it does where
+    // which is this backward on models A, B and D. Otherwise the data gradient runs first. So it does where
     // the data gradient's products read the FP32 weight rounded (AMP's master: a rounded copy of it, up
-    // to 2 MiB, is packed) and x is smaller than the weight gradient: that copy alive beside dW costs more
-    // than reusing x saves (model C's 1024 x 1024 layer at O2-bf16, 0.5 MiB of x against a 2 MiB dW: its
-    // training peak went 19.13 -> 20.78 MB when its ReLU stopped holding x and the weight gradient ran
-    // first).
+    // to 2 MiB, may be packed) and x is smaller than the weight gradient: that copy alive beside dW costs
+    // more than reusing x saves (model C's 1024 x 1024 layer at O2-bf16, 0.5 MiB of x against a 2 MiB dW:
+    // its training peak went 19.13 -> 20.78 MB when its ReLU stopped holding x and the weight gradient ran
+    // first). With x no smaller than dW the weight gradient first is never worse: x + dW + the copy (at
+    // most dW's bytes) against x + dx + dW (model B's 3136 -> 128 layer, x and dW 0.77 MiB each in bf16).
     const int64_t x_bytes = x.numel() * static_cast<int64_t>(dtype_size(x.dtype()));
     const int64_t dw_bytes = w_saved.numel() * static_cast<int64_t>(dtype_size(dw_dtype));
     const bool rounded_w = p.w_round != DType::kF32;
-    if (need_dx && internal::only_holder(x) && (!rounded_w || x_bytes > dw_bytes)) {
+    if (need_dx && internal::only_holder(x) && (!rounded_w || x_bytes >= dw_bytes)) {
       weight_gradient();
       data_gradient(x);
     } else {

@@ -399,11 +399,10 @@ Products dots_measured(const DirectConvKernels& kern, const Conv2dParams& p, con
     if (kern.weight_sums_tiles) {
       ways.push_back(Products::kTiles);
       runs.push_back([&] {
-        kern.columns_tiles(g, t, xp, col16);
         for (int64_t o0 = 0; o0 < p.oc; o0 += 16)
           kern.pack_dz_tiles(dz16 + o0 * positions, std::min<int64_t>(16, p.oc - o0), positions, t.pp,
                              dzt + o0 * t.pp);
-        kern.weight_sums_tiles(t, col16, dzt, l);
+        kern.weight_sums_tiles(g, t, xp, dzt, col16, l);
       });
     }
     return static_cast<int>(ways[fastest(runs)]);
@@ -421,8 +420,9 @@ Products dots_way(const DirectConvKernels& kern, const Conv2dParams& p, const Di
 }
 
 // The weight gradient on the tile unit (dots_way kTiles): the threads take contiguous runs of images, each
-// summing into its own (grad_slots, OCP) f32 block (DirectConvKernels::weight_sums_tiles: per image the
-// columns built once, dz taken 16 channels at a time and packed); at the end each (oc, k) adds the threads'
+// summing into its own (grad_slots, OCP) f32 block (DirectConvKernels::weight_sums_tiles: per image dz
+// taken 16 channels at a time and packed, then the columns built and multiplied a chunk of TileGeom::cp
+// positions at a time); at the end each (oc, k) adds the threads'
 // sums in thread order. rows, tmp_bytes as for backward_weights_impl (here 16 channels at a time, bf16).
 template <class Rows, class TmpBytes>
 void backward_weights_tiles(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g, const void* x,
@@ -430,7 +430,7 @@ void backward_weights_tiles(const DirectConvKernels& kern, const Conv2dParams& p
   const cpu_internal::TileGeom t = cpu_internal::tile_geom(g, p.oc);
   const int64_t positions = g.oh * g.ow, threads = parts_for(p.n);
   const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)),
-               col_bytes = bytes64(static_cast<size_t>(t.grad_slots * t.pp) * sizeof(BFloat16)),
+               col_bytes = bytes64(static_cast<size_t>(t.grad_slots * t.cp) * sizeof(BFloat16)),
                dzt_bytes = bytes64(static_cast<size_t>(t.ocp * t.pp) * sizeof(BFloat16)),
                rows_bytes = bytes64(tmp_bytes(std::min<int64_t>(16, p.oc), true)),
                sums_bytes = bytes64(static_cast<size_t>(t.grad_slots * t.ocp) * sizeof(float));
@@ -447,13 +447,12 @@ void backward_weights_tiles(const DirectConvKernels& kern, const Conv2dParams& p
     std::fill(dzt, dzt + t.ocp * t.pp, BFloat16{});  // (the channel blocks past OC stay 0)
     for (int64_t n = n0; n < n1; ++n) {
       pad_image(p, g, x, n, xp);
-      kern.columns_tiles(g, t, xp, col);
       for (int64_t o0 = 0; o0 < p.oc; o0 += 16) {
         const int64_t on = std::min<int64_t>(16, p.oc - o0);
         kern.pack_dz_tiles(static_cast<const BFloat16*>(rows(n, o0, on, tmp, true)), on, positions, t.pp,
                            dzt + o0 * t.pp);
       }
-      kern.weight_sums_tiles(t, col, dzt, sums);
+      kern.weight_sums_tiles(g, t, xp, dzt, col, sums);
     }
   });
   for (int64_t oc = 0; oc < p.oc; ++oc)

@@ -148,38 +148,48 @@ void forward_pool2x2_tiles(const DirectGeom& g, const TileGeom& t, const float* 
   forward_pool2x2_tiles_t<false>(g, t, xp, wt, bias, taps, pooled, argmax, oc, ph, pw);
 }
 
-void columns_tiles(const DirectGeom& g, const TileGeom& t, const float* xp, BFloat16* tcol) {
-  const int64_t positions = g.oh * g.ow;
+void columns_tiles(const DirectGeom& g, const TileGeom& t, const float* xp, int64_t p0, BFloat16* tcol) {
+  const int64_t positions = g.oh * g.ow, np = std::min(t.cp, t.pp - p0), end = std::min(p0 + np, positions);
+  const int64_t oy0 = p0 / g.ow, ox0 = p0 % g.ow;  // (once: a division per run cost as much as the products)
   for (int64_t k = 0; k < g.k; ++k) {
     const float* src = xp + tap_offset(g, k);
-    BFloat16* dst = tcol + k * t.pp;
-    for (int64_t oy = 0; oy < g.oh; ++oy, src += g.wp, dst += g.ow) direct_avx512::narrow_row_bf16(src, dst, g.ow);
-    std::memset(static_cast<void*>(tcol + k * t.pp + positions), 0,
-                static_cast<size_t>(t.pp - positions) * sizeof(BFloat16));
+    BFloat16* dst = tcol + k * t.cp;
+    for (int64_t p = p0, oy = oy0, ox = ox0; p < end; ++oy, ox = 0) {  // the chunk's runs of output rows
+      const int64_t run = std::min(g.ow - ox, end - p);
+      direct_avx512::narrow_row_bf16(src + oy * g.wp + ox, dst + (p - p0), run);
+      p += run;
+    }
+    std::fill(dst + std::max<int64_t>(end - p0, 0), dst + np, BFloat16{});
   }
   // The bias's row: 1.0 (bf16 0x3F80) at the positions, 0 past them; the slots after it 0.
-  BFloat16* ones = tcol + g.k * t.pp;
-  std::fill(ones, ones + positions, BFloat16(1.0f));
-  std::fill(ones + positions, tcol + t.grad_slots * t.pp, BFloat16{});
+  BFloat16* ones = tcol + g.k * t.cp;
+  std::fill(ones, ones + std::max<int64_t>(end - p0, 0), BFloat16(1.0f));
+  std::fill(ones + std::max<int64_t>(end - p0, 0), ones + np, BFloat16{});
+  for (int64_t k = g.k + 1; k < t.grad_slots; ++k) std::fill(tcol + k * t.cp, tcol + k * t.cp + np, BFloat16{});
 }
 
 void pack_dz_tiles(const BFloat16* dz, int64_t on, int64_t positions, int64_t pp, BFloat16* dzt) {
   cpu_internal::pack_value_pairs(dz, on, positions, positions, pp, dzt);
 }
 
-void weight_sums_tiles(const TileGeom& t, const BFloat16* tcol, const BFloat16* dzt, float* sums) {
-  const int64_t a_stride = t.pp * static_cast<int64_t>(sizeof(BFloat16)), block = (t.pp / 2) * 32;
-  configure_tiles();
-  for (int64_t kb = 0; kb < t.grad_slots; kb += 32)
-    for (int64_t ob = 0; ob < t.ocp; ob += 32) {
-      float* s = sums + kb * t.ocp + ob;
-      load_c_tiles(s, t.ocp);
-      const BFloat16* a0 = tcol + kb * t.pp;  // slots kb .. kb + 15
-      const BFloat16* b0 = dzt + (ob / 16) * block;  // output channels ob .. ob + 15
-      for (int64_t p0 = 0; p0 < t.pp; p0 += 32)
-        multiply_c_tiles(a0 + p0, a0 + 16 * t.pp + p0, a_stride, b0 + p0 * 16, b0 + block + p0 * 16, 64);
-      store_c_tiles(s, t.ocp);
-    }
+void weight_sums_tiles(const DirectGeom& g, const TileGeom& t, const float* xp, const BFloat16* dzt, BFloat16* tcol,
+                       float* sums) {
+  const int64_t a_stride = t.cp * static_cast<int64_t>(sizeof(BFloat16)), block = (t.pp / 2) * 32;
+  configure_tiles();  // (once per image, not per chunk)
+  for (int64_t p0 = 0; p0 < t.pp; p0 += t.cp) {
+    columns_tiles(g, t, xp, p0, tcol);
+    const int64_t np = std::min(t.cp, t.pp - p0);
+    for (int64_t kb = 0; kb < t.grad_slots; kb += 32)
+      for (int64_t ob = 0; ob < t.ocp; ob += 32) {
+        float* s = sums + kb * t.ocp + ob;
+        load_c_tiles(s, t.ocp);
+        const BFloat16* a0 = tcol + kb * t.cp;  // slots kb .. kb + 15
+        const BFloat16* b0 = dzt + (ob / 16) * block + p0 * 16;  // output channels ob .. ob + 15, from p0
+        for (int64_t q = 0; q < np; q += 32)
+          multiply_c_tiles(a0 + q, a0 + 16 * t.cp + q, a_stride, b0 + q * 16, b0 + block + q * 16, 64);
+        store_c_tiles(s, t.ocp);
+      }
+  }
   _tile_release();
 }
 
@@ -191,7 +201,6 @@ const DirectConvKernels& direct_conv_kernels_amx() {
     t.name = "amx";
     t.forward_tiles = forward_tiles;
     t.forward_pool2x2_tiles = forward_pool2x2_tiles;
-    t.columns_tiles = columns_tiles;
     t.pack_dz_tiles = pack_dz_tiles;
     t.weight_sums_tiles = weight_sums_tiles;
     return t;

@@ -296,9 +296,9 @@ TEST(DirectConv, WeightGradientScratchIsSizedByThePathsDtypes) {
       const int64_t dz_rows = tiles ? 16 : 8;  // channels of dz at a time
       // Every input channel's columns (within the 100 KiB for building them once per image): 48.6 KB in
       // bf16 or f16, 97.2 KB in f32 (an f16 image on a level without f16 columns); the tile unit's: 32 slots
-      // (27 taps, the bias's ones) x 928 positions in bf16, and dz packed (32 channels x 928 positions), their
-      // 32 x 32 f32 sums in place of the lanes
-      const int64_t columns = tiles ? 32 * 928 * 2 : k * positions * (bf16_dot || f16_columns ? 2 : 4);
+      // (27 taps, the bias's ones) x a chunk of 512 of the 928 positions in bf16, and dz packed (32 channels x
+      // 928 positions), their 32 x 32 f32 sums in place of the lanes
+      const int64_t columns = tiles ? 32 * 512 * 2 : k * positions * (bf16_dot || f16_columns ? 2 : 4);
       const int64_t per_thread = tiles      ? xp + columns + 32 * 928 * 2 + dz_rows * positions * 2 + 32 * 32 * 4
                                  : bf16_dot ? xp + columns + dz_rows * positions * 2 + lanes
                                             : xp + columns + dz_rows * positions * 4 +
