@@ -45,8 +45,13 @@ constexpr int64_t kKStep = 32;  // bf16 values in a tile row (64 bytes): the K s
 constexpr int64_t kTile = 16;   // rows of a tile; columns of a B or C tile
 // K' values per block of a row block's a held in L1 (blocks()); bytes of the larger operand a thread packs
 // and multiplies at a time, and of b's column blocks multiplied at a time (a quarter of a core's L2 on the
-// Xeons with AMX: 2 MiB).
-constexpr int64_t kKBlock = 256, kChunkBytes = int64_t{1} << 19;
+// Xeons with AMX: 2 MiB) where the threads split a's rows: each chunk of a's rows reads all of b, so the
+// more rows a chunk has, the fewer passes over b (1024^3 at a chunk of 128 KiB: 0.76x). Where they split
+// b's columns, each chunk of columns reads all of the shared a from L2 at 2 / columns bytes per product,
+// nothing beside the tile loads' 1 KiB per 16 x 16 x 32: 128 KiB (at least one column block) is as fast,
+// and a fourth of the workspace (model C's 256 x 1024 x 1024 and B's 128 x 3136 x 128 products measured
+// the same or faster: 0.96-1.0x the time).
+constexpr int64_t kKBlock = 256, kChunkBytes = int64_t{1} << 19, kColumnChunkBytes = int64_t{1} << 17;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -223,8 +228,27 @@ void pack_b(const MatmulParams& p, const void* b, const Layout& L, int64_t t0, i
   auto words = [&](int64_t ct, int64_t s, int64_t q) {  // tile column ct's row of k' pair (s * kp) / 2 + q
     return dst + (((ct - ct0) * half + s * L.kp / 2 + q) * kTile) * 2;
   };
+  // Stored rows k whose values copy or round plainly: the whole pieces (whole steps of 32 k, tile columns of
+  // 16) a pair of rows at a time across the tile columns, so that each row is read in order. (A piece at a
+  // time reads 32 rows, each a line on another page: more streams than the prefetchers follow, and model
+  // B's 128 x 3136 f32 weight packed at ~3 GB/s.)
+  const bool streamed = !p.trans_b && plain_bf16(p.b_dtype, p.b_round, L);
+  const int64_t whole_steps = K / kKStep, whole_columns = N / kTile;
+  if (streamed)
+    for (int64_t ks = 0; ks < whole_steps; ++ks) {
+      // the pieces (ct, ks) in [t0, t1): ct in [c0, c1)
+      const int64_t c0 = t0 <= ks ? 0 : (t0 - ks + steps - 1) / steps;
+      const int64_t c1 = t1 - 1 < ks ? 0 : std::min(whole_columns, (t1 - 1 - ks) / steps + 1);
+      for (int q = 0; q < 16; ++q) {
+        const int64_t k = ks * kKStep + 2 * q;
+        const char *even = row(k), *odd = row(k + 1);
+        for (int64_t ct = c0; ct < c1; ++ct)
+          _mm512_storeu_si512(words(ct, 0, k / 2), row_pair16(even, odd, p.b_dtype, ct * kTile));
+      }
+    }
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t ct = t / steps, k0 = (t % steps) * kKStep, n0 = ct * kTile;
+    if (streamed && ct < whole_columns && k0 / kKStep < whole_steps) continue;  // (done above)
     __m512i hi[16], lo[16];
     if (!p.trans_b) {  // stored rows k: 16 columns of two of them are 16 words
       stored_row_pairs(row, p.b_dtype, p.b_round, n0, lanes(N - n0), K, k0, L, hi, lo);
@@ -266,20 +290,31 @@ DEMI_AMX_INLINE void store_row(void* base, DType t, int64_t i, __m512 v, __mmask
 }
 
 // The block's sums (acc, 32 x 32 f32) stored into c's rows i0.., columns j0.. (mv x nv valid) with the
-// epilogue: + c (accumulate) or + residual, + bias, ReLU, one rounding into c's dtype.
+// epilogue: + c (accumulate) or + residual, + bias, ReLU, one rounding into c's dtype. A bf16 row of the
+// block is one store of 64 bytes (two of 32, masked, measured 27% of model B's 128 x 3136 x 128 data
+// gradient: the output's lines written in halves).
 void store_block(const MatmulParams& p, const float (&acc)[kBlock][kBlock], int64_t i0, int64_t j0, int64_t mv,
                  int64_t nv, void* c, const void* residual, const float* bias) {
-  for (int64_t r = 0; r < mv; ++r)
-    for (int64_t g = 0; g < 2 && g * kTile < nv; ++g) {
-      const int64_t cols = std::min(kTile, nv - g * kTile), j = j0 + g * kTile, at = (i0 + r) * p.n + j;
-      const __mmask16 mask = static_cast<__mmask16>(cols == kTile ? 0xffff : (1u << cols) - 1);
-      __m512 v = _mm512_loadu_ps(&acc[r][g * kTile]);
-      if (p.accumulate) v = _mm512_add_ps(v, load_row(c, p.c_dtype, at, mask));
-      if (residual != nullptr) v = _mm512_add_ps(v, load_row(residual, p.c_dtype, at, mask));
-      if (bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, bias + j));
-      if (p.relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
-      store_row(c, p.c_dtype, at, v, mask);
+  const __mmask32 mask = nv >= kBlock ? ~__mmask32{0} : static_cast<__mmask32>((1u << nv) - 1);
+  const __mmask16 half_mask[2] = {static_cast<__mmask16>(mask), static_cast<__mmask16>(mask >> 16)};
+  for (int64_t r = 0; r < mv; ++r) {
+    const int64_t at = (i0 + r) * p.n + j0;
+    __m512 v[2];
+    for (int64_t g = 0; g < 2; ++g) {  // (a half past nv: all lanes masked, its values never stored)
+      const __mmask16 m = half_mask[g];
+      v[g] = _mm512_loadu_ps(&acc[r][g * kTile]);
+      if (p.accumulate) v[g] = _mm512_add_ps(v[g], load_row(c, p.c_dtype, at + g * kTile, m));
+      if (residual != nullptr) v[g] = _mm512_add_ps(v[g], load_row(residual, p.c_dtype, at + g * kTile, m));
+      if (bias != nullptr) v[g] = _mm512_add_ps(v[g], _mm512_maskz_loadu_ps(m, bias + j0 + g * kTile));
+      if (p.relu) v[g] = _mm512_max_ps(v[g], _mm512_setzero_ps());
     }
+    if (p.c_dtype == DType::kBF16) {
+      _mm512_mask_storeu_epi16(static_cast<BFloat16*>(c) + at, mask, (__m512i)_mm512_cvtne2ps_pbh(v[1], v[0]));
+      continue;
+    }
+    for (int64_t g = 0; g < 2; ++g)
+      if (half_mask[g] != 0) store_row(c, p.c_dtype, at + g * kTile, v[g], half_mask[g]);
+  }
 }
 
 // Where a row block of a's rows is (32 rows of kq bf16, ld(mb) apart): in a itself (`direct`: bf16
@@ -440,9 +475,13 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   const bool direct = !split && !p.trans_a && p.a_dtype == DType::kBF16 && p.k % kKStep == 0 && p.k % 1024 != 0;
   const bool by_columns = nblocks > mblocks;
   const int64_t a_block = kBlock * ld, b_block = kBlock * kq;  // a row block's, a column block's bf16
-  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / ((by_columns ? b_block : a_block) * 2));
-  const int64_t b_chunk = std::max<int64_t>(1, kChunkBytes / (b_block * 2));  // column blocks per blocks() call
   const int64_t parts = parts_for(by_columns ? nblocks : mblocks);
+  // (no more than a part's blocks: a thread's buffer is never larger than what it packs)
+  const int64_t per_part = ((by_columns ? nblocks : mblocks) + parts - 1) / parts;
+  const int64_t chunk =
+      std::clamp<int64_t>((by_columns ? kColumnChunkBytes / b_block : kChunkBytes / a_block) / 2, 1, per_part);
+  // column blocks per blocks() call
+  const int64_t b_chunk = by_columns ? chunk : std::clamp<int64_t>(kChunkBytes / (b_block * 2), 1, nblocks);
   const int64_t packed_from = direct ? p.m / kBlock : 0;
   // Shared: a (the row blocks from packed_from on) where the threads split b, else b, whole; each thread's
   // own: its chunk of the larger one, and its C sums between K blocks. (All taken here, on the calling
