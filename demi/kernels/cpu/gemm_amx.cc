@@ -29,6 +29,7 @@ namespace {
 
 using cpu_internal::configure_tiles;
 using cpu_internal::load_c_tiles;
+using cpu_internal::multiply_c_column;
 using cpu_internal::multiply_c_tiles;
 using cpu_internal::store_c_tiles;
 using cpu_internal::zero_c_tiles;
@@ -364,6 +365,9 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
     for (int64_t nb = n0; nb < n1; ++nb) {
       const BFloat16* t0 = pb + 2 * (nb - pb_nb0) * half * 2 * kTile + kb.k0 * kTile;
       const BFloat16* t1 = t0 + half * 2 * kTile;
+      // (a last block of at most 16 columns: its second tile column is not multiplied, nor packed where b
+      // is packed whole: a Dense of 10 outputs packs and multiplies 16 columns, not 32)
+      const bool second = nb * kBlock + kTile < p.n;
       float* sums = held + (nb - n0) * kBlock * kBlock;
       if (kb.first)
         zero_c_tiles();
@@ -375,10 +379,13 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
         const char* next1 = reinterpret_cast<const char*>(t1 + (s + 1) * kTile * 2 * kTile);
         for (int l = 0; l < 16; ++l) {
           _mm_prefetch(next0 + 64 * l, _MM_HINT_T0);
-          _mm_prefetch(next1 + 64 * l, _MM_HINT_T0);
+          if (second) _mm_prefetch(next1 + 64 * l, _MM_HINT_T0);
         }
-        multiply_c_tiles(kb.a0 + s * kKStep, kb.a1 + s * kKStep, kb.stride, t0 + s * kTile * 2 * kTile,
-                         t1 + s * kTile * 2 * kTile, 64);
+        if (second)
+          multiply_c_tiles(kb.a0 + s * kKStep, kb.a1 + s * kKStep, kb.stride, t0 + s * kTile * 2 * kTile,
+                           t1 + s * kTile * 2 * kTile, 64);
+        else
+          multiply_c_column(kb.a0 + s * kKStep, kb.a1 + s * kKStep, kb.stride, t0 + s * kTile * 2 * kTile, 64);
       }
       store_c_tiles(kb.last ? &acc[0][0] : sums, kBlock);
       if (!kb.last) continue;
@@ -467,6 +474,9 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   la.kp = lb.kp = round_up(p.k, kKStep);
   la.segs = lb.segs = split ? 2 : 1;  // [h | l], multiplied four ways by blocks_split
   const int64_t mp = round_up(p.m, kBlock), np = round_up(p.n, kBlock), kq = la.kq();
+  // b's columns packed where it is packed whole: its tile columns up to N (blocks() multiplies a last block
+  // of at most 16 columns as one tile column), all of the last block's where split (blocks_split)
+  const int64_t pn = split ? np : round_up(p.n, kTile);
   const int64_t mblocks = mp / kBlock, nblocks = np / kBlock, steps = la.kp / kKStep;
   const int64_t ld = kq + kKStep;  // packed a's rows (RowsOfA)
   // a's tiles load from a itself where its rows already are the packed rows (bf16 by rows, K a multiple
@@ -488,7 +498,7 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   // thread: workers allocate nothing.)
   const bool a_shared = by_columns || direct;
   Workspace pa(a_shared ? static_cast<size_t>((mblocks - packed_from) * a_block) * sizeof(BFloat16) : 0);
-  Workspace pb(by_columns ? 0 : static_cast<size_t>(np * kq) * sizeof(BFloat16));
+  Workspace pb(by_columns ? 0 : static_cast<size_t>(pn * kq) * sizeof(BFloat16));
   const int64_t chains = split ? 2 : 1;
   const size_t sums_bytes =
       la.kp > kKBlock ? static_cast<size_t>(chains * b_chunk * kBlock * kBlock) * sizeof(float) : 0;
@@ -525,7 +535,7 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
       });
     }
     if (!by_columns) {
-      const int64_t pieces = np / kTile * steps;
+      const int64_t pieces = pn / kTile * steps;
       for_each_part(parts_for(pieces), pieces,
                     [&](int64_t, int64_t t0, int64_t t1) { pack_b(p, bi, lb, t0, t1, 0, pb16); });
     }

@@ -74,9 +74,10 @@ TEST(AmxGemm, MatchesTheReferenceOverShapesTransposesDtypesAndEpilogues) {
     int64_t m, n, k;
   };
   // (K a multiple of 32: a bf16 a is read in place, its partial last row block packed; {45, 100, 64} splits
-  // the threads by b's columns, {100, 45, 128} by a's rows.)
-  const Shape shapes[] = {{1, 1, 1},      {5, 7, 3},      {17, 33, 45},   {32, 32, 32},  {64, 48, 96},
-                          {100, 70, 300}, {33, 130, 257}, {45, 100, 64}, {100, 45, 128}};
+  // the threads by b's columns, {100, 45, 128} by a's rows; a last column block of 1, 13 or 16 columns is
+  // one tile column, of 17 two: {64, 49, 64}.)
+  const Shape shapes[] = {{1, 1, 1},      {5, 7, 3},      {17, 33, 45},  {32, 32, 32},   {64, 48, 96},
+                          {100, 70, 300}, {33, 130, 257}, {45, 100, 64}, {100, 45, 128}, {64, 49, 64}};
   const testing::MatmulDtypes mixes[] = {{BF16, BF16, F32}, {BF16, BF16, BF16}, {F16, F16, F32},
                                          {F16, F16, F16},   {F16, BF16, F16},   {BF16, F16, BF16}};
   uint64_t seed = 1;

@@ -104,6 +104,30 @@ const std::string& cache_path(const std::string& stem, bool& checked, std::strin
   return path;
 }
 
+// The choice file's lines `text = name` (a name of `names`) merged into `map` (entries there stay).
+void merge_file(int fd, const std::vector<std::string>& names, std::unordered_map<std::string, int>& map) {
+  std::string all;
+  char buf[4096];
+  ::lseek(fd, 0, SEEK_SET);
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) all.append(buf, static_cast<size_t>(n));
+  std::istringstream in(all);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t eq = line.rfind(" = ");
+    if (eq == std::string::npos) continue;
+    const std::string value = line.substr(eq + 3);
+    for (size_t i = 0; i < names.size(); ++i)
+      if (value == names[i]) map.emplace(line.substr(0, eq), static_cast<int>(i));
+  }
+}
+
+struct File {  // closed (and so unlocked) however the function that opened it is left
+  int fd;
+  ~File() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 }  // namespace
 
 int ChoiceCache::choose(const Key& key, const std::function<std::string()>& text, const std::function<int()>& tune) {
@@ -113,28 +137,9 @@ int ChoiceCache::choose(const Key& key, const std::function<std::string()>& text
   const std::string tkey = text();
   if (auto it = c.map.find(tkey); it != c.map.end()) return c.fast[key] = it->second;
   const std::string& path = cache_path(stem_, c.path_checked, c.path, c.dir);
-  struct File {  // closed (and so unlocked) however this function is left
-    int fd;
-    ~File() {
-      if (fd >= 0) ::close(fd);
-    }
-  } file{path.empty() ? -1 : ::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC)};
+  const File file{path.empty() ? -1 : ::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC)};
   const int fd = file.fd;
-  if (fd >= 0 && ::flock(fd, LOCK_EX) == 0) {  // merge the file: entries already in memory stay
-    std::string all;
-    char buf[4096];
-    ::lseek(fd, 0, SEEK_SET);
-    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) all.append(buf, static_cast<size_t>(n));
-    std::istringstream in(all);
-    std::string line;
-    while (std::getline(in, line)) {
-      const size_t eq = line.rfind(" = ");
-      if (eq == std::string::npos) continue;
-      const std::string value = line.substr(eq + 3);
-      for (size_t i = 0; i < names_.size(); ++i)
-        if (value == names_[i]) c.map.emplace(line.substr(0, eq), static_cast<int>(i));
-    }
-  }
+  if (fd >= 0 && ::flock(fd, LOCK_EX) == 0) merge_file(fd, names_, c.map);  // (entries in memory stay)
   int k;
   if (auto it = c.map.find(tkey); it != c.map.end()) {
     k = it->second;
@@ -157,6 +162,20 @@ int ChoiceCache::choose(const Key& key, const std::function<std::string()>& text
 std::optional<int> ChoiceCache::find(const Key& key) {
   std::lock_guard<std::mutex> lock(s_->mu);
   if (auto it = s_->fast.find(key); it != s_->fast.end()) return it->second;
+  return std::nullopt;
+}
+
+std::optional<int> ChoiceCache::find(const Key& key, const std::function<std::string()>& text) {
+  State& c = *s_;
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (auto it = c.fast.find(key); it != c.fast.end()) return it->second;
+  const std::string tkey = text();
+  if (c.map.find(tkey) == c.map.end()) {
+    const std::string& path = cache_path(stem_, c.path_checked, c.path, c.dir);
+    const File file{path.empty() ? -1 : ::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (file.fd >= 0 && ::flock(file.fd, LOCK_SH) == 0) merge_file(file.fd, names_, c.map);
+  }
+  if (auto it = c.map.find(tkey); it != c.map.end()) return c.fast[key] = it->second;
   return std::nullopt;
 }
 

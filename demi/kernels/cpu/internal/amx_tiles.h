@@ -76,6 +76,17 @@ inline __attribute__((always_inline)) void multiply_c_tiles(const void* a0, cons
   _tile_dpbf16ps(3, 5, 7);
 }
 
+// multiply_c_tiles for a block whose second column of C tiles is past the product's columns: tiles 0 and 2
+// only (1 and 3 keep what they hold).
+inline __attribute__((always_inline)) void multiply_c_column(const void* a0, const void* a1, int64_t a_stride,
+                                                             const void* b0, int64_t b_stride) {
+  _tile_loadd(4, a0, a_stride);
+  _tile_loadd(6, b0, b_stride);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_loadd(5, a1, a_stride);
+  _tile_dpbf16ps(2, 5, 6);
+}
+
 // r (16 rows of 16 32-bit words) transposed in place.
 inline __attribute__((always_inline)) void transpose16(__m512i (&r)[16]) {
   __m512i t[16];
