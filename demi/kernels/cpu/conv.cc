@@ -388,8 +388,10 @@ Conv2dParams data_gradient_as_forward(const Conv2dParams& p) {
   q.pad_left = (p.kw - 1) * p.dilation_w - p.pad_left;
   q.pad_right = (p.kw - 1) * p.dilation_w - p.pad_right;
   q.x_dtype = p.y_dtype;
-  // The flipped copy: bf16 where dy and the weights are (so that the pair kernel runs it), else f32.
-  q.w_dtype = p.y_dtype == DType::kBF16 && p.w_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  // The flipped copy in the weights' own dtype: the pair kernel reads it where it and dy are bf16, the f32
+  // kernel's packing widens it (an f16 or bf16 copy half an f32 one's bytes: model B's second layer at
+  // O2-fp16 held a 74 KB f32 copy at its training peak).
+  q.w_dtype = p.w_dtype;
   q.y_dtype = p.x_dtype;
   q.bias_dtype = DType::kF32;
   q.relu = q.accumulate = false;
@@ -651,23 +653,17 @@ void conv2d_backward_data(const Conv2dParams& p, const Images& dy, const void* w
   const Geometry g = geometry(p);
   if (data_gradient_indirect(p)) {
     const Conv2dParams q = data_gradient_as_forward(p);
-    const size_t value_bytes = q.w_dtype == DType::kBF16 ? sizeof(BFloat16) : sizeof(float);
-    Workspace flipped(static_cast<size_t>(p.w_numel()) * value_bytes);
-    Workspace row(q.w_dtype == DType::kF32 ? static_cast<size_t>(g.rows()) * sizeof(float) : 0);
+    const size_t es = dtype_size(q.w_dtype);  // (the weights' own: values copied as they are)
+    Workspace flipped(static_cast<size_t>(p.w_numel()) * es);
+    auto* to_bytes = reinterpret_cast<char*>(flipped.f32());
+    const auto* from_bytes = static_cast<const char*>(w);
     const int64_t taps = p.kh * p.kw;
-    for (int64_t o = 0; o < p.oc; ++o) {
-      // Row o of W in q.w_dtype (bf16 values copied as they are).
-      const void* src = element_at(w, o * g.rows(), p.w_dtype);
-      if (q.w_dtype == DType::kF32) convert(src, p.w_dtype, row.f32(), DType::kF32, g.rows());
+    for (int64_t o = 0; o < p.oc; ++o)
       for (int64_t c = 0; c < p.c; ++c)
         for (int64_t t = 0; t < taps; ++t) {
-          const int64_t to = (c * p.oc + o) * taps + (taps - 1 - t), from = c * taps + t;
-          if (q.w_dtype == DType::kF32)
-            flipped.f32()[to] = row.f32()[from];
-          else
-            reinterpret_cast<BFloat16*>(flipped.f32())[to] = static_cast<const BFloat16*>(src)[from];
+          const int64_t to = (c * p.oc + o) * taps + (taps - 1 - t), from = o * g.rows() + c * taps + t;
+          std::memcpy(to_bytes + static_cast<size_t>(to) * es, from_bytes + static_cast<size_t>(from) * es, es);
         }
-    }
     const void* wf = flipped.f32();
     if (indirect_forward(q, geometry(q), dy, wf, nullptr, dx, p.accumulate)) return;
   }
