@@ -653,17 +653,19 @@ void conv2d_backward_data(const Conv2dParams& p, const Images& dy, const void* w
   const Geometry g = geometry(p);
   if (data_gradient_indirect(p)) {
     const Conv2dParams q = data_gradient_as_forward(p);
-    const size_t es = dtype_size(q.w_dtype);  // (the weights' own: values copied as they are)
-    Workspace flipped(static_cast<size_t>(p.w_numel()) * es);
-    auto* to_bytes = reinterpret_cast<char*>(flipped.f32());
-    const auto* from_bytes = static_cast<const char*>(w);
+    // (the weights' own dtype: values copied as they are, as 16- or 32-bit words)
+    Workspace flipped(static_cast<size_t>(p.w_numel()) * dtype_size(q.w_dtype));
     const int64_t taps = p.kh * p.kw;
-    for (int64_t o = 0; o < p.oc; ++o)
-      for (int64_t c = 0; c < p.c; ++c)
-        for (int64_t t = 0; t < taps; ++t) {
-          const int64_t to = (c * p.oc + o) * taps + (taps - 1 - t), from = o * g.rows() + c * taps + t;
-          std::memcpy(to_bytes + static_cast<size_t>(to) * es, from_bytes + static_cast<size_t>(from) * es, es);
-        }
+    auto flip = [&](const auto* from, auto* to) {
+      for (int64_t o = 0; o < p.oc; ++o)
+        for (int64_t c = 0; c < p.c; ++c)
+          for (int64_t t = 0; t < taps; ++t)
+            to[(c * p.oc + o) * taps + (taps - 1 - t)] = from[o * g.rows() + c * taps + t];
+    };
+    if (dtype_size(q.w_dtype) == sizeof(uint16_t))
+      flip(static_cast<const uint16_t*>(w), reinterpret_cast<uint16_t*>(flipped.f32()));
+    else
+      flip(static_cast<const uint32_t*>(w), reinterpret_cast<uint32_t*>(flipped.f32()));
     const void* wf = flipped.f32();
     if (indirect_forward(q, geometry(q), dy, wf, nullptr, dx, p.accumulate)) return;
   }

@@ -159,12 +159,6 @@ int ChoiceCache::choose(const Key& key, const std::function<std::string()>& text
   return k;
 }
 
-std::optional<int> ChoiceCache::find(const Key& key) {
-  std::lock_guard<std::mutex> lock(s_->mu);
-  if (auto it = s_->fast.find(key); it != s_->fast.end()) return it->second;
-  return std::nullopt;
-}
-
 std::optional<int> ChoiceCache::find(const Key& key, const std::function<std::string()>& text) {
   State& c = *s_;
   std::lock_guard<std::mutex> lock(c.mu);

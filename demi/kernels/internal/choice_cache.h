@@ -32,10 +32,9 @@ class ChoiceCache {
   // tune() now — under the file's lock, so that concurrent processes agree — and recorded.
   int choose(const Key& key, const std::function<std::string()>& text, const std::function<int()>& tune);
 
-  // The choice for `key` if this process has made or read it already (no file read, no tuning).
-  std::optional<int> find(const Key& key);
-  // The same, or else the choice file's entry for text() if it has one (the file read, no tuning): what a
-  // call that would hold more memory on an unmade choice asks first (a warm file is a choice made).
+  // The choice for `key` if this process has made or read it already, or else the choice file's entry for
+  // text() if it has one (the file read, no tuning): what a call that would hold more memory on an unmade
+  // choice asks first (a warm file is a choice made).
   std::optional<int> find(const Key& key, const std::function<std::string()>& text);
 
   const std::string& name(int choice) const { return names_[static_cast<size_t>(choice)]; }
