@@ -395,18 +395,6 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
   });
 }
 
-// One tile row of a split a (hi at a, lo at a + kp) times b's hi and lo tiles (6, 7): ah bh + al bh into C
-// tile H, ah bl + al bl into C tile L (tiles 4, 5 hold a's hi and lo).
-template <int H, int L>
-DEMI_AMX_INLINE void split_rows(const BFloat16* a, int64_t kp, int64_t stride) {
-  _tile_loadd(4, a, stride);
-  _tile_loadd(5, a + kp, stride);
-  _tile_dpbf16ps(H, 4, 6);
-  _tile_dpbf16ps(L, 4, 7);
-  _tile_dpbf16ps(H, 5, 6);
-  _tile_dpbf16ps(L, 5, 7);
-}
-
 // blocks() for split operands: a's rows and b's tile columns hold K' = [hi | lo], kp values each, and each
 // step of 32 k multiplies four products into two chains per C tile, ah bh + al bh and ah bl + al bl (tiles 0,
 // 1: rows 0-15, 16-31 of the first; 2, 3 of the second), a column half (16) of the block at a time: six tile
@@ -445,8 +433,19 @@ void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, con
           }
           _tile_loadd(6, bh + t, 64);
           _tile_loadd(7, bl + t, 64);
-          split_rows<0, 2>(kb.a0 + s * kKStep, kp, kb.stride);
-          split_rows<1, 3>(kb.a1 + s * kKStep, kp, kb.stride);
+          // (written out twice: the tile registers are immediates the intrinsics paste into the instruction)
+          _tile_loadd(4, kb.a0 + s * kKStep, kb.stride);
+          _tile_loadd(5, kb.a0 + kp + s * kKStep, kb.stride);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(2, 4, 7);
+          _tile_dpbf16ps(0, 5, 6);
+          _tile_dpbf16ps(2, 5, 7);
+          _tile_loadd(4, kb.a1 + s * kKStep, kb.stride);
+          _tile_loadd(5, kb.a1 + kp + s * kKStep, kb.stride);
+          _tile_dpbf16ps(1, 4, 6);
+          _tile_dpbf16ps(3, 4, 7);
+          _tile_dpbf16ps(1, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
         }
         _tile_stored(0, sa, kRow);
         _tile_stored(1, sa + kTile * kBlock, kRow);
