@@ -41,8 +41,9 @@ enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32, kDemiDot
 // (internal::priced_seconds) instead of capped at 2 MiB, and demi's AMX GEMM is a candidate; 11: demi's AMX
 // GEMM packs in vector registers, each thread its part of the larger operand, reads a bf16 a in place, and
 // multiplies the f16 split as [hi | lo] four ways (half the packed bytes); 12: demi-dot's copy of a converted
-// b per thread is a candidate of its own (demi-dot-per-thread), priced against the one shared copy
-constexpr int kTuneVersion = 12;
+// b per thread is a candidate of its own (demi-dot-per-thread), priced against the one shared copy; 13:
+// demi's AMX GEMM holds each bf16 C block in the tiles over the whole K, prefetching two steps ahead
+constexpr int kTuneVersion = 13;
 constexpr const char* kKernelNames[] = {"onednn",   "demi-f32", "demi-bf16", "onednn-f32",
                                         "demi-dot", "demi-amx", "demi-dot-per-thread"};
 static_assert(std::size(kKernelNames) == static_cast<size_t>(Kernel::kDemiDotPerThread) + 1,

@@ -28,7 +28,6 @@ namespace demi::kernels::cpu::cpu_internal_amx {
 namespace {
 
 using cpu_internal::configure_tiles;
-using cpu_internal::load_c_tiles;
 using cpu_internal::multiply_c_column;
 using cpu_internal::multiply_c_tiles;
 using cpu_internal::store_c_tiles;
@@ -44,7 +43,7 @@ using cpu_internal::Workspace;
 constexpr int64_t kBlock = 32;  // a C block: 2 x 2 tiles of 16 x 16 f32
 constexpr int64_t kKStep = 32;  // bf16 values in a tile row (64 bytes): the K step of one TDPBF16PS
 constexpr int64_t kTile = 16;   // rows of a tile; columns of a B or C tile
-// K' values per block of a row block's a held in L1 (blocks()); bytes of the larger operand a thread packs
+// K' values per block of a row block's a held in L1 (blocks_split()); bytes of the larger operand a thread packs
 // and multiplies at a time, and of b's column blocks multiplied at a time (a quarter of a core's L2 on the
 // Xeons with AMX: 2 MiB) where the threads split a's rows: each chunk of a's rows reads all of b, so the
 // more rows a chunk has, the fewer passes over b (1024^3 at a chunk of 128 KiB: 0.76x). Where they split
@@ -354,45 +353,69 @@ DEMI_AMX_INLINE void for_each_k_block(const RowsOfA& pa, int64_t m0, int64_t m1,
 
 // The C blocks (row blocks [m0, m1) x column blocks [n0, n1), 32 x 32 each) = a . packed b over K',
 // stored through the epilogue. pb holds packed b's column blocks from pb_nb0 on (column block nb's two tile
-// columns at pb + 2 (nb - pb_nb0) kq 16). A row block's K' goes in blocks of kKBlock, whose a (32 x
-// kKBlock) stays in L1 across the column blocks; their f32 sums wait between K blocks in `held` (one 32 x
-// 32 f32 block per column block), and the last K block's go through the store.
+// columns at pb + 2 (nb - pb_nb0) kq 16). Each C block stays in the tiles over the whole K' and goes through
+// the store once; its b columns (and a's rows, where a row block is too large to stay in L1 across the
+// column blocks) stream from L2, each step's tiles prefetched into L1 kAhead steps before it (a's 32 rows of
+// 64 bytes, b's 32 lines; near the end of K, the next column block's first steps). Measured against K blocks
+// of 256 with a's block held in L1 across the column blocks and the sums spilled between K blocks, in paired
+// rounds in one process (the tile unit's speed swings too much between runs to compare them apart), 2
+// threads, the reference products: C's forward and input gradient 1.08-1.15x, A's classifier forward
+// 1.09-1.26x, 1024^3 1.00-1.08x, D's 1.03-1.07x, B's first Dense forward 1.06-1.08x, B's short-K (128) input
+// and weight gradients 0.96-1.00x (a paired median moved up to 8% between runs); 3 or 4 steps ahead were
+// slower. The same sums in the same order (the spilled sums were stored and reloaded exactly), and no
+// buffer for them.
 void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFloat16* pb, int64_t pb_nb0, int64_t m0,
-            int64_t m1, int64_t n0, int64_t n1, float* held, void* c, const void* residual, const float* bias) {
-  const int64_t kq = L.kq(), half = kq / 2;
+            int64_t m1, int64_t n0, int64_t n1, void* c, const void* residual, const float* bias) {
+  constexpr int64_t kAhead = 2;
+  const int64_t kq = L.kq(), half = kq / 2, steps = kq / kKStep;
   alignas(64) float acc[kBlock][kBlock];
-  for_each_k_block(pa, m0, m1, kq, [&](const KBlock& kb) {
+  for (int64_t mb = m0; mb < m1; ++mb) {
+    const int64_t lda = pa.ld(mb), stride = lda * static_cast<int64_t>(sizeof(BFloat16));
+    const BFloat16* a0 = pa.block(mb);
+    const BFloat16* a1 = a0 + kTile * lda;
+    const bool stream_a = kBlock * stride > (int64_t{24} << 10);  // (else it stays in L1 across the columns)
     for (int64_t nb = n0; nb < n1; ++nb) {
-      const BFloat16* t0 = pb + 2 * (nb - pb_nb0) * half * 2 * kTile + kb.k0 * kTile;
+      const BFloat16* t0 = pb + 2 * (nb - pb_nb0) * half * 2 * kTile;
       const BFloat16* t1 = t0 + half * 2 * kTile;
       // (a last block of at most 16 columns: its second tile column is not multiplied, nor packed where b
       // is packed whole: a Dense of 10 outputs packs and multiplies 16 columns, not 32)
       const bool second = nb * kBlock + kTile < p.n;
-      float* sums = held + (nb - n0) * kBlock * kBlock;
-      if (kb.first)
-        zero_c_tiles();
-      else
-        load_c_tiles(sums, kBlock);
-      for (int64_t s = 0; s < kb.steps; ++s) {
-        // The next step's b tiles toward L1 while these multiply (2 KiB: 32 lines).
-        const char* next0 = reinterpret_cast<const char*>(t0 + (s + 1) * kTile * 2 * kTile);
-        const char* next1 = reinterpret_cast<const char*>(t1 + (s + 1) * kTile * 2 * kTile);
-        for (int l = 0; l < 16; ++l) {
-          _mm_prefetch(next0 + 64 * l, _MM_HINT_T0);
-          if (second) _mm_prefetch(next1 + 64 * l, _MM_HINT_T0);
+      zero_c_tiles();
+      for (int64_t s = 0; s < steps; ++s) {
+        if (s + kAhead < steps) {
+          const char* na0 = reinterpret_cast<const char*>(a0 + (s + kAhead) * kKStep);
+          const char* na1 = reinterpret_cast<const char*>(a1 + (s + kAhead) * kKStep);
+          const char* nb0 = reinterpret_cast<const char*>(t0 + (s + kAhead) * kTile * 2 * kTile);
+          const char* nb1 = reinterpret_cast<const char*>(t1 + (s + kAhead) * kTile * 2 * kTile);
+          for (int l = 0; l < 16; ++l) {
+            if (stream_a) {
+              _mm_prefetch(na0 + l * stride, _MM_HINT_T0);
+              _mm_prefetch(na1 + l * stride, _MM_HINT_T0);
+            }
+            _mm_prefetch(nb0 + 64 * l, _MM_HINT_T0);
+            if (second) _mm_prefetch(nb1 + 64 * l, _MM_HINT_T0);
+          }
+        } else if (nb + 1 < n1) {  // the next column block's first steps (the row block's a is in cache)
+          const BFloat16* u0 = t0 + 2 * half * 2 * kTile;
+          const char* nb0 = reinterpret_cast<const char*>(u0 + (s + kAhead - steps) * kTile * 2 * kTile);
+          const char* nb1 = nb0 + half * 2 * kTile * static_cast<int64_t>(sizeof(BFloat16));
+          const bool next_second = (nb + 1) * kBlock + kTile < p.n;
+          for (int l = 0; l < 16; ++l) {
+            _mm_prefetch(nb0 + 64 * l, _MM_HINT_T0);
+            if (next_second) _mm_prefetch(nb1 + 64 * l, _MM_HINT_T0);
+          }
         }
         if (second)
-          multiply_c_tiles(kb.a0 + s * kKStep, kb.a1 + s * kKStep, kb.stride, t0 + s * kTile * 2 * kTile,
+          multiply_c_tiles(a0 + s * kKStep, a1 + s * kKStep, stride, t0 + s * kTile * 2 * kTile,
                            t1 + s * kTile * 2 * kTile, 64);
         else
-          multiply_c_column(kb.a0 + s * kKStep, kb.a1 + s * kKStep, kb.stride, t0 + s * kTile * 2 * kTile, 64);
+          multiply_c_column(a0 + s * kKStep, a1 + s * kKStep, stride, t0 + s * kTile * 2 * kTile, 64);
       }
-      store_c_tiles(kb.last ? &acc[0][0] : sums, kBlock);
-      if (!kb.last) continue;
-      const int64_t i0 = kb.mb * kBlock, j0 = nb * kBlock;
+      store_c_tiles(&acc[0][0], kBlock);
+      const int64_t i0 = mb * kBlock, j0 = nb * kBlock;
       store_block(p, acc, i0, j0, std::min(kBlock, p.m - i0), std::min(kBlock, p.n - j0), c, residual, bias);
     }
-  });
+  }
 }
 
 // blocks() for split operands: a's rows and b's tile columns hold K' = [hi | lo], kp values each, and each
@@ -500,9 +523,9 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   const bool a_shared = by_columns || direct;
   Workspace pa(a_shared ? static_cast<size_t>((mblocks - packed_from) * a_block) * sizeof(BFloat16) : 0);
   Workspace pb(by_columns ? 0 : static_cast<size_t>(pn * kq) * sizeof(BFloat16));
-  const int64_t chains = split ? 2 : 1;
+  // (the split's two chains per column block between its K blocks; blocks() keeps its sums in the tiles)
   const size_t sums_bytes =
-      la.kp > kKBlock ? static_cast<size_t>(chains * b_chunk * kBlock * kBlock) * sizeof(float) : 0;
+      split && la.kp > kKBlock ? static_cast<size_t>(2 * b_chunk * kBlock * kBlock) * sizeof(float) : 0;
   const size_t own_bytes = by_columns ? static_cast<size_t>(chunk * b_block) * sizeof(BFloat16)
                            : direct   ? 0
                                       : static_cast<size_t>(chunk * a_block) * sizeof(BFloat16);
@@ -515,7 +538,12 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   }
   auto* pa16 = reinterpret_cast<BFloat16*>(pa.f32());
   auto* pb16 = reinterpret_cast<BFloat16*>(pb.f32());
-  const auto product = split ? blocks_split : blocks;
+  // (the split's chains wait between K blocks in `held`; blocks() keeps its sums in the tiles)
+  const auto product = [&](const RowsOfA& rows, const BFloat16* packed_b, int64_t b_from, int64_t r0, int64_t r1,
+                           int64_t c0, int64_t c1, float* held, void* out, const void* res) {
+    if (split) return blocks_split(p, la, rows, packed_b, b_from, r0, r1, c0, c1, held, out, res, bias);
+    blocks(p, la, rows, packed_b, b_from, r0, r1, c0, c1, out, res, bias);
+  };
   const size_t as = dtype_size(p.a_dtype), bs = dtype_size(p.b_dtype), cs = dtype_size(p.c_dtype);
   for (int64_t i = 0; i < p.batch; ++i) {
     const void* ai = static_cast<const char*>(a) + static_cast<size_t>(i * p.m * p.k) * as;
@@ -548,7 +576,7 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
         const int64_t c1 = std::min(b1, c0 + chunk);
         if (by_columns) {  // column blocks [c0, c1): their 2 (c1 - c0) tile columns, packed into `own`
           pack_b(p, bi, lb, 2 * c0 * steps, 2 * c1 * steps, 2 * c0, own);
-          product(p, la, shared_a, own, c0, 0, mblocks, c0, c1, held, ci, ri, bias);
+          product(shared_a, own, c0, 0, mblocks, c0, c1, held, ci, ri);
           continue;
         }
         // row blocks [c0, c1) against all of b, its column blocks a chunk's worth at a time
@@ -559,7 +587,7 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
           pack_a(p, ai, la, 2 * c0, 2 * c1, c0 * kBlock, ld, own);
         }
         for (int64_t n0 = 0; n0 < nblocks; n0 += b_chunk)
-          product(p, la, own_a, pb16, 0, c0, c1, n0, std::min(nblocks, n0 + b_chunk), held, ci, ri, bias);
+          product(own_a, pb16, 0, c0, c1, n0, std::min(nblocks, n0 + b_chunk), held, ci, ri);
       }
       _tile_release();
     });
