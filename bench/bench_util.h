@@ -39,12 +39,17 @@ inline double seconds_of(const std::function<void()>& f, int reps) {
 
 // Interleaved comparison: each run called once (warm-up), then `rounds` rounds calling every run in turn,
 // each measurement repeating it to ~30 ms (sized on runs[1], demi's); the best seconds per call of each.
-inline std::vector<double> best_seconds(const std::vector<std::function<void()>>& runs, int rounds) {
+// `each_round` (optional) runs at the start of every round: a ceiling measured between the runs sees the
+// machine in the state they see (a shared host's AMX tile unit swings ~2x from one second to the next).
+inline std::vector<double> best_seconds(const std::vector<std::function<void()>>& runs, int rounds,
+                                        const std::function<void()>& each_round = {}) {
   for (const auto& r : runs) r();
   const int reps = std::max(1, static_cast<int>(0.03 / std::max(1e-6, seconds_of(runs[1], 1))));
   std::vector<double> best(runs.size(), 1e30);
-  for (int round = 0; round < rounds; ++round)
+  for (int round = 0; round < rounds; ++round) {
+    if (each_round) each_round();
     for (size_t i = 0; i < runs.size(); ++i) best[i] = std::min(best[i], seconds_of(runs[i], reps));
+  }
   return best;
 }
 
