@@ -119,6 +119,46 @@ TEST(AmxGemm, ProductsSpanningSeveralChunksAndKBlocks) {
       }
 }
 
+// A batch of many small products (attention's per-head ones) goes a whole product per thread: against the
+// reference with every epilogue, and bit for bit the products computed one at a time (each a batch of one,
+// split among the threads by blocks) — bf16 values and the split, K past one of the split's K blocks,
+// transposes, an odd count of products for two threads.
+TEST(AmxGemm, ManySmallProductsOnePerThreadGiveTheBitsOfOneAtATime) {
+  DEMI_SKIP_WITHOUT_AMX();
+  ScopedCpuLevel level(CpuLevel::kAmx);
+  const int64_t batch = 4 * num_threads() + 1;  // (at least four per thread: that path)
+  uint64_t seed = 300;
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape s : {Shape{17, 33, 45}, Shape{40, 70, 300}, Shape{64, 48, 64}})
+    for (DType t : {BF16, F16})
+      for (int tr = 0; tr < 4; ++tr) {
+        MatmulParams p = params(s.m, s.n, s.k, tr & 1, tr & 2, t, t, t == BF16 ? BF16 : F32);
+        p.batch = batch;
+        SCOPED_TRACE(describe(p));
+        check_product(amx, p, false, seed++);
+        MatmulParams e = p;
+        e.relu = true;
+        check_product(amx, e, true, seed++);
+        e.accumulate = true;
+        check_product(amx, e, true, seed++);
+        e.accumulate = false;
+        check_product(amx, e, false, seed++, false, /*with_residual=*/true);
+        Operand a = random_operand(t, batch * s.m * s.k, seed++), b = random_operand(t, batch * s.k * s.n, seed++);
+        const size_t cs = dtype_size(p.c_dtype);
+        std::vector<char> all(static_cast<size_t>(batch * s.m * s.n) * cs), one(all.size());
+        amx_gemm(p, a.data(), b.data(), all.data());
+        MatmulParams q = p;
+        q.batch = 1;
+        for (int64_t i = 0; i < batch; ++i)
+          amx_gemm(q, static_cast<const char*>(a.data()) + i * s.m * s.k * dtype_size(t),
+                   static_cast<const char*>(b.data()) + i * s.k * s.n * dtype_size(t),
+                   one.data() + i * s.m * s.n * cs);
+        EXPECT_EQ(all, one);
+      }
+}
+
 // f16 values of wide magnitudes (2^-12 .. 2^8) multiplied through the split: within f32 accumulation of
 // the f64 product of the f16 values themselves, where products of the values rounded to bf16 (what
 // bf16_products computes) are off by far more.
