@@ -12,10 +12,13 @@
 //     column tiles of 16 in VNNI-2 pairs, both converted, rounded, split and transposed in vector
 //     registers while packing (a call's workspace: the packed operands, the bytes its measured choice weighs
 //     against its time). The threads share the smaller operand, packed first, and each packs its own part
-//     of the larger one a chunk at a time, just before its tiles read it.
-//   - a C block of 32 x 32 is 2 x 2 tiles (bf16 values) or two halves of 2 x 2 tiles holding the two
-//     chains (split), summed over K blocks of 256 with a's block in L1; the block's store applies
-//     MatmulParams' epilogue in AVX-512 (accumulate or residual, bias, ReLU, one rounding into c's dtype).
+//     of the larger one a chunk at a time, just before its tiles read it; a batch of many small products
+//     goes a whole product per thread instead.
+//   - a C block of 32 x 32 is 2 x 2 tiles (bf16 values: held in the tiles over the whole K, the next
+//     steps' tiles prefetched) or two halves of 2 x 2 tiles holding the two chains (split, summed over K
+//     blocks of 256 with a's block in L1); the block's store applies MatmulParams' epilogue in AVX-512
+//     (accumulate or residual, bias, ReLU, one rounding into c's dtype; an f32 C with none of them is
+//     stored from the tiles).
 //   - the tile configuration is loaded once per thread per call and released at its end.
 // The tile unit treats bf16 input subnormals (below 2^-126) as zero and flushes f32 subnormal sums: f16
 // values and their hi/lo parts are never that small. Not a_row_sums, not f64, not f32 values unrounded.
