@@ -546,6 +546,16 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
     blocks(p, la, rows, packed_b, b_from, r0, r1, c0, c1, out, res, bias);
   };
   const size_t as = dtype_size(p.a_dtype), bs = dtype_size(p.b_dtype), cs = dtype_size(p.c_dtype);
+  // A product's rows of a: in a itself (ai) before packed_from, packed at `packed` from there on.
+  const auto rows_of = [&](const void* ai, const BFloat16* packed) {
+    RowsOfA r;
+    r.direct = static_cast<const BFloat16*>(ai);
+    r.packed = packed;
+    r.packed_from = packed_from;
+    r.direct_ld = p.k;
+    r.packed_ld = ld;
+    return r;
+  };
   // Many small products (attention's, one per sequence and head): the threads take whole products, each
   // packing its a and b whole into buffers of its own and multiplying all of it — one parallel region for
   // the batch instead of three per product, whose packing and waiting took most of the time (model D's 128
@@ -567,12 +577,7 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
         const void* ai = static_cast<const char*>(a) + static_cast<size_t>(i * p.m * p.k) * as;
         const void* bi = static_cast<const char*>(b) + static_cast<size_t>(i * p.k * p.n) * bs;
         const size_t at = static_cast<size_t>(i * p.m * p.n) * cs;
-        RowsOfA rows;
-        rows.direct = static_cast<const BFloat16*>(ai);
-        rows.packed = own_a;
-        rows.packed_from = packed_from;
-        rows.direct_ld = p.k;
-        rows.packed_ld = ld;
+        const RowsOfA rows = rows_of(ai, own_a);
         pack_a(p, ai, la, 2 * packed_from, mp / kTile, packed_from * kBlock, ld, own_a);
         pack_b(p, bi, lb, 0, pn / kTile * steps, 0, own_b);
         product(rows, own_b, 0, 0, mblocks, 0, nblocks, held, static_cast<char*>(c) + at,
@@ -603,12 +608,7 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
     const size_t at = static_cast<size_t>(i * p.m * p.n) * cs;
     void* ci = static_cast<char*>(c) + at;
     const void* ri = p.residual != nullptr ? static_cast<const char*>(p.residual) + at : nullptr;
-    RowsOfA shared_a;
-    shared_a.direct = static_cast<const BFloat16*>(ai);
-    shared_a.packed = pa16;
-    shared_a.packed_from = packed_from;
-    shared_a.direct_ld = p.k;
-    shared_a.packed_ld = ld;
+    const RowsOfA shared_a = rows_of(ai, pa16);
     if (a_shared) {  // a's packed row blocks, by all the threads
       const int64_t g0 = 2 * packed_from, groups = mp / kTile - g0;
       for_each_part(parts_for(groups), groups, [&](int64_t, int64_t t0, int64_t t1) {
