@@ -546,6 +546,23 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
     blocks(p, la, rows, packed_b, b_from, r0, r1, c0, c1, out, res, bias);
   };
   const size_t as = dtype_size(p.a_dtype), bs = dtype_size(p.b_dtype), cs = dtype_size(p.c_dtype);
+  // Product i's operands, output and residual.
+  struct Item {
+    const void *a, *b;
+    void* c;
+    const void* residual;
+  };
+  const auto item = [&](int64_t i) {
+    const size_t at = static_cast<size_t>(i * p.m * p.n) * cs;
+    return Item{static_cast<const char*>(a) + static_cast<size_t>(i * p.m * p.k) * as,
+                static_cast<const char*>(b) + static_cast<size_t>(i * p.k * p.n) * bs, static_cast<char*>(c) + at,
+                p.residual != nullptr ? static_cast<const char*>(p.residual) + at : nullptr};
+  };
+  // The split's two chains per column block, for `column_blocks` of them, between its K blocks (blocks()
+  // keeps its sums in the tiles).
+  const auto held_bytes = [&](int64_t column_blocks) {
+    return split && la.kp > kKBlock ? static_cast<size_t>(2 * column_blocks * kBlock * kBlock) * sizeof(float) : 0;
+  };
   // A product's rows of a: in a itself (ai) before packed_from, packed at `packed` from there on.
   const auto rows_of = [&](const void* ai, const BFloat16* packed) {
     RowsOfA r;
@@ -563,8 +580,7 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   // the tiles (blocks()), 0.85-1.1x oneDNN's batched matmul). The same sums as product by product.
   const size_t item_a = static_cast<size_t>((mblocks - packed_from) * a_block) * sizeof(BFloat16);
   const size_t item_b = static_cast<size_t>(pn * kq) * sizeof(BFloat16);
-  const size_t item_held =
-      split && la.kp > kKBlock ? static_cast<size_t>(2 * nblocks * kBlock * kBlock) * sizeof(float) : 0;
+  const size_t item_held = held_bytes(nblocks);
   if (batch_parallel(p.batch, item_a + item_b + item_held)) {
     const int64_t items = parts_for(p.batch);
     const PartScratch own(items, item_a + item_b + item_held);
@@ -574,14 +590,10 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
       auto* own_b = reinterpret_cast<BFloat16*>(own.part(part) + item_a);
       float* const held = reinterpret_cast<float*>(own.part(part) + item_a + item_b);
       for (int64_t i = i0; i < i1; ++i) {
-        const void* ai = static_cast<const char*>(a) + static_cast<size_t>(i * p.m * p.k) * as;
-        const void* bi = static_cast<const char*>(b) + static_cast<size_t>(i * p.k * p.n) * bs;
-        const size_t at = static_cast<size_t>(i * p.m * p.n) * cs;
-        const RowsOfA rows = rows_of(ai, own_a);
-        pack_a(p, ai, la, 2 * packed_from, mp / kTile, packed_from * kBlock, ld, own_a);
-        pack_b(p, bi, lb, 0, pn / kTile * steps, 0, own_b);
-        product(rows, own_b, 0, 0, mblocks, 0, nblocks, held, static_cast<char*>(c) + at,
-                p.residual != nullptr ? static_cast<const char*>(p.residual) + at : nullptr);
+        const Item it = item(i);
+        pack_a(p, it.a, la, 2 * packed_from, mp / kTile, packed_from * kBlock, ld, own_a);
+        pack_b(p, it.b, lb, 0, pn / kTile * steps, 0, own_b);
+        product(rows_of(it.a, own_a), own_b, 0, 0, mblocks, 0, nblocks, held, it.c, it.residual);
       }
       _tile_release();
     });
@@ -591,11 +603,9 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   // own: its chunk of the larger one, and its C sums between K blocks. (All taken here, on the calling
   // thread: workers allocate nothing.)
   const bool a_shared = by_columns || direct;
-  Workspace pa(a_shared ? static_cast<size_t>((mblocks - packed_from) * a_block) * sizeof(BFloat16) : 0);
-  Workspace pb(by_columns ? 0 : static_cast<size_t>(pn * kq) * sizeof(BFloat16));
-  // (the split's two chains per column block between its K blocks; blocks() keeps its sums in the tiles)
-  const size_t sums_bytes =
-      split && la.kp > kKBlock ? static_cast<size_t>(2 * b_chunk * kBlock * kBlock) * sizeof(float) : 0;
+  Workspace pa(a_shared ? item_a : 0);
+  Workspace pb(by_columns ? 0 : item_b);
+  const size_t sums_bytes = held_bytes(b_chunk);
   const size_t own_bytes = by_columns ? static_cast<size_t>(chunk * b_block) * sizeof(BFloat16)
                            : direct   ? 0
                                       : static_cast<size_t>(chunk * a_block) * sizeof(BFloat16);
@@ -603,11 +613,7 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   auto* pa16 = reinterpret_cast<BFloat16*>(pa.f32());
   auto* pb16 = reinterpret_cast<BFloat16*>(pb.f32());
   for (int64_t i = 0; i < p.batch; ++i) {
-    const void* ai = static_cast<const char*>(a) + static_cast<size_t>(i * p.m * p.k) * as;
-    const void* bi = static_cast<const char*>(b) + static_cast<size_t>(i * p.k * p.n) * bs;
-    const size_t at = static_cast<size_t>(i * p.m * p.n) * cs;
-    void* ci = static_cast<char*>(c) + at;
-    const void* ri = p.residual != nullptr ? static_cast<const char*>(p.residual) + at : nullptr;
+    const auto [ai, bi, ci, ri] = item(i);
     const RowsOfA shared_a = rows_of(ai, pa16);
     if (a_shared) {  // a's packed row blocks, by all the threads
       const int64_t g0 = 2 * packed_from, groups = mp / kTile - g0;
