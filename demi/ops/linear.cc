@@ -29,6 +29,18 @@ std::string matmul_kernel(int64_t m, int64_t n, int64_t k, bool trans_a, bool tr
 }
 
 std::string matmul_kernel_cache() { return kernels::matmul_cache_path(); }
+
+std::string dense_weights_kernel(int64_t rows, int64_t in, int64_t out, DType dtype) {
+  kernels::onednn::DenseParams p;
+  p.m = rows;
+  p.k = in;
+  p.n = out;
+  p.x_dtype = p.y_dtype = dtype;
+  p.w_dtype = p.bias_dtype = DType::kF32;
+  return kernels::onednn::dense_backward_weights_kernel(p, true);
+}
+
+std::string dense_weights_kernel_cache() { return kernels::onednn::dense_weights_cache_path(); }
 namespace {
 
 using internal::grad_as;

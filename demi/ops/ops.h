@@ -50,6 +50,12 @@ std::string matmul_kernel(int64_t m, int64_t n, int64_t k, bool trans_a, bool tr
                           bool bias = false, bool relu = false);
 // The file those choices are kept in ("" when only in memory).
 std::string matmul_kernel_cache();
+// How a Dense layer's weight gradient (x (rows, in) and dy (rows, out) in `dtype`, dW and db into FP32) is
+// made here: "onednn-inner-product" or "product (<matmul_kernel>)" (kernels/onednn/dense.h; measured now
+// if not yet). For `demi info`.
+std::string dense_weights_kernel(int64_t rows, int64_t in, int64_t out, DType dtype);
+// The file those choices are kept in ("" when only in memory).
+std::string dense_weights_kernel_cache();
 // x (M, K), w (N, K), b (N) or undefined -> y (M, N) = x·wᵀ + b, optionally ReLU fused
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), bool relu = false);
 // residual (M, N) + dense(x, w, b) as one op (a residual connection's add): where the sum is in the

@@ -136,7 +136,8 @@ void print_kernel_variants() {
 
 // Which kernel each reference model's matrix products run on this machine (chosen by measurement at
 // first use and cached, kernels/matmul.h): forward (x w^T + bias, ReLU), input gradient (dy w) and weight
-// gradient (dy^T x into f32) of model C's and D's Dense layers, in each dtype.
+// gradient (dy^T x into f32: the product, or oneDNN's inner-product primitive where it measured faster) of
+// model C's and D's Dense layers, in each dtype.
 void print_kernel_choices() {
   struct Layer {
     const char* model;
@@ -152,15 +153,16 @@ void print_kernel_choices() {
       for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
         std::string k = dir == 0   ? ops::matmul_kernel(l.rows, l.out, l.in, false, true, t, t, t, true, true)
                         : dir == 1 ? ops::matmul_kernel(l.rows, l.in, l.out, false, false, t, t, t)
-                                   : ops::matmul_kernel(l.out, l.in, l.rows, true, false, t, t, DType::kF32);
+                                   : ops::dense_weights_kernel(l.rows, l.in, l.out, t);
         line += (line.empty() ? "" : " | ") + k;
       }
       std::printf("  %-18s %-3s %s\n", dir == 0 ? name.c_str() : "", dir == 0 ? "fwd" : dir == 1 ? "dx" : "dw",
                   line.c_str());
     }
   }
-  const std::string cache = ops::matmul_kernel_cache();
-  std::printf("  (choices kept in %s)\n", cache.empty() ? "memory only" : cache.c_str());
+  const std::string cache = ops::matmul_kernel_cache(), dw_cache = ops::dense_weights_kernel_cache();
+  std::printf("  (choices kept in %s;\n   dw's between oneDNN's inner product and the product in %s)\n",
+              cache.empty() ? "memory only" : cache.c_str(), dw_cache.empty() ? "memory only" : dw_cache.c_str());
 
   // Model A's and B's convolutions at their reference batch: bf16 compute or f32 on widened operands.
   struct Conv {

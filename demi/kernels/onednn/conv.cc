@@ -739,31 +739,6 @@ int64_t footprint_of(const Conv2dParams& p) {
          p.y_numel() * static_cast<int64_t>(dtype_size(p.y_dtype));
 }
 
-// 1 where run(true) (demi's kernel) is preferred to run(false) (oneDNN's) by demi_kernel_preferred, each
-// time priced by the workspace it holds: model A's f16 first-layer weight gradient on oneDNN widened
-// copies (4.39 MiB, 74% of its O2-fp16 training peak) for no measurable speed.
-int demi_measures_faster(const std::function<void(bool)>& run, int64_t footprint) {
-  // The two are often close, within what timing noise on a shared machine can amount to: each
-  // measurement repeats the call to about a millisecond, and five alternating rounds keep the best.
-  double warm = 0;
-  int64_t workspace[2] = {0, 0};
-  for (int i = 0; i < 2; ++i) {
-    const int64_t before = mem_stats().cur(MemCategory::kWorkspace);
-    ScopedPeak peak;
-    warm += kernels::internal::seconds_of([&] { run(i == 1); });
-    workspace[i] = peak.peak().pk(MemCategory::kWorkspace) - before;
-  }
-  const int reps = std::clamp(static_cast<int>(2e-3 / std::max(warm, 1e-9)), 1, 20);
-  double best[2] = {1e30, 1e30};
-  for (int r = 0; r < 5; ++r)
-    for (int i = 0; i < 2; ++i)
-      best[i] = std::min(best[i], kernels::internal::seconds_of([&] { run(i == 1); }, reps));
-  // oneDNN holds a chunk of images' reordered, converted or unpooled activations in workspace (up to
-  // kChunkBytes: on model A at O2-bf16 the training peak's largest part), demi's kernels little or none;
-  // like the matmul's widening paths, it has to be clearly faster to be worth that memory.
-  return demi_kernel_preferred(best[1], best[0], workspace[1], workspace[0], footprint) ? 1 : 0;
-}
-
 // run(direct) makes the call with the direct kernel or with oneDNN's; the choice is measured on the call's
 // own operands (its outputs are written by each candidate, then by the chosen one).
 kernels::internal::ChoiceCache::Key direct_key(const Conv2dParams& p, ConvDirection dir) {
@@ -794,7 +769,7 @@ std::string direct_text(const Conv2dParams& p, ConvDirection dir) {
 bool direct_chosen(const Conv2dParams& p, ConvDirection dir, const std::function<void(bool)>& run) {
   if (const std::optional<bool> by_policy = direct_by_policy(p, dir)) return *by_policy;
   return direct_choices().choose(direct_key(p, dir), [&] { return direct_text(p, dir); },
-                                 [&] { return demi_measures_faster(run, footprint_of(p)); }) == 1;
+                                 [&] { return internal::demi_measures_faster(run, footprint_of(p)); }) == 1;
 }
 
 // Whether the direct kernels run p (for dir) by the policy or by a choice already made, in this process or
@@ -862,7 +837,7 @@ bool gemm_chosen(const Conv2dParams& p, ConvDirection dir, const std::function<v
                    p.pad_left, ",", p.pad_right, " s", p.stride_h, ",", p.stride_w, " d", p.dilation_h, ",",
                    p.dilation_w);
   };
-  return gemm_choices().choose(key, text, [&] { return demi_measures_faster(run, footprint_of(p)); }) == 1;
+  return gemm_choices().choose(key, text, [&] { return internal::demi_measures_faster(run, footprint_of(p)); }) == 1;
 }
 
 }  // namespace

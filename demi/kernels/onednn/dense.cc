@@ -1,12 +1,15 @@
 #include "demi/kernels/onednn/dense.h"
 
 #include <algorithm>
+#include <cstring>
+#include <string>
 #include <unordered_map>
 
 #include "demi/core/convert.h"
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/core/parallel.h"
+#include "demi/kernels/internal/choice_cache.h"
 #include "demi/kernels/matmul_params.h"
 #include "demi/kernels/onednn/internal/onednn_util.h"
 #include "demi/kernels/matmul.h"
@@ -60,17 +63,14 @@ struct IpWeightsEntry {
 };
 
 // oneDNN's inner-product weight gradient reads x and dy in their plain row-major layouts and writes dw
-// (N, K) and db in one primitive (db from the same pass over dy). Measured against the matmul with a
-// transposed operand below (kernels_bench, same process, best of 3): with bf16 operands and many rows it
-// wins (model D's 4096 rows, on each of its layers), with 256 rows (model C) it loses, and in f32 it is a
-// wash over D's four shapes — so it is used for bf16 x and dy with at least kIpRows rows, an f32 or bf16
-// dw, an f32 or bf16 db or none, and no accumulation (the primitive has no sum post-op). The primitive
-// writes dw and db in FP32; dense_backward_weights rounds them for bf16 ones.
-constexpr int64_t kIpRows = 1024;
-
+// (N, K) and db in one primitive (db from the same pass over dy). It is a candidate (ip_weights_chosen,
+// measured per shape) for bf16 x and dy, an f32 or bf16 dw, an f32 or bf16 db or none, and no accumulation
+// (the primitive has no sum post-op): on a Zen it won with model D's 4096 rows and lost with model C's 256
+// (kernels_bench, same process, best of 3). The primitive writes dw and db in FP32; ip_weights rounds them
+// for bf16 ones.
 bool ip_weights_applies(const DenseParams& p, const void* db) {
   // (bf16 x and dy, so x is not rounded; where oneDNN has bf16 kernels: an AVX2 CPU has none)
-  const bool io = p.x_dtype == DType::kBF16 && p.y_dtype == DType::kBF16 && p.m >= kIpRows && internal::has_bf16_kernels();
+  const bool io = p.x_dtype == DType::kBF16 && p.y_dtype == DType::kBF16 && internal::has_bf16_kernels();
   const bool w = p.w_dtype == DType::kF32 || p.w_dtype == DType::kBF16;
   const bool b = db == nullptr || p.bias_dtype == DType::kF32 || p.bias_dtype == DType::kBF16;
   return io && w && b && !p.accumulate;
@@ -127,7 +127,44 @@ void store_sums(const float* sums, void* db, DType db_dtype, int64_t n, bool acc
 
 }  // namespace
 
-void dense_backward_weights(const DenseParams& p, const void* x, const void* dy, void* dw, void* db) {
+namespace {
+
+// The inner-product primitive's weight gradient: FP32 dW and db; a bf16 one (AMP's low-precision parameter
+// gradients) is those sums rounded once, from one layer's workspace (the primitive's own bf16 outputs
+// measured slower per call on model D's layers; `demi train --profile` times the layers' backward).
+void ip_weights(const DenseParams& p, const void* x, const void* dy, void* dw, void* db) {
+  try {
+    const bool w32 = p.w_dtype == DType::kF32, b32 = db == nullptr || p.bias_dtype == DType::kF32;
+    internal::Workspace dw_ws(w32 ? 0 : static_cast<size_t>(p.n * p.k) * sizeof(float)),
+        db_ws(b32 ? 0 : static_cast<size_t>(p.n) * sizeof(float));
+    ip_backward_weights(p, x, dy, w32 ? dw : dw_ws.get(), b32 ? db : db_ws.get());
+    if (!w32) convert(dw_ws.get(), DType::kF32, dw, p.w_dtype, p.n * p.k);
+    if (!b32) convert(db_ws.get(), DType::kF32, db, p.bias_dtype, p.n);
+  } catch (const dnnl::error& e) {
+    DEMI_ASSERT(false, "oneDNN failed in the Dense weight gradient (", p.m, "x", p.k, " -> ", p.n, ", ",
+                dtype_name(p.x_dtype), "): ", e.what());
+  }
+}
+
+// The weight gradient as the product dy^T x (whichever kernel matmul.h chose for it), db from the product's
+// pass over dy (MatmulParams::a_row_sums: demi's GEMM sums the blocks of dy it packs), the same f32 sums
+// bias_grad takes, then stored (or accumulated) in db's dtype.
+void product_weights(const DenseParams& p, MatmulParams mp, const void* x, const void* dy, void* dw, void* db) {
+  if (p.y_dtype == DType::kF64) {  // (the reference kernels)
+    kernels::matmul(mp, dy, x, dw);
+    if (db) bias_grad(dy, p.y_dtype, p.m, p.n, db, p.bias_dtype, p.accumulate);
+    return;
+  }
+  DEMI_CHECK(db == nullptr || p.bias_dtype == DType::kF32 || p.bias_dtype == DType::kBF16 ||
+                 p.bias_dtype == DType::kF16,
+             "Dense: a bias gradient in float32, bfloat16 or float16 only, got ", dtype_name(p.bias_dtype));
+  internal::Workspace db_sums(db ? static_cast<size_t>(p.n) * sizeof(float) : 0);
+  mp.a_row_sums = db ? static_cast<float*>(db_sums.get()) : nullptr;
+  kernels::matmul(mp, dy, x, dw);
+  if (db) store_sums(static_cast<const float*>(db_sums.get()), db, p.bias_dtype, p.n, p.accumulate);
+}
+
+MatmulParams weights_product(const DenseParams& p) {
   MatmulParams mp;
   mp.m = p.n;
   mp.n = p.k;
@@ -138,43 +175,75 @@ void dense_backward_weights(const DenseParams& p, const void* x, const void* dy,
   mp.b_round = p.x_round;
   mp.c_dtype = p.w_dtype;
   mp.accumulate = p.accumulate;
-  // Where the product would run on oneDNN anyway, its inner-product primitive (dW and db in one pass)
-  // where that measured faster; where demi's GEMM won the product, the product. The choice is the FP32
-  // product's, which the primitive computes whatever dtype dW is stored in.
-  MatmulParams sums = mp;
-  sums.c_dtype = DType::kF32;
-  if (ip_weights_applies(p, db) && kernels::matmul_picks_onednn(sums, dy, x)) {
-    try {
-      // The primitive writes FP32 dW and db; a bf16 one (AMP's low-precision parameter gradients) is those
-      // sums rounded once, from one layer's workspace (the primitive's own bf16 outputs measured slower per
-      // call on model D's layers; `demi train --profile` times the layers' backward).
-      const bool w32 = p.w_dtype == DType::kF32, b32 = db == nullptr || p.bias_dtype == DType::kF32;
-      internal::Workspace dw_ws(w32 ? 0 : static_cast<size_t>(p.n * p.k) * sizeof(float)),
-          db_ws(b32 ? 0 : static_cast<size_t>(p.n) * sizeof(float));
-      ip_backward_weights(p, x, dy, w32 ? dw : dw_ws.get(), b32 ? db : db_ws.get());
-      if (!w32) convert(dw_ws.get(), DType::kF32, dw, p.w_dtype, p.n * p.k);
-      if (!b32) convert(db_ws.get(), DType::kF32, db, p.bias_dtype, p.n);
-      return;
-    } catch (const dnnl::error& e) {
-      DEMI_ASSERT(false, "oneDNN failed in the Dense weight gradient (", p.m, "x", p.k, " -> ", p.n, ", ",
-                  dtype_name(p.x_dtype), "): ", e.what());
-    }
-  }
-  if (p.y_dtype == DType::kF64) {  // (the reference kernels)
-    kernels::matmul(mp, dy, x, dw);
-    if (db) bias_grad(dy, p.y_dtype, p.m, p.n, db, p.bias_dtype, p.accumulate);
-    return;
-  }
-  DEMI_CHECK(db == nullptr || p.bias_dtype == DType::kF32 || p.bias_dtype == DType::kBF16 ||
-                 p.bias_dtype == DType::kF16,
-             "Dense: a bias gradient in float32, bfloat16 or float16 only, got ", dtype_name(p.bias_dtype));
-  // db from the product's pass over dy (MatmulParams::a_row_sums: demi's GEMM sums the blocks of dy it packs),
-  // the same f32 sums bias_grad takes, then stored (or accumulated) in db's dtype.
-  internal::Workspace db_sums(db ? static_cast<size_t>(p.n) * sizeof(float) : 0);
-  mp.a_row_sums = db ? static_cast<float*>(db_sums.get()) : nullptr;
-  kernels::matmul(mp, dy, x, dw);
-  if (db) store_sums(static_cast<const float*>(db_sums.get()), db, p.bias_dtype, p.n, p.accumulate);
+  return mp;
 }
+
+kernels::internal::ChoiceCache& weights_choices() {
+  static auto& c =  // never destroyed: used until the process ends
+      *new kernels::internal::ChoiceCache("dense-weights-v1", {"onednn-inner-product", "product"});
+  return c;
+}
+
+// Whether oneDNN's inner-product primitive makes p's weight gradient (where it applies) rather than the
+// product: measured per shape on the call's own operands (each candidate writes dw and db; the chosen one
+// then makes the call), each priced by its workspace as every choice is. It was a rule measured on a Zen
+// (bf16 with 1024 rows or more: the primitive); which primitive oneDNN runs, and how fast, depends on the
+// CPU: on an AMX Xeon the matmul of D's weight gradients ran 15-20% faster per call than the inner
+// product's, which the product's separate pass for db and the rounding then about evened out.
+bool ip_weights_chosen(const DenseParams& p, const void* x, const void* dy, void* dw, void* db) {
+  if (!ip_weights_applies(p, db)) return false;
+  switch (matmul_policy()) {
+    case MatmulPolicy::kDemi: return false;
+    case MatmulPolicy::kOnednn: return true;
+    case MatmulPolicy::kAuto: break;
+  }
+  const kernels::internal::ChoiceCache::Key key{
+      static_cast<int64_t>(cpu_level()) | int64_t{num_threads()} << 8 | static_cast<int64_t>(p.x_dtype) << 24 |
+          static_cast<int64_t>(p.y_dtype) << 32 | static_cast<int64_t>(p.w_dtype) << 40 |
+          static_cast<int64_t>(db ? p.bias_dtype : DType::kF64) << 48,
+      p.m, p.n, p.k};
+  auto text = [&] {
+    return str_cat(cpu_level_name(cpu_level()), " t", num_threads(), " ", p.m, "x", p.k, "->", p.n, " x ",
+                   dtype_name(p.x_dtype), " dy ", dtype_name(p.y_dtype), " dw ", dtype_name(p.w_dtype),
+                   db ? str_cat(" db ", dtype_name(p.bias_dtype)) : std::string());
+  };
+  const int64_t footprint = p.m * (p.k + p.n) * static_cast<int64_t>(dtype_size(p.x_dtype)) +
+                            p.n * p.k * static_cast<int64_t>(dtype_size(p.w_dtype));
+  return weights_choices().choose(key, text, [&] {
+           // (the product's own kernel choice made first, so that its tuning is not timed or priced here)
+           product_weights(p, weights_product(p), x, dy, dw, db);
+           return internal::demi_measures_faster(
+               [&](bool product) {
+                 product ? product_weights(p, weights_product(p), x, dy, dw, db) : ip_weights(p, x, dy, dw, db);
+               },
+               footprint);
+         }) == 0;
+}
+
+}  // namespace
+
+void dense_backward_weights(const DenseParams& p, const void* x, const void* dy, void* dw, void* db) {
+  if (ip_weights_chosen(p, x, dy, dw, db)) return ip_weights(p, x, dy, dw, db);
+  product_weights(p, weights_product(p), x, dy, dw, db);
+}
+
+std::string dense_backward_weights_kernel(const DenseParams& p, bool with_bias) {
+  DEMI_CHECK(p.m >= 1 && p.k >= 1 && p.n >= 1, "Dense weight gradient: sizes must be positive, got ", p.m, "x",
+             p.k, " -> ", p.n);
+  auto zeroed = [](int64_t n, DType t) {
+    internal::Workspace w(static_cast<size_t>(n) * dtype_size(t));
+    std::memset(w.get(), 0, static_cast<size_t>(n) * dtype_size(t));
+    return w;
+  };
+  internal::Workspace x = zeroed(p.m * p.k, p.x_dtype), dy = zeroed(p.m * p.n, p.y_dtype),
+                      dw = zeroed(p.n * p.k, p.w_dtype), db = zeroed(p.n, p.bias_dtype);
+  if (ip_weights_chosen(p, x.get(), dy.get(), dw.get(), with_bias ? db.get() : nullptr))
+    return "onednn-inner-product";
+  return str_cat("product (", matmul_kernel(weights_product(p)), ")");
+}
+
+std::string dense_weights_cache_path() { return weights_choices().path(); }
+void set_dense_weights_cache_dir(const std::string& dir) { weights_choices().set_dir(dir); }
 
 namespace {
 

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "demi/core/dtype.h"
 
@@ -42,7 +43,16 @@ void dense_forward(const DenseParams& p, const void* x, const void* w, const voi
 // dy (M, N) y_dtype, w (N, K) w_dtype -> dx (M, K) x_dtype
 void dense_backward_data(const DenseParams& p, const void* dy, const void* w, void* dx);
 // x (M, K) x_dtype, dy (M, N) y_dtype -> dw (N, K) w_dtype, and db (N) bias_dtype unless db is nullptr
+// (With bf16 x and dy and many rows, oneDNN's inner-product primitive or the product, whichever measured
+// faster for the shape here, priced by its workspace: one choice per shape, CPU and thread count, kept
+// beside the matmul choices.)
 void dense_backward_weights(const DenseParams& p, const void* x, const void* dy, void* dw, void* db);
+// Which way dense_backward_weights makes p's weight gradient here: "onednn-inner-product", or "product
+// (<matmul_kernel's name>)"; measured now on zeroed operands if the choice is not made yet.
+std::string dense_backward_weights_kernel(const DenseParams& p, bool with_bias);
+// The choice file in use ("" when kept in memory only); another folder from now on ("" = the default).
+std::string dense_weights_cache_path();
+void set_dense_weights_cache_dir(const std::string& dir);
 
 // dy (rows, cols) dy_dtype -> db (cols) db_dtype = column sums of dy, accumulated in f32 (f64 for f64);
 // db += the sums with `accumulate`. Parallel over column blocks, each thread streaming every row.

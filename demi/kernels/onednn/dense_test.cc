@@ -3,12 +3,18 @@
 #include "demi/kernels/onednn/dense.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "demi/core/cpu.h"
 #include "demi/kernels/internal/matmul_conv_test_util.h"
+#include "demi/kernels/matmul.h"
+#include "demi/kernels/onednn/internal/onednn_util.h"
 #include "demi/kernels/reference/matmul.h"
 #include "demi/kernels/tolerance.h"
 
@@ -97,14 +103,64 @@ TEST(OnednnDense, ForwardAndBackwardMatchTheFormulas) {
       for (int flags = 0; flags < 2; ++flags) check_dense(s, in, out, flags == 1, flags == 1, seed += 10);
 }
 
-TEST(OnednnDense, ManyRowsTakeTheInnerProductWeightGradientAndMatchTheFormulas) {
-  // From 1024 rows a bf16 weight gradient (f32 or bf16 dw and db, no accumulation) runs as oneDNN's
-  // inner-product backward; the other combinations here keep the matmul path. Both against the same formulas.
-  const DenseCase cases[] = {{1024, 64, 33}, {1100, 19, 7}};
+// A bf16 weight gradient (f32 or bf16 dw and db, no accumulation) is made by oneDNN's inner-product
+// primitive or by the product, whichever measured faster for the shape here (the matmul policy forces
+// either: demi's products only, or oneDNN's primitive wherever it applies); the other combinations keep
+// the product. Each way against the same formulas, and the measured choice kept in its file, read back by
+// a new process instead of measuring again.
+TEST(OnednnDense, WeightGradientWaysEachMatchTheFormulasAndTheChoiceIsKept) {
+  const bool ip_applies = internal::has_bf16_kernels();  // (oneDNN has no bf16 kernels on an AVX2 CPU)
+  const MatmulPolicy saved = matmul_policy();
+  const std::string dir = ::testing::TempDir() + "/demi-dense-weights-choices-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  set_dense_weights_cache_dir(dir);
+  const DenseCase cases[] = {{1024, 64, 33}, {300, 19, 7}};
   uint64_t seed = 500;
-  for (const DenseCase& s : cases)
-    for (auto [in, out] : {std::pair{BF16, F32}, {BF16, BF16}, {F32, F32}})
-      for (int flags = 0; flags < 2; ++flags) check_dense(s, in, out, flags == 1, flags == 1, seed += 10);
+  for (MatmulPolicy policy : {MatmulPolicy::kDemi, MatmulPolicy::kOnednn, MatmulPolicy::kAuto}) {
+    set_matmul_policy(policy);
+    for (const DenseCase& s : cases)
+      for (auto [in, out] : {std::pair{BF16, F32}, {BF16, BF16}, {F32, F32}})
+        for (int flags = 0; flags < 2; ++flags) check_dense(s, in, out, flags == 1, flags == 1, seed += 10);
+    DenseParams p;
+    p.m = 300;
+    p.k = 19;
+    p.n = 7;
+    p.x_dtype = p.y_dtype = BF16;
+    const std::string way = dense_backward_weights_kernel(p, true);
+    SCOPED_TRACE(way);
+    if (policy != MatmulPolicy::kAuto) {  // (kAuto: whichever measured faster)
+      EXPECT_EQ(way == "onednn-inner-product", policy == MatmulPolicy::kOnednn && ip_applies);
+    }
+    EXPECT_TRUE(way == "onednn-inner-product" || way.starts_with("product (")) << way;
+    p.x_dtype = p.y_dtype = F32;  // an f32 weight gradient: the product, whatever the policy
+    EXPECT_TRUE(dense_backward_weights_kernel(p, true).starts_with("product ("));
+  }
+  // Under kAuto, each bf16 shape above (and dtype of dw and db) was measured once: one line each, or none
+  // where the primitive does not apply.
+  const std::string path = dense_weights_cache_path();
+  ASSERT_NE(path, "");
+  const std::vector<std::string> lines = [&] {
+    std::ifstream in(path);
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  }();
+  ASSERT_EQ(lines.size(), ip_applies ? 4u : 0u);  // 2 shapes x (f32, bf16) dw and db
+  for (const std::string& line : lines)
+    EXPECT_TRUE(line.ends_with(" = onednn-inner-product") || line.ends_with(" = product")) << line;
+  if (ip_applies) {
+    EXPECT_NE(lines[0].find(" 1024x64->33 x bfloat16 dy bfloat16 dw float32 db float32 = "), std::string::npos)
+        << lines[0];
+  }
+  set_dense_weights_cache_dir(dir);  // a new process: reads the file, measures nothing
+  for (const DenseCase& s : cases) check_dense(s, BF16, F32, false, false, seed += 10);
+  std::ifstream again(path);
+  size_t count = 0;
+  for (std::string line; std::getline(again, line);) ++count;
+  EXPECT_EQ(count, lines.size());
+  set_dense_weights_cache_dir("");
+  set_matmul_policy(saved);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(OnednnDense, BiasGradMatchesReferenceAcrossBlocksAndDtypes) {

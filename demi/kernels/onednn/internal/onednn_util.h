@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -144,5 +145,10 @@ class CallContext {
 // A caller's f16 or bf16 operand widened to f32 in a workspace of ctx (demi::convert: F16C / AVX-512
 // variants, parallel on demi's pool); f32 comes back as is.
 const float* to_f32(CallContext& ctx, const void* src, DType t, int64_t n);
+
+// 1 where run(true) (demi's way of making a call) is preferred to run(false) (oneDNN's) by
+// demi_kernel_preferred (conv.h), each time priced by the workspace it holds against the call's footprint
+// (the bytes its operands and results occupy): what the per-shape choices between the two measure.
+int demi_measures_faster(const std::function<void(bool)>& run, int64_t footprint);
 
 }  // namespace demi::kernels::onednn::internal
