@@ -49,7 +49,8 @@
   F(pool2x2, Pool2x2Kernels, -, kernels)                                 \
   F(peak, PeakKernels, -, kernels)                                       \
   F(f16_split, F16SplitKernels, -, kernels)                              \
-  F(pool_strided, PoolStridedKernels, -, kernels)
+  F(pool_strided, PoolStridedKernels, -, kernels)                        \
+  F(optimizer, OptimizerKernels, optimizer_impl.h, kernels)
 
 #define DEMI_KERNELS_convert(X) \
   X(kScalar, convert_kernels_scalar, own) \
@@ -125,6 +126,10 @@
   X(kAvx512Bf16, peak_kernels_avx512bf16, own) \
   X(kAmx, peak_kernels_amx, own)
 #define DEMI_KERNELS_f16_split(X) X(kScalar, f16_split_kernels_scalar, own) X(kAvx512, f16_split_kernels_avx512, own)
+#define DEMI_KERNELS_optimizer(X) \
+  X(kScalar, optimizer_kernels_scalar, own) \
+  X(kAvx2, optimizer_kernels_avx2, gen) \
+  X(kAvx512, optimizer_kernels_avx512, gen)
 #define DEMI_KERNELS_pool_strided(X) \
   X(kScalar, pool_strided_kernels_scalar, own) \
   X(kAvx512, pool_strided_kernels_avx512, own)

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "demi/kernels/cpu/amp_kernels.h"
+#include "demi/kernels/cpu/optimizer.h"
 #include "demi/ops/internal/helpers.h"
 #include "demi/ops/ops.h"
 
@@ -24,6 +25,16 @@ void collect(std::span<const Tensor> tensors, const char* op, std::vector<kernel
 }
 
 }  // namespace
+
+void momentum_update(const MomentumStep& s, float* v, float* p, const float* g, int64_t n) {
+  kernels::momentum_update(s, v, p, g, n);
+}
+
+void sgd_update(const SgdStep& s, float* p, const float* g, int64_t n) { kernels::sgd_update(s, p, g, n); }
+
+void adam_update(const AdamStep& s, float* m, float* v, float* p, const float* g, int64_t n) {
+  kernels::adam_update(s, m, v, p, g, n);
+}
 
 Tensor accumulate(const Tensor& a, const Tensor& b) {
   DEMI_ASSERT(a.dtype() == b.dtype() && a.numel() == b.numel(), "accumulate: ", a.describe(), " and ",

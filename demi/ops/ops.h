@@ -17,6 +17,7 @@
 #include "demi/core/rng.h"
 #include "demi/core/tensor.h"
 #include "demi/kernels/conv_params.h"
+#include "demi/kernels/optimizer_params.h"
 #include "demi/kernels/reduction.h"
 #include "demi/ops/dispatch.h"
 #include "demi/ops/trace.h"
@@ -223,6 +224,15 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     bool recompute_probs = false);
 
 // ---- engine and multi-tensor helpers: the kernels run directly (not recorded, no AMP policy, no trace) ----
+// The optimizers' updates of n contiguous FP32 elements (parameter p, gradient g, state), on the calling
+// thread at the CPU's widest vectors, the same bits at every ISA level (kernels/optimizer_params.h gives
+// each formula): demi/optim's update loops.
+using kernels::AdamStep;
+using kernels::MomentumStep;
+using kernels::SgdStep;
+void momentum_update(const MomentumStep& s, float* v, float* p, const float* g, int64_t n);
+void sgd_update(const SgdStep& s, float* p, const float* g, int64_t n);
+void adam_update(const AdamStep& s, float* m, float* v, float* p, const float* g, int64_t n);
 // a + b, both of one dtype and one number of elements (b is read in a's shape): how the autograd engine
 // sums the gradients that reach one tensor along several paths.
 Tensor accumulate(const Tensor& a, const Tensor& b);

@@ -5,6 +5,7 @@
 
 #include "demi/core/convert.h"
 #include "demi/core/parallel.h"
+#include "demi/ops/ops.h"
 
 namespace demi::optim {
 namespace {
@@ -192,20 +193,9 @@ Momentum::Momentum(std::vector<ParamGroup> groups, LrSchedulePtr lr, double mome
 }
 
 void Momentum::update(float* const* state, float* p, const float* g, int64_t n, double lr, double weight_decay) {
-  float* v = state[0];
-  const float m = static_cast<float>(momentum_), l = static_cast<float>(lr), wd = static_cast<float>(weight_decay);
-  if (nesterov_) {
-    for (int64_t i = 0; i < n; ++i) {
-      float gi = g[i] + wd * p[i];
-      v[i] = m * v[i] + gi;
-      p[i] -= l * (gi + m * v[i]);
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i) {
-      v[i] = m * v[i] + g[i] + wd * p[i];
-      p[i] -= l * v[i];
-    }
-  }
+  ops::momentum_update({static_cast<float>(momentum_), static_cast<float>(lr), static_cast<float>(weight_decay),
+                        nesterov_},
+                       state[0], p, g, n);
 }
 
 // ---- SGD ----
@@ -215,8 +205,7 @@ SGD::SGD(std::vector<Tensor> params, double learning_rate, double weight_decay)
 SGD::SGD(std::vector<ParamGroup> groups, LrSchedulePtr lr) : Optimizer("SGD", std::move(groups), std::move(lr)) {}
 
 void SGD::update(float* const*, float* p, const float* g, int64_t n, double lr, double weight_decay) {
-  const float l = static_cast<float>(lr), wd = static_cast<float>(weight_decay);
-  for (int64_t i = 0; i < n; ++i) p[i] -= l * (g[i] + wd * p[i]);
+  ops::sgd_update({static_cast<float>(lr), static_cast<float>(weight_decay)}, p, g, n);
 }
 
 // ---- Adam / AdamW ----
@@ -233,22 +222,19 @@ Adam::Adam(std::vector<ParamGroup> groups, LrSchedulePtr lr, const AdamOptions& 
 }
 
 void Adam::update(float* const* state, float* p, const float* g, int64_t n, double lr, double weight_decay) {
-  float* m = state[0];
-  float* v = state[1];
-  double t = static_cast<double>(global_step() + 1);
-  const float b1 = static_cast<float>(options_.beta1), b2 = static_cast<float>(options_.beta2);
-  const float bc1 = static_cast<float>(1.0 - std::pow(options_.beta1, t));
-  const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(options_.beta2, t)));
-  const float step = static_cast<float>(lr) / bc1;
-  const float eps = static_cast<float>(options_.eps), wd = static_cast<float>(weight_decay);
-  const float decay = decoupled_ ? 1.0f - static_cast<float>(lr) * wd : 1.0f;
-  const float l2 = decoupled_ ? 0.0f : wd;
-  for (int64_t i = 0; i < n; ++i) {
-    float gi = g[i] + l2 * p[i];
-    m[i] = b1 * m[i] + (1 - b1) * gi;
-    v[i] = b2 * v[i] + (1 - b2) * gi * gi;
-    p[i] = p[i] * decay - step * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
-  }
+  const double t = static_cast<double>(global_step() + 1);
+  ops::AdamStep s;
+  s.beta1 = static_cast<float>(options_.beta1);
+  s.beta2 = static_cast<float>(options_.beta2);
+  s.one_minus_beta1 = 1 - s.beta1;
+  s.one_minus_beta2 = 1 - s.beta2;
+  s.step = static_cast<float>(lr) / static_cast<float>(1.0 - std::pow(options_.beta1, t));
+  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(options_.beta2, t)));
+  s.eps = static_cast<float>(options_.eps);
+  const float wd = static_cast<float>(weight_decay);
+  s.decay = decoupled_ ? 1.0f - static_cast<float>(lr) * wd : 1.0f;
+  s.l2 = decoupled_ ? 0.0f : wd;
+  ops::adam_update(s, state[0], state[1], p, g, n);
 }
 
 AdamW::AdamW(std::vector<Tensor> params, double learning_rate, const AdamOptions& options, double weight_decay)

@@ -1,0 +1,134 @@
+// The optimizers' element-wise updates written once against the vector traits V; instantiated by
+// optimizer.cc (VecScalar, the portable fallback and the reference twin) and per ISA from the registry
+// (cmake/demi_kernel_variants.cmake). Each element goes through the same FP32 operations in the same order
+// at every width (a multiply and an add apart, never fused into an FMA: GCC would contract them in the
+// FMA-capable variants unless told not to, below), so every variant gives the scalar one's bits.
+#pragma once
+
+#include <cstdint>
+
+#include "demi/kernels/cpu/optimizer.h"
+
+// (fp-contract is a per-function optimization setting: these functions and their instantiations keep it off.)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+
+namespace demi::kernels::cpu_internal {
+
+struct OptimizerKernels {
+  void (*momentum)(const MomentumStep& s, float* v, float* p, const float* g, int64_t n);
+  void (*sgd)(const SgdStep& s, float* p, const float* g, int64_t n);
+  void (*adam)(const AdamStep& s, float* m, float* v, float* p, const float* g, int64_t n);
+};
+
+const OptimizerKernels& optimizer_kernels_scalar();
+const OptimizerKernels& optimizer_kernels_avx2();
+const OptimizerKernels& optimizer_kernels_avx512();
+
+// Each update is one step of W elements (kFull) or of the k < W left at the end, loaded and stored masked.
+template <class V, bool kFull>
+typename V::F load_k(const float* p, int64_t k) {
+  if constexpr (kFull) {
+    return V::load(p);
+  } else {
+    return V::load_n(p, k);
+  }
+}
+
+template <class V, bool kFull>
+void store_k(float* p, typename V::F x, int64_t k) {
+  if constexpr (kFull) {
+    V::store(p, x);
+  } else {
+    V::store_n(p, x, k);
+  }
+}
+
+// v = m v + g + wd p; p -= lr v. Nesterov: gi = g + wd p; v = m v + gi; p -= lr (gi + m v).
+template <class V, bool kNesterov, bool kFull>
+inline void momentum_step(typename V::F m, typename V::F l, typename V::F wd, float* v, float* p, const float* g,
+                          int64_t k) {
+  using F = typename V::F;
+  const F pi = load_k<V, kFull>(p, k), gi = load_k<V, kFull>(g, k), vi = load_k<V, kFull>(v, k);
+  if constexpr (kNesterov) {
+    const F gw = V::add(gi, V::mul(wd, pi));
+    const F vn = V::add(V::mul(m, vi), gw);
+    store_k<V, kFull>(v, vn, k);
+    store_k<V, kFull>(p, V::sub(pi, V::mul(l, V::add(gw, V::mul(m, vn)))), k);
+  } else {
+    const F vn = V::add(V::add(V::mul(m, vi), gi), V::mul(wd, pi));
+    store_k<V, kFull>(v, vn, k);
+    store_k<V, kFull>(p, V::sub(pi, V::mul(l, vn)), k);
+  }
+}
+
+template <class V, bool kNesterov>
+void momentum_run(const MomentumStep& s, float* v, float* p, const float* g, int64_t n) {
+  constexpr int W = V::kWidth;
+  const typename V::F m = V::set1(s.momentum), l = V::set1(s.lr), wd = V::set1(s.weight_decay);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) momentum_step<V, kNesterov, true>(m, l, wd, v + i, p + i, g + i, W);
+  if (i < n) momentum_step<V, kNesterov, false>(m, l, wd, v + i, p + i, g + i, n - i);
+}
+
+template <class V>
+void momentum_update(const MomentumStep& s, float* v, float* p, const float* g, int64_t n) {
+  s.nesterov ? momentum_run<V, true>(s, v, p, g, n) : momentum_run<V, false>(s, v, p, g, n);
+}
+
+// p -= lr (g + wd p)
+template <class V, bool kFull>
+inline void sgd_step(typename V::F l, typename V::F wd, float* p, const float* g, int64_t k) {
+  const typename V::F pi = load_k<V, kFull>(p, k);
+  store_k<V, kFull>(p, V::sub(pi, V::mul(l, V::add(load_k<V, kFull>(g, k), V::mul(wd, pi)))), k);
+}
+
+template <class V>
+void sgd_update(const SgdStep& s, float* p, const float* g, int64_t n) {
+  constexpr int W = V::kWidth;
+  const typename V::F l = V::set1(s.lr), wd = V::set1(s.weight_decay);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) sgd_step<V, true>(l, wd, p + i, g + i, W);
+  if (i < n) sgd_step<V, false>(l, wd, p + i, g + i, n - i);
+}
+
+// gi = g + l2 p; m = b1 m + (1 - b1) gi; v = b2 v + (1 - b2) gi gi; p = p decay - step m / (sqrt(v) / bc2 + eps)
+template <class V>
+struct AdamVectors {
+  typename V::F b1, b2, c1, c2, step, bc2, eps, decay, l2;
+  explicit AdamVectors(const AdamStep& s)
+      : b1(V::set1(s.beta1)), b2(V::set1(s.beta2)), c1(V::set1(s.one_minus_beta1)), c2(V::set1(s.one_minus_beta2)),
+        step(V::set1(s.step)), bc2(V::set1(s.bias_correction2_sqrt)), eps(V::set1(s.eps)), decay(V::set1(s.decay)),
+        l2(V::set1(s.l2)) {}
+};
+
+template <class V, bool kFull>
+inline void adam_step(const AdamVectors<V>& c, float* m, float* v, float* p, const float* g, int64_t k) {
+  using F = typename V::F;
+  const F pi = load_k<V, kFull>(p, k);
+  const F gi = V::add(load_k<V, kFull>(g, k), V::mul(c.l2, pi));
+  const F mi = V::add(V::mul(c.b1, load_k<V, kFull>(m, k)), V::mul(c.c1, gi));
+  const F vi = V::add(V::mul(c.b2, load_k<V, kFull>(v, k)), V::mul(V::mul(c.c2, gi), gi));
+  store_k<V, kFull>(m, mi, k);
+  store_k<V, kFull>(v, vi, k);
+  const F denom = V::add(V::div(V::sqrt(vi), c.bc2), c.eps);
+  store_k<V, kFull>(p, V::sub(V::mul(pi, c.decay), V::div(V::mul(c.step, mi), denom)), k);
+}
+
+template <class V>
+void adam_update(const AdamStep& s, float* m, float* v, float* p, const float* g, int64_t n) {
+  constexpr int W = V::kWidth;
+  const AdamVectors<V> c(s);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) adam_step<V, true>(c, m + i, v + i, p + i, g + i, W);
+  if (i < n) adam_step<V, false>(c, m + i, v + i, p + i, g + i, n - i);
+}
+
+template <class V>
+OptimizerKernels make_optimizer_kernels() {
+  return {momentum_update<V>, sgd_update<V>, adam_update<V>};
+}
+
+}  // namespace demi::kernels::cpu_internal
+
+#pragma GCC pop_options

@@ -1,0 +1,26 @@
+// The optimizers' element-wise update steps as plain structs (the hyper-parameters one update applies):
+// part of the kernels' parameter vocabulary that ops' interface shows (demi/optim fills them; the kernels,
+// demi/kernels/cpu/optimizer.h, apply them).
+#pragma once
+
+namespace demi::kernels {
+
+// Momentum (MindSpore's, PyTorch's SGD with momentum): v = m v + g + wd p; p -= lr v; with nesterov:
+// gi = g + wd p; v = m v + gi; p -= lr (gi + m v).
+struct MomentumStep {
+  float momentum = 0, lr = 0, weight_decay = 0;
+  bool nesterov = false;
+};
+// Plain SGD: p -= lr (g + wd p).
+struct SgdStep {
+  float lr = 0, weight_decay = 0;
+};
+// Adam / AdamW: gi = g + l2 p; m = beta1 m + (1 - beta1) gi; v = beta2 v + (1 - beta2) gi gi;
+// p = p decay - step m / (sqrt(v) / bias_correction2_sqrt + eps). (The step's bias corrections, decoupled
+// decay and L2 term are the optimizer's: demi/optim/optimizer.cc.)
+struct AdamStep {
+  float beta1 = 0, beta2 = 0, one_minus_beta1 = 0, one_minus_beta2 = 0;
+  float step = 0, bias_correction2_sqrt = 1, eps = 0, decay = 1, l2 = 0;
+};
+
+}  // namespace demi::kernels
