@@ -41,6 +41,7 @@ std::string dense_weights_kernel(int64_t rows, int64_t in, int64_t out, DType dt
 }
 
 std::string dense_weights_kernel_cache() { return kernels::onednn::dense_weights_cache_path(); }
+
 namespace {
 
 using internal::grad_as;

@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "demi/core/half.h"
 #include "demi/kernels/cpu/internal/activation_kernels.h"
@@ -215,6 +216,9 @@ inline constexpr int kMaskGroup = V::kWidth >= 8 ? V::kWidth : 8;
 
 template <class V, typename T>
 void relu_mask_kernel(const void* yv, uint8_t* bits, int64_t n) {
+  if constexpr (sizeof(T) == 2 && requires(const void* y, uint8_t* b) { V::positive_bits16(y, b, n, 0); }) {
+    return V::positive_bits16(yv, bits, n, std::is_same_v<T, BFloat16> ? 0x7F80 : 0x7C00);  // (+inf's bits)
+  }
   constexpr int G = kMaskGroup<V>;
   const T* y = static_cast<const T*>(yv);
   for (int64_t i = 0; i < n; i += G) {
@@ -233,6 +237,10 @@ void relu_mask_kernel(const void* yv, uint8_t* bits, int64_t n) {
 
 template <class V, typename T>
 void relu_backward_mask_kernel(const uint8_t* bits, const void* dyv, void* dxv, int64_t n) {
+  // (16-bit values kept or zeroed as stored where the vector type can: no widening and rounding back)
+  if constexpr (sizeof(T) == 2 && requires(void* d) { V::keep_by_bits16(bits, dyv, d, n); }) {
+    return V::keep_by_bits16(bits, dyv, dxv, n);
+  }
   constexpr int G = kMaskGroup<V>;
   const T* dy = static_cast<const T*>(dyv);
   T* dx = static_cast<T*>(dxv);

@@ -9,9 +9,12 @@
 
 #include "demi/kernels/cpu/optimizer.h"
 
-// (fp-contract is a per-function optimization setting: these functions and their instantiations keep it off.)
+// (fp-contract is a per-function optimization setting in GCC: these functions and their instantiations keep
+// it off. Clang contracts only within one expression, never across the intrinsics' calls.)
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
+#endif
 
 namespace demi::kernels::cpu_internal {
 
@@ -131,4 +134,6 @@ OptimizerKernels make_optimizer_kernels() {
 
 }  // namespace demi::kernels::cpu_internal
 
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
+#endif

@@ -20,6 +20,7 @@
 #pragma GCC diagnostic pop
 
 #include <cstdint>
+#include <cstring>
 
 #include "demi/core/half.h"
 
@@ -179,6 +180,35 @@ struct VecAvx512 {
   // A mask as kWidth bits (lane i: bit i) and back (ReLU's mask kept as bits).
   static uint32_t mask_bits(M m) { return m; }
   static M mask_from_bits(uint32_t bits) { return static_cast<M>(bits); }
+  // ReLU's mask on 16-bit values as stored (bf16 or f16), 32 at a time, with no conversion: bits[i] = (y_i >
+  // 0), i.e. 0 < y_i's bits <= `inf` (+inf's bits; a sign bit or a NaN's larger bits fail), and out_i = in_i
+  // where bits[i] is set, +0 elsewhere. Exactly the f32 path's results (a kept NaN keeps its payload).
+  static void positive_bits16(const void* y, uint8_t* bits, int64_t n, uint16_t inf) {
+    const auto* s = static_cast<const uint16_t*>(y);
+    const __m512i zero = _mm512_setzero_si512(), top = _mm512_set1_epi16(static_cast<int16_t>(inf));
+    for (int64_t i = 0; i < n; i += 32) {
+      const int64_t r = n - i < 32 ? n - i : 32;
+      const __mmask32 valid = r == 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint32_t{1} << r) - 1);
+      const __m512i v = _mm512_maskz_loadu_epi16(valid, s + i);  // (lanes past n: 0, not positive)
+      const uint32_t word = _mm512_cmpgt_epi16_mask(v, zero) & _mm512_cmple_epi16_mask(v, top);
+      std::memcpy(bits + i / 8, &word, static_cast<size_t>((r + 7) / 8));
+    }
+  }
+  static void keep_by_bits16(const uint8_t* bits, const void* in, void* out, int64_t n) {
+    const auto* s = static_cast<const uint16_t*>(in);
+    auto* d = static_cast<uint16_t*>(out);
+    for (int64_t i = 0; i < n; i += 32) {
+      const int64_t r = n - i < 32 ? n - i : 32;
+      uint32_t word = 0;
+      std::memcpy(&word, bits + i / 8, static_cast<size_t>((r + 7) / 8));
+      if (r == 32) {
+        _mm512_storeu_si512(d + i, _mm512_maskz_loadu_epi16(word, s + i));
+      } else {
+        const __mmask32 valid = static_cast<__mmask32>((uint32_t{1} << r) - 1);
+        _mm512_mask_storeu_epi16(d + i, valid, _mm512_maskz_loadu_epi16(word & valid, s + i));
+      }
+    }
+  }
   static I iota() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
   static I seti(int32_t v) { return _mm512_set1_epi32(v); }
   static I addi(I a, I b) { return _mm512_add_epi32(a, b); }
