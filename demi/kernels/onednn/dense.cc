@@ -188,7 +188,7 @@ kernels::internal::ChoiceCache& weights_choices() {
 // product: measured per shape on the call's own operands (each candidate writes dw and db; the chosen one
 // then makes the call), each priced by its workspace as every choice is. It was a rule measured on a Zen
 // (bf16 with 1024 rows or more: the primitive); which primitive oneDNN runs, and how fast, depends on the
-// CPU: on an AMX Xeon the matmul of D's weight gradients ran 15-20% faster per call than the inner
+// CPU: on an AMX Xeon the matmul of D's weight gradients ran 10-20% faster per call than the inner
 // product's, which the product's separate pass for db and the rounding then about evened out.
 bool ip_weights_chosen(const DenseParams& p, const void* x, const void* dy, void* dw, void* db) {
   if (!ip_weights_applies(p, db)) return false;
