@@ -19,8 +19,7 @@ struct SgdStep {
 // p = p decay - step m / (sqrt(v) / bias_correction2_sqrt + eps). (The step's bias corrections, decoupled
 // decay and L2 term are the optimizer's: demi/optim/optimizer.cc.)
 struct AdamStep {
-  float beta1 = 0, beta2 = 0, one_minus_beta1 = 0, one_minus_beta2 = 0;
-  float step = 0, bias_correction2_sqrt = 1, eps = 0, decay = 1, l2 = 0;
+  float beta1 = 0, beta2 = 0, step = 0, bias_correction2_sqrt = 1, eps = 0, decay = 1, l2 = 0;
 };
 
 }  // namespace demi::kernels

@@ -226,8 +226,6 @@ void Adam::update(float* const* state, float* p, const float* g, int64_t n, doub
   ops::AdamStep s;
   s.beta1 = static_cast<float>(options_.beta1);
   s.beta2 = static_cast<float>(options_.beta2);
-  s.one_minus_beta1 = 1 - s.beta1;
-  s.one_minus_beta2 = 1 - s.beta2;
   s.step = static_cast<float>(lr) / static_cast<float>(1.0 - std::pow(options_.beta1, t));
   s.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(options_.beta2, t)));
   s.eps = static_cast<float>(options_.eps);

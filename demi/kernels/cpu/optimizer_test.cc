@@ -78,8 +78,6 @@ TEST(OptimizerKernels, AdamGivesTheFormulasBitsAtEveryLevel) {
         AdamStep s;
         s.beta1 = 0.9f;
         s.beta2 = 0.999f;
-        s.one_minus_beta1 = 1 - s.beta1;
-        s.one_minus_beta2 = 1 - s.beta2;
         s.step = 1e-3f / static_cast<float>(1.0 - std::pow(0.9, 3.0));
         s.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(0.999, 3.0)));
         s.eps = 1e-8f;

@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -670,13 +669,6 @@ bool widens(const Conv2dParams& p, DType in_a, DType in_b, const std::function<v
   return bf16_choices().choose(key, text, tune) == 1;
 }
 
-// A zeroed scratch operand, for the diagnostics that measure a choice without operands of their own.
-internal::Workspace zeroed(size_t bytes) {
-  internal::Workspace w(bytes);
-  std::memset(w.get(), 0, w.bytes());
-  return w;
-}
-
 }  // namespace
 
 void set_conv_bf16_policy(ConvBf16Policy policy) { bf16_policy_slot().store(policy); }
@@ -869,11 +861,11 @@ std::string conv2d_direct_kernel(const Conv2dParams& p_in, ConvDirection dir) {
   if (dir == ConvDirection::kBackwardData) return "onednn";
   Conv2dParams pw = p;  // the weight gradient into FP32 masters
   pw.w_dtype = pw.bias_dtype = DType::kF32;
-  internal::Workspace x = zeroed(static_cast<size_t>(p.x_numel()) * dtype_size(p.x_dtype)),
-                      w = zeroed(static_cast<size_t>(p.w_numel()) * dtype_size(p.w_dtype)),
-                      y = zeroed(static_cast<size_t>(p.y_numel()) * dtype_size(p.y_dtype)),
-                      dw = zeroed(static_cast<size_t>(p.w_numel()) * sizeof(float)),
-                      db = zeroed(static_cast<size_t>(p.oc) * sizeof(float));
+  internal::Workspace x = internal::zeroed(static_cast<size_t>(p.x_numel()) * dtype_size(p.x_dtype)),
+                      w = internal::zeroed(static_cast<size_t>(p.w_numel()) * dtype_size(p.w_dtype)),
+                      y = internal::zeroed(static_cast<size_t>(p.y_numel()) * dtype_size(p.y_dtype)),
+                      dw = internal::zeroed(static_cast<size_t>(p.w_numel()) * sizeof(float)),
+                      db = internal::zeroed(static_cast<size_t>(p.oc) * sizeof(float));
   const bool direct = direct_chosen(p, dir, [&](bool d) {
     if (dir == ConvDirection::kForward)
       return d ? cpu::direct_conv2d_forward(p, x.get(), w.get(), nullptr, y.get())
@@ -898,9 +890,9 @@ std::string conv2d_forward_kernel(const Conv2dParams& p_in) {
   p.relu = p.accumulate = false;
   check_conv2d_params(p, op_name(ConvDirection::kForward));
   if (p.x_dtype == DType::kF64) return "reference";
-  internal::Workspace x = zeroed(static_cast<size_t>(p.x_numel()) * dtype_size(p.x_dtype)),
-                      w = zeroed(static_cast<size_t>(p.w_numel()) * dtype_size(p.w_dtype)),
-                      y = zeroed(static_cast<size_t>(p.y_numel()) * dtype_size(p.y_dtype));
+  internal::Workspace x = internal::zeroed(static_cast<size_t>(p.x_numel()) * dtype_size(p.x_dtype)),
+                      w = internal::zeroed(static_cast<size_t>(p.w_numel()) * dtype_size(p.w_dtype)),
+                      y = internal::zeroed(static_cast<size_t>(p.y_numel()) * dtype_size(p.y_dtype));
   if (direct_chosen(p, ConvDirection::kForward, [&](bool d) {
         d ? cpu::direct_conv2d_forward(p, x.get(), w.get(), nullptr, y.get())
           : onednn_forward(p, x.get(), w.get(), nullptr, y.get());
@@ -1208,7 +1200,7 @@ bool widens_on_scratch(const Conv2dParams& p_in) {
   Conv2dParams p = p_in;
   p.x_dtype = p.w_dtype = p.y_dtype = p.bias_dtype = DType::kBF16;
   p.relu = p.accumulate = false;
-  auto zeros = [](int64_t n) { return zeroed(static_cast<size_t>(n) * sizeof(BFloat16)); };
+  auto zeros = [](int64_t n) { return internal::zeroed(static_cast<size_t>(n) * sizeof(BFloat16)); };
   internal::Workspace x = zeros(p.x_numel()), w = zeros(p.w_numel()), y = zeros(p.y_numel());
   return widens(p, p.x_dtype, p.w_dtype, [&](bool wd) { forward_impl(p, wd, x.get(), w.get(), nullptr, y.get()); });
 }

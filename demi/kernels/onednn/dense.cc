@@ -1,7 +1,6 @@
 #include "demi/kernels/onednn/dense.h"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 #include <unordered_map>
 
@@ -230,11 +229,7 @@ void dense_backward_weights(const DenseParams& p, const void* x, const void* dy,
 std::string dense_backward_weights_kernel(const DenseParams& p, bool with_bias) {
   DEMI_CHECK(p.m >= 1 && p.k >= 1 && p.n >= 1, "Dense weight gradient: sizes must be positive, got ", p.m, "x",
              p.k, " -> ", p.n);
-  auto zeroed = [](int64_t n, DType t) {
-    internal::Workspace w(static_cast<size_t>(n) * dtype_size(t));
-    std::memset(w.get(), 0, static_cast<size_t>(n) * dtype_size(t));
-    return w;
-  };
+  auto zeroed = [](int64_t n, DType t) { return internal::zeroed(static_cast<size_t>(n) * dtype_size(t)); };
   internal::Workspace x = zeroed(p.m * p.k, p.x_dtype), dy = zeroed(p.m * p.n, p.y_dtype),
                       dw = zeroed(p.n * p.k, p.w_dtype), db = zeroed(p.n, p.bias_dtype);
   if (ip_weights_chosen(p, x.get(), dy.get(), dw.get(), with_bias ? db.get() : nullptr))

@@ -100,7 +100,7 @@ template <class V>
 struct AdamVectors {
   typename V::F b1, b2, c1, c2, step, bc2, eps, decay, l2;
   explicit AdamVectors(const AdamStep& s)
-      : b1(V::set1(s.beta1)), b2(V::set1(s.beta2)), c1(V::set1(s.one_minus_beta1)), c2(V::set1(s.one_minus_beta2)),
+      : b1(V::set1(s.beta1)), b2(V::set1(s.beta2)), c1(V::set1(1 - s.beta1)), c2(V::set1(1 - s.beta2)),
         step(V::set1(s.step)), bc2(V::set1(s.bias_correction2_sqrt)), eps(V::set1(s.eps)), decay(V::set1(s.decay)),
         l2(V::set1(s.l2)) {}
 };

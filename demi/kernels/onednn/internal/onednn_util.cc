@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "demi/core/convert.h"
 #include "demi/core/cpu.h"
@@ -199,6 +200,12 @@ void CallContext::finish_output(const OutputPlan& plan, void* prim_dst, void* us
                             {DNNL_ARG_TO, make_memory(plan.plain_md, f32)}});
   }
   convert(f32, DType::kF32, user, DType::kF16, numel);
+}
+
+Workspace zeroed(size_t bytes) {
+  Workspace w(bytes);
+  std::memset(w.get(), 0, w.bytes());
+  return w;
 }
 
 // Model A's f16 first-layer weight gradient on oneDNN widened copies (4.39 MiB, 74% of its O2-fp16 training

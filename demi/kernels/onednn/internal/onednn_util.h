@@ -146,6 +146,9 @@ class CallContext {
 // variants, parallel on demi's pool); f32 comes back as is.
 const float* to_f32(CallContext& ctx, const void* src, DType t, int64_t n);
 
+// A zeroed scratch operand, for the diagnostics that measure a choice without operands of their own.
+Workspace zeroed(size_t bytes);
+
 // 1 where run(true) (demi's way of making a call) is preferred to run(false) (oneDNN's) by
 // demi_kernel_preferred (conv.h), each time priced by the workspace it holds against the call's footprint
 // (the bytes its operands and results occupy): what the per-shape choices between the two measure.
