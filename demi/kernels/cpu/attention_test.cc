@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -123,6 +124,55 @@ TEST(AttentionSoftmax, BackwardMatchesFiniteDifferences) {
   loss();
   attention_softmax_backward(probs.data(), DType::kF64, w.data(), DType::kF64, p, ds.data());
   EXPECT_TRUE(testing::all_close(ds, testing::numeric_grad(loss, s), kFiniteDiffTolerance));
+}
+
+// The kernels take a matrix's rows several at a time (internal/attention_impl.h's attention_rows, where no
+// row is causal), interleaving the rows' operations: each row must come out exactly as it does alone. Here
+// each row again as a call of its own (one row: attention_row) against the whole call, bit for bit, at
+// every level, with every mask layout and a wholly masked row (which sends its group row by row).
+TEST(AttentionSoftmax, RowsAtATimeGiveEachRowsOwnBits) {
+  const int64_t b = 2, h = 2, sq = 11, sk = 100;
+  const MaskCase masks[] = {{"none", -1, -1}, {"per batch (B, Sq, Sk)", sq * sk, sk}, {"key padding (B, 1, Sk)", sk, 0}};
+  for (const MaskCase& mc : masks) {
+    SCOPED_TRACE(mc.name);
+    const AttentionSoftmaxParams p = params(b, h, sq, sk, 0.3f, mc);
+    const std::vector<float> s = random_floats(p.numel(), 41, -9.0f, 9.0f), dp = random_floats(p.numel(), 42);
+    std::vector<float> mask;
+    if (mc.batch_stride >= 0) {
+      mask = random_floats(b * sq * sk, 43, -3.0f, 0.0f);
+      for (size_t i = 0; i < mask.size(); i += 5) mask[i] = -std::numeric_limits<float>::infinity();
+      if (mc.row_stride > 0)
+        for (int64_t j = 0; j < sk; ++j) mask[static_cast<size_t>(2 * sk + j)] = -std::numeric_limits<float>::infinity();
+    }
+    for (DType t : testing::kFastDtypes) {
+      SCOPED_TRACE(testing::dtype_trace(t));
+      for_each_level([&](CpuLevel) {
+        Buffer whole(t, p.numel()), ds_whole(t, p.numel()), alone(t, p.numel()), ds_alone(t, p.numel());
+        attention_softmax_forward(s.data(), DType::kF32, mask.empty() ? nullptr : mask.data(), p, whole.data(), t);
+        attention_softmax_backward(whole.data(), t, dp.data(), DType::kF32, p, ds_whole.data());
+        const size_t es = dtype_size(t);
+        for (int64_t n = 0; n < p.batch; ++n)
+          for (int64_t i = 0; i < sq; ++i) {
+            AttentionSoftmaxParams one = p;
+            one.batch = one.heads = one.rows = 1;
+            one.mask_batch_stride = one.mask_row_stride = 0;
+            const int64_t at = (n * sq + i) * sk;
+            const float* m = mask.empty() ? nullptr
+                                          : mask.data() + (n / h) * p.mask_batch_stride + i * p.mask_row_stride;
+            attention_softmax_forward(s.data() + at, DType::kF32, m, one, static_cast<char*>(alone.data()) + at * es, t);
+            attention_softmax_backward(static_cast<char*>(whole.data()) + at * es, t, dp.data() + at, DType::kF32, one,
+                                       static_cast<char*>(ds_alone.data()) + at * es);
+          }
+        for (int64_t i = 0; i < p.numel(); ++i) {
+          ASSERT_EQ(std::memcmp(static_cast<char*>(whole.data()) + i * es, static_cast<char*>(alone.data()) + i * es, es), 0)
+              << "probability " << i << ": " << whole.get(i) << " vs " << alone.get(i);
+          ASSERT_EQ(std::memcmp(static_cast<char*>(ds_whole.data()) + i * es, static_cast<char*>(ds_alone.data()) + i * es, es),
+                    0)
+              << "ds " << i << ": " << ds_whole.get(i) << " vs " << ds_alone.get(i);
+        }
+      });
+    }
+  }
 }
 
 TEST(AttentionSoftmax, RejectsBadArguments) {

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "demi/core/error.h"
@@ -280,6 +283,44 @@ TEST(Binary, LowPrecisionStoresAreBitIdenticalToScalarRounding) {
       }
     }
   });
+}
+
+}  // namespace
+}  // namespace demi::kernels
+
+namespace demi::kernels {
+namespace {
+
+// e^x on the vector levels is one algorithm (internal/vec_avx2.h, vec_avx512.h: Cephes' polynomial, then the
+// scaling by 2^n: two multiplications on AVX2, vscalefps on AVX-512). The two scalings are exact wherever
+// the result is not flushed to 0, so every vector level gives AVX2's bits: across the whole range, at the
+// flush and overflow edges, and for the special values.
+TEST(ElementwiseExp, EveryVectorLevelGivesTheSameBits) {
+  std::vector<float> x;
+  for (float v = -104.0f; v <= 104.0f; v += 0.0137f) x.push_back(v);
+  for (float v : {-87.3f, -87.29f, -87.31f, -87.336f, -86.99f, 88.72f, 88.7228f, 88.73f, 89.0f, 0.0f, -0.0f,
+                  1e-30f, -1e-30f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max(),
+                  std::numeric_limits<float>::lowest(), std::numeric_limits<float>::denorm_min()})
+    x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<uint32_t> first;
+  int levels = 0;
+  for_each_level([&](CpuLevel level) {
+    if (level < CpuLevel::kAvx2) return;
+    std::vector<float> y(x.size());
+    unary(UnaryOp::kExp, DType::kF32, x.data(), y.data(), n);
+    std::vector<uint32_t> bits(x.size());
+    std::memcpy(bits.data(), y.data(), y.size() * sizeof(float));
+    ++levels;
+    if (first.empty()) {
+      first = bits;
+      return;
+    }
+    for (size_t i = 0; i < x.size(); ++i)
+      ASSERT_EQ(bits[i], first[i]) << "exp(" << x[i] << "): " << y[i] << " against the first vector level's";
+  });
+  if (levels < 2) GTEST_SKIP() << "this CPU has one vector level (" << levels << "): nothing to compare";
 }
 
 }  // namespace

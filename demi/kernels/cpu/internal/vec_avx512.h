@@ -101,8 +101,8 @@ struct VecAvx512 {
   // stays NaN (vmaxps/vminps with the argument second pass a NaN through). Results below FLT_MIN (x < -87.3)
   // are flushed to +0 rather than computed as subnormals: each subnormal result costs a microcode assist on
   // this CPU (it tripled softmax rows, whose padded lanes are exp(-inf)), and a value under 1.2e-38 is
-  // nothing next to the sums it joins. The 2^n scaling is done in two halves so that results up to FLT_MAX
-  // come out finite.
+  // nothing next to the sums it joins. The 2^n scaling is one vscalefps (n up to 128: results up to FLT_MAX
+  // come out finite).
   static F exp(F x) {
     const F lo = _mm512_set1_ps(-87.3f);
     const M tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
@@ -118,13 +118,10 @@ struct VecAvx512 {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    __m512i ni = _mm512_cvtps_epi32(n);
-    __m512i n1 = _mm512_srai_epi32(ni, 1);
-    __m512i n2 = _mm512_sub_epi32(ni, n1);
-    const __m512i bias = _mm512_set1_epi32(127);
-    F s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23));
-    F s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23));
-    return _mm512_maskz_mul_ps(static_cast<M>(~tiny), _mm512_mul_ps(p, s1), s2);
+    // p 2^n in one instruction (n is integral). The same bits as the other levels' p 2^(n/2) 2^(n - n/2):
+    // for x >= -87.3 the result is normal (n >= -126 with p > 1 there), so both scalings are exact, and an
+    // overflow is +inf in both.
+    return _mm512_maskz_scalef_ps(static_cast<M>(~tiny), p, n);
   }
 
   // ln x to about 1 ulp (Cephes' logf); ln 0 = -inf, ln of a negative = NaN, ln inf = inf, NaN stays.
