@@ -31,6 +31,10 @@ const std::vector<EnvSetting>& env_settings() {
       {"DEMI_CONV_GEMM", "auto, on or off", "auto",
        "demi's GEMM-based convolution forward against oneDNN's: measured per geometry (auto), always, or never",
        {"auto", "on", "off"}},
+      {"DEMI_ATTENTION", "auto, tiles or products", "auto",
+       "scaled dot-product attention's bf16 core on the tile unit: measured per shape (auto), the fused kernels, "
+       "or the batched products around the softmax",
+       {"auto", "tiles", "products"}},
       {"DEMI_DIST_TIMEOUT", "seconds > 0", "300",
        "how long a collective of data-parallel training may wait before the job is aborted",
        {}},

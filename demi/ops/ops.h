@@ -57,6 +57,13 @@ std::string matmul_kernel_cache();
 std::string dense_weights_kernel(int64_t rows, int64_t in, int64_t out, DType dtype);
 // The file those choices are kept in ("" when only in memory).
 std::string dense_weights_kernel_cache();
+// How scaled dot-product attention's bf16 core (`sequences` x `heads` matrices of `tokens` queries and keys,
+// `head_dim` per head, no mask) runs here, forward or backward: "tiles" (fused on the tile unit),
+// "products" (batched products around the softmax; kernels/attention.h: measured now if not yet), or
+// "products (no tile unit)" where the CPU has none. For `demi info`.
+std::string attention_kernel(int64_t sequences, int64_t heads, int64_t tokens, int64_t head_dim, bool backward);
+// The file those choices are kept in ("" when only in memory).
+std::string attention_kernel_cache();
 // x (M, K), w (N, K), b (N) or undefined -> y (M, N) = x·wᵀ + b, optionally ReLU fused
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), bool relu = false);
 // residual (M, N) + dense(x, w, b) as one op (a residual connection's add): where the sum is in the

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "demi/kernels/attention.h"
 #include "demi/kernels/cpu/attention.h"
 #include "demi/kernels/cpu/embedding.h"
 #include "demi/kernels/cpu/layernorm.h"
@@ -290,6 +291,22 @@ Tensor concat(std::span<const Tensor> xs, int axis_in) {
 }
 
 // ---- Scaled dot-product attention ----
+std::string attention_kernel(int64_t sequences, int64_t heads, int64_t tokens, int64_t head_dim, bool backward) {
+  DEMI_CHECK(sequences >= 1 && heads >= 1 && tokens >= 1 && head_dim >= 1,
+             "attention_kernel: sizes must be positive, got ", sequences, " x ", heads, " heads, ", tokens,
+             " tokens, ", head_dim, " per head");
+  kernels::AttentionCoreParams p;
+  p.softmax.batch = sequences * heads;
+  p.softmax.heads = heads;
+  p.softmax.rows = p.softmax.cols = tokens;
+  p.softmax.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  p.dk = p.dv = head_dim;
+  if (!kernels::attention_core_supported(p)) return "products (no tile unit)";
+  return kernels::attention_core_kernel(p, backward);
+}
+
+std::string attention_kernel_cache() { return kernels::attention_cache_path(); }
+
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& mask_in,
                                     double scale, int64_t heads, bool causal, bool recompute_probs) {
   const Op op = Op::kAttention;
@@ -329,15 +346,40 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   Tensor q = d.input(0), k = d.input(1), v = d.input(2);
   const DType dt = q.dtype(), acc = acc_dtype(dt);
   Tensor mask = d.input_as(3, acc);
-  Tensor probs = attention_probabilities(q, k, mask, p, dt, acc);
-  Tensor out = bmm(probs, v, false, false, dt);
+  // bf16 operands where the tile unit is: the fused kernels or the batched products, a measured choice
+  // (kernels/attention.h); else the products here.
+  const kernels::AttentionCoreParams core{p, dim_k, v.dim(2)};
+  const bool on_core = dt == DType::kBF16 && k.dtype() == dt && v.dtype() == dt && kernels::attention_core_supported(core);
+  Tensor probs, out;
+  if (on_core) {
+    probs = empty({n, sq, sk}, dt);
+    out = empty({n, sq, v.dim(2)}, dt);
+    kernels::attention_core_forward(core, q.raw_data(), k.raw_data(), v.raw_data(),
+                                    mask.defined() ? mask.data<float>() : nullptr, probs.raw_data(), out.raw_data());
+  } else {
+    probs = attention_probabilities(q, k, mask, p, dt, acc);
+    out = bmm(probs, v, false, false, dt);
+  }
   // Recomputed, each layer's (N·H, Sq, Sk) probabilities are held only during its own backward (model D:
   // 4 MiB per layer at O2, 8 at O0, where every layer's were held at the training peak).
   if (recompute_probs) probs = Tensor();
   Tensor mask_kept = recompute_probs ? mask : Tensor();  // the mask only where backward reads it
-  return d.finish(out, [q, k, v, mask = mask_kept, probs, p, dt, acc](const TensorList& g) {
-    Tensor pr = probs.defined() ? probs : attention_probabilities(q, k, mask, p, dt, acc);
+  return d.finish(out, [q, k, v, mask = mask_kept, probs, p, core, on_core, dt, acc](const TensorList& g) {
+    Tensor pr = probs;
+    if (!pr.defined() && on_core) {  // recomputed as the forward made them: the same way, the same bits
+      pr = empty({p.batch, p.rows, p.cols}, dt);
+      kernels::attention_core_forward(core, q.raw_data(), k.raw_data(), v.raw_data(),
+                                      mask.defined() ? mask.data<float>() : nullptr, pr.raw_data(), nullptr);
+    } else if (!pr.defined()) {
+      pr = attention_probabilities(q, k, mask, p, dt, acc);
+    }
     Tensor go = grad_as(g[0], dt);
+    if (on_core) {
+      Tensor dq = empty(q.shape(), dt), dk = empty(k.shape(), dt), dv = empty(v.shape(), dt);
+      kernels::attention_core_backward(core, q.raw_data(), k.raw_data(), v.raw_data(), pr.raw_data(), go.raw_data(),
+                                       dq.raw_data(), dk.raw_data(), dv.raw_data());
+      return TensorList{dq, dk, dv, Tensor()};
+    }
     Tensor dv = bmm(pr, go, true, false, dt);      // pᵀ · dO
     Tensor dp = bmm(go, v, false, true, acc);      // dO · vᵀ, FP32 like the scores
     Tensor ds = empty(pr.shape(), dt);

@@ -164,6 +164,14 @@ void print_kernel_choices() {
   std::printf("  (choices kept in %s;\n   dw's between oneDNN's inner product and the product in %s)\n",
               cache.empty() ? "memory only" : cache.c_str(), dw_cache.empty() ? "memory only" : dw_cache.c_str());
 
+  // Model D's attention core (32 sequences x 4 heads, 128 tokens, 64 per head), bf16: fused on the tile
+  // unit or the batched products around the softmax.
+  std::printf("\nbf16 attention core (fused on the tile unit or not; forward | backward):\n  %-26s %s | %s\n",
+              "D 32x4 heads 128 tokens d64", ops::attention_kernel(32, 4, 128, 64, false).c_str(),
+              ops::attention_kernel(32, 4, 128, 64, true).c_str());
+  const std::string attention_cache = ops::attention_kernel_cache();
+  std::printf("  (choices kept in %s)\n", attention_cache.empty() ? "memory only" : attention_cache.c_str());
+
   // Model A's and B's convolutions at their reference batch: bf16 compute or f32 on widened operands.
   struct Conv {
     const char* name;

@@ -16,6 +16,7 @@
 #include "demi/core/cpu.h"
 #include "demi/core/half.h"
 #include "demi/core/parallel.h"
+#include "demi/kernels/cpu/internal/amx_gemm.h"
 #include "demi/kernels/cpu/internal/amx_tiles.h"
 #include "demi/kernels/cpu/internal/workspace.h"
 #include "demi/kernels/matmul_params.h"
@@ -27,6 +28,7 @@
 namespace demi::kernels::cpu::cpu_internal_amx {
 namespace {
 
+using cpu_internal::bytes64;
 using cpu_internal::configure_tiles;
 using cpu_internal::multiply_c_column;
 using cpu_internal::multiply_c_tiles;
@@ -500,6 +502,84 @@ bool batch_parallel(int64_t batch, size_t item_bytes) {
   return batch >= 4 * num_threads() && item_bytes <= (size_t{256} << 10);
 }
 
+// A product's packing and blocking: the operands' K' layout, the blocks, what one product packs.
+struct Geometry {
+  Layout la, lb;
+  int64_t mp, np, kq, pn, mblocks, nblocks, steps, ld, packed_from;
+  bool split, direct;
+  size_t item_a, item_b, item_held;  // one product's packed a (from packed_from on), packed b, held chains
+
+  Geometry(const MatmulParams& p, bool split_values) : split(split_values) {
+    la.k = lb.k = p.k;
+    la.kp = lb.kp = round_up(p.k, kKStep);
+    la.segs = lb.segs = split ? 2 : 1;  // [h | l], multiplied four ways by blocks_split
+    mp = round_up(p.m, kBlock);
+    np = round_up(p.n, kBlock);
+    kq = la.kq();
+    // b's columns packed where it is packed whole: its tile columns up to N (blocks() multiplies a last
+    // block of at most 16 columns as one tile column), all of the last block's where split (blocks_split)
+    pn = split ? np : round_up(p.n, kTile);
+    mblocks = mp / kBlock;
+    nblocks = np / kBlock;
+    steps = la.kp / kKStep;
+    ld = kq + kKStep;  // packed a's rows (RowsOfA)
+    // a's tiles load from a itself where its rows already are the packed rows (bf16 by rows, K a multiple
+    // of 32, not split): only a partial last row block is packed. Not where the rows are a multiple of
+    // 2 KiB apart: a block's 32 rows would crowd 16 of L1's sets (1024^3 measured 0.7x packing them).
+    direct = !split && !p.trans_a && p.a_dtype == DType::kBF16 && p.k % kKStep == 0 && p.k % 1024 != 0;
+    packed_from = direct ? p.m / kBlock : 0;
+    item_a = static_cast<size_t>((mblocks - packed_from) * kBlock * ld) * sizeof(BFloat16);
+    item_b = static_cast<size_t>(pn * kq) * sizeof(BFloat16);
+    item_held = held_bytes(nblocks);
+  }
+  // The split's two chains per column block, for `column_blocks` of them, between its K blocks (blocks()
+  // keeps its sums in the tiles).
+  size_t held_bytes(int64_t column_blocks) const {
+    return split && la.kp > kKBlock ? static_cast<size_t>(2 * column_blocks * kBlock * kBlock) * sizeof(float) : 0;
+  }
+  // A product's rows of a: in a itself (a) before packed_from, packed at `packed` from there on.
+  RowsOfA rows_of(const MatmulParams& p, const void* a, const BFloat16* packed) const {
+    RowsOfA r;
+    r.direct = static_cast<const BFloat16*>(a);
+    r.packed = packed;
+    r.packed_from = packed_from;
+    r.direct_ld = p.k;
+    r.packed_ld = ld;
+    return r;
+  }
+  // The C blocks (row blocks [r0, r1) x column blocks [c0, c1)) from a's rows and packed b (its column blocks
+  // from b_from on); the split's chains wait between K blocks in `held`.
+  void product(const MatmulParams& p, const RowsOfA& rows, const BFloat16* packed_b, int64_t b_from, int64_t r0,
+               int64_t r1, int64_t c0, int64_t c1, float* held, void* c, const void* residual,
+               const float* bias) const {
+    if (split) return blocks_split(p, la, rows, packed_b, b_from, r0, r1, c0, c1, held, c, residual, bias);
+    blocks(p, la, rows, packed_b, b_from, r0, r1, c0, c1, c, residual, bias);
+  }
+  // One whole product on the calling thread (tiles configured): a and b packed into `own` (item_a +
+  // item_b + item_held bytes), then multiplied.
+  void whole(const MatmulParams& p, const void* a, const void* b, void* c, const void* residual, const float* bias,
+             char* own) const {
+    auto* own_a = reinterpret_cast<BFloat16*>(own);
+    auto* own_b = reinterpret_cast<BFloat16*>(own + item_a);
+    float* const held = reinterpret_cast<float*>(own + item_a + item_b);
+    pack_a(p, a, la, 2 * packed_from, mp / kTile, packed_from * kBlock, ld, own_a);
+    pack_b(p, b, lb, 0, pn / kTile * steps, 0, own_b);
+    product(p, rows_of(p, a, own_a), own_b, 0, 0, mblocks, 0, nblocks, held, c, residual, bias);
+  }
+  size_t whole_bytes() const { return item_a + item_b + item_held; }
+};
+
+// p's bias as f32: itself, or converted into `room` (n floats) where it is stored in c's dtype (exact).
+const float* bias_f32(const MatmulParams& p, float* room) {
+  if (p.bias == nullptr || p.bias_dtype == DType::kF32) return static_cast<const float*>(p.bias);
+  convert(p.bias, p.bias_dtype, room, DType::kF32, p.n);
+  return room;
+}
+
+size_t bias_room(const MatmulParams& p) {
+  return p.bias != nullptr && p.bias_dtype != DType::kF32 ? bytes64(static_cast<size_t>(p.n) * sizeof(float)) : 0;
+}
+
 }  // namespace
 
 // The threads split C along the operand that is larger (a's rows where M >= N, else b's columns): the
@@ -509,22 +589,10 @@ bool batch_parallel(int64_t batch, size_t item_bytes) {
 // larger operand is never held packed whole. A batch of many small products goes a product per thread
 // (batch_parallel).
 void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c, bool split) {
-  Layout la, lb;
-  la.k = lb.k = p.k;
-  la.kp = lb.kp = round_up(p.k, kKStep);
-  la.segs = lb.segs = split ? 2 : 1;  // [h | l], multiplied four ways by blocks_split
-  const int64_t mp = round_up(p.m, kBlock), np = round_up(p.n, kBlock), kq = la.kq();
-  // b's columns packed where it is packed whole: its tile columns up to N (blocks() multiplies a last block
-  // of at most 16 columns as one tile column), all of the last block's where split (blocks_split)
-  const int64_t pn = split ? np : round_up(p.n, kTile);
-  const int64_t mblocks = mp / kBlock, nblocks = np / kBlock, steps = la.kp / kKStep;
-  const int64_t ld = kq + kKStep;  // packed a's rows (RowsOfA)
-  // a's tiles load from a itself where its rows already are the packed rows (bf16 by rows, K a multiple
-  // of 32, not split): only a partial last row block is packed. Not where the rows are a multiple of
-  // 2 KiB apart: a block's 32 rows would crowd 16 of L1's sets (1024^3 measured 0.7x packing them).
-  const bool direct = !split && !p.trans_a && p.a_dtype == DType::kBF16 && p.k % kKStep == 0 && p.k % 1024 != 0;
+  const Geometry g(p, split);
+  const int64_t mblocks = g.mblocks, nblocks = g.nblocks, steps = g.steps, mp = g.mp, pn = g.pn;
   const bool by_columns = nblocks > mblocks;
-  const int64_t a_block = kBlock * ld, b_block = kBlock * kq;  // a row block's, a column block's bf16
+  const int64_t a_block = kBlock * g.ld, b_block = kBlock * g.kq;  // a row block's, a column block's bf16
   const int64_t parts = parts_for(by_columns ? nblocks : mblocks);
   // (no more than a part's blocks: a thread's buffer is never larger than what it packs)
   const int64_t per_part = ((by_columns ? nblocks : mblocks) + parts - 1) / parts;
@@ -532,19 +600,8 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
       std::clamp<int64_t>((by_columns ? kColumnChunkBytes / b_block : kChunkBytes / a_block) / 2, 1, per_part);
   // column blocks per blocks() call
   const int64_t b_chunk = by_columns ? chunk : std::clamp<int64_t>(kChunkBytes / (b_block * 2), 1, nblocks);
-  const int64_t packed_from = direct ? p.m / kBlock : 0;
-  Workspace bias32(p.bias != nullptr && p.bias_dtype != DType::kF32 ? static_cast<size_t>(p.n) * sizeof(float) : 0);
-  const float* bias = static_cast<const float*>(p.bias);
-  if (p.bias != nullptr && p.bias_dtype != DType::kF32) {
-    convert(p.bias, p.bias_dtype, bias32.f32(), DType::kF32, p.n);  // (a bias in c's dtype: exact in f32)
-    bias = bias32.f32();
-  }
-  // (the split's chains wait between K blocks in `held`; blocks() keeps its sums in the tiles)
-  const auto product = [&](const RowsOfA& rows, const BFloat16* packed_b, int64_t b_from, int64_t r0, int64_t r1,
-                           int64_t c0, int64_t c1, float* held, void* out, const void* res) {
-    if (split) return blocks_split(p, la, rows, packed_b, b_from, r0, r1, c0, c1, held, out, res, bias);
-    blocks(p, la, rows, packed_b, b_from, r0, r1, c0, c1, out, res, bias);
-  };
+  Workspace bias32(bias_room(p));
+  const float* bias = bias_f32(p, bias32.f32());
   const size_t as = dtype_size(p.a_dtype), bs = dtype_size(p.b_dtype), cs = dtype_size(p.c_dtype);
   // Product i's operands, output and residual.
   struct Item {
@@ -558,42 +615,19 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
                 static_cast<const char*>(b) + static_cast<size_t>(i * p.k * p.n) * bs, static_cast<char*>(c) + at,
                 p.residual != nullptr ? static_cast<const char*>(p.residual) + at : nullptr};
   };
-  // The split's two chains per column block, for `column_blocks` of them, between its K blocks (blocks()
-  // keeps its sums in the tiles).
-  const auto held_bytes = [&](int64_t column_blocks) {
-    return split && la.kp > kKBlock ? static_cast<size_t>(2 * column_blocks * kBlock * kBlock) * sizeof(float) : 0;
-  };
-  // A product's rows of a: in a itself (ai) before packed_from, packed at `packed` from there on.
-  const auto rows_of = [&](const void* ai, const BFloat16* packed) {
-    RowsOfA r;
-    r.direct = static_cast<const BFloat16*>(ai);
-    r.packed = packed;
-    r.packed_from = packed_from;
-    r.direct_ld = p.k;
-    r.packed_ld = ld;
-    return r;
-  };
   // Many small products (attention's, one per sequence and head): the threads take whole products, each
   // packing its a and b whole into buffers of its own and multiplying all of it — one parallel region for
   // the batch instead of three per product, whose packing and waiting took most of the time (model D's 128
   // products of 128 x 128 x 64 and 128 x 64 x 128, 2 threads: 1.6-3.6x as fast; with the f32 store from
   // the tiles (blocks()), 0.85-1.1x oneDNN's batched matmul). The same sums as product by product.
-  const size_t item_a = static_cast<size_t>((mblocks - packed_from) * a_block) * sizeof(BFloat16);
-  const size_t item_b = static_cast<size_t>(pn * kq) * sizeof(BFloat16);
-  const size_t item_held = held_bytes(nblocks);
-  if (batch_parallel(p.batch, item_a + item_b + item_held)) {
+  if (batch_parallel(p.batch, g.whole_bytes())) {
     const int64_t items = parts_for(p.batch);
-    const PartScratch own(items, item_a + item_b + item_held);
+    const PartScratch own(items, g.whole_bytes());
     for_each_part(items, p.batch, [&](int64_t part, int64_t i0, int64_t i1) {
       configure_tiles();
-      auto* own_a = reinterpret_cast<BFloat16*>(own.part(part));
-      auto* own_b = reinterpret_cast<BFloat16*>(own.part(part) + item_a);
-      float* const held = reinterpret_cast<float*>(own.part(part) + item_a + item_b);
       for (int64_t i = i0; i < i1; ++i) {
         const Item it = item(i);
-        pack_a(p, it.a, la, 2 * packed_from, mp / kTile, packed_from * kBlock, ld, own_a);
-        pack_b(p, it.b, lb, 0, pn / kTile * steps, 0, own_b);
-        product(rows_of(it.a, own_a), own_b, 0, 0, mblocks, 0, nblocks, held, it.c, it.residual);
+        g.whole(p, it.a, it.b, it.c, it.residual, bias, own.part(part));
       }
       _tile_release();
     });
@@ -602,29 +636,29 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   // Shared: a (the row blocks from packed_from on) where the threads split b, else b, whole; each thread's
   // own: its chunk of the larger one, and its C sums between K blocks. (All taken here, on the calling
   // thread: workers allocate nothing.)
-  const bool a_shared = by_columns || direct;
-  Workspace pa(a_shared ? item_a : 0);
-  Workspace pb(by_columns ? 0 : item_b);
-  const size_t sums_bytes = held_bytes(b_chunk);
+  const bool a_shared = by_columns || g.direct;
+  Workspace pa(a_shared ? g.item_a : 0);
+  Workspace pb(by_columns ? 0 : g.item_b);
+  const size_t sums_bytes = g.held_bytes(b_chunk);
   const size_t own_bytes = by_columns ? static_cast<size_t>(chunk * b_block) * sizeof(BFloat16)
-                           : direct   ? 0
+                           : g.direct ? 0
                                       : static_cast<size_t>(chunk * a_block) * sizeof(BFloat16);
   const PartScratch scratch(parts, own_bytes + sums_bytes);
   auto* pa16 = reinterpret_cast<BFloat16*>(pa.f32());
   auto* pb16 = reinterpret_cast<BFloat16*>(pb.f32());
   for (int64_t i = 0; i < p.batch; ++i) {
     const auto [ai, bi, ci, ri] = item(i);
-    const RowsOfA shared_a = rows_of(ai, pa16);
+    const RowsOfA shared_a = g.rows_of(p, ai, pa16);
     if (a_shared) {  // a's packed row blocks, by all the threads
-      const int64_t g0 = 2 * packed_from, groups = mp / kTile - g0;
+      const int64_t g0 = 2 * g.packed_from, groups = mp / kTile - g0;
       for_each_part(parts_for(groups), groups, [&](int64_t, int64_t t0, int64_t t1) {
-        pack_a(p, ai, la, g0 + t0, g0 + t1, packed_from * kBlock, ld, pa16);
+        pack_a(p, ai, g.la, g0 + t0, g0 + t1, g.packed_from * kBlock, g.ld, pa16);
       });
     }
     if (!by_columns) {
       const int64_t pieces = pn / kTile * steps;
       for_each_part(parts_for(pieces), pieces,
-                    [&](int64_t, int64_t t0, int64_t t1) { pack_b(p, bi, lb, t0, t1, 0, pb16); });
+                    [&](int64_t, int64_t t0, int64_t t1) { pack_b(p, bi, g.lb, t0, t1, 0, pb16); });
     }
     for_each_part(parts, by_columns ? nblocks : mblocks, [&](int64_t part, int64_t b0, int64_t b1) {
       configure_tiles();
@@ -633,23 +667,34 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
       for (int64_t c0 = b0; c0 < b1; c0 += chunk) {
         const int64_t c1 = std::min(b1, c0 + chunk);
         if (by_columns) {  // column blocks [c0, c1): their 2 (c1 - c0) tile columns, packed into `own`
-          pack_b(p, bi, lb, 2 * c0 * steps, 2 * c1 * steps, 2 * c0, own);
-          product(shared_a, own, c0, 0, mblocks, c0, c1, held, ci, ri);
+          pack_b(p, bi, g.lb, 2 * c0 * steps, 2 * c1 * steps, 2 * c0, own);
+          g.product(p, shared_a, own, c0, 0, mblocks, c0, c1, held, ci, ri, bias);
           continue;
         }
         // row blocks [c0, c1) against all of b, its column blocks a chunk's worth at a time
         RowsOfA own_a = shared_a;
-        if (!direct) {
+        if (!g.direct) {
           own_a.packed = own;
           own_a.packed_from = c0;
-          pack_a(p, ai, la, 2 * c0, 2 * c1, c0 * kBlock, ld, own);
+          pack_a(p, ai, g.la, 2 * c0, 2 * c1, c0 * kBlock, g.ld, own);
         }
         for (int64_t n0 = 0; n0 < nblocks; n0 += b_chunk)
-          product(own_a, pb16, 0, c0, c1, n0, std::min(nblocks, n0 + b_chunk), held, ci, ri);
+          g.product(p, own_a, pb16, 0, c0, c1, n0, std::min(nblocks, n0 + b_chunk), held, ci, ri, bias);
       }
       _tile_release();
     });
   }
+}
+
+size_t amx_gemm_one_bytes(const MatmulParams& p, bool split) {
+  return bytes64(Geometry(p, split).whole_bytes()) + bias_room(p);
+}
+
+void amx_gemm_one(const MatmulParams& p, const void* a, const void* b, void* c, bool split, void* scratch) {
+  const Geometry g(p, split);
+  char* own = static_cast<char*>(scratch);
+  const float* bias = bias_f32(p, reinterpret_cast<float*>(own + bytes64(g.whole_bytes())));
+  g.whole(p, a, b, c, p.residual, bias, own);
 }
 
 }  // namespace demi::kernels::cpu::cpu_internal_amx

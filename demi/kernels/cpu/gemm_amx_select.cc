@@ -3,11 +3,9 @@
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/kernels/cpu/gemm_amx.h"
+#include "demi/kernels/cpu/internal/amx_gemm.h"
 
 namespace demi::kernels::cpu {
-namespace cpu_internal_amx {
-void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c, bool split);  // gemm_amx.cc
-}
 
 bool amx_gemm_supported(const MatmulParams& p) {
   if (cpu_level() < CpuLevel::kAmx) return false;

@@ -1,0 +1,43 @@
+// Scaled dot-product attention's core on bf16 operands where the tile unit is (the amx level): the fused
+// kernels (cpu/attention_amx.h: per matrix of the batch on one thread, the scores never in memory) or the
+// unfused form (batched products around the softmax kernels, the (N, Sq, Sk) f32 scores and their gradient
+// in workspace between them), whichever measured faster at a shape's first call (each priced by the memory
+// it holds beyond the other's, as every choice is: kernels/internal/choice_cache.h), per direction, kept
+// per shape in memory and in "attention-v1-<cpu>.txt". Both give probs = softmax(scale q kᵀ + mask) and
+// out = probs v as ../ops' unfused code does (the same softmax rows; each product's f32 sums as the
+// kernel that makes it gives them).
+//
+// DEMI_ATTENTION=auto|tiles|products (or set_attention_policy) forces one of them.
+#pragma once
+
+#include <string>
+
+#include "demi/kernels/cpu/attention_amx.h"
+
+namespace demi::kernels {
+
+using cpu::AttentionCoreParams;
+
+// Whether attention_core_forward / _backward take p: q, k, v bf16 and cpu::attention_tiles_supported(p).
+bool attention_core_supported(const AttentionCoreParams& p);
+
+// probs (N, Sq, Sk) and out (N, Sq, dv), bf16, from q, k, v (bf16) and mask (f32 in p.softmax's layout, or
+// null); out null: the probabilities alone (backward's recomputation). attention_core_supported(p) holds.
+void attention_core_forward(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
+                            const float* mask, void* probs, void* out);
+
+// dq, dk, dv (bf16) from probs and dout (N, Sq, dv) bf16.
+void attention_core_backward(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
+                             const void* probs, const void* dout, void* dq, void* dk, void* dv);
+
+enum class AttentionPolicy { kAuto, kTiles, kProducts };
+void set_attention_policy(AttentionPolicy policy);
+AttentionPolicy attention_policy();
+std::string attention_cache_path();
+void set_attention_cache_dir(const std::string& dir);
+
+// "tiles" or "products" for p's forward (backward = false) or backward, measured now on zeroed scratch
+// operands if not yet: for `demi info`, benchmarks and tests.
+std::string attention_core_kernel(const AttentionCoreParams& p, bool backward);
+
+}  // namespace demi::kernels

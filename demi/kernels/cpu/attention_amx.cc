@@ -1,0 +1,137 @@
+// The fused attention kernels' bodies (attention_amx.h): per matrix of the batch, on one thread, demi's AMX
+// GEMM run whole (internal/amx_gemm.h) around the softmax's avx512 rows (internal/attention_impl.h: the
+// functions the registry's avx512 variant runs). Compiled for AMX; reached only at the amx level.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // (GCC 12's AVX-512 intrinsics: see gemm_amx.cc)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "demi/core/half.h"
+#include "demi/kernels/cpu/attention_amx.h"
+#include "demi/kernels/cpu/internal/amx_gemm.h"
+#include "demi/kernels/cpu/internal/amx_tiles.h"
+#include "demi/kernels/cpu/internal/attention_impl.h"
+#include "demi/kernels/cpu/internal/vec_avx512.h"
+#include "demi/kernels/cpu/internal/workspace.h"
+
+namespace demi::kernels::cpu::cpu_internal_amx {
+namespace {
+
+using cpu_internal::bytes64;
+using cpu_internal::for_each_part;
+using cpu_internal::PartScratch;
+using cpu_internal::parts_for;
+using cpu_internal::VecAvx512;
+
+// One matrix's product of bf16 operands (batch 1), as ops' bmm asks for it.
+MatmulParams product(int64_t m, int64_t n, int64_t k, bool ta, bool tb, DType c) {
+  MatmulParams p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.trans_a = ta;
+  p.trans_b = tb;
+  p.a_dtype = p.b_dtype = DType::kBF16;
+  p.c_dtype = c;
+  return p;
+}
+
+// The products of the forward (scores, out) and of the backward (dv, dp, dq, dk).
+struct Products {
+  MatmulParams scores, out, dv, dp, dq, dk;
+  explicit Products(const AttentionCoreParams& a) {
+    const int64_t sq = a.softmax.rows, sk = a.softmax.cols;
+    scores = product(sq, sk, a.dk, false, true, DType::kF32);  // q kᵀ
+    out = product(sq, a.dv, sk, false, false, DType::kBF16);   // p v
+    dv = product(sk, a.dv, sq, true, false, DType::kBF16);     // pᵀ dO
+    dp = product(sq, sk, a.dv, false, true, DType::kF32);      // dO vᵀ
+    dq = product(sq, a.dk, sk, false, false, DType::kBF16);    // ds k
+    dk = product(sk, a.dk, sq, true, false, DType::kBF16);     // dsᵀ q
+  }
+  size_t gemm_bytes(bool backward) const {
+    auto b = [](const MatmulParams& p) { return bytes64(amx_gemm_one_bytes(p, false)); };
+    return backward ? std::max({b(dv), b(dp), b(dq), b(dk)}) : std::max(b(scores), b(out));
+  }
+};
+
+// A thread's scratch: the f32 scores (or dp), the bf16 ds (backward), then the GEMM's packing.
+struct Scratch {
+  size_t f32_bytes, ds_bytes, gemm_bytes;
+  Scratch(const AttentionCoreParams& a, const Products& pr, bool backward) {
+    const size_t cells = static_cast<size_t>(a.softmax.rows * a.softmax.cols);
+    f32_bytes = bytes64(cells * sizeof(float));
+    ds_bytes = backward ? bytes64(cells * sizeof(BFloat16)) : 0;
+    gemm_bytes = pr.gemm_bytes(backward);
+  }
+  size_t total() const { return f32_bytes + ds_bytes + gemm_bytes; }
+};
+
+template <class T>
+const T* at(const void* base, int64_t i, int64_t elems) {
+  return static_cast<const T*>(base) + i * elems;
+}
+template <class T>
+T* at(void* base, int64_t i, int64_t elems) {
+  return static_cast<T*>(base) + i * elems;
+}
+
+}  // namespace
+
+int64_t attention_tiles_scratch_body(const AttentionCoreParams& p, bool backward) {
+  const Products pr(p);
+  return static_cast<int64_t>(Scratch(p, pr, backward).total()) * parts_for(p.softmax.batch);
+}
+
+void attention_tiles_forward_body(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
+                                  const float* mask, void* probs, void* out) {
+  const AttentionSoftmaxParams& s = p.softmax;
+  const Products pr(p);
+  const Scratch sc(p, pr, false);
+  const int64_t parts = parts_for(s.batch), sq = s.rows, sk = s.cols;
+  const PartScratch scratch(parts, sc.total());
+  for_each_part(parts, s.batch, [&](int64_t part, int64_t i0, int64_t i1) {
+    auto* scores = reinterpret_cast<float*>(scratch.part(part));
+    char* gemm = scratch.part(part) + sc.f32_bytes;
+    cpu_internal::configure_tiles();
+    for (int64_t i = i0; i < i1; ++i) {
+      amx_gemm_one(pr.scores, at<BFloat16>(q, i, sq * p.dk), at<BFloat16>(k, i, sk * p.dk), scores, false, gemm);
+      BFloat16* pi = at<BFloat16>(probs, i, sq * sk);
+      cpu_internal::attention_matrix_rows<VecAvx512>(scores, mask, s, i, 0, sq, pi);  // (the softmax kernel's rows)
+      if (out != nullptr)
+        amx_gemm_one(pr.out, pi, at<BFloat16>(v, i, sk * p.dv), at<BFloat16>(out, i, sq * p.dv), false, gemm);
+    }
+    _tile_release();
+  });
+}
+
+void attention_tiles_backward_body(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
+                                   const void* probs, const void* dout, void* dq, void* dk, void* dv) {
+  const AttentionSoftmaxParams& s = p.softmax;
+  const Products pr(p);
+  const Scratch sc(p, pr, true);
+  const int64_t parts = parts_for(s.batch), sq = s.rows, sk = s.cols;
+  const PartScratch scratch(parts, sc.total());
+  for_each_part(parts, s.batch, [&](int64_t part, int64_t i0, int64_t i1) {
+    auto* dp = reinterpret_cast<float*>(scratch.part(part));
+    auto* ds = reinterpret_cast<BFloat16*>(scratch.part(part) + sc.f32_bytes);
+    char* gemm = scratch.part(part) + sc.f32_bytes + sc.ds_bytes;
+    cpu_internal::configure_tiles();
+    for (int64_t i = i0; i < i1; ++i) {
+      const BFloat16 *pi = at<BFloat16>(probs, i, sq * sk), *doi = at<BFloat16>(dout, i, sq * p.dv);
+      const BFloat16 *qi = at<BFloat16>(q, i, sq * p.dk), *ki = at<BFloat16>(k, i, sk * p.dk);
+      amx_gemm_one(pr.dv, pi, doi, at<BFloat16>(dv, i, sk * p.dv), false, gemm);
+      amx_gemm_one(pr.dp, doi, at<BFloat16>(v, i, sk * p.dv), dp, false, gemm);
+      cpu_internal::attention_matrix_backward_rows<VecAvx512>(pi, dp, s, 0, sq, ds);  // (the softmax kernel's rows)
+      amx_gemm_one(pr.dq, ds, ki, at<BFloat16>(dq, i, sq * p.dk), false, gemm);
+      amx_gemm_one(pr.dk, ds, qi, at<BFloat16>(dk, i, sk * p.dk), false, gemm);
+    }
+    _tile_release();
+  });
+}
+
+}  // namespace demi::kernels::cpu::cpu_internal_amx
+
+#pragma GCC diagnostic pop

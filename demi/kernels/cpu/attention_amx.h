@@ -1,0 +1,43 @@
+// Scaled dot-product attention's core fused per (sequence, head) on the tile unit: for each of the N
+// matrices of a batch, on one thread, the scores q kᵀ (f32) in that thread's buffer — never a (N, Sq, Sk)
+// f32 tensor in memory —, the softmax of kernels::attention_softmax_forward on them (its avx512 rows: the
+// same function, the same bits from the same scores) into probs, and out = probs v; backward the same per
+// matrix: dv = pᵀ dO, dp = dO vᵀ (f32, the thread's buffer), ds (the softmax backward's rows, the thread's
+// buffer), dq = ds k, dk = dsᵀ q. Each product is demi's AMX GEMM run whole on the thread
+// (internal/amx_gemm.h), so a product's sums are those amx_gemm gives for it.
+//
+// The alternative is the unfused form (ops/transformer_ops.cc): batched products around the softmax
+// kernels, the scores and their gradient (N, Sq, Sk) f32 in memory between them; which one runs is a
+// measured choice per shape (kernels/attention.h).
+#pragma once
+
+#include <cstdint>
+
+#include "demi/kernels/reference/attention.h"
+
+namespace demi::kernels::cpu {
+
+// q (N, Sq, dk), k (N, Sk, dk), v (N, Sk, dv), every one bf16; `softmax` as for attention_softmax_forward
+// (N = softmax.batch, Sq = rows, Sk = cols, the mask f32 in its layout).
+struct AttentionCoreParams {
+  AttentionSoftmaxParams softmax;
+  int64_t dk = 0, dv = 0;
+};
+
+// Whether the fused kernels take p here: the amx level, positive sizes, one matrix's scores small enough for
+// a core's L2 (Sq Sk f32 <= 256 KiB). Any CPU may ask.
+bool attention_tiles_supported(const AttentionCoreParams& p);
+
+// probs (N, Sq, Sk) = softmax(scale q kᵀ + mask), out (N, Sq, dv) = probs v, both bf16 (out null: probs
+// alone). mask f32 or null.
+void attention_tiles_forward(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
+                             const float* mask, void* probs, void* out);
+
+// From probs (the forward's) and dout (N, Sq, dv): dq, dk, dv (bf16, shaped as q, k, v).
+void attention_tiles_backward(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
+                              const void* probs, const void* dout, void* dq, void* dk, void* dv);
+
+// The per-thread scratch the fused kernels hold (forward | backward), for the choice's pricing and tests.
+int64_t attention_tiles_scratch_bytes(const AttentionCoreParams& p, bool backward);
+
+}  // namespace demi::kernels::cpu
