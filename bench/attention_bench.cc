@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
                                    {"32x8 S128 d32", 256, 8, 128, 32}};
   std::printf("threads %d; GFLOP/s of the four (forward) or ten (backward: with the scores again) products\n",
               num_threads());
-  std::printf("%-22s %4s %10s %10s %8s %8s\n", "shape", "dir", "products", "tiles", "t/p", "amx pk");
+  std::printf("%-22s %4s %10s %10s %10s %8s %8s\n", "shape", "dir", "products", "tiles", "in place", "i/p",
+              "amx pk");
   for (const Case& c : cases) {
     if (!opts.filter.empty() && std::string(c.name).find(opts.filter) == std::string::npos) continue;
     kernels::AttentionCoreParams p;
@@ -43,13 +44,18 @@ int main(int argc, char** argv) {
     p.softmax.rows = p.softmax.cols = c.s;
     p.softmax.scale = 0.125f;
     p.dk = p.dv = c.d;
-    const int64_t qkv = c.batch * c.s * c.d, sc = c.batch * c.s * c.s;
-    bench::Buffer q(DType::kBF16, qkv, 1), k(DType::kBF16, qkv, 2), v(DType::kBF16, qkv, 3),
-        dout(DType::kBF16, qkv, 4), probs(DType::kBF16, sc, 5), out(DType::kBF16, qkv, 6), dq(DType::kBF16, qkv, 7),
-        dk(DType::kBF16, qkv, 8), dv(DType::kBF16, qkv, 9);
+    const int64_t qkv_elems = c.batch * c.s * c.d, sc = c.batch * c.s * c.s;
+    const int64_t n = qkv_elems;
+    bench::Buffer q(DType::kBF16, n, 1), k(DType::kBF16, n, 2), v(DType::kBF16, n, 3), dout(DType::kBF16, n, 4),
+        probs(DType::kBF16, sc, 5), out(DType::kBF16, n, 6), dq(DType::kBF16, n, 7), dk(DType::kBF16, n, 8),
+        dv(DType::kBF16, n, 9);
     double ceiling = 0;
     auto each_round = [&] { ceiling = std::max(ceiling, kernels::cpu::amx_peak_gflops(0.02)); };
     const double flops = 2.0 * c.batch * c.s * c.s * c.d * 2;  // q kᵀ and p v
+    // The heads in place (self-attention over a packed (B, S, 3 E) projection, out (B, S, E)): the same work.
+    kernels::AttentionCoreParams pp = p;
+    pp.packed_heads = true;
+    bench::Buffer qkv(DType::kBF16, 3 * qkv_elems, 10), dqkv(DType::kBF16, 3 * qkv_elems, 11);
     for (bool backward : {false, true}) {
       auto run = [&](kernels::AttentionPolicy policy) {
         return [&, policy] {
@@ -61,12 +67,20 @@ int main(int argc, char** argv) {
                                              dk.data(), dv.data());
         };
       };
+      auto in_place = [&] {
+        if (!backward)
+          kernels::attention_core_forward(pp, qkv.data(), nullptr, nullptr, nullptr, probs.data(), out.data());
+        else
+          kernels::attention_core_backward(pp, qkv.data(), nullptr, nullptr, probs.data(), dout.data(), dqkv.data(),
+                                           nullptr, nullptr);
+      };
       ceiling = 0;
       const std::vector<double> best = bench::best_seconds(
-          {run(kernels::AttentionPolicy::kProducts), run(kernels::AttentionPolicy::kTiles)}, opts.rounds, each_round);
+          {run(kernels::AttentionPolicy::kProducts), run(kernels::AttentionPolicy::kTiles), in_place}, opts.rounds,
+          each_round);
       const double f = backward ? 2 * flops : flops;  // (dv, dp, dq, dk)
-      std::printf("%-22s %4s %10.1f %10.1f %8.2f %8.0f\n", c.name, backward ? "bwd" : "fwd", f / best[0] * 1e-9,
-                  f / best[1] * 1e-9, best[0] / best[1], ceiling);
+      std::printf("%-22s %4s %10.1f %10.1f %10.1f %8.2f %8.0f\n", c.name, backward ? "bwd" : "fwd",
+                  f / best[0] * 1e-9, f / best[1] * 1e-9, f / best[2] * 1e-9, best[0] / best[2], ceiling);
     }
   }
   kernels::set_attention_policy(kernels::AttentionPolicy::kAuto);

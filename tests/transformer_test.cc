@@ -11,11 +11,14 @@
 #include <limits>
 
 #include "demi/amp/policy.h"
+#include "demi/core/cpu.h"
 #include "demi/amp/train_step.h"
 #include "demi/autograd/autograd.h"
+#include "demi/kernels/attention.h"
 #include "demi/kernels/tolerance.h"
 #include "demi/nn/models.h"
 #include "demi/nn/transformer.h"
+#include "demi/ops/observer.h"
 #include "demi/ops/ops.h"
 #include "demi/optim/param_groups.h"
 #include "golden_util.h"
@@ -160,6 +163,71 @@ TEST(Attention, KeyPaddingMaskEqualsTruncatedSequence) {
   Tensor padded = m(q, x, x, Tensor(), from_vector(pad, {1, 7}));
   Tensor truncated = m(q, prefix, prefix);
   expect_close(padded, truncated, f32_tol(16), "padded vs truncated");
+}
+
+// Self-attention's heads read and merged in place (ops::attention_heads, where the fused bf16 kernels run)
+// give the bits of the heads split apart, attended by scaled_dot_product_attention and merged — forward, the
+// packed projection's gradient, with a key-padding mask, recomputed probabilities, and inside a
+// MultiheadAttention at O2-bf16 (which takes the in-place heads there).
+TEST(Attention, HeadsInPlaceGiveTheBitsOfTheHeadsSplitApart) {
+  const int64_t b = 3, s = 40, h = 4, dh = 32, e = h * dh;
+  Generator gen(5);
+  Tensor qkv0 = uniform({b, s, 3 * e}, -2.0, 2.0, gen).to(DType::kBF16);
+  Tensor mask = zeros({b, 1, s});
+  for (int64_t j = 0; j < s; j += 7) mask.set(j, -INFINITY);
+  amp::AmpPolicy policy(Level::kO2, DType::kBF16);  // (the f32 mask would make the ops' dtype f32 without it)
+  ops::PrecisionScope scope(&policy);
+  kernels::set_attention_policy(kernels::AttentionPolicy::kTiles);
+  if (!ops::attention_heads_fused(qkv0, h, mask)) {
+    kernels::set_attention_policy(kernels::AttentionPolicy::kAuto);
+    GTEST_SKIP() << "the fused attention kernels need the amx level; this CPU runs " << cpu_level_name(cpu_level());
+  }
+  Tensor dy = uniform({b, s, e}, -1.0, 1.0, gen).to(DType::kBF16);
+  for (bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recomputed probabilities" : "kept probabilities");
+    Tensor in_place = qkv0.clone(), apart = qkv0.clone();
+    in_place.set_requires_grad(true);
+    apart.set_requires_grad(true);
+    Tensor y = ops::attention_heads(in_place, h, mask, false, recompute);
+    std::vector<Tensor> parts = ops::split(ops::transpose(ops::reshape(apart, {b, s, 3, h, dh}), {2, 0, 3, 1, 4}), 0, 3);
+    Tensor o = ops::scaled_dot_product_attention(ops::reshape(parts[0], {b * h, s, dh}), ops::reshape(parts[1], {b * h, s, dh}),
+                                                 ops::reshape(parts[2], {b * h, s, dh}), mask, 0, h, false, recompute);
+    Tensor y2 = ops::reshape(ops::transpose(ops::reshape(o, {b, h, s, dh}), {0, 2, 1, 3}), {b, s, e});
+    ASSERT_EQ(y.shape(), y2.shape());
+    ASSERT_EQ(y.dtype(), DType::kBF16);
+    for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y.get(i), y2.get(i)) << "output " << i;
+    autograd::backward(y, dy);
+    autograd::backward(y2, dy);
+    for (int64_t i = 0; i < qkv0.numel(); ++i)
+      ASSERT_EQ(in_place.grad().get(i), apart.grad().get(i)) << "qkv gradient " << i;
+  }
+  // A bad mask is refused by name, not attended.
+  EXPECT_FALSE(ops::attention_heads_fused(qkv0, h, zeros({2, s})));
+  EXPECT_THROW(ops::attention_heads(qkv0, h, zeros({2, s})), Error);
+  EXPECT_FALSE(ops::attention_heads_fused(qkv0, 5, Tensor())) << "heads must divide E";
+  // The layer at O2-bf16 takes them (one attention op, no permutation of the heads); with the fused kernels
+  // not chosen it splits the heads apart.
+  struct Count : ops::OpObserver {
+    int attention = 0, transposes = 0;
+    void on_op(const ops::OpEvent& ev) override {
+      if (ev.backward) return;
+      attention += ev.op == Op::kAttention;
+      transposes += ev.op == Op::kTranspose;
+    }
+  };
+  nn::MultiheadAttention m(e, h);
+  Tensor x = uniform({b, s, e}, -1.0, 1.0, gen);
+  for (auto way : {kernels::AttentionPolicy::kTiles, kernels::AttentionPolicy::kProducts}) {
+    kernels::set_attention_policy(way);
+    Count count;
+    {
+      ops::OpObserverScope observe(&count);
+      EXPECT_EQ(m(x).dtype(), DType::kBF16);
+    }
+    EXPECT_EQ(count.attention, 1);
+    EXPECT_EQ(count.transposes, way == kernels::AttentionPolicy::kTiles ? 0 : 2);
+  }
+  kernels::set_attention_policy(kernels::AttentionPolicy::kAuto);
 }
 
 // A query whose every key is masked attends to nothing (a zero attention row, so the output is the

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <optional>
 
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
@@ -97,30 +98,40 @@ int tiles_measure_faster(const std::function<void(bool)>& run, int64_t footprint
   return priced[1] < priced[0] ? 1 : 0;
 }
 
-// Whether the fused kernels make p's forward or backward: the policy, else the measured choice (run(tiles)
-// makes the call one way or the other on its own operands, which the chosen run then overwrites).
-bool tiles_chosen(const AttentionCoreParams& p, bool backward, const std::function<void(bool)>& run) {
+// A choice's key and its line in the file: the shape, the direction and the mask's layout.
+internal::ChoiceCache::Key key_of(const AttentionCoreParams& p, bool backward) {
+  const AttentionSoftmaxParams& s = p.softmax;
+  return {static_cast<int64_t>(cpu_level()) | int64_t{num_threads()} << 8 | int64_t{backward} << 24 |
+              int64_t{s.causal} << 25 | int64_t{s.mask_batch_stride != 0} << 26 | int64_t{s.mask_row_stride != 0} << 27,
+          s.batch, s.heads, s.rows, s.cols, p.dk, p.dv};
+}
+std::string text_of(const AttentionCoreParams& p, bool backward) {
+  const AttentionSoftmaxParams& s = p.softmax;
+  return str_cat(cpu_level_name(cpu_level()), " t", num_threads(), backward ? " bwd" : " fwd", " n", s.batch, " h",
+                 s.heads, " ", s.rows, "x", s.cols, " dk", p.dk, " dv", p.dv, s.causal ? " causal" : "",
+                 s.mask_batch_stride != 0 ? " mask-batch" : "", s.mask_row_stride != 0 ? " mask-rows" : "");
+}
+
+// The policy's word, if it forces one way.
+std::optional<bool> forced() {
   switch (policy_slot().load()) {
     case AttentionPolicy::kTiles: return true;
     case AttentionPolicy::kProducts: return false;
     case AttentionPolicy::kAuto: break;
   }
+  return std::nullopt;
+}
+
+// Whether the fused kernels make p's forward or backward: the policy, else the measured choice (run(tiles)
+// makes the call one way or the other on its own operands, which the chosen run then overwrites).
+bool tiles_chosen(const AttentionCoreParams& p, bool backward, const std::function<void(bool)>& run) {
+  if (const std::optional<bool> f = forced()) return *f;
   const AttentionSoftmaxParams& s = p.softmax;
-  const internal::ChoiceCache::Key key{static_cast<int64_t>(cpu_level()) | int64_t{num_threads()} << 8 |
-                                           int64_t{backward} << 24 | int64_t{s.causal} << 25 |
-                                           int64_t{s.mask_batch_stride != 0} << 26 |
-                                           int64_t{s.mask_row_stride != 0} << 27,
-                                       s.batch, s.heads, s.rows, s.cols, p.dk, p.dv};
-  auto text = [&] {
-    return str_cat(cpu_level_name(cpu_level()), " t", num_threads(), backward ? " bwd" : " fwd", " n", s.batch,
-                   " h", s.heads, " ", s.rows, "x", s.cols, " dk", p.dk, " dv", p.dv, s.causal ? " causal" : "",
-                   s.mask_batch_stride != 0 ? " mask-batch" : "", s.mask_row_stride != 0 ? " mask-rows" : "");
-  };
   const int64_t footprint =
       static_cast<int64_t>(sizeof(BFloat16)) *
       (s.batch * (s.rows * p.dk + s.cols * p.dk + s.cols * p.dv + s.rows * p.dv) * (backward ? 2 : 1) +
        s.numel());
-  return choices().choose(key, text, [&] {
+  return choices().choose(key_of(p, backward), [&] { return text_of(p, backward); }, [&] {
            run(false);  // (the products' own kernel choices made first: not timed or priced here)
            return tiles_measure_faster(run, footprint);
          }) == 1;
@@ -133,6 +144,7 @@ bool attention_core_supported(const AttentionCoreParams& p) { return cpu::attent
 void attention_core_forward(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
                             const float* mask, void* probs, void* out) {
   DEMI_ASSERT(attention_core_supported(p), "attention_core_forward: not supported here");
+  if (p.packed_heads) return cpu::attention_tiles_forward(p, q, k, v, mask, probs, out);  // (the caller chose)
   auto run = [&](bool tiles) {
     tiles ? cpu::attention_tiles_forward(p, q, k, v, mask, probs, out)
           : products_forward(p, q, k, v, mask, probs, out);
@@ -143,6 +155,7 @@ void attention_core_forward(const AttentionCoreParams& p, const void* q, const v
 void attention_core_backward(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
                              const void* probs, const void* dout, void* dq, void* dk, void* dv) {
   DEMI_ASSERT(attention_core_supported(p), "attention_core_backward: not supported here");
+  if (p.packed_heads) return cpu::attention_tiles_backward(p, q, k, v, probs, dout, dq, dk, dv);
   auto run = [&](bool tiles) {
     tiles ? cpu::attention_tiles_backward(p, q, k, v, probs, dout, dq, dk, dv)
           : products_backward(p, q, k, v, probs, dout, dq, dk, dv);
@@ -156,12 +169,19 @@ std::string attention_cache_path() { return choices().path(); }
 void set_attention_cache_dir(const std::string& dir) { choices().set_dir(dir); }
 
 std::string attention_core_kernel(const AttentionCoreParams& p, bool backward) {
-  DEMI_CHECK(attention_core_supported(p), "attention_core_kernel: not a fused attention shape here");
+  DEMI_CHECK(attention_core_supported(p) && !p.packed_heads,
+             "attention_core_kernel: not a fused attention shape here (or heads in place: ask for them apart)");
+  if (const std::optional<bool> f = forced()) return *f ? "tiles" : "products";
+  if (const std::optional<int> known = choices().find(key_of(p, backward), [&] { return text_of(p, backward); }))
+    return choices().name(*known);
+  // Not chosen yet: measured now on zeroed scratch operands — a trial run, counted in no peak (a layer asks
+  // in its first forward, inside the training step).
+  MemTuningScope trials;
   const AttentionSoftmaxParams& s = p.softmax;
   const size_t qk = static_cast<size_t>(s.batch * (s.rows + s.cols) * p.dk),
-               vo = static_cast<size_t>(s.batch * (s.cols + s.rows) * p.dv);
-  Workspace ops((2 * (qk + vo) + 2 * cells(p)) * sizeof(BFloat16));  // q, k, v, probs, dout and every output
-  std::memset(ops.f32(), 0, (2 * (qk + vo) + 2 * cells(p)) * sizeof(BFloat16));
+               vo = static_cast<size_t>(s.batch * (s.cols + s.rows) * p.dv), bytes = (2 * (qk + vo) + 2 * cells(p)) * sizeof(BFloat16);
+  Workspace ops(bytes);  // q, k, v, dout, probs and every output
+  std::memset(ops.f32(), 0, bytes);
   auto* base = reinterpret_cast<BFloat16*>(ops.f32());
   BFloat16 *q = base, *k = q + s.batch * s.rows * p.dk, *v = k + s.batch * s.cols * p.dk,
            *dout = v + s.batch * s.cols * p.dv, *probs = dout + s.batch * s.rows * p.dv, *out = probs + cells(p),

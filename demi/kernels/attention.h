@@ -8,6 +8,10 @@
 // kernel that makes it gives them).
 //
 // DEMI_ATTENTION=auto|tiles|products (or set_attention_policy) forces one of them.
+//
+// With p.packed_heads (the heads read and written in place, cpu/attention_amx.h) only the fused kernels
+// can run: the caller takes that layout where attention_core_kernel says "tiles" for the same shape with
+// the heads apart, both directions (ops::attention_heads_fused), and permutes the heads otherwise.
 #pragma once
 
 #include <string>

@@ -191,6 +191,67 @@ TEST(AttentionCore, EachWayMatchesTheF64Attention) {
   set_attention_policy(AttentionPolicy::kAuto);
 }
 
+// packed_heads: the heads read in place from one (B, S, 3 E) tensor and the output written merged (B, S, E) —
+// the same sums, so the same bits as the contiguous (N, S, d) operands a permutation would make, forward and
+// backward, with a key-padding mask and causal rows, odd sizes included.
+TEST(AttentionCore, HeadsReadInPlaceGiveTheBitsOfThePermutedOperands) {
+  struct Packed {
+    int64_t b, h, s, d;
+    bool causal;
+    bool mask;
+  };
+  for (const Packed c : {Packed{4, 4, 128, 64, false, false}, Packed{2, 3, 37, 24, false, true},
+                         Packed{3, 2, 50, 32, true, false}}) {
+    AttentionCoreParams p = params({c.b, c.h, c.s, c.s, c.d, c.d, c.causal, c.mask ? 3 : 0});
+    if (skip_without_tiles(p)) GTEST_SKIP() << "the fused attention kernels need the amx level; this CPU runs " << cpu_level_name(cpu_level());
+    SCOPED_TRACE(str_cat("B ", c.b, " heads ", c.h, " S ", c.s, " d ", c.d, c.causal ? " causal" : "", c.mask ? " mask" : ""));
+    const int64_t n = c.b * c.h, e = c.h * c.d, cells = n * c.s * c.s, per = n * c.s * c.d;
+    const Buffer qkv(DType::kBF16, random_floats(c.b * c.s * 3 * e, 7, -2.0f, 2.0f));
+    const Buffer dout_merged(DType::kBF16, random_floats(c.b * c.s * e, 8));
+    std::vector<float> mask;
+    if (c.mask) {
+      mask = random_floats(c.b * c.s, 9, -2.0f, 0.0f);
+      for (size_t i = 0; i < mask.size(); i += 3) mask[i] = -std::numeric_limits<float>::infinity();
+    }
+    // (B, S, [3,] H, d) element of matrix i = b H + h, row t, column j
+    auto merged_at = [&](int64_t part, int64_t parts, int64_t i, int64_t t, int64_t j) {
+      return ((i / c.h) * c.s + t) * parts * e + part * e + (i % c.h) * c.d + j;
+    };
+    Buffer q(DType::kBF16, per), k(DType::kBF16, per), v(DType::kBF16, per), dout(DType::kBF16, per);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t t = 0; t < c.s; ++t)
+        for (int64_t j = 0; j < c.d; ++j) {
+          const int64_t at = (i * c.s + t) * c.d + j;
+          q.set(at, qkv.get(merged_at(0, 3, i, t, j)));
+          k.set(at, qkv.get(merged_at(1, 3, i, t, j)));
+          v.set(at, qkv.get(merged_at(2, 3, i, t, j)));
+          dout.set(at, dout_merged.get(merged_at(0, 1, i, t, j)));
+        }
+    set_attention_policy(AttentionPolicy::kTiles);
+    const float* m = mask.empty() ? nullptr : mask.data();
+    Buffer probs(DType::kBF16, cells), out(DType::kBF16, per), dq(DType::kBF16, per), dk(DType::kBF16, per),
+        dv(DType::kBF16, per);
+    attention_core_forward(p, q.data(), k.data(), v.data(), m, probs.data(), out.data());
+    attention_core_backward(p, q.data(), k.data(), v.data(), probs.data(), dout.data(), dq.data(), dk.data(), dv.data());
+    p.packed_heads = true;
+    Buffer probs_p(DType::kBF16, cells), out_p(DType::kBF16, c.b * c.s * e), dqkv(DType::kBF16, c.b * c.s * 3 * e);
+    attention_core_forward(p, qkv.data(), nullptr, nullptr, m, probs_p.data(), out_p.data());
+    attention_core_backward(p, qkv.data(), nullptr, nullptr, probs_p.data(), dout_merged.data(), dqkv.data(), nullptr,
+                            nullptr);
+    set_attention_policy(AttentionPolicy::kAuto);
+    for (int64_t i = 0; i < cells; ++i) ASSERT_EQ(probs_p.get(i), probs.get(i)) << "probability " << i;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t t = 0; t < c.s; ++t)
+        for (int64_t j = 0; j < c.d; ++j) {
+          const int64_t at = (i * c.s + t) * c.d + j;
+          ASSERT_EQ(out_p.get(merged_at(0, 1, i, t, j)), out.get(at)) << "out " << at;
+          ASSERT_EQ(dqkv.get(merged_at(0, 3, i, t, j)), dq.get(at)) << "dq " << at;
+          ASSERT_EQ(dqkv.get(merged_at(1, 3, i, t, j)), dk.get(at)) << "dk " << at;
+          ASSERT_EQ(dqkv.get(merged_at(2, 3, i, t, j)), dv.get(at)) << "dv " << at;
+        }
+  }
+}
+
 // Under auto the first call of a shape measures the two ways and writes one line per direction; a process
 // that has not measured (the in-memory choices forgotten) reads the file and measures nothing.
 TEST(AttentionCore, TheChoiceIsMeasuredOnceAndKept) {

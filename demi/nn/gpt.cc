@@ -56,11 +56,19 @@ Tensor CausalSelfAttention::merge_heads(const Tensor& o, int64_t b, int64_t t) c
 Tensor CausalSelfAttention::construct(const Tensor& x) {
   DEMI_CHECK(x.rank() == 3 && x.dim(2) == n_embd, "expected x (B, T, ", n_embd, "), got ", x.describe());
   const int64_t b = x.dim(0), t = x.dim(1);
-  std::vector<Tensor> qkv = split_heads(c_attn->call(x), b, t);
-  Tensor o = ops::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], Tensor(), 0, n_head, /*causal=*/true,
-                                               recompute_probabilities);
-  if (residual_.defined() && !resid_dropout) return c_proj->call_add(merge_heads(o, b, t), residual_);
-  Tensor y = c_proj->call(merge_heads(o, b, t));
+  Tensor projected = c_attn->call(x);  // (B, T, 3 E)
+  Tensor merged;
+  if (ops::attention_heads_fused(projected, n_head, Tensor(), /*causal=*/true)) {
+    // the heads read and merged in place (the same bits, no permutations: ops::attention_heads)
+    merged = ops::attention_heads(projected, n_head, Tensor(), /*causal=*/true, recompute_probabilities);
+  } else {
+    std::vector<Tensor> qkv = split_heads(projected, b, t);
+    merged = merge_heads(ops::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], Tensor(), 0, n_head,
+                                                           /*causal=*/true, recompute_probabilities),
+                         b, t);
+  }
+  if (residual_.defined() && !resid_dropout) return c_proj->call_add(merged, residual_);
+  Tensor y = c_proj->call(merged);
   y = resid_dropout ? resid_dropout->call(y) : y;
   return residual_.defined() ? ops::add(residual_, y) : y;
 }

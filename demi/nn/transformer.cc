@@ -129,11 +129,21 @@ Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const 
   auto split_heads = [&](const Tensor& t, int64_t s) {
     return ops::reshape(ops::transpose(ops::reshape(t, {b, s, h, dh}), {0, 2, 1, 3}), {b * h, s, dh});
   };
+  Tensor mask = additive_attention_mask(pending_.attn_mask, pending_.key_padding_mask, b, sq, sk);
+  const bool drop = dropout > 0 && training();
+  DEMI_CHECK(!recompute_probabilities || (!drop && !force_composed), "MultiheadAttention: recompute_probabilities "
+             "takes the fused core; attention dropout (", dropout, ") in training runs the composed one");
   Tensor q, k, v;
   if (key.is_same(query) && value.is_same(query)) {
-    // Self-attention: one product against the packed (3E, E) weight, one permutation
-    // (B, S, 3, H, Dh) -> (3, B, H, S, Dh), whose three parts are views.
+    // Self-attention: one product against the packed (3E, E) weight; then, where the fused bf16 kernels take
+    // it, the heads read and merged in place (ops::attention_heads: the same bits, no permutations),
+    // else one permutation (B, S, 3, H, Dh) -> (3, B, H, S, Dh), whose three parts are views.
     Tensor qkv = ops::dense(ops::reshape(query, {b * sq, e}), in_proj_weight, in_proj_bias);
+    Tensor packed = ops::reshape(qkv, {b, sq, 3 * e});
+    if (!drop && !force_composed && ops::attention_heads_fused(packed, h, mask))
+      return project_out(ops::reshape(ops::attention_heads(packed, h, mask, false, recompute_probabilities),
+                                      {b * sq, e}),
+                         b, sq);
     std::vector<Tensor> parts = ops::split(ops::transpose(ops::reshape(qkv, {b, sq, 3, h, dh}), {2, 0, 3, 1, 4}), 0, 3);
     q = ops::reshape(parts[0], {b * h, sq, dh});
     k = ops::reshape(parts[1], {b * h, sq, dh});
@@ -145,11 +155,7 @@ Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const 
     k = split_heads(ops::dense(ops::reshape(key, {b * sk, e}), w[1], bias[1]), sk);
     v = split_heads(ops::dense(ops::reshape(value, {b * sk, e}), w[2], bias[2]), sk);
   }
-  Tensor mask = additive_attention_mask(pending_.attn_mask, pending_.key_padding_mask, b, sq, sk);
   Tensor o;
-  const bool drop = dropout > 0 && training();
-  DEMI_CHECK(!recompute_probabilities || (!drop && !force_composed), "MultiheadAttention: recompute_probabilities "
-             "takes the fused core; attention dropout (", dropout, ") in training runs the composed one");
   if (!drop && !force_composed) {
     o = ops::scaled_dot_product_attention(q, k, v, mask, 0, h, false, recompute_probabilities);
   } else {
@@ -162,7 +168,11 @@ Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const 
     if (drop) p = ops::dropout(p, 1.0 - dropout, gen_, true);
     o = ops::batch_matmul(p, v);
   }
-  o = ops::reshape(ops::transpose(ops::reshape(o, {b, h, sq, dh}), {0, 2, 1, 3}), {b * sq, e});
+  return project_out(ops::reshape(ops::transpose(ops::reshape(o, {b, h, sq, dh}), {0, 2, 1, 3}), {b * sq, e}), b, sq);
+}
+
+Tensor MultiheadAttention::project_out(const Tensor& o, int64_t b, int64_t sq) {
+  const int64_t e = embed_dim;
   if (pending_.residual.defined())
     return ops::reshape(out_proj->call_add(o, ops::reshape(pending_.residual, {b * sq, e})), {b, sq, e});
   return ops::reshape((*out_proj)(o), {b, sq, e});

@@ -91,6 +91,8 @@ class MultiheadAttention : public Cell {
 
  private:
   Tensor attend(const Tensor& query, const Tensor& key, const Tensor& value);
+  // o (B·Sq, E), the heads merged, through out_proj (adding the pending residual): (B, Sq, E)
+  Tensor project_out(const Tensor& o, int64_t b, int64_t sq);
   struct Pending {
     Tensor key, value, attn_mask, key_padding_mask, residual;
   };

@@ -291,6 +291,93 @@ Tensor concat(std::span<const Tensor> xs, int axis_in) {
 }
 
 // ---- Scaled dot-product attention ----
+namespace {
+
+// p's mask layout from mask_in (undefined: none): (Sq, Sk) shared, (B, Sq, Sk) per sequence or (B, 1, Sk) a
+// key-padding row, B = p.batch / p.heads; anything else is an error naming `operands`.
+void set_mask_layout(kernels::AttentionSoftmaxParams& p, const Tensor& mask_in, const std::string& operands) {
+  if (!mask_in.defined()) return;
+  const Op op = Op::kAttention;
+  const int64_t b = p.batch / p.heads, sq = p.rows, sk = p.cols;
+  DEMI_CHECK(is_floating(mask_in.dtype()), op_name(op), ": expected an additive floating mask, got ",
+             mask_in.describe(), " (a boolean mask becomes 0 / -inf first; nn::MultiheadAttention does that)");
+  const Shape& ms = mask_in.shape();
+  const bool shared = ms.rank() == 2 && ms[0] == sq && ms[1] == sk;
+  const bool batched = ms.rank() == 3 && ms[0] == b && (ms[1] == sq || ms[1] == 1) && ms[2] == sk;
+  DEMI_CHECK(shared || batched, op_name(op), ": expected a mask (", sq, ", ", sk, "), (", b, ", ", sq, ", ", sk,
+             ") or (", b, ", 1, ", sk, ") for ", operands, " with ", p.heads, " heads, got ", mask_in.describe());
+  p.mask_batch_stride = shared ? 0 : ms[1] * sk;
+  p.mask_row_stride = (shared || ms[1] == sq) ? sk : 0;
+}
+
+// attention_heads' kernel parameters for qkv (B, S, 3 E) with `heads` heads (no mask layout yet).
+kernels::AttentionCoreParams heads_params(int64_t batch, int64_t tokens, int64_t heads, int64_t head_dim,
+                                          bool causal, bool packed) {
+  kernels::AttentionCoreParams p;
+  p.softmax.batch = batch * heads;
+  p.softmax.heads = heads;
+  p.softmax.rows = p.softmax.cols = tokens;
+  p.softmax.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  p.softmax.causal = causal;
+  p.dk = p.dv = head_dim;
+  p.packed_heads = packed;
+  return p;
+}
+
+}  // namespace
+
+bool attention_heads_fused(const Tensor& qkv, int64_t heads, const Tensor& mask, bool causal) {
+  if (!qkv.defined() || qkv.rank() != 3 || heads < 1 || qkv.dim(2) % (3 * heads) != 0 || qkv.dim(0) < 1 ||
+      qkv.dim(1) < 1 || qkv.dim(2) < 3 * heads)
+    return false;
+  DType natural = qkv.dtype();  // (the dtype Dispatch resolves from: the inputs' floating dtypes promoted)
+  if (mask.defined() && is_floating(mask.dtype())) natural = promote_types(natural, mask.dtype());
+  if (resolve_compute_dtype(Op::kAttention, natural) != DType::kBF16 || qkv.dtype() != DType::kBF16) return false;
+  kernels::AttentionCoreParams p =
+      heads_params(qkv.dim(0), qkv.dim(1), heads, qkv.dim(2) / (3 * heads), causal, false);
+  try {
+    set_mask_layout(p.softmax, mask, str_cat("qkv ", qkv.describe()));
+  } catch (const Error&) {
+    return false;  // (attention_heads' caller reports a bad mask through the op that takes it apart)
+  }
+  if (!kernels::attention_core_supported(p)) return false;
+  return kernels::attention_core_kernel(p, false) == "tiles" && kernels::attention_core_kernel(p, true) == "tiles";
+}
+
+Tensor attention_heads(const Tensor& qkv_in, int64_t heads, const Tensor& mask_in, bool causal, bool recompute_probs) {
+  const Op op = Op::kAttention;
+  DEMI_CHECK(attention_heads_fused(qkv_in, heads, mask_in, causal), op_name(op), ": attention_heads takes qkv ",
+             describe_or_none(qkv_in), " with ", heads, " heads and mask ", describe_or_none(mask_in),
+             " only where attention_heads_fused holds (bf16 on the fused kernels); split the heads apart otherwise");
+  const int64_t b = qkv_in.dim(0), s = qkv_in.dim(1), e = qkv_in.dim(2) / 3, dh = e / heads;
+  kernels::AttentionCoreParams core = heads_params(b, s, heads, dh, causal, true);
+  set_mask_layout(core.softmax, mask_in, str_cat("qkv ", qkv_in.describe()));
+  Dispatch d(op, {&qkv_in, &mask_in});
+  d.set_flops(4 * b * heads * s * s * dh);
+  Tensor qkv = d.input(0);
+  const DType dt = qkv.dtype();
+  DEMI_ASSERT(dt == DType::kBF16, "attention_heads: compute dtype ", dtype_name(dt));
+  Tensor mask = d.input_as(1, DType::kF32);
+  const float* m = mask.defined() ? mask.data<float>() : nullptr;
+  Tensor probs = empty({b * heads, s, s}, dt), out = empty({b, s, e}, dt);
+  kernels::attention_core_forward(core, qkv.raw_data(), nullptr, nullptr, m, probs.raw_data(), out.raw_data());
+  if (recompute_probs) probs = Tensor();  // (recomputed in backward, as scaled_dot_product_attention does)
+  Tensor mask_kept = recompute_probs ? mask : Tensor();
+  return d.finish(out, [qkv, mask = mask_kept, probs, core, dt](const TensorList& g) {
+    Tensor pr = probs;
+    if (!pr.defined()) {  // recomputed as the forward made them
+      pr = empty({core.softmax.batch, core.softmax.rows, core.softmax.cols}, dt);
+      kernels::attention_core_forward(core, qkv.raw_data(), nullptr, nullptr,
+                                      mask.defined() ? mask.data<float>() : nullptr, pr.raw_data(), nullptr);
+    }
+    Tensor go = grad_as(g[0], dt);
+    Tensor dqkv = empty(qkv.shape(), dt);
+    kernels::attention_core_backward(core, qkv.raw_data(), nullptr, nullptr, pr.raw_data(), go.raw_data(),
+                                     dqkv.raw_data(), nullptr, nullptr);
+    return TensorList{dqkv, Tensor()};
+  });
+}
+
 std::string attention_kernel(int64_t sequences, int64_t heads, int64_t tokens, int64_t head_dim, bool backward) {
   DEMI_CHECK(sequences >= 1 && heads >= 1 && tokens >= 1 && head_dim >= 1,
              "attention_kernel: sizes must be positive, got ", sequences, " x ", heads, " heads, ", tokens,
@@ -329,19 +416,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   p.causal = causal;
   p.scale = static_cast<float>(scale == 0 ? 1.0 / std::sqrt(static_cast<double>(dim_k)) : scale);
   DEMI_CHECK(p.scale > 0, op_name(op), ": scale must be positive, got ", scale);
-  if (mask_in.defined()) {
-    const int64_t b = n / heads;
-    DEMI_CHECK(is_floating(mask_in.dtype()), op_name(op), ": expected an additive floating mask, got ",
-               mask_in.describe(), " (a boolean mask becomes 0 / -inf first; nn::MultiheadAttention does that)");
-    const Shape& ms = mask_in.shape();
-    const bool shared = ms.rank() == 2 && ms[0] == sq && ms[1] == sk;
-    const bool batched = ms.rank() == 3 && ms[0] == b && (ms[1] == sq || ms[1] == 1) && ms[2] == sk;
-    DEMI_CHECK(shared || batched, op_name(op), ": expected a mask (", sq, ", ", sk, "), (", b, ", ", sq, ", ", sk,
-               ") or (", b, ", 1, ", sk, ") for q ", q_in.describe(), " and k ", k_in.describe(), " with ", heads,
-               " heads, got ", mask_in.describe());
-    p.mask_batch_stride = shared ? 0 : ms[1] * sk;
-    p.mask_row_stride = (shared || ms[1] == sq) ? sk : 0;
-  }
+  set_mask_layout(p, mask_in, str_cat("q ", q_in.describe(), " and k ", k_in.describe()));
   Dispatch d(op, {&q_in, &k_in, &v_in, &mask_in});
   Tensor q = d.input(0), k = d.input(1), v = d.input(2);
   const DType dt = q.dtype(), acc = acc_dtype(dt);

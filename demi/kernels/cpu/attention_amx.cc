@@ -69,14 +69,34 @@ struct Scratch {
   size_t total() const { return f32_bytes + ds_bytes + gemm_bytes; }
 };
 
-template <class T>
-const T* at(const void* base, int64_t i, int64_t elems) {
-  return static_cast<const T*>(base) + i * elems;
-}
-template <class T>
-T* at(void* base, int64_t i, int64_t elems) {
-  return static_cast<T*>(base) + i * elems;
-}
+// Where an operand's matrices are: matrix i (= b H + h) at base + b per_b + h per_h, its rows ld apart
+// (bf16 elements).
+struct Heads {
+  int64_t per_b, per_h, ld, offset;  // offset: where the operand starts (packed: q 0, k E, v 2E)
+  BFloat16* at(const void* base, int64_t i, int64_t heads) const {
+    return static_cast<BFloat16*>(const_cast<void*>(base)) + offset + (i / heads) * per_b + (i % heads) * per_h;
+  }
+};
+
+// The heads of q, k, v (and of their gradients) and of out (and dout) under p's layout.
+struct Layouts {
+  Heads q, k, v, out;
+  explicit Layouts(const AttentionCoreParams& p) {
+    const int64_t h = p.softmax.heads, sq = p.softmax.rows, sk = p.softmax.cols;
+    if (!p.packed_heads) {
+      q = {h * sq * p.dk, sq * p.dk, p.dk, 0};
+      k = {h * sk * p.dk, sk * p.dk, p.dk, 0};
+      v = {h * sk * p.dv, sk * p.dv, p.dv, 0};
+      out = {h * sq * p.dv, sq * p.dv, p.dv, 0};
+      return;
+    }
+    const int64_t e = h * p.dk, s = sq;  // (Sq = Sk, dk = dv: attention_tiles_supported)
+    q = {s * 3 * e, p.dk, 3 * e, 0};
+    k = {s * 3 * e, p.dk, 3 * e, e};
+    v = {s * 3 * e, p.dk, 3 * e, 2 * e};
+    out = {s * e, p.dk, e, 0};
+  }
+};
 
 }  // namespace
 
@@ -91,17 +111,21 @@ void attention_tiles_forward_body(const AttentionCoreParams& p, const void* q, c
   const Products pr(p);
   const Scratch sc(p, pr, false);
   const int64_t parts = parts_for(s.batch), sq = s.rows, sk = s.cols;
+  const Layouts l(p);
+  const void* kk = p.packed_heads ? q : k;  // (packed: one tensor)
+  const void* vv = p.packed_heads ? q : v;
+  const int64_t h = s.heads;
   const PartScratch scratch(parts, sc.total());
   for_each_part(parts, s.batch, [&](int64_t part, int64_t i0, int64_t i1) {
     auto* scores = reinterpret_cast<float*>(scratch.part(part));
     char* gemm = scratch.part(part) + sc.f32_bytes;
     cpu_internal::configure_tiles();
     for (int64_t i = i0; i < i1; ++i) {
-      amx_gemm_one(pr.scores, at<BFloat16>(q, i, sq * p.dk), at<BFloat16>(k, i, sk * p.dk), scores, false, gemm);
-      BFloat16* pi = at<BFloat16>(probs, i, sq * sk);
+      amx_gemm_one(pr.scores, l.q.at(q, i, h), l.k.at(kk, i, h), scores, false, gemm, {l.q.ld, l.k.ld, sk});
+      BFloat16* pi = static_cast<BFloat16*>(probs) + i * sq * sk;
       cpu_internal::attention_matrix_rows<VecAvx512>(scores, mask, s, i, 0, sq, pi);  // (the softmax kernel's rows)
       if (out != nullptr)
-        amx_gemm_one(pr.out, pi, at<BFloat16>(v, i, sk * p.dv), at<BFloat16>(out, i, sq * p.dv), false, gemm);
+        amx_gemm_one(pr.out, pi, l.v.at(vv, i, h), l.out.at(out, i, h), false, gemm, {sk, l.v.ld, l.out.ld});
     }
     _tile_release();
   });
@@ -113,6 +137,10 @@ void attention_tiles_backward_body(const AttentionCoreParams& p, const void* q, 
   const Products pr(p);
   const Scratch sc(p, pr, true);
   const int64_t parts = parts_for(s.batch), sq = s.rows, sk = s.cols;
+  const Layouts l(p);
+  const void *kk = p.packed_heads ? q : k, *vv = p.packed_heads ? q : v;  // (packed: one tensor each)
+  void *dkk = p.packed_heads ? dq : dk, *dvv = p.packed_heads ? dq : dv;
+  const int64_t h = s.heads;
   const PartScratch scratch(parts, sc.total());
   for_each_part(parts, s.batch, [&](int64_t part, int64_t i0, int64_t i1) {
     auto* dp = reinterpret_cast<float*>(scratch.part(part));
@@ -120,13 +148,13 @@ void attention_tiles_backward_body(const AttentionCoreParams& p, const void* q, 
     char* gemm = scratch.part(part) + sc.f32_bytes + sc.ds_bytes;
     cpu_internal::configure_tiles();
     for (int64_t i = i0; i < i1; ++i) {
-      const BFloat16 *pi = at<BFloat16>(probs, i, sq * sk), *doi = at<BFloat16>(dout, i, sq * p.dv);
-      const BFloat16 *qi = at<BFloat16>(q, i, sq * p.dk), *ki = at<BFloat16>(k, i, sk * p.dk);
-      amx_gemm_one(pr.dv, pi, doi, at<BFloat16>(dv, i, sk * p.dv), false, gemm);
-      amx_gemm_one(pr.dp, doi, at<BFloat16>(v, i, sk * p.dv), dp, false, gemm);
+      const BFloat16 *pi = static_cast<const BFloat16*>(probs) + i * sq * sk, *doi = l.out.at(dout, i, h);
+      const BFloat16 *qi = l.q.at(q, i, h), *ki = l.k.at(kk, i, h), *vi = l.v.at(vv, i, h);
+      amx_gemm_one(pr.dv, pi, doi, l.v.at(dvv, i, h), false, gemm, {sk, l.out.ld, l.v.ld});
+      amx_gemm_one(pr.dp, doi, vi, dp, false, gemm, {l.out.ld, l.v.ld, sk});
       cpu_internal::attention_matrix_backward_rows<VecAvx512>(pi, dp, s, 0, sq, ds);  // (the softmax kernel's rows)
-      amx_gemm_one(pr.dq, ds, ki, at<BFloat16>(dq, i, sq * p.dk), false, gemm);
-      amx_gemm_one(pr.dk, ds, qi, at<BFloat16>(dk, i, sk * p.dk), false, gemm);
+      amx_gemm_one(pr.dq, ds, ki, l.q.at(dq, i, h), false, gemm, {sk, l.k.ld, l.q.ld});
+      amx_gemm_one(pr.dk, ds, qi, l.k.at(dkk, i, h), false, gemm, {sk, l.q.ld, l.k.ld});
     }
     _tile_release();
   });

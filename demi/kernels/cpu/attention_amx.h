@@ -22,10 +22,16 @@ namespace demi::kernels::cpu {
 struct AttentionCoreParams {
   AttentionSoftmaxParams softmax;
   int64_t dk = 0, dv = 0;
+  // The heads read and written in place (self-attention: Sq = Sk = S, dk = dv = d, N = B H): q is one
+  // (B, S, 3 H d) tensor, each token's [q | k | v] of H heads of d (nn::MultiheadAttention's in-projection
+  // output; k and v are not passed), out is (B, S, H d), the heads merged, and dq the gradient of that one
+  // (B, S, 3 H d) tensor (dk, dv not passed). No permutation of the heads before or after. Otherwise every
+  // operand is (N, S, d), contiguous.
+  bool packed_heads = false;
 };
 
 // Whether the fused kernels take p here: the amx level, positive sizes, one matrix's scores small enough for
-// a core's L2 (Sq Sk f32 <= 256 KiB). Any CPU may ask.
+// a core's L2 (Sq Sk f32 <= 256 KiB), and for packed_heads Sq = Sk and dk = dv. Any CPU may ask.
 bool attention_tiles_supported(const AttentionCoreParams& p);
 
 // probs (N, Sq, Sk) = softmax(scale q kᵀ + mask), out (N, Sq, dv) = probs v, both bf16 (out null: probs

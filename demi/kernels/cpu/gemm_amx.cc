@@ -61,6 +61,7 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 // values' hi parts, then their lo parts.
 struct Layout {
   int64_t k = 0, kp = 0, segs = 1;
+  int64_t stored_ld = 0;  // elements between the operand's stored rows
   int64_t kq() const { return segs * kp; }
   bool split() const { return segs > 1; }
 };
@@ -174,7 +175,7 @@ void pack_a(const MatmulParams& p, const void* a, const Layout& L, int64_t g0, i
   const size_t es = dtype_size(p.a_dtype);
   const char* base = static_cast<const char*>(a);
   auto row = [&](int64_t r) {  // stored row r (clamped: a row past the end is read with no lanes)
-    return base + static_cast<size_t>(std::min(r, (p.trans_a ? K : M) - 1) * (p.trans_a ? M : K)) * es;
+    return base + static_cast<size_t>(std::min(r, (p.trans_a ? K : M) - 1) * L.stored_ld) * es;
   };
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t i0 = g * kTile;
@@ -225,7 +226,7 @@ void pack_b(const MatmulParams& p, const void* b, const Layout& L, int64_t t0, i
   const size_t es = dtype_size(p.b_dtype);
   const char* base = static_cast<const char*>(b);
   auto row = [&](int64_t r) {  // stored row r (clamped: a row past the end is read with no lanes)
-    return base + static_cast<size_t>(std::min(r, (p.trans_b ? N : K) - 1) * (p.trans_b ? K : N)) * es;
+    return base + static_cast<size_t>(std::min(r, (p.trans_b ? N : K) - 1) * L.stored_ld) * es;
   };
   auto words = [&](int64_t ct, int64_t s, int64_t q) {  // tile column ct's row of k' pair (s * kp) / 2 + q
     return dst + (((ct - ct0) * half + s * L.kp / 2 + q) * kTile) * 2;
@@ -291,16 +292,17 @@ DEMI_AMX_INLINE void store_row(void* base, DType t, int64_t i, __m512 v, __mmask
   }
 }
 
-// The block's sums (acc, 32 x 32 f32) stored into c's rows i0.., columns j0.. (mv x nv valid) with the
+// The block's sums (acc, 32 x 32 f32) stored into c's rows i0.. (ldc apart; the residual's alike), columns
+// j0.. (mv x nv valid) with the
 // epilogue: + c (accumulate) or + residual, + bias, ReLU, one rounding into c's dtype. A bf16 row of the
 // block is one store of 64 bytes (two of 32, masked, measured 27% of model B's 128 x 3136 x 128 data
 // gradient: the output's lines written in halves).
 void store_block(const MatmulParams& p, const float (&acc)[kBlock][kBlock], int64_t i0, int64_t j0, int64_t mv,
-                 int64_t nv, void* c, const void* residual, const float* bias) {
+                 int64_t nv, void* c, int64_t ldc, const void* residual, const float* bias) {
   const __mmask32 mask = nv >= kBlock ? ~__mmask32{0} : static_cast<__mmask32>((1u << nv) - 1);
   const __mmask16 half_mask[2] = {static_cast<__mmask16>(mask), static_cast<__mmask16>(mask >> 16)};
   for (int64_t r = 0; r < mv; ++r) {
-    const int64_t at = (i0 + r) * p.n + j0;
+    const int64_t at = (i0 + r) * ldc + j0;
     __m512 v[2];
     for (int64_t g = 0; g < 2; ++g) {  // (a half past nv: all lanes masked, its values never stored)
       const __mmask16 m = half_mask[g];
@@ -367,7 +369,7 @@ DEMI_AMX_INLINE void for_each_k_block(const RowsOfA& pa, int64_t m0, int64_t m1,
 // slower. The same sums in the same order (the spilled sums were stored and reloaded exactly), and no
 // buffer for them.
 void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFloat16* pb, int64_t pb_nb0, int64_t m0,
-            int64_t m1, int64_t n0, int64_t n1, void* c, const void* residual, const float* bias) {
+            int64_t m1, int64_t n0, int64_t n1, void* c, int64_t ldc, const void* residual, const float* bias) {
   constexpr int64_t kAhead = 2;
   const int64_t kq = L.kq(), half = kq / 2, steps = kq / kKStep;
   // An f32 C with nothing to add or apply takes a whole block's sums straight from the tiles, not through
@@ -419,11 +421,11 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
       }
       const int64_t i0 = mb * kBlock, j0 = nb * kBlock;
       if (plain_f32 && i0 + kBlock <= p.m && j0 + kBlock <= p.n) {  // (the tiles' rows are C's rows)
-        store_c_tiles(static_cast<float*>(c) + i0 * p.n + j0, p.n);
+        store_c_tiles(static_cast<float*>(c) + i0 * ldc + j0, ldc);
         continue;
       }
       store_c_tiles(&acc[0][0], kBlock);
-      store_block(p, acc, i0, j0, std::min(kBlock, p.m - i0), std::min(kBlock, p.n - j0), c, residual, bias);
+      store_block(p, acc, i0, j0, std::min(kBlock, p.m - i0), std::min(kBlock, p.n - j0), c, ldc, residual, bias);
     }
   }
 }
@@ -434,8 +436,8 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
 // loads for eight products, and two products per chain and step keep the tile unit's latency covered. The
 // chains wait between K blocks in `held` (two 32 x 32 f32 blocks per column block) and are added at the store.
 void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFloat16* pb, int64_t pb_nb0,
-                  int64_t m0, int64_t m1, int64_t n0, int64_t n1, float* held, void* c, const void* residual,
-                  const float* bias) {
+                  int64_t m0, int64_t m1, int64_t n0, int64_t n1, float* held, void* c, int64_t ldc,
+                  const void* residual, const float* bias) {
   const int64_t kq = L.kq(), kp = L.kp, half = kq / 2;
   constexpr int64_t kRow = kBlock * sizeof(float);  // a held block's rows, in bytes
   alignas(64) float acc[2][kBlock][kBlock];
@@ -490,7 +492,8 @@ void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, con
         for (int64_t j = 0; j < kBlock; j += kTile)
           _mm512_store_ps(&acc[0][r][j], _mm512_add_ps(_mm512_load_ps(&acc[0][r][j]), _mm512_load_ps(&acc[1][r][j])));
       const int64_t i0 = kb.mb * kBlock, j0 = nb * kBlock;
-      store_block(p, acc[0], i0, j0, std::min(kBlock, p.m - i0), std::min(kBlock, p.n - j0), c, residual, bias);
+      store_block(p, acc[0], i0, j0, std::min(kBlock, p.m - i0), std::min(kBlock, p.n - j0), c, ldc, residual,
+                  bias);
     }
   });
 }
@@ -505,12 +508,15 @@ bool batch_parallel(int64_t batch, size_t item_bytes) {
 // A product's packing and blocking: the operands' K' layout, the blocks, what one product packs.
 struct Geometry {
   Layout la, lb;
-  int64_t mp, np, kq, pn, mblocks, nblocks, steps, ld, packed_from;
+  int64_t mp, np, kq, pn, mblocks, nblocks, steps, ld, packed_from, ldc;
   bool split, direct;
   size_t item_a, item_b, item_held;  // one product's packed a (from packed_from on), packed b, held chains
 
-  Geometry(const MatmulParams& p, bool split_values) : split(split_values) {
+  // (the stored rows of a, b and c `strides` apart, in elements)
+  Geometry(const MatmulParams& p, bool split_values, const AmxStrides& strides) : ldc(strides.c), split(split_values) {
     la.k = lb.k = p.k;
+    la.stored_ld = strides.a;
+    lb.stored_ld = strides.b;
     la.kp = lb.kp = round_up(p.k, kKStep);
     la.segs = lb.segs = split ? 2 : 1;  // [h | l], multiplied four ways by blocks_split
     mp = round_up(p.m, kBlock);
@@ -526,7 +532,7 @@ struct Geometry {
     // a's tiles load from a itself where its rows already are the packed rows (bf16 by rows, K a multiple
     // of 32, not split): only a partial last row block is packed. Not where the rows are a multiple of
     // 2 KiB apart: a block's 32 rows would crowd 16 of L1's sets (1024^3 measured 0.7x packing them).
-    direct = !split && !p.trans_a && p.a_dtype == DType::kBF16 && p.k % kKStep == 0 && p.k % 1024 != 0;
+    direct = !split && !p.trans_a && p.a_dtype == DType::kBF16 && p.k % kKStep == 0 && la.stored_ld % 1024 != 0;
     packed_from = direct ? p.m / kBlock : 0;
     item_a = static_cast<size_t>((mblocks - packed_from) * kBlock * ld) * sizeof(BFloat16);
     item_b = static_cast<size_t>(pn * kq) * sizeof(BFloat16);
@@ -543,7 +549,7 @@ struct Geometry {
     r.direct = static_cast<const BFloat16*>(a);
     r.packed = packed;
     r.packed_from = packed_from;
-    r.direct_ld = p.k;
+    r.direct_ld = la.stored_ld;
     r.packed_ld = ld;
     return r;
   }
@@ -552,8 +558,8 @@ struct Geometry {
   void product(const MatmulParams& p, const RowsOfA& rows, const BFloat16* packed_b, int64_t b_from, int64_t r0,
                int64_t r1, int64_t c0, int64_t c1, float* held, void* c, const void* residual,
                const float* bias) const {
-    if (split) return blocks_split(p, la, rows, packed_b, b_from, r0, r1, c0, c1, held, c, residual, bias);
-    blocks(p, la, rows, packed_b, b_from, r0, r1, c0, c1, c, residual, bias);
+    if (split) return blocks_split(p, la, rows, packed_b, b_from, r0, r1, c0, c1, held, c, ldc, residual, bias);
+    blocks(p, la, rows, packed_b, b_from, r0, r1, c0, c1, c, ldc, residual, bias);
   }
   // One whole product on the calling thread (tiles configured): a and b packed into `own` (item_a +
   // item_b + item_held bytes), then multiplied.
@@ -589,7 +595,7 @@ size_t bias_room(const MatmulParams& p) {
 // larger operand is never held packed whole. A batch of many small products goes a product per thread
 // (batch_parallel).
 void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c, bool split) {
-  const Geometry g(p, split);
+  const Geometry g(p, split, AmxStrides::contiguous(p));
   const int64_t mblocks = g.mblocks, nblocks = g.nblocks, steps = g.steps, mp = g.mp, pn = g.pn;
   const bool by_columns = nblocks > mblocks;
   const int64_t a_block = kBlock * g.ld, b_block = kBlock * g.kq;  // a row block's, a column block's bf16
@@ -687,11 +693,12 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
 }
 
 size_t amx_gemm_one_bytes(const MatmulParams& p, bool split) {
-  return bytes64(Geometry(p, split).whole_bytes()) + bias_room(p);
+  return bytes64(Geometry(p, split, AmxStrides::contiguous(p)).whole_bytes()) + bias_room(p);
 }
 
-void amx_gemm_one(const MatmulParams& p, const void* a, const void* b, void* c, bool split, void* scratch) {
-  const Geometry g(p, split);
+void amx_gemm_one(const MatmulParams& p, const void* a, const void* b, void* c, bool split, void* scratch,
+                  const AmxStrides& strides) {
+  const Geometry g(p, split, strides);
   char* own = static_cast<char*>(scratch);
   const float* bias = bias_f32(p, reinterpret_cast<float*>(own + bytes64(g.whole_bytes())));
   g.whole(p, a, b, c, p.residual, bias, own);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "demi/kernels/matmul_params.h"
 
@@ -12,13 +13,23 @@ namespace demi::kernels::cpu::cpu_internal_amx {
 // c = p's product (../gemm_amx.h's amx_gemm), `split`: the exact f16 hi/lo split.
 void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c, bool split);
 
+// Elements between the stored rows of a, b and c (and of the residual, laid out as c): contiguous, or rows of
+// wider tensors (attention's heads read in place from the in-projection's output).
+struct AmxStrides {
+  int64_t a = 0, b = 0, c = 0;
+  static AmxStrides contiguous(const MatmulParams& p) {
+    return {p.trans_a ? p.m : p.k, p.trans_b ? p.k : p.n, p.n};
+  }
+};
+
 // The scratch amx_gemm_one takes for p (batch 1): its packed a and b (and the split's held sums, a bias
 // in f32).
 size_t amx_gemm_one_bytes(const MatmulParams& p, bool split);
 
 // p's product (batch 1) wholly on the calling thread, whose tiles are configured (configure_tiles,
 // internal/amx_tiles.h): packing into `scratch` (amx_gemm_one_bytes(p, split) bytes, 64-byte aligned),
-// the same sums and epilogue as amx_gemm_body.
-void amx_gemm_one(const MatmulParams& p, const void* a, const void* b, void* c, bool split, void* scratch);
+// the same sums and epilogue as amx_gemm_body; a, b and c's rows `strides` apart.
+void amx_gemm_one(const MatmulParams& p, const void* a, const void* b, void* c, bool split, void* scratch,
+                  const AmxStrides& strides);
 
 }  // namespace demi::kernels::cpu::cpu_internal_amx
