@@ -39,36 +39,6 @@ MatmulParams product(int64_t m, int64_t n, int64_t k, bool ta, bool tb, DType c)
   return p;
 }
 
-// The products of the forward (scores, out) and of the backward (dv, dp, dq, dk).
-struct Products {
-  MatmulParams scores, out, dv, dp, dq, dk;
-  explicit Products(const AttentionCoreParams& a) {
-    const int64_t sq = a.softmax.rows, sk = a.softmax.cols;
-    scores = product(sq, sk, a.dk, false, true, DType::kF32);  // q kᵀ
-    out = product(sq, a.dv, sk, false, false, DType::kBF16);   // p v
-    dv = product(sk, a.dv, sq, true, false, DType::kBF16);     // pᵀ dO
-    dp = product(sq, sk, a.dv, false, true, DType::kF32);      // dO vᵀ
-    dq = product(sq, a.dk, sk, false, false, DType::kBF16);    // ds k
-    dk = product(sk, a.dk, sq, true, false, DType::kBF16);     // dsᵀ q
-  }
-  size_t gemm_bytes(bool backward) const {
-    auto b = [](const MatmulParams& p) { return bytes64(amx_gemm_one_bytes(p, false)); };
-    return backward ? std::max({b(dv), b(dp), b(dq), b(dk)}) : std::max(b(scores), b(out));
-  }
-};
-
-// A thread's scratch: the f32 scores (or dp), the bf16 ds (backward), then the GEMM's packing.
-struct Scratch {
-  size_t f32_bytes, ds_bytes, gemm_bytes;
-  Scratch(const AttentionCoreParams& a, const Products& pr, bool backward) {
-    const size_t cells = static_cast<size_t>(a.softmax.rows * a.softmax.cols);
-    f32_bytes = bytes64(cells * sizeof(float));
-    ds_bytes = backward ? bytes64(cells * sizeof(BFloat16)) : 0;
-    gemm_bytes = pr.gemm_bytes(backward);
-  }
-  size_t total() const { return f32_bytes + ds_bytes + gemm_bytes; }
-};
-
 // Where an operand's matrices are: matrix i (= b H + h) at base + b per_b + h per_h, its rows ld apart
 // (bf16 elements).
 struct Heads {
@@ -98,20 +68,63 @@ struct Layouts {
   }
 };
 
+// A product of one matrix and where its operands' rows are.
+struct Product {
+  MatmulParams p;
+  AmxStrides strides;
+};
+
+// The products of the forward (scores, out) and of the backward (dv, dp, dq, dk), with the strides of p's
+// layout (the probabilities, scores, dp and ds: Sk apart).
+struct Products {
+  Product scores, out, dv, dp, dq, dk;
+  Products(const AttentionCoreParams& a, const Layouts& l) {
+    const int64_t sq = a.softmax.rows, sk = a.softmax.cols;
+    scores = {product(sq, sk, a.dk, false, true, DType::kF32), {l.q.ld, l.k.ld, sk}};  // q kᵀ
+    out = {product(sq, a.dv, sk, false, false, DType::kBF16), {sk, l.v.ld, l.out.ld}};   // p v
+    dv = {product(sk, a.dv, sq, true, false, DType::kBF16), {sk, l.out.ld, l.v.ld}};     // pᵀ dO
+    dp = {product(sq, sk, a.dv, false, true, DType::kF32), {l.out.ld, l.v.ld, sk}};      // dO vᵀ
+    dq = {product(sq, a.dk, sk, false, false, DType::kBF16), {sk, l.k.ld, l.q.ld}};      // ds k
+    dk = {product(sk, a.dk, sq, true, false, DType::kBF16), {sk, l.q.ld, l.k.ld}};       // dsᵀ q
+  }
+  size_t gemm_bytes(bool backward) const {
+    auto b = [](const Product& x) { return bytes64(amx_gemm_one_bytes(x.p, false, x.strides)); };
+    return backward ? std::max({b(dv), b(dp), b(dq), b(dk)}) : std::max(b(scores), b(out));
+  }
+};
+
+// x's product on the calling thread (tiles configured), its packing in `gemm`.
+void multiply(const Product& x, const void* a, const void* b, void* c, char* gemm) {
+  amx_gemm_one(x.p, a, b, c, false, gemm, x.strides);
+}
+
+// A thread's scratch: the f32 scores (or dp), the bf16 ds (backward), then the GEMM's packing.
+struct Scratch {
+  size_t f32_bytes, ds_bytes, gemm_bytes;
+  Scratch(const AttentionCoreParams& a, const Products& pr, bool backward) {
+    const size_t cells = static_cast<size_t>(a.softmax.rows * a.softmax.cols);
+    f32_bytes = bytes64(cells * sizeof(float));
+    ds_bytes = backward ? bytes64(cells * sizeof(BFloat16)) : 0;
+    gemm_bytes = pr.gemm_bytes(backward);
+  }
+  size_t total() const { return f32_bytes + ds_bytes + gemm_bytes; }
+};
+
 }  // namespace
 
 int64_t attention_tiles_scratch_body(const AttentionCoreParams& p, bool backward) {
-  const Products pr(p);
+  const Layouts l(p);
+  const Products pr(p, l);
   return static_cast<int64_t>(Scratch(p, pr, backward).total()) * parts_for(p.softmax.batch);
 }
 
 void attention_tiles_forward_body(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
                                   const float* mask, void* probs, void* out) {
   const AttentionSoftmaxParams& s = p.softmax;
-  const Products pr(p);
+  const Layouts l(p);
+  const Products pr(p, l);
   const Scratch sc(p, pr, false);
   const int64_t parts = parts_for(s.batch), sq = s.rows, sk = s.cols;
-  const Layouts l(p);
   const void* kk = p.packed_heads ? q : k;  // (packed: one tensor)
   const void* vv = p.packed_heads ? q : v;
   const int64_t h = s.heads;
@@ -121,11 +134,11 @@ void attention_tiles_forward_body(const AttentionCoreParams& p, const void* q, c
     char* gemm = scratch.part(part) + sc.f32_bytes;
     cpu_internal::configure_tiles();
     for (int64_t i = i0; i < i1; ++i) {
-      amx_gemm_one(pr.scores, l.q.at(q, i, h), l.k.at(kk, i, h), scores, false, gemm, {l.q.ld, l.k.ld, sk});
+      multiply(pr.scores, l.q.at(q, i, h), l.k.at(kk, i, h), scores, gemm);
       BFloat16* pi = static_cast<BFloat16*>(probs) + i * sq * sk;
       cpu_internal::attention_matrix_rows<VecAvx512>(scores, mask, s, i, 0, sq, pi);  // (the softmax kernel's rows)
       if (out != nullptr)
-        amx_gemm_one(pr.out, pi, l.v.at(vv, i, h), l.out.at(out, i, h), false, gemm, {sk, l.v.ld, l.out.ld});
+        multiply(pr.out, pi, l.v.at(vv, i, h), l.out.at(out, i, h), gemm);
     }
     _tile_release();
   });
@@ -134,10 +147,10 @@ void attention_tiles_forward_body(const AttentionCoreParams& p, const void* q, c
 void attention_tiles_backward_body(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
                                    const void* probs, const void* dout, void* dq, void* dk, void* dv) {
   const AttentionSoftmaxParams& s = p.softmax;
-  const Products pr(p);
+  const Layouts l(p);
+  const Products pr(p, l);
   const Scratch sc(p, pr, true);
   const int64_t parts = parts_for(s.batch), sq = s.rows, sk = s.cols;
-  const Layouts l(p);
   const void *kk = p.packed_heads ? q : k, *vv = p.packed_heads ? q : v;  // (packed: one tensor each)
   void *dkk = p.packed_heads ? dq : dk, *dvv = p.packed_heads ? dq : dv;
   const int64_t h = s.heads;
@@ -150,11 +163,11 @@ void attention_tiles_backward_body(const AttentionCoreParams& p, const void* q, 
     for (int64_t i = i0; i < i1; ++i) {
       const BFloat16 *pi = static_cast<const BFloat16*>(probs) + i * sq * sk, *doi = l.out.at(dout, i, h);
       const BFloat16 *qi = l.q.at(q, i, h), *ki = l.k.at(kk, i, h), *vi = l.v.at(vv, i, h);
-      amx_gemm_one(pr.dv, pi, doi, l.v.at(dvv, i, h), false, gemm, {sk, l.out.ld, l.v.ld});
-      amx_gemm_one(pr.dp, doi, vi, dp, false, gemm, {l.out.ld, l.v.ld, sk});
+      multiply(pr.dv, pi, doi, l.v.at(dvv, i, h), gemm);
+      multiply(pr.dp, doi, vi, dp, gemm);
       cpu_internal::attention_matrix_backward_rows<VecAvx512>(pi, dp, s, 0, sq, ds);  // (the softmax kernel's rows)
-      amx_gemm_one(pr.dq, ds, ki, l.q.at(dq, i, h), false, gemm, {sk, l.k.ld, l.q.ld});
-      amx_gemm_one(pr.dk, ds, qi, l.k.at(dkk, i, h), false, gemm, {sk, l.q.ld, l.k.ld});
+      multiply(pr.dq, ds, ki, l.q.at(dq, i, h), gemm);
+      multiply(pr.dk, ds, qi, l.k.at(dkk, i, h), gemm);
     }
     _tile_release();
   });

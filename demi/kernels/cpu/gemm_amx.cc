@@ -293,8 +293,8 @@ DEMI_AMX_INLINE void store_row(void* base, DType t, int64_t i, __m512 v, __mmask
 }
 
 // The block's sums (acc, 32 x 32 f32) stored into c's rows i0.. (ldc apart; the residual's alike), columns
-// j0.. (mv x nv valid) with the
-// epilogue: + c (accumulate) or + residual, + bias, ReLU, one rounding into c's dtype. A bf16 row of the
+// j0.. (mv x nv valid) with the epilogue: + c (accumulate) or + residual, + bias, ReLU, one rounding into c's
+// dtype. A bf16 row of the
 // block is one store of 64 bytes (two of 32, masked, measured 27% of model B's 128 x 3136 x 128 data
 // gradient: the output's lines written in halves).
 void store_block(const MatmulParams& p, const float (&acc)[kBlock][kBlock], int64_t i0, int64_t j0, int64_t mv,
@@ -692,8 +692,8 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   }
 }
 
-size_t amx_gemm_one_bytes(const MatmulParams& p, bool split) {
-  return bytes64(Geometry(p, split, AmxStrides::contiguous(p)).whole_bytes()) + bias_room(p);
+size_t amx_gemm_one_bytes(const MatmulParams& p, bool split, const AmxStrides& strides) {
+  return bytes64(Geometry(p, split, strides).whole_bytes()) + bias_room(p);
 }
 
 void amx_gemm_one(const MatmulParams& p, const void* a, const void* b, void* c, bool split, void* scratch,

@@ -22,9 +22,9 @@ struct AmxStrides {
   }
 };
 
-// The scratch amx_gemm_one takes for p (batch 1): its packed a and b (and the split's held sums, a bias
-// in f32).
-size_t amx_gemm_one_bytes(const MatmulParams& p, bool split);
+// The scratch amx_gemm_one takes for p (batch 1) with its operands `strides` apart (whether a's tiles load
+// from a itself depends on its stride): its packed a and b (and the split's held sums, a bias in f32).
+size_t amx_gemm_one_bytes(const MatmulParams& p, bool split, const AmxStrides& strides);
 
 // p's product (batch 1) wholly on the calling thread, whose tiles are configured (configure_tiles,
 // internal/amx_tiles.h): packing into `scratch` (amx_gemm_one_bytes(p, split) bytes, 64-byte aligned),
