@@ -34,7 +34,7 @@ internal::ChoiceCache& choices() {
   return c;
 }
 
-// One of the batched products, as ops' bmm asks for it (bf16 operands, N matrices).
+// One of the batched products, as ops' bmm asks for it (operands in p.dtype, N matrices).
 MatmulParams batched(const AttentionCoreParams& p, int64_t m, int64_t n, int64_t k, bool ta, bool tb, DType c) {
   MatmulParams mp;
   mp.batch = p.softmax.batch;
@@ -43,7 +43,7 @@ MatmulParams batched(const AttentionCoreParams& p, int64_t m, int64_t n, int64_t
   mp.k = k;
   mp.trans_a = ta;
   mp.trans_b = tb;
-  mp.a_dtype = mp.b_dtype = DType::kBF16;
+  mp.a_dtype = mp.b_dtype = p.dtype;
   mp.c_dtype = c;
   return mp;
 }
@@ -57,23 +57,24 @@ void products_forward(const AttentionCoreParams& p, const void* q, const void* k
   const int64_t sq = p.softmax.rows, sk = p.softmax.cols;
   Workspace scores(cells(p) * sizeof(float));
   matmul(batched(p, sq, sk, p.dk, false, true, DType::kF32), q, k, scores.f32());
-  attention_softmax_forward(scores.f32(), DType::kF32, mask, p.softmax, probs, DType::kBF16);
-  if (out != nullptr) matmul(batched(p, sq, p.dv, sk, false, false, DType::kBF16), probs, v, out);
+  attention_softmax_forward(scores.f32(), DType::kF32, mask, p.softmax, probs, p.dtype);
+  if (out != nullptr) matmul(batched(p, sq, p.dv, sk, false, false, p.dtype), probs, v, out);
 }
 
-// The unfused backward: dv = pᵀ dO, dp = dO vᵀ (f32), ds (bf16), dq = ds k, dk = dsᵀ q.
+// The unfused backward: dv = pᵀ dO, dp = dO vᵀ (f32), ds (p.dtype), dq = ds k, dk = dsᵀ q.
 void products_backward(const AttentionCoreParams& p, const void* q, const void* k, const void* v, const void* probs,
                        const void* dout, void* dq, void* dk, void* dv) {
   const int64_t sq = p.softmax.rows, sk = p.softmax.cols;
-  matmul(batched(p, sk, p.dv, sq, true, false, DType::kBF16), probs, dout, dv);
-  Workspace ds(cells(p) * sizeof(BFloat16));
+  const DType t = p.dtype;
+  matmul(batched(p, sk, p.dv, sq, true, false, t), probs, dout, dv);
+  Workspace ds(cells(p) * dtype_size(t));
   {
     Workspace dp(cells(p) * sizeof(float));
     matmul(batched(p, sq, sk, p.dv, false, true, DType::kF32), dout, v, dp.f32());
-    attention_softmax_backward(probs, DType::kBF16, dp.f32(), DType::kF32, p.softmax, ds.f32());
+    attention_softmax_backward(probs, t, dp.f32(), DType::kF32, p.softmax, ds.f32());
   }
-  matmul(batched(p, sq, p.dk, sk, false, false, DType::kBF16), ds.f32(), k, dq);
-  matmul(batched(p, sk, p.dk, sq, true, false, DType::kBF16), ds.f32(), q, dk);
+  matmul(batched(p, sq, p.dk, sk, false, false, t), ds.f32(), k, dq);
+  matmul(batched(p, sk, p.dk, sq, true, false, t), ds.f32(), q, dk);
 }
 
 // 1 where run(true) (the fused kernels) is faster than run(false) once each is priced by the memory it
@@ -102,12 +103,13 @@ int tiles_measure_faster(const std::function<void(bool)>& run, int64_t footprint
 internal::ChoiceCache::Key key_of(const AttentionCoreParams& p, bool backward) {
   const AttentionSoftmaxParams& s = p.softmax;
   return {static_cast<int64_t>(cpu_level()) | int64_t{num_threads()} << 8 | int64_t{backward} << 24 |
-              int64_t{s.causal} << 25 | int64_t{s.mask_batch_stride != 0} << 26 | int64_t{s.mask_row_stride != 0} << 27,
+              int64_t{s.causal} << 25 | int64_t{s.mask_batch_stride != 0} << 26 | int64_t{s.mask_row_stride != 0} << 27 |
+              static_cast<int64_t>(p.dtype) << 32,
           s.batch, s.heads, s.rows, s.cols, p.dk, p.dv};
 }
 std::string text_of(const AttentionCoreParams& p, bool backward) {
   const AttentionSoftmaxParams& s = p.softmax;
-  return str_cat(cpu_level_name(cpu_level()), " t", num_threads(), backward ? " bwd" : " fwd", " n", s.batch, " h",
+  return str_cat(cpu_level_name(cpu_level()), " t", num_threads(), backward ? " bwd" : " fwd", " ", dtype_name(p.dtype), " n", s.batch, " h",
                  s.heads, " ", s.rows, "x", s.cols, " dk", p.dk, " dv", p.dv, s.causal ? " causal" : "",
                  s.mask_batch_stride != 0 ? " mask-batch" : "", s.mask_row_stride != 0 ? " mask-rows" : "");
 }

@@ -1,4 +1,4 @@
-// Scaled dot-product attention's core on bf16 operands where the tile unit is (the amx level): the fused
+// Scaled dot-product attention's core on bf16 or f16 operands where the tile unit is (the amx level): the fused
 // kernels (cpu/attention_amx.h: per matrix of the batch on one thread, the scores never in memory) or the
 // unfused form (batched products around the softmax kernels, the (N, Sq, Sk) f32 scores and their gradient
 // in workspace between them), whichever measured faster at a shape's first call (each priced by the memory
@@ -22,15 +22,15 @@ namespace demi::kernels {
 
 using cpu::AttentionCoreParams;
 
-// Whether attention_core_forward / _backward take p: q, k, v bf16 and cpu::attention_tiles_supported(p).
+// Whether attention_core_forward / _backward take p: cpu::attention_tiles_supported(p) (p.dtype bf16 or f16).
 bool attention_core_supported(const AttentionCoreParams& p);
 
-// probs (N, Sq, Sk) and out (N, Sq, dv), bf16, from q, k, v (bf16) and mask (f32 in p.softmax's layout, or
+// probs (N, Sq, Sk) and out (N, Sq, dv) in p.dtype, from q, k, v (p.dtype) and mask (f32 in p.softmax's layout, or
 // null); out null: the probabilities alone (backward's recomputation). attention_core_supported(p) holds.
 void attention_core_forward(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
                             const float* mask, void* probs, void* out);
 
-// dq, dk, dv (bf16) from probs and dout (N, Sq, dv) bf16.
+// dq, dk, dv (p.dtype) from probs and dout (N, Sq, dv).
 void attention_core_backward(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
                              const void* probs, const void* dout, void* dq, void* dk, void* dv);
 

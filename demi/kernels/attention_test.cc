@@ -1,5 +1,5 @@
-// Scaled dot-product attention's bf16 core (attention.h): the fused kernels on the tile unit and the
-// batched products, each against the attention computed in f64 from the same bf16 values, forward and
+// Scaled dot-product attention's bf16 and f16 core (attention.h): the fused kernels on the tile unit and the
+// batched products, each against the attention computed in f64 from the same values, forward and
 // backward, over D's shape and odd ones (sizes not multiples of the tiles, dk != dv), causal rows, every mask
 // layout and a wholly masked row; the two ways against each other; the choice measured once and kept. The
 // kernels run at the amx level only: elsewhere these tests skip, saying so.
@@ -139,15 +139,17 @@ TEST(AttentionCore, EachWayMatchesTheF64Attention) {
                         {2, 1, 40, 40, 32, 32, true, 1},    {1, 2, 9, 4, 8, 8, true, 0},
                         {3, 1, 17, 1, 48, 20, false, 0}};
   if (skip_without_tiles(params(cases[0]))) GTEST_SKIP() << "the fused attention kernels need the amx level; this CPU runs " << cpu_level_name(cpu_level());
+  for (DType t : {DType::kBF16, DType::kF16})
   for (const Case& c : cases) {
-    const AttentionCoreParams p = params(c);
+    AttentionCoreParams p = params(c);
+    p.dtype = t;
     const AttentionSoftmaxParams& s = p.softmax;
-    SCOPED_TRACE(str_cat("N ", s.batch, " heads ", s.heads, " ", s.rows, "x", s.cols, " dk ", p.dk, " dv ", p.dv,
-                         c.causal ? " causal" : "", " mask ", c.mask));
+    SCOPED_TRACE(str_cat(dtype_name(t), " N ", s.batch, " heads ", s.heads, " ", s.rows, "x", s.cols, " dk ", p.dk,
+                         " dv ", p.dv, c.causal ? " causal" : "", " mask ", c.mask));
     const int64_t n = s.batch;
-    Buffer q(DType::kBF16, random_floats(n * s.rows * p.dk, 1, -2.0f, 2.0f)),
-        k(DType::kBF16, random_floats(n * s.cols * p.dk, 2, -2.0f, 2.0f)),
-        v(DType::kBF16, random_floats(n * s.cols * p.dv, 3)), dout(DType::kBF16, random_floats(n * s.rows * p.dv, 4));
+    Buffer q(t, random_floats(n * s.rows * p.dk, 1, -2.0f, 2.0f)),
+        k(t, random_floats(n * s.cols * p.dk, 2, -2.0f, 2.0f)),
+        v(t, random_floats(n * s.cols * p.dv, 3)), dout(t, random_floats(n * s.rows * p.dv, 4));
     std::vector<float> mask;
     if (c.mask != 0) {
       const int64_t rows = c.mask == 1 ? s.rows : c.mask == 2 ? c.b * s.rows : c.b;
@@ -157,23 +159,23 @@ TEST(AttentionCore, EachWayMatchesTheF64Attention) {
         for (int64_t j = 0; j < s.cols; ++j) mask[static_cast<size_t>(s.cols + j)] = -std::numeric_limits<float>::infinity();
     }
     const Reference want = reference(p, q, k, v, mask, dout);
-    Buffer probs[2] = {Buffer(DType::kBF16, s.numel()), Buffer(DType::kBF16, s.numel())};
+    Buffer probs[2] = {Buffer(t, s.numel()), Buffer(t, s.numel())};
     for (AttentionPolicy policy : {AttentionPolicy::kProducts, AttentionPolicy::kTiles}) {
       const bool tiles = policy == AttentionPolicy::kTiles;
       SCOPED_TRACE(tiles ? "tiles" : "products");
       set_attention_policy(policy);
       Buffer& pr = probs[tiles ? 1 : 0];
-      Buffer out(DType::kBF16, n * s.rows * p.dv), dq(DType::kBF16, n * s.rows * p.dk),
-          dk(DType::kBF16, n * s.cols * p.dk), dv(DType::kBF16, n * s.cols * p.dv);
+      Buffer out(t, n * s.rows * p.dv), dq(t, n * s.rows * p.dk),
+          dk(t, n * s.cols * p.dk), dv(t, n * s.cols * p.dv);
       attention_core_forward(p, q.data(), k.data(), v.data(), mask.empty() ? nullptr : mask.data(), pr.data(),
                              out.data());
       // The probabilities alone (out null: backward's recomputation) are the same bits.
-      Buffer again(DType::kBF16, s.numel());
+      Buffer again(t, s.numel());
       attention_core_forward(p, q.data(), k.data(), v.data(), mask.empty() ? nullptr : mask.data(), again.data(),
                              nullptr);
       for (int64_t i = 0; i < s.numel(); ++i) ASSERT_EQ(again.get(i), pr.get(i)) << "recomputed probability " << i;
       // (backward from the reference's probabilities rounded as the kernels' are: the same for both ways)
-      Buffer p_in(DType::kBF16, s.numel());
+      Buffer p_in(t, s.numel());
       for (int64_t i = 0; i < s.numel(); ++i) p_in.set(i, want.probs[static_cast<size_t>(i)]);
       attention_core_backward(p, q.data(), k.data(), v.data(), p_in.data(), dout.data(), dq.data(), dk.data(),
                               dv.data());
@@ -201,14 +203,16 @@ TEST(AttentionCore, HeadsReadInPlaceGiveTheBitsOfThePermutedOperands) {
     bool mask;
   };
   // (16 heads of 64: q's rows 3072 values apart, a multiple of 1024, where a's tiles do not load in place)
+  for (DType t : {DType::kBF16, DType::kF16})
   for (const Packed c : {Packed{4, 4, 128, 64, false, false}, Packed{2, 3, 37, 24, false, true},
                          Packed{3, 2, 50, 32, true, false}, Packed{1, 16, 20, 64, false, true}}) {
     AttentionCoreParams p = params({c.b, c.h, c.s, c.s, c.d, c.d, c.causal, c.mask ? 3 : 0});
+    p.dtype = t;
     if (skip_without_tiles(p)) GTEST_SKIP() << "the fused attention kernels need the amx level; this CPU runs " << cpu_level_name(cpu_level());
-    SCOPED_TRACE(str_cat("B ", c.b, " heads ", c.h, " S ", c.s, " d ", c.d, c.causal ? " causal" : "", c.mask ? " mask" : ""));
+    SCOPED_TRACE(str_cat(dtype_name(t), " B ", c.b, " heads ", c.h, " S ", c.s, " d ", c.d, c.causal ? " causal" : "", c.mask ? " mask" : ""));
     const int64_t n = c.b * c.h, e = c.h * c.d, cells = n * c.s * c.s, per = n * c.s * c.d;
-    const Buffer qkv(DType::kBF16, random_floats(c.b * c.s * 3 * e, 7, -2.0f, 2.0f));
-    const Buffer dout_merged(DType::kBF16, random_floats(c.b * c.s * e, 8));
+    const Buffer qkv(t, random_floats(c.b * c.s * 3 * e, 7, -2.0f, 2.0f));
+    const Buffer dout_merged(t, random_floats(c.b * c.s * e, 8));
     std::vector<float> mask;
     if (c.mask) {
       mask = random_floats(c.b * c.s, 9, -2.0f, 0.0f);
@@ -218,7 +222,7 @@ TEST(AttentionCore, HeadsReadInPlaceGiveTheBitsOfThePermutedOperands) {
     auto merged_at = [&](int64_t part, int64_t parts, int64_t i, int64_t t, int64_t j) {
       return ((i / c.h) * c.s + t) * parts * e + part * e + (i % c.h) * c.d + j;
     };
-    Buffer q(DType::kBF16, per), k(DType::kBF16, per), v(DType::kBF16, per), dout(DType::kBF16, per);
+    Buffer q(t, per), k(t, per), v(t, per), dout(t, per);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t t = 0; t < c.s; ++t)
         for (int64_t j = 0; j < c.d; ++j) {
@@ -230,12 +234,12 @@ TEST(AttentionCore, HeadsReadInPlaceGiveTheBitsOfThePermutedOperands) {
         }
     set_attention_policy(AttentionPolicy::kTiles);
     const float* m = mask.empty() ? nullptr : mask.data();
-    Buffer probs(DType::kBF16, cells), out(DType::kBF16, per), dq(DType::kBF16, per), dk(DType::kBF16, per),
-        dv(DType::kBF16, per);
+    Buffer probs(t, cells), out(t, per), dq(t, per), dk(t, per),
+        dv(t, per);
     attention_core_forward(p, q.data(), k.data(), v.data(), m, probs.data(), out.data());
     attention_core_backward(p, q.data(), k.data(), v.data(), probs.data(), dout.data(), dq.data(), dk.data(), dv.data());
     p.packed_heads = true;
-    Buffer probs_p(DType::kBF16, cells), out_p(DType::kBF16, c.b * c.s * e), dqkv(DType::kBF16, c.b * c.s * 3 * e);
+    Buffer probs_p(t, cells), out_p(t, c.b * c.s * e), dqkv(t, c.b * c.s * 3 * e);
     attention_core_forward(p, qkv.data(), nullptr, nullptr, m, probs_p.data(), out_p.data());
     attention_core_backward(p, qkv.data(), nullptr, nullptr, probs_p.data(), dout_merged.data(), dqkv.data(), nullptr,
                             nullptr);
@@ -272,13 +276,13 @@ TEST(AttentionCore, TheChoiceIsMeasuredOnceAndKept) {
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   };
   const std::string text = read();
-  EXPECT_NE(text.find("fwd n8 h2 64x64 dk32 dv32 = " + fwd), std::string::npos) << text;
-  EXPECT_NE(text.find("bwd n8 h2 64x64 dk32 dv32 = " + bwd), std::string::npos) << text;
+  EXPECT_NE(text.find("fwd bfloat16 n8 h2 64x64 dk32 dv32 = " + fwd), std::string::npos) << text;
+  EXPECT_NE(text.find("bwd bfloat16 n8 h2 64x64 dk32 dv32 = " + bwd), std::string::npos) << text;
   // Forged: the file's word is taken, nothing measured again.
   {
     std::string forged = text;
-    const std::string from = "fwd n8 h2 64x64 dk32 dv32 = " + fwd;
-    forged.replace(forged.find(from), from.size(), "fwd n8 h2 64x64 dk32 dv32 = " + std::string(fwd == "tiles" ? "products" : "tiles"));
+    const std::string from = "fwd bfloat16 n8 h2 64x64 dk32 dv32 = " + fwd;
+    forged.replace(forged.find(from), from.size(), "fwd bfloat16 n8 h2 64x64 dk32 dv32 = " + std::string(fwd == "tiles" ? "products" : "tiles"));
     std::ofstream(path, std::ios::trunc) << forged;
   }
   set_attention_cache_dir(dir);  // (forgets the in-memory choices)

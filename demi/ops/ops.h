@@ -233,8 +233,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // it (each token's [q | k | v], each E = heads x d, head-major) -> (B, S, E), the heads merged: what
 // splitting the heads apart ((B·H, S, d) each), scaled_dot_product_attention (scale 1/sqrt(d), mask and
 // causal as there) and merging them give, bit for bit, without the permutations before and after (or
-// their gradients'). Only where attention_heads_fused holds: the compute dtype bf16 and the fused kernels
-// chosen for the shape (kernels/attention.h, measured now if not yet); anything else is an error.
+// their gradients'). Only where attention_heads_fused holds: qkv in the op's compute dtype, bf16, and the
+// fused kernels chosen for the shape (kernels/attention.h, measured now if not yet); anything else is an
+// error.
 bool attention_heads_fused(const Tensor& qkv, int64_t heads, const Tensor& mask = Tensor(), bool causal = false);
 Tensor attention_heads(const Tensor& qkv, int64_t heads, const Tensor& mask = Tensor(), bool causal = false,
                        bool recompute_probs = false);

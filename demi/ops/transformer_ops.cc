@@ -332,9 +332,13 @@ bool attention_heads_fused(const Tensor& qkv, int64_t heads, const Tensor& mask,
     return false;
   DType natural = qkv.dtype();  // (the dtype Dispatch resolves from: the inputs' floating dtypes promoted)
   if (mask.defined() && is_floating(mask.dtype())) natural = promote_types(natural, mask.dtype());
-  if (resolve_compute_dtype(Op::kAttention, natural) != DType::kBF16 || qkv.dtype() != DType::kBF16) return false;
+  // bf16 only: f16's products split into four read the strided rows twice in their packing, and in place
+  // its backward ran slower than its heads apart (D's layers, O2-fp16: 5.7 against 5.0 ms per call).
+  const DType dt = resolve_compute_dtype(Op::kAttention, natural);
+  if (dt != DType::kBF16 || qkv.dtype() != dt) return false;
   kernels::AttentionCoreParams p =
       heads_params(qkv.dim(0), qkv.dim(1), heads, qkv.dim(2) / (3 * heads), causal, false);
+  p.dtype = dt;
   try {
     set_mask_layout(p.softmax, mask, str_cat("qkv ", qkv.describe()));
   } catch (const Error&) {
@@ -356,7 +360,8 @@ Tensor attention_heads(const Tensor& qkv_in, int64_t heads, const Tensor& mask_i
   d.set_flops(4 * b * heads * s * s * dh);
   Tensor qkv = d.input(0);
   const DType dt = qkv.dtype();
-  DEMI_ASSERT(dt == DType::kBF16, "attention_heads: compute dtype ", dtype_name(dt));
+  DEMI_ASSERT(dt == qkv_in.dtype(), "attention_heads: compute dtype ", dtype_name(dt), " for qkv ", qkv_in.describe());
+  core.dtype = dt;
   Tensor mask = d.input_as(1, DType::kF32);
   const float* m = mask.defined() ? mask.data<float>() : nullptr;
   Tensor probs = empty({b * heads, s, s}, dt), out = empty({b, s, e}, dt);
@@ -421,10 +426,11 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   Tensor q = d.input(0), k = d.input(1), v = d.input(2);
   const DType dt = q.dtype(), acc = acc_dtype(dt);
   Tensor mask = d.input_as(3, acc);
-  // bf16 operands where the tile unit is: the fused kernels or the batched products, a measured choice
-  // (kernels/attention.h); else the products here.
-  const kernels::AttentionCoreParams core{p, dim_k, v.dim(2)};
-  const bool on_core = dt == DType::kBF16 && k.dtype() == dt && v.dtype() == dt && kernels::attention_core_supported(core);
+  // bf16 or f16 operands where the tile unit is: the fused kernels or the batched products, a measured
+  // choice (kernels/attention.h); else the products here.
+  kernels::AttentionCoreParams core{p, dim_k, v.dim(2)};
+  core.dtype = dt;
+  const bool on_core = is_low_precision(dt) && k.dtype() == dt && v.dtype() == dt && kernels::attention_core_supported(core);
   Tensor probs, out;
   if (on_core) {
     probs = empty({n, sq, sk}, dt);

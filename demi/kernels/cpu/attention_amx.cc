@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "demi/core/half.h"
 #include "demi/kernels/cpu/attention_amx.h"
@@ -26,25 +27,26 @@ using cpu_internal::PartScratch;
 using cpu_internal::parts_for;
 using cpu_internal::VecAvx512;
 
-// One matrix's product of bf16 operands (batch 1), as ops' bmm asks for it.
-MatmulParams product(int64_t m, int64_t n, int64_t k, bool ta, bool tb, DType c) {
+// One matrix's product of operands in t (bf16 or f16; batch 1), as ops' bmm asks for it.
+MatmulParams product(DType t, int64_t m, int64_t n, int64_t k, bool ta, bool tb, DType c) {
   MatmulParams p;
   p.m = m;
   p.n = n;
   p.k = k;
   p.trans_a = ta;
   p.trans_b = tb;
-  p.a_dtype = p.b_dtype = DType::kBF16;
+  p.a_dtype = p.b_dtype = t;
   p.c_dtype = c;
   return p;
 }
 
 // Where an operand's matrices are: matrix i (= b H + h) at base + b per_b + h per_h, its rows ld apart
-// (bf16 elements).
+// (elements of 2 bytes: bf16 or f16).
 struct Heads {
   int64_t per_b, per_h, ld, offset;  // offset: where the operand starts (packed: q 0, k E, v 2E)
-  BFloat16* at(const void* base, int64_t i, int64_t heads) const {
-    return static_cast<BFloat16*>(const_cast<void*>(base)) + offset + (i / heads) * per_b + (i % heads) * per_h;
+  template <class T>
+  T* at(T* base, int64_t i, int64_t heads) const {
+    return base + offset + (i / heads) * per_b + (i % heads) * per_h;
   }
 };
 
@@ -68,10 +70,12 @@ struct Layouts {
   }
 };
 
-// A product of one matrix and where its operands' rows are.
+// A product of one matrix and where its operands' rows are; split: f16 values, as four bf16 products
+// (gemm_amx.h: exact).
 struct Product {
   MatmulParams p;
   AmxStrides strides;
+  bool split = false;
 };
 
 // The products of the forward (scores, out) and of the backward (dv, dp, dq, dk), with the strides of p's
@@ -80,31 +84,33 @@ struct Products {
   Product scores, out, dv, dp, dq, dk;
   Products(const AttentionCoreParams& a, const Layouts& l) {
     const int64_t sq = a.softmax.rows, sk = a.softmax.cols;
-    scores = {product(sq, sk, a.dk, false, true, DType::kF32), {l.q.ld, l.k.ld, sk}};  // q kᵀ
-    out = {product(sq, a.dv, sk, false, false, DType::kBF16), {sk, l.v.ld, l.out.ld}};   // p v
-    dv = {product(sk, a.dv, sq, true, false, DType::kBF16), {sk, l.out.ld, l.v.ld}};     // pᵀ dO
-    dp = {product(sq, sk, a.dv, false, true, DType::kF32), {l.out.ld, l.v.ld, sk}};      // dO vᵀ
-    dq = {product(sq, a.dk, sk, false, false, DType::kBF16), {sk, l.k.ld, l.q.ld}};      // ds k
-    dk = {product(sk, a.dk, sq, true, false, DType::kBF16), {sk, l.q.ld, l.k.ld}};       // dsᵀ q
+    const DType t = a.dtype;
+    const bool split = t == DType::kF16;
+    scores = {product(t, sq, sk, a.dk, false, true, DType::kF32), {l.q.ld, l.k.ld, sk}, split};  // q kᵀ
+    out = {product(t, sq, a.dv, sk, false, false, t), {sk, l.v.ld, l.out.ld}, split};            // p v
+    dv = {product(t, sk, a.dv, sq, true, false, t), {sk, l.out.ld, l.v.ld}, split};              // pᵀ dO
+    dp = {product(t, sq, sk, a.dv, false, true, DType::kF32), {l.out.ld, l.v.ld, sk}, split};     // dO vᵀ
+    dq = {product(t, sq, a.dk, sk, false, false, t), {sk, l.k.ld, l.q.ld}, split};               // ds k
+    dk = {product(t, sk, a.dk, sq, true, false, t), {sk, l.q.ld, l.k.ld}, split};                // dsᵀ q
   }
   size_t gemm_bytes(bool backward) const {
-    auto b = [](const Product& x) { return bytes64(amx_gemm_one_bytes(x.p, false, x.strides)); };
+    auto b = [](const Product& x) { return bytes64(amx_gemm_one_bytes(x.p, x.split, x.strides)); };
     return backward ? std::max({b(dv), b(dp), b(dq), b(dk)}) : std::max(b(scores), b(out));
   }
 };
 
 // x's product on the calling thread (tiles configured), its packing in `gemm`.
 void multiply(const Product& x, const void* a, const void* b, void* c, char* gemm) {
-  amx_gemm_one(x.p, a, b, c, false, gemm, x.strides);
+  amx_gemm_one(x.p, a, b, c, x.split, gemm, x.strides);
 }
 
-// A thread's scratch: the f32 scores (or dp), the bf16 ds (backward), then the GEMM's packing.
+// A thread's scratch: the f32 scores (or dp), ds (backward, in the operands' dtype), then the GEMM's packing.
 struct Scratch {
   size_t f32_bytes, ds_bytes, gemm_bytes;
   Scratch(const AttentionCoreParams& a, const Products& pr, bool backward) {
     const size_t cells = static_cast<size_t>(a.softmax.rows * a.softmax.cols);
     f32_bytes = bytes64(cells * sizeof(float));
-    ds_bytes = backward ? bytes64(cells * sizeof(BFloat16)) : 0;
+    ds_bytes = backward ? bytes64(cells * dtype_size(a.dtype)) : 0;
     gemm_bytes = pr.gemm_bytes(backward);
   }
   size_t total() const { return f32_bytes + ds_bytes + gemm_bytes; }
@@ -118,15 +124,18 @@ int64_t attention_tiles_scratch_body(const AttentionCoreParams& p, bool backward
   return static_cast<int64_t>(Scratch(p, pr, backward).total()) * parts_for(p.softmax.batch);
 }
 
-void attention_tiles_forward_body(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
-                                  const float* mask, void* probs, void* out) {
+namespace {
+
+// The bodies for operands of type T (BFloat16 or Half).
+template <class T>
+void forward_as(const AttentionCoreParams& p, const T* q, const T* k, const T* v, const float* mask, T* probs, T* out) {
   const AttentionSoftmaxParams& s = p.softmax;
   const Layouts l(p);
   const Products pr(p, l);
   const Scratch sc(p, pr, false);
   const int64_t parts = parts_for(s.batch), sq = s.rows, sk = s.cols;
-  const void* kk = p.packed_heads ? q : k;  // (packed: one tensor)
-  const void* vv = p.packed_heads ? q : v;
+  const T* kk = p.packed_heads ? q : k;  // (packed: one tensor)
+  const T* vv = p.packed_heads ? q : v;
   const int64_t h = s.heads;
   const PartScratch scratch(parts, sc.total());
   for_each_part(parts, s.batch, [&](int64_t part, int64_t i0, int64_t i1) {
@@ -135,7 +144,7 @@ void attention_tiles_forward_body(const AttentionCoreParams& p, const void* q, c
     cpu_internal::configure_tiles();
     for (int64_t i = i0; i < i1; ++i) {
       multiply(pr.scores, l.q.at(q, i, h), l.k.at(kk, i, h), scores, gemm);
-      BFloat16* pi = static_cast<BFloat16*>(probs) + i * sq * sk;
+      T* pi = probs + i * sq * sk;
       cpu_internal::attention_matrix_rows<VecAvx512>(scores, mask, s, i, 0, sq, pi);  // (the softmax kernel's rows)
       if (out != nullptr)
         multiply(pr.out, pi, l.v.at(vv, i, h), l.out.at(out, i, h), gemm);
@@ -144,25 +153,26 @@ void attention_tiles_forward_body(const AttentionCoreParams& p, const void* q, c
   });
 }
 
-void attention_tiles_backward_body(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
-                                   const void* probs, const void* dout, void* dq, void* dk, void* dv) {
+template <class T>
+void backward_as(const AttentionCoreParams& p, const T* q, const T* k, const T* v, const T* probs, const T* dout, T* dq,
+                 T* dk, T* dv) {
   const AttentionSoftmaxParams& s = p.softmax;
   const Layouts l(p);
   const Products pr(p, l);
   const Scratch sc(p, pr, true);
   const int64_t parts = parts_for(s.batch), sq = s.rows, sk = s.cols;
-  const void *kk = p.packed_heads ? q : k, *vv = p.packed_heads ? q : v;  // (packed: one tensor each)
-  void *dkk = p.packed_heads ? dq : dk, *dvv = p.packed_heads ? dq : dv;
+  const T *kk = p.packed_heads ? q : k, *vv = p.packed_heads ? q : v;  // (packed: one tensor each)
+  T *dkk = p.packed_heads ? dq : dk, *dvv = p.packed_heads ? dq : dv;
   const int64_t h = s.heads;
   const PartScratch scratch(parts, sc.total());
   for_each_part(parts, s.batch, [&](int64_t part, int64_t i0, int64_t i1) {
     auto* dp = reinterpret_cast<float*>(scratch.part(part));
-    auto* ds = reinterpret_cast<BFloat16*>(scratch.part(part) + sc.f32_bytes);
+    auto* ds = reinterpret_cast<T*>(scratch.part(part) + sc.f32_bytes);
     char* gemm = scratch.part(part) + sc.f32_bytes + sc.ds_bytes;
     cpu_internal::configure_tiles();
     for (int64_t i = i0; i < i1; ++i) {
-      const BFloat16 *pi = static_cast<const BFloat16*>(probs) + i * sq * sk, *doi = l.out.at(dout, i, h);
-      const BFloat16 *qi = l.q.at(q, i, h), *ki = l.k.at(kk, i, h), *vi = l.v.at(vv, i, h);
+      const T *pi = probs + i * sq * sk, *doi = l.out.at(dout, i, h);
+      const T *qi = l.q.at(q, i, h), *ki = l.k.at(kk, i, h), *vi = l.v.at(vv, i, h);
       multiply(pr.dv, pi, doi, l.v.at(dvv, i, h), gemm);
       multiply(pr.dp, doi, vi, dp, gemm);
       cpu_internal::attention_matrix_backward_rows<VecAvx512>(pi, dp, s, 0, sq, ds);  // (the softmax kernel's rows)
@@ -171,6 +181,29 @@ void attention_tiles_backward_body(const AttentionCoreParams& p, const void* q, 
     }
     _tile_release();
   });
+}
+
+}  // namespace
+
+void attention_tiles_forward_body(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
+                                  const float* mask, void* probs, void* out) {
+  auto run = [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    forward_as<T>(p, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), mask,
+                  static_cast<T*>(probs), static_cast<T*>(out));
+  };
+  p.dtype == DType::kF16 ? run(static_cast<Half*>(nullptr)) : run(static_cast<BFloat16*>(nullptr));
+}
+
+void attention_tiles_backward_body(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
+                                   const void* probs, const void* dout, void* dq, void* dk, void* dv) {
+  auto run = [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    backward_as<T>(p, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+                   static_cast<const T*>(probs), static_cast<const T*>(dout), static_cast<T*>(dq), static_cast<T*>(dk),
+                   static_cast<T*>(dv));
+  };
+  p.dtype == DType::kF16 ? run(static_cast<Half*>(nullptr)) : run(static_cast<BFloat16*>(nullptr));
 }
 
 }  // namespace demi::kernels::cpu::cpu_internal_amx

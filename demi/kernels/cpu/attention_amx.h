@@ -13,15 +13,18 @@
 
 #include <cstdint>
 
+#include "demi/core/dtype.h"
 #include "demi/kernels/reference/attention.h"
 
 namespace demi::kernels::cpu {
 
-// q (N, Sq, dk), k (N, Sk, dk), v (N, Sk, dv), every one bf16; `softmax` as for attention_softmax_forward
-// (N = softmax.batch, Sq = rows, Sk = cols, the mask f32 in its layout).
+// q (N, Sq, dk), k (N, Sk, dk), v (N, Sk, dv), every one in `dtype` (bf16, or f16: its products exact, four
+// bf16 tile products each, gemm_amx.h), as are probs, out and the gradients; `softmax` as for
+// attention_softmax_forward (N = softmax.batch, Sq = rows, Sk = cols, the mask f32 in its layout).
 struct AttentionCoreParams {
   AttentionSoftmaxParams softmax;
   int64_t dk = 0, dv = 0;
+  DType dtype = DType::kBF16;
   // The heads read and written in place (self-attention: Sq = Sk = S, dk = dv = d, N = B H): q is one
   // (B, S, 3 H d) tensor, each token's [q | k | v] of H heads of d (nn::MultiheadAttention's in-projection
   // output; k and v are not passed), out is (B, S, H d), the heads merged, and dq the gradient of that one
@@ -30,16 +33,16 @@ struct AttentionCoreParams {
   bool packed_heads = false;
 };
 
-// Whether the fused kernels take p here: the amx level, positive sizes, one matrix's scores small enough for
+// Whether the fused kernels take p here: the amx level, bf16 or f16, positive sizes, one matrix's scores small enough for
 // a core's L2 (Sq Sk f32 <= 256 KiB), and for packed_heads Sq = Sk and dk = dv. Any CPU may ask.
 bool attention_tiles_supported(const AttentionCoreParams& p);
 
-// probs (N, Sq, Sk) = softmax(scale q kᵀ + mask), out (N, Sq, dv) = probs v, both bf16 (out null: probs
-// alone). mask f32 or null.
+// probs (N, Sq, Sk) = softmax(scale q kᵀ + mask), out (N, Sq, dv) = probs v, both in p.dtype (out null:
+// probs alone). mask f32 or null.
 void attention_tiles_forward(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
                              const float* mask, void* probs, void* out);
 
-// From probs (the forward's) and dout (N, Sq, dv): dq, dk, dv (bf16, shaped as q, k, v).
+// From probs (the forward's) and dout (N, Sq, dv): dq, dk, dv (p.dtype, shaped as q, k, v).
 void attention_tiles_backward(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
                               const void* probs, const void* dout, void* dq, void* dk, void* dv);
 

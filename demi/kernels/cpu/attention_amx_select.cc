@@ -21,7 +21,7 @@ constexpr int64_t kMaxScoreBytes = int64_t{256} << 10;
 
 bool attention_tiles_supported(const AttentionCoreParams& p) {
   const AttentionSoftmaxParams& s = p.softmax;
-  return cpu_level() >= CpuLevel::kAmx && s.batch >= 1 && s.heads >= 1 && s.batch % s.heads == 0 && s.rows >= 1 &&
+  return cpu_level() >= CpuLevel::kAmx && (p.dtype == DType::kBF16 || p.dtype == DType::kF16) && s.batch >= 1 && s.heads >= 1 && s.batch % s.heads == 0 && s.rows >= 1 &&
          s.cols >= 1 && p.dk >= 1 && p.dv >= 1 && s.scale > 0.0f && s.rows * s.cols * 4 <= kMaxScoreBytes &&
          (!p.packed_heads || (s.rows == s.cols && p.dk == p.dv));
 }
