@@ -43,6 +43,12 @@ typename V::F attn_logits(const float* s, const float* mask, typename V::F scale
   return mask ? V::add(z, V::load_n(mask + j, left)) : z;
 }
 
+// lanes [j, j + W) of a row at p (or the first `left` of them, the others 0)
+template <class V, class T>
+typename V::F load_lanes(const T* p, int64_t left) {
+  return left >= V::kWidth ? V::load(p) : V::load_n(p, left);
+}
+
 template <class V, class P>
 void attention_row(const float* s, const float* mask, int64_t n, float scale, P* out) {
   constexpr int W = V::kWidth;
@@ -86,15 +92,13 @@ void attention_backward_row(const P* probs, const float* dp, int64_t n, float sc
   F acc = V::zero();
   for (int64_t j = 0; j < n; j += W) {
     const int64_t left = n - j;
-    F pv = left >= W ? V::load(probs + j) : V::load_n(probs + j, left);
-    F gv = left >= W ? V::load(dp + j) : V::load_n(dp + j, left);
+    F pv = load_lanes<V>(probs + j, left), gv = load_lanes<V>(dp + j, left);
     acc = V::fmadd(pv, gv, acc);
   }
   const F dot = V::set1(V::reduce_add(acc)), vs = V::set1(scale);
   for (int64_t j = 0; j < n; j += W) {
     const int64_t left = n - j;
-    F pv = left >= W ? V::load(probs + j) : V::load_n(probs + j, left);
-    F gv = left >= W ? V::load(dp + j) : V::load_n(dp + j, left);
+    F pv = load_lanes<V>(probs + j, left), gv = load_lanes<V>(dp + j, left);
     F v = V::mul(V::mul(vs, pv), V::sub(gv, dot));
     if (left >= W)
       V::store(ds + j, v);
@@ -169,8 +173,7 @@ void attention_backward_rows(const P* probs, const float* dp, int64_t ld, int64_
     const int64_t left = n - j;
     #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
-      F pv = left >= W ? V::load(probs + r * ld + j) : V::load_n(probs + r * ld + j, left);
-      F gv = left >= W ? V::load(dp + r * ld + j) : V::load_n(dp + r * ld + j, left);
+      F pv = load_lanes<V>(probs + r * ld + j, left), gv = load_lanes<V>(dp + r * ld + j, left);
       acc[r] = V::fmadd(pv, gv, acc[r]);
     }
   }
@@ -182,8 +185,7 @@ void attention_backward_rows(const P* probs, const float* dp, int64_t ld, int64_
     const int64_t left = n - j;
     #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
-      F pv = left >= W ? V::load(probs + r * ld + j) : V::load_n(probs + r * ld + j, left);
-      F gv = left >= W ? V::load(dp + r * ld + j) : V::load_n(dp + r * ld + j, left);
+      F pv = load_lanes<V>(probs + r * ld + j, left), gv = load_lanes<V>(dp + r * ld + j, left);
       F v = V::mul(V::mul(vs, pv), V::sub(gv, dot[r]));
       if (left >= W)
         V::store(ds + r * ld + j, v);
