@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Model D (BENCHMARKS.md), demi against PyTorch, interleaved: demi O0, PyTorch fp32, demi O2-bf16, PyTorch bf16
-autocast, demi O2-fp16 (and O2-fp16bp: its f16 matrix products rounded to bf16, `--f16-products bf16`, where the
-CPU has AVX512-BF16), repeated; prints the median samples/s of each, the ratios, each setting's share of the
+autocast, demi O2-fp16, PyTorch fp16 autocast with GradScaler("cpu") (and demi O2-fp16bp: its f16 matrix products
+rounded to bf16, `--f16-products bf16`, where the CPU has AVX512-BF16), repeated; prints the median samples/s of each, the ratios, each setting's share of the
 hardware ceiling measured in the same run (gemm_bench's f32 FMA and bf16 loops, before each repetition), and demi's
 tracked peak memory O2 / O0. Every measurement is appended to bench/results/compare.jsonl, as bench/compare.py does.
 
@@ -43,7 +43,7 @@ def main():
         if c:
             peaks.append(c)
         runs = [("demi", ["O0"])] + [(peer, "fp32") for peer in peers] + [("demi", ["O2-bf16"])]
-        runs += [(peer, "bf16") for peer in peers] + [("demi", ["O2-fp16"])]
+        runs += [(peer, "bf16") for peer in peers] + [("demi", ["O2-fp16"])] + [(peer, "fp16") for peer in peers]
         runs += [("demi", ["O2-fp16bp"])] if bf16_products else []
         for fw, setting in runs:
             if fw == "demi":
@@ -69,13 +69,14 @@ def main():
 
     log.close()
     print(f"model D, median of {args.reps} interleaved repetitions, samples/s")
-    columns = [(label, p) for label, _ in peers for p in ("fp32", "bf16")]
+    columns = [(label, p) for label, _ in peers for p in ("fp32", "bf16", "fp16")]
     demi_settings = ["O0", "O2-bf16", "O2-fp16"] + (["O2-fp16bp"] if bf16_products else [])
     for fw, s in columns + [("demi", s) for s in demi_settings]:
         print(f"  {fw:12s} {s:8s} {med(fw, s):8.1f}")
     for label, _ in peers:
         print(f"  {f'demi O0 / {label} fp32:':34s}{med('demi', 'O0') / med(label, 'fp32'):.2f}x")
         print(f"  {f'demi O2-bf16 / {label} bf16:':34s}{med('demi', 'O2-bf16') / med(label, 'bf16'):.2f}x")
+        print(f"  {f'demi O2-fp16 / {label} fp16:':34s}{med('demi', 'O2-fp16') / med(label, 'fp16'):.2f}x")
     print(f"  demi O2-bf16 / demi O0:           {med('demi', 'O2-bf16') / med('demi', 'O0'):.2f}x")
     print(f"  demi O2-fp16 / demi O0:           {med('demi', 'O2-fp16') / med('demi', 'O0'):.2f}x")
     if bf16_products:

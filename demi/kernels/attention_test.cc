@@ -218,19 +218,19 @@ TEST(AttentionCore, HeadsReadInPlaceGiveTheBitsOfThePermutedOperands) {
       mask = random_floats(c.b * c.s, 9, -2.0f, 0.0f);
       for (size_t i = 0; i < mask.size(); i += 3) mask[i] = -std::numeric_limits<float>::infinity();
     }
-    // (B, S, [3,] H, d) element of matrix i = b H + h, row t, column j
-    auto merged_at = [&](int64_t part, int64_t parts, int64_t i, int64_t t, int64_t j) {
-      return ((i / c.h) * c.s + t) * parts * e + part * e + (i % c.h) * c.d + j;
+    // (B, S, [3,] H, d) element of matrix i = b H + h, row r, column j
+    auto merged_at = [&](int64_t part, int64_t parts, int64_t i, int64_t r, int64_t j) {
+      return ((i / c.h) * c.s + r) * parts * e + part * e + (i % c.h) * c.d + j;
     };
     Buffer q(t, per), k(t, per), v(t, per), dout(t, per);
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t t = 0; t < c.s; ++t)
+      for (int64_t r = 0; r < c.s; ++r)
         for (int64_t j = 0; j < c.d; ++j) {
-          const int64_t at = (i * c.s + t) * c.d + j;
-          q.set(at, qkv.get(merged_at(0, 3, i, t, j)));
-          k.set(at, qkv.get(merged_at(1, 3, i, t, j)));
-          v.set(at, qkv.get(merged_at(2, 3, i, t, j)));
-          dout.set(at, dout_merged.get(merged_at(0, 1, i, t, j)));
+          const int64_t at = (i * c.s + r) * c.d + j;
+          q.set(at, qkv.get(merged_at(0, 3, i, r, j)));
+          k.set(at, qkv.get(merged_at(1, 3, i, r, j)));
+          v.set(at, qkv.get(merged_at(2, 3, i, r, j)));
+          dout.set(at, dout_merged.get(merged_at(0, 1, i, r, j)));
         }
     set_attention_policy(AttentionPolicy::kTiles);
     const float* m = mask.empty() ? nullptr : mask.data();
@@ -246,13 +246,13 @@ TEST(AttentionCore, HeadsReadInPlaceGiveTheBitsOfThePermutedOperands) {
     set_attention_policy(AttentionPolicy::kAuto);
     for (int64_t i = 0; i < cells; ++i) ASSERT_EQ(probs_p.get(i), probs.get(i)) << "probability " << i;
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t t = 0; t < c.s; ++t)
+      for (int64_t r = 0; r < c.s; ++r)
         for (int64_t j = 0; j < c.d; ++j) {
-          const int64_t at = (i * c.s + t) * c.d + j;
-          ASSERT_EQ(out_p.get(merged_at(0, 1, i, t, j)), out.get(at)) << "out " << at;
-          ASSERT_EQ(dqkv.get(merged_at(0, 3, i, t, j)), dq.get(at)) << "dq " << at;
-          ASSERT_EQ(dqkv.get(merged_at(1, 3, i, t, j)), dk.get(at)) << "dk " << at;
-          ASSERT_EQ(dqkv.get(merged_at(2, 3, i, t, j)), dv.get(at)) << "dv " << at;
+          const int64_t at = (i * c.s + r) * c.d + j;
+          ASSERT_EQ(out_p.get(merged_at(0, 1, i, r, j)), out.get(at)) << "out " << at;
+          ASSERT_EQ(dqkv.get(merged_at(0, 3, i, r, j)), dq.get(at)) << "dq " << at;
+          ASSERT_EQ(dqkv.get(merged_at(1, 3, i, r, j)), dk.get(at)) << "dk " << at;
+          ASSERT_EQ(dqkv.get(merged_at(2, 3, i, r, j)), dv.get(at)) << "dv " << at;
         }
   }
 }
