@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <functional>
 #include <optional>
 
@@ -15,10 +14,12 @@
 #include "demi/kernels/cpu/internal/workspace.h"
 #include "demi/kernels/internal/choice_cache.h"
 #include "demi/kernels/matmul.h"
+#include "demi/kernels/onednn/internal/onednn_util.h"
 
 namespace demi::kernels {
 namespace {
 
+using cpu::AttentionProducts;
 using cpu_internal::Workspace;
 
 std::atomic<AttentionPolicy>& policy_slot() {
@@ -34,69 +35,59 @@ internal::ChoiceCache& choices() {
   return c;
 }
 
-// One of the batched products, as ops' bmm asks for it (operands in p.dtype, N matrices).
-MatmulParams batched(const AttentionCoreParams& p, int64_t m, int64_t n, int64_t k, bool ta, bool tb, DType c) {
-  MatmulParams mp;
-  mp.batch = p.softmax.batch;
-  mp.m = m;
-  mp.n = n;
-  mp.k = k;
-  mp.trans_a = ta;
-  mp.trans_b = tb;
-  mp.a_dtype = mp.b_dtype = p.dtype;
-  mp.c_dtype = c;
-  return mp;
-}
-
 size_t cells(const AttentionCoreParams& p) { return static_cast<size_t>(p.softmax.numel()); }
+
+// A call's operands: forward q, k, v, mask -> probs, out; backward q, k, v, probs, dout -> dq, dk, dv.
+struct Operands {
+  const void *q, *k, *v;
+  const float* mask;
+  void* probs;  // (written by forward, read by backward)
+  void* out;
+  const void* dout;
+  void *dq, *dk, *dv;
+};
 
 // The unfused forward: scores = q kᵀ (f32, workspace), probs = their softmax, out = probs v (none where out
 // is null).
-void products_forward(const AttentionCoreParams& p, const void* q, const void* k, const void* v, const float* mask,
-                      void* probs, void* out) {
-  const int64_t sq = p.softmax.rows, sk = p.softmax.cols;
+void products_forward(const AttentionCoreParams& p, const Operands& o) {
+  const AttentionProducts pr(p, p.softmax.batch);
   Workspace scores(cells(p) * sizeof(float));
-  matmul(batched(p, sq, sk, p.dk, false, true, DType::kF32), q, k, scores.f32());
-  attention_softmax_forward(scores.f32(), DType::kF32, mask, p.softmax, probs, p.dtype);
-  if (out != nullptr) matmul(batched(p, sq, p.dv, sk, false, false, p.dtype), probs, v, out);
+  matmul(pr.scores, o.q, o.k, scores.f32());
+  attention_softmax_forward(scores.f32(), DType::kF32, o.mask, p.softmax, o.probs, p.dtype);
+  if (o.out != nullptr) matmul(pr.out, o.probs, o.v, o.out);
 }
 
 // The unfused backward: dv = pᵀ dO, dp = dO vᵀ (f32), ds (p.dtype), dq = ds k, dk = dsᵀ q.
-void products_backward(const AttentionCoreParams& p, const void* q, const void* k, const void* v, const void* probs,
-                       const void* dout, void* dq, void* dk, void* dv) {
-  const int64_t sq = p.softmax.rows, sk = p.softmax.cols;
-  const DType t = p.dtype;
-  matmul(batched(p, sk, p.dv, sq, true, false, t), probs, dout, dv);
-  Workspace ds(cells(p) * dtype_size(t));
+void products_backward(const AttentionCoreParams& p, const Operands& o) {
+  const AttentionProducts pr(p, p.softmax.batch);
+  matmul(pr.dv, o.probs, o.dout, o.dv);
+  Workspace ds(cells(p) * dtype_size(p.dtype));
   {
     Workspace dp(cells(p) * sizeof(float));
-    matmul(batched(p, sq, sk, p.dv, false, true, DType::kF32), dout, v, dp.f32());
-    attention_softmax_backward(probs, t, dp.f32(), DType::kF32, p.softmax, ds.f32());
+    matmul(pr.dp, o.dout, o.v, dp.f32());
+    attention_softmax_backward(o.probs, p.dtype, dp.f32(), DType::kF32, p.softmax, ds.f32());
   }
-  matmul(batched(p, sq, p.dk, sk, false, false, t), ds.f32(), k, dq);
-  matmul(batched(p, sk, p.dk, sq, true, false, t), ds.f32(), q, dk);
+  matmul(pr.dq, ds.f32(), o.k, o.dq);
+  matmul(pr.dk, ds.f32(), o.q, o.dk);
+}
+
+// p's forward or backward made one way: the fused kernels (tiles) or the batched products.
+void run_way(const AttentionCoreParams& p, bool backward, bool tiles, const Operands& o) {
+  if (!backward)
+    return tiles ? cpu::attention_tiles_forward(p, o.q, o.k, o.v, o.mask, o.probs, o.out) : products_forward(p, o);
+  tiles ? cpu::attention_tiles_backward(p, o.q, o.k, o.v, o.probs, o.dout, o.dq, o.dk, o.dv) : products_backward(p, o);
 }
 
 // 1 where run(true) (the fused kernels) is faster than run(false) once each is priced by the memory it
 // holds at its peak beyond the other's (all of it: the unfused form's scores are its workspace), against
 // the bytes the call's operands and results occupy.
 int tiles_measure_faster(const std::function<void(bool)>& run, int64_t footprint) {
-  double warm = 0;
-  int64_t held[2] = {0, 0};
-  for (int i = 0; i < 2; ++i) {
-    const int64_t before = mem_stats().total_current;
-    ScopedPeak peak;
-    warm += internal::seconds_of([&] { run(i == 1); });
-    held[i] = peak.peak().total_peak - before;
-  }
-  const int reps = std::clamp(static_cast<int>(2e-3 / std::max(warm, 1e-9)), 1, 20);
-  double best[2] = {1e30, 1e30};
-  for (int r = 0; r < 5; ++r)
-    for (int i = 0; i < 2; ++i) best[i] = std::min(best[i], internal::seconds_of([&] { run(i == 1); }, reps));
-  const int64_t least = std::min(held[0], held[1]);
-  const double priced[2] = {internal::priced_seconds(best[0], held[0] - least, footprint, 0.0),
-                            internal::priced_seconds(best[1], held[1] - least, footprint, 0.0)};
-  return priced[1] < priced[0] ? 1 : 0;
+  const internal::TwoWays t = internal::time_two_ways(run, std::nullopt);
+  const int64_t least = std::min(t.held[0], t.held[1]);
+  return internal::priced_seconds(t.seconds[1], t.held[1] - least, footprint, 0.0) <
+                 internal::priced_seconds(t.seconds[0], t.held[0] - least, footprint, 0.0)
+             ? 1
+             : 0;
 }
 
 // A choice's key and its line in the file: the shape, the direction and the mask's layout.
@@ -124,9 +115,10 @@ std::optional<bool> forced() {
   return std::nullopt;
 }
 
-// Whether the fused kernels make p's forward or backward: the policy, else the measured choice (run(tiles)
-// makes the call one way or the other on its own operands, which the chosen run then overwrites).
-bool tiles_chosen(const AttentionCoreParams& p, bool backward, const std::function<void(bool)>& run) {
+// Whether the fused kernels make p's forward or backward: the policy, else the measured choice (each way
+// makes the call on its operands o, which the chosen run then overwrites).
+bool tiles_chosen(const AttentionCoreParams& p, bool backward, const Operands& o) {
+  auto run = [&](bool tiles) { run_way(p, backward, tiles, o); };
   if (const std::optional<bool> f = forced()) return *f;
   const AttentionSoftmaxParams& s = p.softmax;
   const int64_t footprint =
@@ -146,23 +138,15 @@ bool attention_core_supported(const AttentionCoreParams& p) { return cpu::attent
 void attention_core_forward(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
                             const float* mask, void* probs, void* out) {
   DEMI_ASSERT(attention_core_supported(p), "attention_core_forward: not supported here");
-  if (p.packed_heads) return cpu::attention_tiles_forward(p, q, k, v, mask, probs, out);  // (the caller chose)
-  auto run = [&](bool tiles) {
-    tiles ? cpu::attention_tiles_forward(p, q, k, v, mask, probs, out)
-          : products_forward(p, q, k, v, mask, probs, out);
-  };
-  run(tiles_chosen(p, false, run));
+  const Operands o{q, k, v, mask, probs, out, nullptr, nullptr, nullptr, nullptr};
+  run_way(p, false, p.packed_heads || tiles_chosen(p, false, o), o);  // (in place: the caller chose)
 }
 
 void attention_core_backward(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
                              const void* probs, const void* dout, void* dq, void* dk, void* dv) {
   DEMI_ASSERT(attention_core_supported(p), "attention_core_backward: not supported here");
-  if (p.packed_heads) return cpu::attention_tiles_backward(p, q, k, v, probs, dout, dq, dk, dv);
-  auto run = [&](bool tiles) {
-    tiles ? cpu::attention_tiles_backward(p, q, k, v, probs, dout, dq, dk, dv)
-          : products_backward(p, q, k, v, probs, dout, dq, dk, dv);
-  };
-  run(tiles_chosen(p, true, run));
+  const Operands o{q, k, v, nullptr, const_cast<void*>(probs), nullptr, dout, dq, dk, dv};
+  run_way(p, true, p.packed_heads || tiles_chosen(p, true, o), o);
 }
 
 void set_attention_policy(AttentionPolicy policy) { policy_slot().store(policy); }
@@ -180,33 +164,19 @@ std::string attention_core_kernel(const AttentionCoreParams& p, bool backward) {
   // in its first forward, inside the training step).
   MemTuningScope trials;
   const AttentionSoftmaxParams& s = p.softmax;
-  const size_t qk = static_cast<size_t>(s.batch * (s.rows + s.cols) * p.dk),
-               vo = static_cast<size_t>(s.batch * (s.cols + s.rows) * p.dv), bytes = (2 * (qk + vo) + 2 * cells(p)) * sizeof(BFloat16);
-  Workspace ops(bytes);  // q, k, v, dout, probs and every output
-  std::memset(ops.f32(), 0, bytes);
-  auto* base = reinterpret_cast<BFloat16*>(ops.f32());
-  BFloat16 *q = base, *k = q + s.batch * s.rows * p.dk, *v = k + s.batch * s.cols * p.dk,
-           *dout = v + s.batch * s.cols * p.dv, *probs = dout + s.batch * s.rows * p.dv, *out = probs + cells(p),
-           *dq = out + cells(p), *dk = dq + s.batch * s.rows * p.dk, *dv = dk + s.batch * s.cols * p.dk;
+  const int64_t qs = s.batch * s.rows, ks = s.batch * s.cols, c = s.numel();
+  // q, k, v, dout, probs, out and the gradients, in p.dtype
+  onednn::internal::Workspace ops = onednn::internal::zeroed(
+      static_cast<size_t>(2 * (qs + ks) * (p.dk + p.dv) + 2 * c) * dtype_size(p.dtype));
+  auto* q = static_cast<BFloat16*>(ops.get());  // (2-byte elements: bf16 or f16)
+  BFloat16 *k = q + qs * p.dk, *v = k + ks * p.dk, *dout = v + ks * p.dv, *probs = dout + qs * p.dv, *out = probs + c,
+           *dq = out + c, *dk = dq + qs * p.dk, *dv = dk + ks * p.dk;
   // a zeroed mask in p's layout (its layout is part of the choice's key)
   const bool masked = s.mask_batch_stride != 0 || s.mask_row_stride != 0;
   const int64_t mask_elems = (s.batch / s.heads - 1) * s.mask_batch_stride + (s.rows - 1) * s.mask_row_stride + s.cols;
-  Workspace mask(masked ? static_cast<size_t>(mask_elems) * sizeof(float) : 0);
-  if (masked) std::memset(mask.f32(), 0, static_cast<size_t>(mask_elems) * sizeof(float));
-  bool tiles = false;
-  if (!backward) {
-    auto run = [&](bool t) {
-      t ? cpu::attention_tiles_forward(p, q, k, v, mask.f32(), probs, out)
-        : products_forward(p, q, k, v, mask.f32(), probs, out);
-    };
-    tiles = tiles_chosen(p, false, run);
-  } else {
-    auto run = [&](bool t) {
-      t ? cpu::attention_tiles_backward(p, q, k, v, probs, dout, dq, dk, dv)
-        : products_backward(p, q, k, v, probs, dout, dq, dk, dv);
-    };
-    tiles = tiles_chosen(p, true, run);
-  }
+  onednn::internal::Workspace mask = onednn::internal::zeroed(masked ? static_cast<size_t>(mask_elems) * sizeof(float) : 0);
+  const bool tiles = tiles_chosen(p, backward,
+                                  Operands{q, k, v, static_cast<const float*>(mask.get()), probs, out, dout, dq, dk, dv});
   return tiles ? "tiles" : "products";
 }
 

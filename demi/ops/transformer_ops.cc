@@ -324,6 +324,18 @@ kernels::AttentionCoreParams heads_params(int64_t batch, int64_t tokens, int64_t
   return p;
 }
 
+// The core's probabilities (N, Sq, Sk) in dt from q, k, v (k, v undefined: the heads in place in q) and
+// the f32 mask, and its output into `out` where given (backward's recomputation gives none): the forward's
+// way, so a recomputation has the forward's bits.
+Tensor core_probabilities(const kernels::AttentionCoreParams& core, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& mask, DType dt, Tensor* out = nullptr) {
+  auto data = [](const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; };
+  Tensor probs = empty({core.softmax.batch, core.softmax.rows, core.softmax.cols}, dt);
+  kernels::attention_core_forward(core, q.raw_data(), data(k), data(v), mask.defined() ? mask.data<float>() : nullptr,
+                                  probs.raw_data(), out != nullptr ? out->raw_data() : nullptr);
+  return probs;
+}
+
 }  // namespace
 
 bool attention_heads_fused(const Tensor& qkv, int64_t heads, const Tensor& mask, bool causal) {
@@ -363,18 +375,12 @@ Tensor attention_heads(const Tensor& qkv_in, int64_t heads, const Tensor& mask_i
   DEMI_ASSERT(dt == qkv_in.dtype(), "attention_heads: compute dtype ", dtype_name(dt), " for qkv ", qkv_in.describe());
   core.dtype = dt;
   Tensor mask = d.input_as(1, DType::kF32);
-  const float* m = mask.defined() ? mask.data<float>() : nullptr;
-  Tensor probs = empty({b * heads, s, s}, dt), out = empty({b, s, e}, dt);
-  kernels::attention_core_forward(core, qkv.raw_data(), nullptr, nullptr, m, probs.raw_data(), out.raw_data());
+  Tensor out = empty({b, s, e}, dt);
+  Tensor probs = core_probabilities(core, qkv, Tensor(), Tensor(), mask, dt, &out);
   if (recompute_probs) probs = Tensor();  // (recomputed in backward, as scaled_dot_product_attention does)
   Tensor mask_kept = recompute_probs ? mask : Tensor();
   return d.finish(out, [qkv, mask = mask_kept, probs, core, dt](const TensorList& g) {
-    Tensor pr = probs;
-    if (!pr.defined()) {  // recomputed as the forward made them
-      pr = empty({core.softmax.batch, core.softmax.rows, core.softmax.cols}, dt);
-      kernels::attention_core_forward(core, qkv.raw_data(), nullptr, nullptr,
-                                      mask.defined() ? mask.data<float>() : nullptr, pr.raw_data(), nullptr);
-    }
+    Tensor pr = probs.defined() ? probs : core_probabilities(core, qkv, Tensor(), Tensor(), mask, dt);
     Tensor go = grad_as(g[0], dt);
     Tensor dqkv = empty(qkv.shape(), dt);
     kernels::attention_core_backward(core, qkv.raw_data(), nullptr, nullptr, pr.raw_data(), go.raw_data(),
@@ -433,10 +439,8 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   const bool on_core = is_low_precision(dt) && k.dtype() == dt && v.dtype() == dt && kernels::attention_core_supported(core);
   Tensor probs, out;
   if (on_core) {
-    probs = empty({n, sq, sk}, dt);
     out = empty({n, sq, v.dim(2)}, dt);
-    kernels::attention_core_forward(core, q.raw_data(), k.raw_data(), v.raw_data(),
-                                    mask.defined() ? mask.data<float>() : nullptr, probs.raw_data(), out.raw_data());
+    probs = core_probabilities(core, q, k, v, mask, dt, &out);
   } else {
     probs = attention_probabilities(q, k, mask, p, dt, acc);
     out = bmm(probs, v, false, false, dt);
@@ -446,14 +450,9 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   if (recompute_probs) probs = Tensor();
   Tensor mask_kept = recompute_probs ? mask : Tensor();  // the mask only where backward reads it
   return d.finish(out, [q, k, v, mask = mask_kept, probs, p, core, on_core, dt, acc](const TensorList& g) {
-    Tensor pr = probs;
-    if (!pr.defined() && on_core) {  // recomputed as the forward made them: the same way, the same bits
-      pr = empty({p.batch, p.rows, p.cols}, dt);
-      kernels::attention_core_forward(core, q.raw_data(), k.raw_data(), v.raw_data(),
-                                      mask.defined() ? mask.data<float>() : nullptr, pr.raw_data(), nullptr);
-    } else if (!pr.defined()) {
-      pr = attention_probabilities(q, k, mask, p, dt, acc);
-    }
+    Tensor pr = probs.defined() ? probs
+                : on_core       ? core_probabilities(core, q, k, v, mask, dt)  // (the forward's way and bits)
+                                : attention_probabilities(q, k, mask, p, dt, acc);
     Tensor go = grad_as(g[0], dt);
     if (on_core) {
       Tensor dq = empty(q.shape(), dt), dk = empty(k.shape(), dt), dv = empty(v.shape(), dt);

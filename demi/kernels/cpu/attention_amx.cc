@@ -12,6 +12,7 @@
 
 #include "demi/core/half.h"
 #include "demi/kernels/cpu/attention_amx.h"
+#include "demi/kernels/cpu/gemm_amx.h"
 #include "demi/kernels/cpu/internal/amx_gemm.h"
 #include "demi/kernels/cpu/internal/amx_tiles.h"
 #include "demi/kernels/cpu/internal/attention_impl.h"
@@ -26,19 +27,6 @@ using cpu_internal::for_each_part;
 using cpu_internal::PartScratch;
 using cpu_internal::parts_for;
 using cpu_internal::VecAvx512;
-
-// One matrix's product of operands in t (bf16 or f16; batch 1), as ops' bmm asks for it.
-MatmulParams product(DType t, int64_t m, int64_t n, int64_t k, bool ta, bool tb, DType c) {
-  MatmulParams p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.trans_a = ta;
-  p.trans_b = tb;
-  p.a_dtype = p.b_dtype = t;
-  p.c_dtype = c;
-  return p;
-}
 
 // Where an operand's matrices are: matrix i (= b H + h) at base + b per_b + h per_h, its rows ld apart
 // (elements of 2 bytes: bf16 or f16).
@@ -70,38 +58,38 @@ struct Layouts {
   }
 };
 
-// A product of one matrix and where its operands' rows are; split: f16 values, as four bf16 products
-// (gemm_amx.h: exact).
-struct Product {
-  MatmulParams p;
-  AmxStrides strides;
-  bool split = false;
+// The strides of the six products (AttentionProducts, batch 1) under p's layout: q, k, v, out rows as Layouts
+// says; the probabilities, scores, dp and ds Sk apart.
+struct Strides {
+  AmxStrides scores, out, dv, dp, dq, dk;
+  Strides(const AttentionCoreParams& a, const Layouts& l) {
+    const int64_t sk = a.softmax.cols;
+    scores = {l.q.ld, l.k.ld, sk};
+    out = {sk, l.v.ld, l.out.ld};
+    dv = {sk, l.out.ld, l.v.ld};
+    dp = {l.out.ld, l.v.ld, sk};
+    dq = {sk, l.k.ld, l.q.ld};
+    dk = {sk, l.q.ld, l.k.ld};
+  }
 };
 
-// The products of the forward (scores, out) and of the backward (dv, dp, dq, dk), with the strides of p's
-// layout (the probabilities, scores, dp and ds: Sk apart).
+// The products of one matrix (f16 values split exactly: gemm_amx.h) and where their operands' rows are.
 struct Products {
-  Product scores, out, dv, dp, dq, dk;
-  Products(const AttentionCoreParams& a, const Layouts& l) {
-    const int64_t sq = a.softmax.rows, sk = a.softmax.cols;
-    const DType t = a.dtype;
-    const bool split = t == DType::kF16;
-    scores = {product(t, sq, sk, a.dk, false, true, DType::kF32), {l.q.ld, l.k.ld, sk}, split};  // q kᵀ
-    out = {product(t, sq, a.dv, sk, false, false, t), {sk, l.v.ld, l.out.ld}, split};            // p v
-    dv = {product(t, sk, a.dv, sq, true, false, t), {sk, l.out.ld, l.v.ld}, split};              // pᵀ dO
-    dp = {product(t, sq, sk, a.dv, false, true, DType::kF32), {l.out.ld, l.v.ld, sk}, split};     // dO vᵀ
-    dq = {product(t, sq, a.dk, sk, false, false, t), {sk, l.k.ld, l.q.ld}, split};               // ds k
-    dk = {product(t, sk, a.dk, sq, true, false, t), {sk, l.q.ld, l.k.ld}, split};                // dsᵀ q
-  }
+  AttentionProducts p;
+  Strides s;
+  Products(const AttentionCoreParams& a, const Layouts& l) : p(a, 1), s(a, l) {}
   size_t gemm_bytes(bool backward) const {
-    auto b = [](const Product& x) { return bytes64(amx_gemm_one_bytes(x.p, x.split, x.strides)); };
-    return backward ? std::max({b(dv), b(dp), b(dq), b(dk)}) : std::max(b(scores), b(out));
+    auto b = [](const MatmulParams& x, const AmxStrides& st) {
+      return bytes64(amx_gemm_one_bytes(x, amx_gemm_splits(x), st));
+    };
+    return backward ? std::max({b(p.dv, s.dv), b(p.dp, s.dp), b(p.dq, s.dq), b(p.dk, s.dk)})
+                    : std::max(b(p.scores, s.scores), b(p.out, s.out));
   }
 };
 
-// x's product on the calling thread (tiles configured), its packing in `gemm`.
-void multiply(const Product& x, const void* a, const void* b, void* c, char* gemm) {
-  amx_gemm_one(x.p, a, b, c, x.split, gemm, x.strides);
+// x's product on the calling thread (tiles configured), its operands' rows `st` apart, its packing in `gemm`.
+void multiply(const MatmulParams& x, const AmxStrides& st, const void* a, const void* b, void* c, char* gemm) {
+  amx_gemm_one(x, a, b, c, amx_gemm_splits(x), gemm, st);
 }
 
 // A thread's scratch: the f32 scores (or dp), ds (backward, in the operands' dtype), then the GEMM's packing.
@@ -115,16 +103,6 @@ struct Scratch {
   }
   size_t total() const { return f32_bytes + ds_bytes + gemm_bytes; }
 };
-
-}  // namespace
-
-int64_t attention_tiles_scratch_body(const AttentionCoreParams& p, bool backward) {
-  const Layouts l(p);
-  const Products pr(p, l);
-  return static_cast<int64_t>(Scratch(p, pr, backward).total()) * parts_for(p.softmax.batch);
-}
-
-namespace {
 
 // The bodies for operands of type T (BFloat16 or Half).
 template <class T>
@@ -143,11 +121,11 @@ void forward_as(const AttentionCoreParams& p, const T* q, const T* k, const T* v
     char* gemm = scratch.part(part) + sc.f32_bytes;
     cpu_internal::configure_tiles();
     for (int64_t i = i0; i < i1; ++i) {
-      multiply(pr.scores, l.q.at(q, i, h), l.k.at(kk, i, h), scores, gemm);
+      multiply(pr.p.scores, pr.s.scores, l.q.at(q, i, h), l.k.at(kk, i, h), scores, gemm);
       T* pi = probs + i * sq * sk;
       cpu_internal::attention_matrix_rows<VecAvx512>(scores, mask, s, i, 0, sq, pi);  // (the softmax kernel's rows)
       if (out != nullptr)
-        multiply(pr.out, pi, l.v.at(vv, i, h), l.out.at(out, i, h), gemm);
+        multiply(pr.p.out, pr.s.out, pi, l.v.at(vv, i, h), l.out.at(out, i, h), gemm);
     }
     _tile_release();
   });
@@ -173,11 +151,11 @@ void backward_as(const AttentionCoreParams& p, const T* q, const T* k, const T* 
     for (int64_t i = i0; i < i1; ++i) {
       const T *pi = probs + i * sq * sk, *doi = l.out.at(dout, i, h);
       const T *qi = l.q.at(q, i, h), *ki = l.k.at(kk, i, h), *vi = l.v.at(vv, i, h);
-      multiply(pr.dv, pi, doi, l.v.at(dvv, i, h), gemm);
-      multiply(pr.dp, doi, vi, dp, gemm);
+      multiply(pr.p.dv, pr.s.dv, pi, doi, l.v.at(dvv, i, h), gemm);
+      multiply(pr.p.dp, pr.s.dp, doi, vi, dp, gemm);
       cpu_internal::attention_matrix_backward_rows<VecAvx512>(pi, dp, s, 0, sq, ds);  // (the softmax kernel's rows)
-      multiply(pr.dq, ds, ki, l.q.at(dq, i, h), gemm);
-      multiply(pr.dk, ds, qi, l.k.at(dkk, i, h), gemm);
+      multiply(pr.p.dq, pr.s.dq, ds, ki, l.q.at(dq, i, h), gemm);
+      multiply(pr.p.dk, pr.s.dk, ds, qi, l.k.at(dkk, i, h), gemm);
     }
     _tile_release();
   });

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "demi/core/dtype.h"
+#include "demi/kernels/matmul_params.h"
 #include "demi/kernels/reference/attention.h"
 
 namespace demi::kernels::cpu {
@@ -33,6 +34,34 @@ struct AttentionCoreParams {
   bool packed_heads = false;
 };
 
+// The core's six products for N matrices (batch = N: the batched products; 1: one matrix, the fused
+// kernels), as ops' bmm asks for them, operands in p.dtype: forward scores = q kᵀ (into f32) and out = p v;
+// backward dv = pᵀ dO, dp = dO vᵀ (into f32), dq = ds k, dk = dsᵀ q.
+struct AttentionProducts {
+  MatmulParams scores, out, dv, dp, dq, dk;
+  AttentionProducts(const AttentionCoreParams& p, int64_t batch) {
+    const int64_t sq = p.softmax.rows, sk = p.softmax.cols;
+    auto product = [&](int64_t m, int64_t n, int64_t k, bool ta, bool tb, DType c) {
+      MatmulParams mp;
+      mp.batch = batch;
+      mp.m = m;
+      mp.n = n;
+      mp.k = k;
+      mp.trans_a = ta;
+      mp.trans_b = tb;
+      mp.a_dtype = mp.b_dtype = p.dtype;
+      mp.c_dtype = c;
+      return mp;
+    };
+    scores = product(sq, sk, p.dk, false, true, DType::kF32);
+    out = product(sq, p.dv, sk, false, false, p.dtype);
+    dv = product(sk, p.dv, sq, true, false, p.dtype);
+    dp = product(sq, sk, p.dv, false, true, DType::kF32);
+    dq = product(sq, p.dk, sk, false, false, p.dtype);
+    dk = product(sk, p.dk, sq, true, false, p.dtype);
+  }
+};
+
 // Whether the fused kernels take p here: the amx level, bf16 or f16, positive sizes, one matrix's scores small enough for
 // a core's L2 (Sq Sk f32 <= 256 KiB), and for packed_heads Sq = Sk and dk = dv. Any CPU may ask.
 bool attention_tiles_supported(const AttentionCoreParams& p);
@@ -45,8 +74,5 @@ void attention_tiles_forward(const AttentionCoreParams& p, const void* q, const 
 // From probs (the forward's) and dout (N, Sq, dv): dq, dk, dv (p.dtype, shaped as q, k, v).
 void attention_tiles_backward(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
                               const void* probs, const void* dout, void* dq, void* dk, void* dv);
-
-// The per-thread scratch the fused kernels hold (forward | backward), for the choice's pricing and tests.
-int64_t attention_tiles_scratch_bytes(const AttentionCoreParams& p, bool backward);
 
 }  // namespace demi::kernels::cpu

@@ -11,7 +11,6 @@ void attention_tiles_forward_body(const AttentionCoreParams& p, const void* q, c
                                   const float* mask, void* probs, void* out);
 void attention_tiles_backward_body(const AttentionCoreParams& p, const void* q, const void* k, const void* v,
                                    const void* probs, const void* dout, void* dq, void* dk, void* dv);
-int64_t attention_tiles_scratch_body(const AttentionCoreParams& p, bool backward);
 }  // namespace cpu_internal_amx
 
 namespace {
@@ -36,11 +35,6 @@ void attention_tiles_backward(const AttentionCoreParams& p, const void* q, const
                               const void* probs, const void* dout, void* dq, void* dk, void* dv) {
   DEMI_ASSERT(attention_tiles_supported(p), "attention_tiles_backward: not a fused attention here");
   cpu_internal_amx::attention_tiles_backward_body(p, q, k, v, probs, dout, dq, dk, dv);
-}
-
-int64_t attention_tiles_scratch_bytes(const AttentionCoreParams& p, bool backward) {
-  DEMI_ASSERT(attention_tiles_supported(p), "attention_tiles_scratch_bytes: not a fused attention here");
-  return cpu_internal_amx::attention_tiles_scratch_body(p, backward);
 }
 
 }  // namespace demi::kernels::cpu

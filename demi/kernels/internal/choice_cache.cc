@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -42,6 +43,23 @@ double seconds_of(const std::function<void()>& f, int reps) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < reps; ++i) f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
+TwoWays time_two_ways(const std::function<void(bool)>& run, std::optional<MemCategory> category) {
+  TwoWays t{{1e30, 1e30}, {0, 0}};
+  double warm = 0;
+  for (int i = 0; i < 2; ++i) {
+    const MemStats now = mem_stats();
+    const int64_t before = category ? now.cur(*category) : now.total_current;
+    ScopedPeak peak;
+    warm += seconds_of([&] { run(i == 1); });
+    const MemStats held = peak.peak();
+    t.held[i] = (category ? held.pk(*category) : held.total_peak) - before;
+  }
+  const int reps = std::clamp(static_cast<int>(2e-3 / std::max(warm, 1e-9)), 1, 20);
+  for (int r = 0; r < 5; ++r)
+    for (int i = 0; i < 2; ++i) t.seconds[i] = std::min(t.seconds[i], seconds_of([&] { run(i == 1); }, reps));
+  return t;
 }
 
 std::string cpu_file_tag() {

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "demi/core/memory.h"
+
 namespace demi::kernels::internal {
 
 class ChoiceCache {
@@ -54,6 +56,15 @@ class ChoiceCache {
 
 // Seconds per call of f over `reps` calls (steady clock): what a tuner compares.
 double seconds_of(const std::function<void()>& f, int reps = 1);
+
+// The two ways of making a call, run(false) and run(true), timed as a choice compares them: each once to
+// warm and to see the memory it holds at its peak beyond what was held before it (the `category`'s, or all
+// of it), then five alternating rounds of about a millisecond each, the best kept.
+struct TwoWays {
+  double seconds[2];
+  int64_t held[2];
+};
+TwoWays time_two_ways(const std::function<void(bool)>& run, std::optional<MemCategory> category);
 
 // How a measured choice weighs memory against time, the same on every CPU: a candidate's time is priced up
 // by the share of the call's footprint (`footprint`: the bytes its operands and result occupy as stored)

@@ -213,23 +213,11 @@ Workspace zeroed(size_t bytes) {
 int demi_measures_faster(const std::function<void(bool)>& run, int64_t footprint) {
   // The two are often close, within what timing noise on a shared machine can amount to: each
   // measurement repeats the call to about a millisecond, and five alternating rounds keep the best.
-  double warm = 0;
-  int64_t workspace[2] = {0, 0};
-  for (int i = 0; i < 2; ++i) {
-    const int64_t before = mem_stats().cur(MemCategory::kWorkspace);
-    ScopedPeak peak;
-    warm += kernels::internal::seconds_of([&] { run(i == 1); });
-    workspace[i] = peak.peak().pk(MemCategory::kWorkspace) - before;
-  }
-  const int reps = std::clamp(static_cast<int>(2e-3 / std::max(warm, 1e-9)), 1, 20);
-  double best[2] = {1e30, 1e30};
-  for (int r = 0; r < 5; ++r)
-    for (int i = 0; i < 2; ++i)
-      best[i] = std::min(best[i], kernels::internal::seconds_of([&] { run(i == 1); }, reps));
+  const kernels::internal::TwoWays t = kernels::internal::time_two_ways(run, MemCategory::kWorkspace);
   // oneDNN holds a chunk of images' reordered, converted or unpooled activations in workspace (up to
   // kChunkBytes: on model A at O2-bf16 the training peak's largest part), demi's kernels little or none;
   // like the matmul's widening paths, it has to be clearly faster to be worth that memory.
-  return demi_kernel_preferred(best[1], best[0], workspace[1], workspace[0], footprint) ? 1 : 0;
+  return demi_kernel_preferred(t.seconds[1], t.seconds[0], t.held[1], t.held[0], footprint) ? 1 : 0;
 }
 
 }  // namespace demi::kernels::onednn::internal
