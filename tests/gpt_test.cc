@@ -228,14 +228,11 @@ TEST(GPT, SamplingIsDeterministicPerSeedAndSlidesPastTheBlock) {
 // ---- a short run on real text ----
 
 std::string kjv_file() {
+  // Written once per process into a folder of its own, removed with it when the process exits.
+  static const test_support::TempDir dir("demi_gpt_test_kjv");
   static const std::string path = [] {
-    // Per process (tests run side by side, and other checkouts may run theirs): written once, then renamed.
-    const std::string p =
-        (std::filesystem::temp_directory_path() / ("demi_gpt_test_kjv_" + std::to_string(::getpid()) + ".txt")).string();
-    if (test_support::run_program({"bible", "-f", "Gen1:1-Rev22:21"}, p + ".tmp") != 0) return std::string();
-    std::error_code ec;
-    std::filesystem::rename(p + ".tmp", p, ec);
-    return ec ? std::string() : p;
+    const std::string p = (dir / "kjv.txt").string();
+    return test_support::run_program({"bible", "-f", "Gen1:1-Rev22:21"}, p) == 0 ? p : std::string();
   }();
   return path;
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "demi/core/rng.h"
+#include "demi/core/test_support.h"
 #include "demi/train/checkpoint.h"
 
 extern char** environ;
@@ -87,8 +88,8 @@ class KillAndResume : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(KillAndResume, ResumedRunEndsBitIdenticalToAnUninterruptedOne) {
   const std::string level = GetParam();
-  fs::path root = fs::temp_directory_path() / ("demi_resume_" + level + "_" + std::to_string(getpid()));
-  fs::remove_all(root);
+  const test_support::TempDir tmp("demi_resume_" + level);
+  const fs::path& root = tmp.path();
   fs::path whole = root / "whole", killed = root / "killed";
   fs::create_directories(whole);
   fs::create_directories(killed);
@@ -121,7 +122,6 @@ TEST_P(KillAndResume, ResumedRunEndsBitIdenticalToAnUninterruptedOne) {
   ASSERT_EQ(wait_for(spawn(train_args(level, killed, true))), 0) << "the final resume failed";
   EXPECT_GE(kills, 1) << "the run was never interrupted";
   expect_bit_identical(reference, final_weights(killed));
-  fs::remove_all(root);
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, KillAndResume, ::testing::Values("O0", "O2"));

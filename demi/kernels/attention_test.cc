@@ -18,6 +18,7 @@
 
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/core/test_support.h"
 #include "demi/kernels/cpu/internal/test_util.h"
 #include "demi/kernels/tolerance.h"
 
@@ -262,9 +263,8 @@ TEST(AttentionCore, HeadsReadInPlaceGiveTheBitsOfThePermutedOperands) {
 TEST(AttentionCore, TheChoiceIsMeasuredOnceAndKept) {
   const AttentionCoreParams p = params({4, 2, 64, 64, 32, 32, false, 0});
   if (skip_without_tiles(p)) GTEST_SKIP() << "the fused attention kernels need the amx level; this CPU runs " << cpu_level_name(cpu_level());
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("demi_attention_test_" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
+  const test_support::TempDir tmp("demi_attention_test");
+  const std::string dir = tmp.str();
   set_attention_cache_dir(dir);
   set_attention_policy(AttentionPolicy::kAuto);
   const std::string path = attention_cache_path();
@@ -292,7 +292,6 @@ TEST(AttentionCore, TheChoiceIsMeasuredOnceAndKept) {
   EXPECT_EQ(attention_core_kernel(p, false), "tiles");
   set_attention_policy(AttentionPolicy::kAuto);
   set_attention_cache_dir("");
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

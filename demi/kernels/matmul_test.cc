@@ -12,10 +12,11 @@
 #include "demi/core/convert.h"
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
+#include "demi/core/test_support.h"
 #include "demi/kernels/cpu/gemm.h"
 #include "demi/kernels/cpu/gemm_dot.h"
-#include "demi/kernels/onednn/matmul.h"
 #include "demi/kernels/internal/matmul_conv_test_util.h"
+#include "demi/kernels/onednn/matmul.h"
 #include "demi/kernels/reference/matmul.h"
 #include "demi/kernels/tolerance.h"
 
@@ -127,9 +128,8 @@ TEST(Matmul, RowSumsOfAAreThePlainSumsUnderEveryPolicy) {
 // A product with a residual and row sums named before it ever ran (`demi info`'s path): the tuning runs the
 // candidates on zeroed scratch for a, b, the residual and the sums, and records the choice under its own key.
 TEST(Matmul, AProductWithAResidualAndRowSumsIsTunedWithoutOperands) {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("demi_matmul_epilogue_test_" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
+  const test_support::TempDir tmp("demi_matmul_epilogue_test");
+  const std::string dir = tmp.str();
   set_matmul_cache_dir(dir);
   const float mark = 0;  // (only whether each is present matters without operands)
   float sums_mark = 0;
@@ -148,7 +148,6 @@ TEST(Matmul, AProductWithAResidualAndRowSumsIsTunedWithoutOperands) {
   EXPECT_NE(text.find("37x70x45 ta b bfloat16,bfloat16->bfloat16 residual row-sums = "), std::string::npos) << text;
   EXPECT_EQ(sums_mark, 0.0f) << "the caller's sums are not written without operands";
   set_matmul_cache_dir("");
-  std::filesystem::remove_all(dir);
 }
 
 // An f32 b read rounded to bf16|f16 (AMP's master weight), or an f32 a (AMP's data batch): every policy
@@ -250,8 +249,8 @@ TEST(Matmul, PoliciesNameTheirKernels) {
 // A choice is written to the cache file once and read back by a process that has not tuned it (here: after
 // forgetting the in-memory choices); the first choice written wins over tuning again.
 TEST(Matmul, ChoicesPersistInTheCacheFile) {
-  const std::string dir = (std::filesystem::temp_directory_path() / ("demi_matmul_test_" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
+  const test_support::TempDir tmp("demi_matmul_test");
+  const std::string dir = tmp.str();
   set_matmul_cache_dir(dir);
   const std::string path = matmul_cache_path();
   ASSERT_FALSE(path.empty()) << "no cache folder could be written";
@@ -282,7 +281,6 @@ TEST(Matmul, ChoicesPersistInTheCacheFile) {
   EXPECT_EQ(matmul_kernel(q).rfind(was_onednn ? "demi-f32" : "onednn", 0), 0u) << matmul_kernel(q);
   EXPECT_EQ(matmul_kernel(p), first);
   set_matmul_cache_dir("");
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "demi/autograd/autograd.h"
+#include "demi/core/test_support.h"
 #include "demi/data/data.h"
 #include "demi/nn/layers.h"
 #include "demi/nn/models.h"
@@ -89,7 +90,8 @@ TEST(AmpAdapt, PromotionsAreCheckpointedAndRestoredOnResume) {
   AdaptRun a(true);
   a.train(2);
   ASSERT_EQ(a.model->amp_adapter()->promoted_layers(), std::vector<std::string>{"2"});
-  auto path = std::filesystem::temp_directory_path() / ("demi_adapt_" + std::to_string(::getpid()) + ".safetensors");
+  const test_support::TempDir tmp("demi_adapt");
+  const auto path = tmp / "adapt.safetensors";
   save_checkpoint(path, *a.model);
   io::TrainingState ck = load_checkpoint(path);
   EXPECT_EQ(ck.meta.amp_promotions, std::vector<std::string>{"2"});
@@ -108,7 +110,6 @@ TEST(AmpAdapt, PromotionsAreCheckpointedAndRestoredOnResume) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("AMP promotions"), std::string::npos) << e.what();
   }
-  std::filesystem::remove(path);
 }
 
 TEST(AmpAdapt, ADynamicScalesOwnBackOffNeverPromotes) {

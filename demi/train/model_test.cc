@@ -94,7 +94,8 @@ TEST(Model, TrainsAndEvaluatesAtO2WithCallbacks) {
                                             {"Loss", std::make_shared<Loss>()},
                                             {"Top2", std::make_shared<TopKCategoricalAccuracy>(2)}});
   auto train = toy_dataset(160, 1), test = toy_dataset(64, 2);
-  std::string history = ::testing::TempDir() + "/demi_history.jsonl";
+  const test_support::TempDir tmp("demi_history");
+  const std::string history = (tmp / "history.jsonl").string();
   model.train(3, train, {std::make_shared<TimeMonitor>(), std::make_shared<LossMonitor>(5),
                          std::make_shared<HistoryLogger>(history), std::make_shared<LossScaleMonitor>()},
               /*dataset_sink_mode=*/false);

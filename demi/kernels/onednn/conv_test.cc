@@ -17,10 +17,11 @@
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/core/memory.h"
+#include "demi/core/test_support.h"
 #include "demi/kernels/cpu/conv.h"
+#include "demi/kernels/cpu/pool.h"
 #include "demi/kernels/internal/conv_test_util.h"
 #include "demi/kernels/internal/matmul_conv_test_util.h"
-#include "demi/kernels/cpu/pool.h"
 #include "demi/kernels/onednn/internal/onednn_util.h"
 #include "demi/kernels/onednn/primitive_cache.h"
 #include "demi/kernels/reference/conv.h"
@@ -250,8 +251,8 @@ TEST(OnednnConv, Bf16ChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
   if (!internal::has_bf16_kernels())
     GTEST_SKIP() << "oneDNN has no bf16 kernels at this ISA (" << cpu_level_name(cpu_level())
                  << "): bf16 convolutions compute in f32, with no choice to make";
-  const std::string dir = ::testing::TempDir() + "/demi-conv-choices-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  const test_support::TempDir tmp("demi-conv-choices");
+  const std::string dir = tmp.str();
   const ConvBf16Policy saved = conv_bf16_policy();
   const ConvGemmPolicy saved_gemm = conv_gemm_policy();
   set_conv_bf16_policy(ConvBf16Policy::kAuto);
@@ -277,14 +278,13 @@ TEST(OnednnConv, Bf16ChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
   set_conv_cache_dir("");
   set_conv_gemm_policy(saved_gemm);
   set_conv_bf16_policy(saved);
-  std::filesystem::remove_all(dir);
 }
 
 // A first layer's geometry: the forward and the weight gradient are each measured once (direct or oneDNN),
 // kept in the choice file, and read back by a new process; the data gradient and other geometries add none.
 TEST(OnednnConv, DirectChoiceIsMeasuredOncePerDirectionAndKeptInTheChoiceFile) {
-  const std::string dir = ::testing::TempDir() + "/demi-conv-direct-choices-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  const test_support::TempDir tmp("demi-conv-direct-choices");
+  const std::string dir = tmp.str();
   const ConvDirectPolicy saved = conv_direct_policy();
   set_conv_direct_policy(ConvDirectPolicy::kAuto);
   set_conv_direct_cache_dir(dir);
@@ -318,7 +318,6 @@ TEST(OnednnConv, DirectChoiceIsMeasuredOncePerDirectionAndKeptInTheChoiceFile) {
   EXPECT_EQ(lines(), both);
   set_conv_direct_cache_dir("");
   set_conv_direct_policy(saved);
-  std::filesystem::remove_all(dir);
 }
 
 // oneDNN's f16 paths widen to f32: on model A's first layer at batch 32 the fused backward held 4.39 MiB of
@@ -359,8 +358,8 @@ TEST(OnednnConv, AChoicePricesWorkspaceAgainstTime) {
 // A weight gradient that accumulates (gradient accumulation) and is the geometry's first: the measurement
 // runs each candidate into scratch, so dw and db take the sum once, whichever kernel wins.
 TEST(OnednnConv, DirectChoiceMeasuredOnAnAccumulatingCallAddsOnce) {
-  const std::string dir = ::testing::TempDir() + "/demi-conv-direct-acc-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  const test_support::TempDir tmp("demi-conv-direct-acc");
+  const std::string dir = tmp.str();
   const ConvDirectPolicy saved = conv_direct_policy();
   set_conv_direct_policy(ConvDirectPolicy::kAuto);
   set_conv_direct_cache_dir(dir);
@@ -375,7 +374,6 @@ TEST(OnednnConv, DirectChoiceMeasuredOnAnAccumulatingCallAddsOnce) {
   EXPECT_TRUE(all_close(db.data(), F32, f.db_acc, tolerance_for_sum(F32, terms, 1.0)));
   set_conv_direct_cache_dir("");
   set_conv_direct_policy(saved);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(OnednnConv, ErrorsNameTheOpAndShapes) {
@@ -419,8 +417,8 @@ TEST(OnednnConv, GemmChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
   if (!kernels::cpu::conv2d_indirect_supported(Fixture(kGeometries[2]).p))
     GTEST_SKIP() << "demi's indirect convolution has no micro-kernel at " << cpu_level_name(cpu_level())
                  << ": oneDNN runs every convolution, with no choice to make";
-  const std::string dir = ::testing::TempDir() + "/demi-conv-gemm-choices-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  const test_support::TempDir tmp("demi-conv-gemm-choices");
+  const std::string dir = tmp.str();
   const ConvGemmPolicy saved = conv_gemm_policy();
   set_conv_gemm_policy(ConvGemmPolicy::kAuto);
   set_conv_gemm_cache_dir(dir);
@@ -465,7 +463,6 @@ TEST(OnednnConv, GemmChoiceIsMeasuredOnceAndKeptInTheChoiceFile) {
   EXPECT_EQ(lines(), all);
   set_conv_gemm_cache_dir("");
   set_conv_gemm_policy(saved);
-  std::filesystem::remove_all(dir);
 }
 
 // Every path of the fused backward: oneDNN's fused primitive; the direct weight gradient with oneDNN's data
@@ -578,8 +575,8 @@ TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
 // rounded copy, the later ones follow the choice). The image holds values that round: halfway cases, a NaN,
 // a value past f16's range, a subnormal.
 TEST(OnednnConv, AnF32ImageReadAsLowValuesGivesTheRoundedImagesBits) {
-  const std::string dir = ::testing::TempDir() + "/demi-conv-round-x-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  const test_support::TempDir tmp("demi-conv-round-x");
+  const std::string dir = tmp.str();
   ScopedConvPolicies policies(conv_direct_policy(), conv_gemm_policy());
   set_conv_direct_cache_dir(dir);
   struct Setting {
@@ -678,15 +675,14 @@ TEST(OnednnConv, AnF32ImageReadAsLowValuesGivesTheRoundedImagesBits) {
   std::vector<float> buf(1 << 16);
   EXPECT_THROW(conv2d_forward(bad, buf.data(), buf.data(), nullptr, buf.data()), Error);
   set_conv_direct_cache_dir("");
-  std::filesystem::remove_all(dir);
 }
 
 // A process whose choice file already holds a first layer's direct choice runs the direct kernel on an f32 x
 // read as bf16 from its first call: no rounded copy of x (which only a measuring first call needs; model A's
 // batch copy was 0.19 MiB of its O2-bf16 training peak when every process's first call made it).
 TEST(OnednnConv, AWarmChoiceFileMakesNoRoundedCopyOfTheBatch) {
-  const std::string dir = ::testing::TempDir() + "/demi-conv-warm-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  const test_support::TempDir tmp("demi-conv-warm");
+  const std::string dir = tmp.str();
   ScopedConvPolicies policies(conv_direct_policy(), conv_gemm_policy());
   set_conv_direct_policy(ConvDirectPolicy::kAuto);
   set_conv_direct_cache_dir(dir);
@@ -716,7 +712,6 @@ TEST(OnednnConv, AWarmChoiceFileMakesNoRoundedCopyOfTheBatch) {
     GTEST_SKIP() << "oneDNN measured faster here: its calls take the rounded copy either way";
   }
   set_conv_direct_cache_dir("");
-  std::filesystem::remove_all(dir);
 }
 
 // The fused backward for f16 storage (its forward kept the convolution's output in f32) never holds the

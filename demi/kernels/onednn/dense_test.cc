@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "demi/core/cpu.h"
+#include "demi/core/test_support.h"
 #include "demi/kernels/internal/matmul_conv_test_util.h"
 #include "demi/kernels/matmul.h"
 #include "demi/kernels/onednn/internal/onednn_util.h"
@@ -111,8 +112,8 @@ TEST(OnednnDense, ForwardAndBackwardMatchTheFormulas) {
 TEST(OnednnDense, WeightGradientWaysEachMatchTheFormulasAndTheChoiceIsKept) {
   const bool ip_applies = internal::has_bf16_kernels();  // (oneDNN has no bf16 kernels on an AVX2 CPU)
   const MatmulPolicy saved = matmul_policy();
-  const std::string dir = ::testing::TempDir() + "/demi-dense-weights-choices-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  const test_support::TempDir tmp("demi-dense-weights-choices");
+  const std::string dir = tmp.str();
   set_dense_weights_cache_dir(dir);
   const DenseCase cases[] = {{1024, 64, 33}, {300, 19, 7}};
   uint64_t seed = 500;
@@ -160,7 +161,6 @@ TEST(OnednnDense, WeightGradientWaysEachMatchTheFormulasAndTheChoiceIsKept) {
   EXPECT_EQ(count, lines.size());
   set_dense_weights_cache_dir("");
   set_matmul_policy(saved);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(OnednnDense, BiasGradMatchesReferenceAcrossBlocksAndDtypes) {
