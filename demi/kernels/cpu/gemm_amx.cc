@@ -30,6 +30,7 @@ namespace {
 
 using cpu_internal::bytes64;
 using cpu_internal::configure_tiles;
+using cpu_internal::load_c_tiles;
 using cpu_internal::multiply_c_column;
 using cpu_internal::multiply_c_tiles;
 using cpu_internal::store_c_tiles;
@@ -355,21 +356,36 @@ DEMI_AMX_INLINE void for_each_k_block(const RowsOfA& pa, int64_t m0, int64_t m1,
     }
 }
 
+// Whether a call of blocks() over `column_blocks` column blocks runs K blocks (blocks(), held): K' longer
+// than one K block and at most kMaxKBlocks of them, and more than one column block to reuse a's block on
+// (with one, only the spills would be paid). Measured in paired rounds, 2 threads (Xeon, AMX), against one
+// pass over the whole K': K' of 784-1024 1.03-1.21x (1024^3, 512^3 x 2, C's and D's products of K 784 and
+// 1024; 128 x 1024 x 1024 and 256 x 256 x 1024 within noise), K' of 3136 0.82-0.95x (model B's first Dense,
+// 128 x 128 and 256 x 256 x 3136, 1024 x 1024 x 3136, 4096 x 256 x 3136): there the pass over the whole K'
+// keeps its C blocks in the tiles 98 steps at a time.
+constexpr int64_t kMaxKBlocks = 4;
+bool k_blocked(const Layout& L, int64_t column_blocks) {
+  return !L.split() && L.kq() > kKBlock && L.kq() <= kMaxKBlocks * kKBlock && column_blocks > 1;
+}
+
 // The C blocks (row blocks [m0, m1) x column blocks [n0, n1), 32 x 32 each) = a . packed b over K',
 // stored through the epilogue. pb holds packed b's column blocks from pb_nb0 on (column block nb's two tile
-// columns at pb + 2 (nb - pb_nb0) kq 16). Each C block stays in the tiles over the whole K' and goes through
-// the store once; its b columns (and a's rows, where a row block is too large to stay in L1 across the
-// column blocks) stream from L2, each step's tiles prefetched into L1 kAhead steps before it (a's 32 rows of
-// 64 bytes, b's 32 lines; near the end of K, the next column block's first steps). Measured against K blocks
-// of 256 with a's block held in L1 across the column blocks and the sums spilled between K blocks, in paired
-// rounds in one process (the tile unit's speed swings too much between runs to compare them apart), 2
-// threads, the reference products: C's forward and input gradient 1.08-1.15x, A's classifier forward
-// 1.09-1.26x, 1024^3 1.00-1.08x, D's 1.03-1.07x, B's first Dense forward 1.06-1.08x, B's short-K (128) input
-// and weight gradients 0.96-1.00x (a paired median moved up to 8% between runs); 3 or 4 steps ahead were
-// slower. The same sums in the same order (the spilled sums were stored and reloaded exactly), and no
-// buffer for them.
+// columns at pb + 2 (nb - pb_nb0) kq 16).
+// Where k_blocked(L, n1 - n0): per row block, K blocks of kKBlock, each multiplied into every column block in
+// turn, so that a's block (32 rows of kKBlock bf16: 16 KiB) stays in L1 across the column blocks while b's
+// stream from L2; each C block's sums wait in `held` ((n1 - n0) 32 x 32 f32 blocks) between K blocks, stored
+// from the tiles and loaded back exactly: the same sums in the same order as one pass over the whole K'.
+// Measured against that pass in paired rounds in one process, 2 threads (Xeon, AMX): 1024^3 1.05-1.07x,
+// C's 256 x 1024 x 784 (b transposed) 1.09-1.11x and 256 x 1024 x 1024 1.06-1.11x, D's 4096 x 256 x 1024
+// 1.08-1.16x. (Stop 60 had measured K blocks slower on these shapes with a's prefetches still issued in
+// them; without any here.)
+// Otherwise each C block stays in the tiles over the whole K' and goes through the store once; its b columns
+// (and a's rows, where a row block is too large to stay in L1 across the column blocks) stream from L2, each
+// step's tiles prefetched into L1 kAhead steps before it (a's 32 rows of 64 bytes, b's 32 lines; near the end
+// of K, the next column block's first steps); 3 or 4 steps ahead were slower.
 void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFloat16* pb, int64_t pb_nb0, int64_t m0,
-            int64_t m1, int64_t n0, int64_t n1, void* c, int64_t ldc, const void* residual, const float* bias) {
+            int64_t m1, int64_t n0, int64_t n1, float* held, void* c, int64_t ldc, const void* residual,
+            const float* bias) {
   constexpr int64_t kAhead = 2;
   const int64_t kq = L.kq(), half = kq / 2, steps = kq / kKStep;
   // An f32 C with nothing to add or apply takes a whole block's sums straight from the tiles, not through
@@ -377,6 +393,42 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
   // (128 products of 128 x 128 x 64) 1.29x, model B's f32 weight gradient 1.5x, C's 1.16x, 1024^3 1.11x.
   const bool plain_f32 = p.c_dtype == DType::kF32 && !p.accumulate && residual == nullptr && bias == nullptr && !p.relu;
   alignas(64) float acc[kBlock][kBlock];
+  // The tiles' sums of C block (mb, nb) through the store.
+  const auto store = [&](int64_t mb, int64_t nb) {
+    const int64_t i0 = mb * kBlock, j0 = nb * kBlock;
+    if (plain_f32 && i0 + kBlock <= p.m && j0 + kBlock <= p.n) {  // (the tiles' rows are C's rows)
+      store_c_tiles(static_cast<float*>(c) + i0 * ldc + j0, ldc);
+      return;
+    }
+    store_c_tiles(&acc[0][0], kBlock);
+    store_block(p, acc, i0, j0, std::min(kBlock, p.m - i0), std::min(kBlock, p.n - j0), c, ldc, residual, bias);
+  };
+  if (k_blocked(L, n1 - n0)) {
+    for_each_k_block(pa, m0, m1, kq, [&](const KBlock& kb) {
+      for (int64_t nb = n0; nb < n1; ++nb) {
+        const BFloat16* t0 = pb + (2 * (nb - pb_nb0) * half + kb.k0 / 2) * 2 * kTile;
+        const BFloat16* t1 = t0 + half * 2 * kTile;
+        const bool second = nb * kBlock + kTile < p.n;  // (as below)
+        float* sums = held + (nb - n0) * kBlock * kBlock;
+        if (kb.first)
+          zero_c_tiles();
+        else
+          load_c_tiles(sums, kBlock);
+        for (int64_t s = 0; s < kb.steps; ++s) {
+          const int64_t t = s * kTile * 2 * kTile;  // a step's offset in b's tile columns
+          if (second)
+            multiply_c_tiles(kb.a0 + s * kKStep, kb.a1 + s * kKStep, kb.stride, t0 + t, t1 + t, 64);
+          else
+            multiply_c_column(kb.a0 + s * kKStep, kb.a1 + s * kKStep, kb.stride, t0 + t, 64);
+        }
+        if (kb.last)
+          store(kb.mb, nb);
+        else
+          store_c_tiles(sums, kBlock);
+      }
+    });
+    return;
+  }
   for (int64_t mb = m0; mb < m1; ++mb) {
     const int64_t lda = pa.ld(mb), stride = lda * static_cast<int64_t>(sizeof(BFloat16));
     const BFloat16* a0 = pa.block(mb);
@@ -419,13 +471,7 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
         else
           multiply_c_column(a0 + s * kKStep, a1 + s * kKStep, stride, t0 + s * kTile * 2 * kTile, 64);
       }
-      const int64_t i0 = mb * kBlock, j0 = nb * kBlock;
-      if (plain_f32 && i0 + kBlock <= p.m && j0 + kBlock <= p.n) {  // (the tiles' rows are C's rows)
-        store_c_tiles(static_cast<float*>(c) + i0 * ldc + j0, ldc);
-        continue;
-      }
-      store_c_tiles(&acc[0][0], kBlock);
-      store_block(p, acc, i0, j0, std::min(kBlock, p.m - i0), std::min(kBlock, p.n - j0), c, ldc, residual, bias);
+      store(mb, nb);
     }
   }
 }
@@ -538,10 +584,11 @@ struct Geometry {
     item_b = static_cast<size_t>(pn * kq) * sizeof(BFloat16);
     item_held = held_bytes(nblocks);
   }
-  // The split's two chains per column block, for `column_blocks` of them, between its K blocks (blocks()
-  // keeps its sums in the tiles).
+  // The sums that wait between K blocks for `column_blocks` column blocks: the split's two chains per column
+  // block, bf16 values' one where k_blocked (else blocks() keeps its sums in the tiles over the whole K').
   size_t held_bytes(int64_t column_blocks) const {
-    return split && la.kp > kKBlock ? static_cast<size_t>(2 * column_blocks * kBlock * kBlock) * sizeof(float) : 0;
+    const int64_t chains = split ? (la.kp > kKBlock ? 2 : 0) : (k_blocked(la, column_blocks) ? 1 : 0);
+    return static_cast<size_t>(chains * column_blocks * kBlock * kBlock) * sizeof(float);
   }
   // A product's rows of a: in a itself (a) before packed_from, packed at `packed` from there on.
   RowsOfA rows_of(const MatmulParams& p, const void* a, const BFloat16* packed) const {
@@ -559,7 +606,7 @@ struct Geometry {
                int64_t r1, int64_t c0, int64_t c1, float* held, void* c, const void* residual,
                const float* bias) const {
     if (split) return blocks_split(p, la, rows, packed_b, b_from, r0, r1, c0, c1, held, c, ldc, residual, bias);
-    blocks(p, la, rows, packed_b, b_from, r0, r1, c0, c1, c, ldc, residual, bias);
+    blocks(p, la, rows, packed_b, b_from, r0, r1, c0, c1, held, c, ldc, residual, bias);
   }
   // One whole product on the calling thread (tiles configured): a and b packed into `own` (item_a +
   // item_b + item_held bytes), then multiplied.
@@ -586,6 +633,30 @@ size_t bias_room(const MatmulParams& p) {
   return p.bias != nullptr && p.bias_dtype != DType::kF32 ? bytes64(static_cast<size_t>(p.n) * sizeof(float)) : 0;
 }
 
+// How a call's C blocks are shared (amx_gemm_body): whole products per thread (`items`), or the threads
+// splitting b's columns (by_columns) or a's rows into `parts`, each packing `chunk` of its blocks at a time
+// and multiplying them with b's column blocks `b_chunk` at a time.
+struct Shares {
+  bool items, by_columns;
+  int64_t parts, chunk, b_chunk;
+  // The most column blocks one blocks() call multiplies.
+  int64_t column_blocks(const Geometry& g) const { return items ? g.nblocks : b_chunk; }
+};
+
+Shares shares(const MatmulParams& p, const Geometry& g) {
+  const int64_t mblocks = g.mblocks, nblocks = g.nblocks;
+  const bool by_columns = nblocks > mblocks;
+  const int64_t a_block = kBlock * g.ld, b_block = kBlock * g.kq;  // a row block's, a column block's bf16
+  const int64_t parts = parts_for(by_columns ? nblocks : mblocks);
+  // (no more than a part's blocks: a thread's buffer is never larger than what it packs)
+  const int64_t per_part = ((by_columns ? nblocks : mblocks) + parts - 1) / parts;
+  const int64_t chunk =
+      std::clamp<int64_t>((by_columns ? kColumnChunkBytes / b_block : kChunkBytes / a_block) / 2, 1, per_part);
+  // column blocks per blocks() call
+  const int64_t b_chunk = by_columns ? chunk : std::clamp<int64_t>(kChunkBytes / (b_block * 2), 1, nblocks);
+  return {batch_parallel(p.batch, g.whole_bytes()), by_columns, parts, chunk, b_chunk};
+}
+
 }  // namespace
 
 // The threads split C along the operand that is larger (a's rows where M >= N, else b's columns): the
@@ -597,15 +668,10 @@ size_t bias_room(const MatmulParams& p) {
 void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c, bool split) {
   const Geometry g(p, split, AmxStrides::contiguous(p));
   const int64_t mblocks = g.mblocks, nblocks = g.nblocks, steps = g.steps, mp = g.mp, pn = g.pn;
-  const bool by_columns = nblocks > mblocks;
+  const Shares sh = shares(p, g);
+  const bool by_columns = sh.by_columns;
+  const int64_t parts = sh.parts, chunk = sh.chunk, b_chunk = sh.b_chunk;
   const int64_t a_block = kBlock * g.ld, b_block = kBlock * g.kq;  // a row block's, a column block's bf16
-  const int64_t parts = parts_for(by_columns ? nblocks : mblocks);
-  // (no more than a part's blocks: a thread's buffer is never larger than what it packs)
-  const int64_t per_part = ((by_columns ? nblocks : mblocks) + parts - 1) / parts;
-  const int64_t chunk =
-      std::clamp<int64_t>((by_columns ? kColumnChunkBytes / b_block : kChunkBytes / a_block) / 2, 1, per_part);
-  // column blocks per blocks() call
-  const int64_t b_chunk = by_columns ? chunk : std::clamp<int64_t>(kChunkBytes / (b_block * 2), 1, nblocks);
   Workspace bias32(bias_room(p));
   const float* bias = bias_f32(p, bias32.f32());
   const size_t as = dtype_size(p.a_dtype), bs = dtype_size(p.b_dtype), cs = dtype_size(p.c_dtype);
@@ -626,7 +692,7 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   // the batch instead of three per product, whose packing and waiting took most of the time (model D's 128
   // products of 128 x 128 x 64 and 128 x 64 x 128, 2 threads: 1.6-3.6x as fast; with the f32 store from
   // the tiles (blocks()), 0.85-1.1x oneDNN's batched matmul). The same sums as product by product.
-  if (batch_parallel(p.batch, g.whole_bytes())) {
+  if (sh.items) {
     const int64_t items = parts_for(p.batch);
     const PartScratch own(items, g.whole_bytes());
     for_each_part(items, p.batch, [&](int64_t part, int64_t i0, int64_t i1) {
@@ -690,6 +756,11 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
       _tile_release();
     });
   }
+}
+
+bool amx_gemm_k_blocks(const MatmulParams& p, bool split) {
+  const Geometry g(p, split, AmxStrides::contiguous(p));
+  return k_blocked(g.la, shares(p, g).column_blocks(g));
 }
 
 size_t amx_gemm_one_bytes(const MatmulParams& p, bool split, const AmxStrides& strides) {

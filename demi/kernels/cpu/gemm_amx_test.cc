@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "demi/core/cpu.h"
 #include "demi/core/parallel.h"
 #include "demi/core/rng.h"
+#include "demi/kernels/cpu/internal/amx_gemm.h"
 #include "demi/kernels/internal/matmul_conv_test_util.h"
 
 namespace demi::kernels::cpu {
@@ -103,20 +105,75 @@ TEST(AmxGemm, MatchesTheReferenceOverShapesTransposesDtypesAndEpilogues) {
 }
 
 // Products past one thread's chunk of the larger operand (a's rows, or b's columns, packed a chunk at a time
-// into each thread's own buffer) and past one K block (sums held between blocks), both ways of splitting
-// the threads, bf16 values and the split, with a bias and ReLU at the store.
+// into each thread's own buffer) and past one K block (sums held between blocks: the split's always, bf16
+// values' at K 1000, not at 1100: more K blocks than blocks() takes), both ways of splitting the threads,
+// bf16 values and the split, with a bias and ReLU at the store.
 TEST(AmxGemm, ProductsSpanningSeveralChunksAndKBlocks) {
   DEMI_SKIP_WITHOUT_AMX();
   ScopedCpuLevel level(CpuLevel::kAmx);
   uint64_t seed = 100;
   for (auto [m, n] : {std::pair<int64_t, int64_t>{40, 600}, {600, 40}})
     for (DType t : {BF16, F16})
-      for (int tr = 0; tr < 4; tr += 3) {  // neither, both transposed
-        MatmulParams p = params(m, n, 1100, tr & 1, tr & 2, t, t, F32);
-        p.relu = true;
-        SCOPED_TRACE(describe(p));
-        check_product(amx, p, /*with_bias=*/true, seed++);
-      }
+      for (int64_t k : {1000, 1100})
+        for (int tr = 0; tr < 4; tr += 3) {  // neither, both transposed
+          MatmulParams p = params(m, n, k, tr & 1, tr & 2, t, t, F32);
+          if (t == BF16) {
+            EXPECT_EQ(cpu_internal_amx::amx_gemm_k_blocks(p, false), k == 1000);
+          }
+          p.relu = true;
+          SCOPED_TRACE(describe(p));
+          check_product(amx, p, /*with_bias=*/true, seed++);
+        }
+}
+
+// Where a call runs K blocks with a's block held in L1 across b's column blocks (the sums stored from the
+// tiles and loaded back between K blocks), C's values are those of one pass over the whole K: a product of
+// 160 columns (K-blocked) against the same product of its first 32 columns (one column block: one pass), bit
+// for bit, both ways of splitting the threads, transposes, bf16 and f32 outputs, every epilogue.
+TEST(AmxGemm, KBlocksGiveTheBitsOfOnePassOverTheWholeK) {
+  DEMI_SKIP_WITHOUT_AMX();
+  ScopedCpuLevel level(CpuLevel::kAmx);
+  constexpr int64_t N = 160, N1 = 32, K = 1000;
+  // the first `cols` columns of a (rows x n) row-major matrix of `es`-byte elements
+  auto first_columns = [](const void* src, int64_t rows, int64_t n, int64_t cols, size_t es) {
+    std::vector<char> out(static_cast<size_t>(rows * cols) * es);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(out.data() + static_cast<size_t>(r * cols) * es,
+                  static_cast<const char*>(src) + static_cast<size_t>(r * n) * es, static_cast<size_t>(cols) * es);
+    return out;
+  };
+  uint64_t seed = 400;
+  for (int64_t m : {96, 320})  // b's columns split among the threads; a's rows
+    for (int tr = 0; tr < 4; ++tr)
+      for (DType c_dtype : {F32, BF16})
+        for (int epilogue = 0; epilogue < 3; ++epilogue) {  // none; bias and ReLU; accumulate and a residual
+          MatmulParams p = params(m, N, K, tr & 1, tr & 2, BF16, BF16, c_dtype);
+          MatmulParams one = p;
+          one.n = N1;
+          SCOPED_TRACE(describe(p));
+          ASSERT_TRUE(cpu_internal_amx::amx_gemm_k_blocks(p, false));
+          ASSERT_FALSE(cpu_internal_amx::amx_gemm_k_blocks(one, false));
+          const size_t cs = dtype_size(c_dtype);
+          Operand a = random_operand(BF16, m * K, seed++), b = random_operand(BF16, K * N, seed++);
+          Operand bias = random_operand(F32, N, seed++), residual = random_operand(c_dtype, m * N, seed++);
+          Operand c0 = random_operand(c_dtype, m * N, seed++);
+          // b's first 32 columns: the first 32 of its rows where it is stored transposed (N x K)
+          const std::vector<char> b1 = p.trans_b ? first_columns(b.data(), N1, K, K, 2)
+                                                 : first_columns(b.data(), K, N, N1, 2);
+          const std::vector<char> r1 = first_columns(residual.data(), m, N, N1, cs);
+          std::vector<char> c = first_columns(c0.data(), m, N, N, cs), c1 = first_columns(c0.data(), m, N, N1, cs);
+          if (epilogue == 1) {
+            p.bias = one.bias = bias.data();
+            p.relu = one.relu = true;
+          } else if (epilogue == 2) {
+            p.accumulate = one.accumulate = true;
+            p.residual = residual.data();
+            one.residual = r1.data();
+          }
+          amx_gemm(p, a.data(), b.data(), c.data());
+          amx_gemm(one, a.data(), b1.data(), c1.data());
+          EXPECT_EQ(first_columns(c.data(), m, N, N1, cs), c1) << "epilogue " << epilogue;
+        }
 }
 
 // A batch of many small products (attention's per-head ones) goes a whole product per thread: against the

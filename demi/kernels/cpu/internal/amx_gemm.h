@@ -13,6 +13,11 @@ namespace demi::kernels::cpu::cpu_internal_amx {
 // c = p's product (../gemm_amx.h's amx_gemm), `split`: the exact f16 hi/lo split.
 void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c, bool split);
 
+// Whether amx_gemm_body(p, ..., split)'s calls run K blocks with a's block held in L1 across b's column
+// blocks (gemm_amx.cc: blocks()) rather than one pass over the whole K per C block: the same bits either way
+// (tests).
+bool amx_gemm_k_blocks(const MatmulParams& p, bool split);
+
 // Elements between the stored rows of a, b and c (and of the residual, laid out as c): contiguous, or rows of
 // wider tensors (attention's heads read in place from the in-projection's output).
 struct AmxStrides {
