@@ -359,10 +359,9 @@ DEMI_AMX_INLINE void for_each_k_block(const RowsOfA& pa, int64_t m0, int64_t m1,
 // Whether a call of blocks() over `column_blocks` column blocks runs K blocks (blocks(), held): K' longer
 // than one K block and at most kMaxKBlocks of them, and more than one column block to reuse a's block on
 // (with one, only the spills would be paid). Measured in paired rounds, 2 threads (Xeon, AMX), against one
-// pass over the whole K': K' of 784-1024 1.03-1.21x (1024^3, 512^3 x 2, C's and D's products of K 784 and
-// 1024; 128 x 1024 x 1024 and 256 x 256 x 1024 within noise), K' of 3136 0.82-0.95x (model B's first Dense,
-// 128 x 128 and 256 x 256 x 3136, 1024 x 1024 x 3136, 4096 x 256 x 3136): there the pass over the whole K'
-// keeps its C blocks in the tiles 98 steps at a time.
+// pass over the whole K': K' of 800-1024 1.04-1.20x (1024^3, 512 x 512 x 1024, C's 256 x 1024 x 784 and x
+// 1024, D's 4096 x 256 x 1024; 128 x 1024 x 1024 and 256 x 256 x 1024 within noise), K' of 3136
+// 0.82-0.95x (model B's first Dense 128 x 128 x 3136, 256 x 256, 1024 x 1024 and 4096 x 256 x 3136).
 constexpr int64_t kMaxKBlocks = 4;
 bool k_blocked(const Layout& L, int64_t column_blocks) {
   return !L.split() && L.kq() > kKBlock && L.kq() <= kMaxKBlocks * kKBlock && column_blocks > 1;
@@ -374,11 +373,9 @@ bool k_blocked(const Layout& L, int64_t column_blocks) {
 // Where k_blocked(L, n1 - n0): per row block, K blocks of kKBlock, each multiplied into every column block in
 // turn, so that a's block (32 rows of kKBlock bf16: 16 KiB) stays in L1 across the column blocks while b's
 // stream from L2; each C block's sums wait in `held` ((n1 - n0) 32 x 32 f32 blocks) between K blocks, stored
-// from the tiles and loaded back exactly: the same sums in the same order as one pass over the whole K'.
-// Measured against that pass in paired rounds in one process, 2 threads (Xeon, AMX): 1024^3 1.05-1.07x,
-// C's 256 x 1024 x 784 (b transposed) 1.09-1.11x and 256 x 1024 x 1024 1.06-1.11x, D's 4096 x 256 x 1024
-// 1.08-1.16x. (Stop 60 had measured K blocks slower on these shapes with a's prefetches still issued in
-// them; without any here.)
+// from the tiles and loaded back exactly: the same sums in the same order as one pass over the whole K'. No
+// prefetch instruction: the hardware's prefetchers follow b's blocks (K blocks with a's rows prefetched
+// had measured slower than one pass; a microbenchmark of the 2 x 2 loop lost ~10% to 64 prefetches a step).
 // Otherwise each C block stays in the tiles over the whole K' and goes through the store once; its b columns
 // (and a's rows, where a row block is too large to stay in L1 across the column blocks) stream from L2, each
 // step's tiles prefetched into L1 kAhead steps before it (a's 32 rows of 64 bytes, b's 32 lines; near the end
