@@ -133,7 +133,7 @@ TEST(AmxGemm, ProductsSpanningSeveralChunksAndKBlocks) {
 TEST(AmxGemm, KBlocksGiveTheBitsOfOnePassOverTheWholeK) {
   DEMI_SKIP_WITHOUT_AMX();
   ScopedCpuLevel level(CpuLevel::kAmx);
-  constexpr int64_t N = 160, N1 = 32, K = 1000;
+  constexpr int64_t N = 160, N1 = 32;
   // the first `cols` columns of a (rows x n) row-major matrix of `es`-byte elements
   auto first_columns = [](const void* src, int64_t rows, int64_t n, int64_t cols, size_t es) {
     std::vector<char> out(static_cast<size_t>(rows * cols) * es);
@@ -143,37 +143,38 @@ TEST(AmxGemm, KBlocksGiveTheBitsOfOnePassOverTheWholeK) {
     return out;
   };
   uint64_t seed = 400;
-  for (int64_t m : {96, 320})  // b's columns split among the threads; a's rows
-    for (int tr = 0; tr < 4; ++tr)
-      for (DType c_dtype : {F32, BF16})
-        for (int epilogue = 0; epilogue < 3; ++epilogue) {  // none; bias and ReLU; accumulate and a residual
-          MatmulParams p = params(m, N, K, tr & 1, tr & 2, BF16, BF16, c_dtype);
-          MatmulParams one = p;
-          one.n = N1;
-          SCOPED_TRACE(describe(p));
-          ASSERT_TRUE(cpu_internal_amx::amx_gemm_k_blocks(p, false));
-          ASSERT_FALSE(cpu_internal_amx::amx_gemm_k_blocks(one, false));
-          const size_t cs = dtype_size(c_dtype);
-          Operand a = random_operand(BF16, m * K, seed++), b = random_operand(BF16, K * N, seed++);
-          Operand bias = random_operand(F32, N, seed++), residual = random_operand(c_dtype, m * N, seed++);
-          Operand c0 = random_operand(c_dtype, m * N, seed++);
-          // b's first 32 columns: the first 32 of its rows where it is stored transposed (N x K)
-          const std::vector<char> b1 = p.trans_b ? first_columns(b.data(), N1, K, K, 2)
-                                                 : first_columns(b.data(), K, N, N1, 2);
-          const std::vector<char> r1 = first_columns(residual.data(), m, N, N1, cs);
-          std::vector<char> c = first_columns(c0.data(), m, N, N, cs), c1 = first_columns(c0.data(), m, N, N1, cs);
-          if (epilogue == 1) {
-            p.bias = one.bias = bias.data();
-            p.relu = one.relu = true;
-          } else if (epilogue == 2) {
-            p.accumulate = one.accumulate = true;
-            p.residual = residual.data();
-            one.residual = r1.data();
+  for (int64_t K : {300, 1000})  // K blocks of 160 (two), of 256 (four)
+    for (int64_t m : {96, 320})  // b's columns split among the threads; a's rows
+      for (int tr = 0; tr < 4; ++tr)
+        for (DType c_dtype : {F32, BF16})
+          for (int epilogue = 0; epilogue < 3; ++epilogue) {  // none; bias and ReLU; accumulate and a residual
+            MatmulParams p = params(m, N, K, tr & 1, tr & 2, BF16, BF16, c_dtype);
+            MatmulParams one = p;
+            one.n = N1;
+            SCOPED_TRACE(describe(p));
+            ASSERT_TRUE(cpu_internal_amx::amx_gemm_k_blocks(p, false));
+            ASSERT_FALSE(cpu_internal_amx::amx_gemm_k_blocks(one, false));
+            const size_t cs = dtype_size(c_dtype);
+            Operand a = random_operand(BF16, m * K, seed++), b = random_operand(BF16, K * N, seed++);
+            Operand bias = random_operand(F32, N, seed++), residual = random_operand(c_dtype, m * N, seed++);
+            Operand c0 = random_operand(c_dtype, m * N, seed++);
+            // b's first 32 columns: the first 32 of its rows where it is stored transposed (N x K)
+            const std::vector<char> b1 = p.trans_b ? first_columns(b.data(), N1, K, K, 2)
+                                                   : first_columns(b.data(), K, N, N1, 2);
+            const std::vector<char> r1 = first_columns(residual.data(), m, N, N1, cs);
+            std::vector<char> c = first_columns(c0.data(), m, N, N, cs), c1 = first_columns(c0.data(), m, N, N1, cs);
+            if (epilogue == 1) {
+              p.bias = one.bias = bias.data();
+              p.relu = one.relu = true;
+            } else if (epilogue == 2) {
+              p.accumulate = one.accumulate = true;
+              p.residual = residual.data();
+              one.residual = r1.data();
+            }
+            amx_gemm(p, a.data(), b.data(), c.data());
+            amx_gemm(one, a.data(), b1.data(), c1.data());
+            EXPECT_EQ(first_columns(c.data(), m, N, N1, cs), c1) << "epilogue " << epilogue;
           }
-          amx_gemm(p, a.data(), b.data(), c.data());
-          amx_gemm(one, a.data(), b1.data(), c1.data());
-          EXPECT_EQ(first_columns(c.data(), m, N, N1, cs), c1) << "epilogue " << epilogue;
-        }
 }
 
 // A batch of many small products (attention's per-head ones) goes a whole product per thread: against the
