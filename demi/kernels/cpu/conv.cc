@@ -168,14 +168,27 @@ AmxConvGeometry amx_geometry(const Conv2dParams& p, const Geometry& g) {
   return a;
 }
 
-// The forward on the tile unit: bf16 image and weights, output bf16 or f32.
-bool forward_amx(const Conv2dParams& p) {
-  return tile_geometry(p) && p.x_dtype == DType::kBF16 && p.w_dtype == DType::kBF16 &&
-         (p.y_dtype == DType::kBF16 || p.y_dtype == DType::kF32);
+// Whether a forward on the tile unit takes f16 image and weights, split exactly (conv_amx.h's amx_split_f16):
+// each f16 value the sum of two bf16 parts, each product of two f16 values the sum of the four products of
+// the parts, exact in f32 and summed in f32 — the f32 FMA kernels' sums in another order, as demi's AMX GEMM
+// takes f16 products (gemm_amx.h). Not the gradients: an f16 layer's fused Conv2d -> ReLU -> MaxPool2d
+// backward holds its dense output gradient in f16 where the separate convolution's (its output computed in
+// f32) is f32, and gives the same bits as the separate steps because the f32 kernels' sums do not depend on
+// which of the two dy is stored in; the split would take one and not the other.
+bool split_f16(const Conv2dParams& p, bool data_gradient) {
+  return !data_gradient && p.x_dtype == DType::kF16 && p.w_dtype == DType::kF16;
 }
 
-bool indirect_fits(const Conv2dParams& p, const Geometry& g) {
-  if (forward_amx(p)) return true;
+// The forward on the tile unit: bf16 image and weights, output bf16 or f32; or f16 ones split (split_f16),
+// output f16 or f32. `data_gradient`: p is a data gradient run as a forward (data_gradient_as_forward).
+bool forward_amx(const Conv2dParams& p, bool data_gradient = false) {
+  const bool bf16 = p.x_dtype == DType::kBF16 && p.w_dtype == DType::kBF16, f16 = split_f16(p, data_gradient);
+  return tile_geometry(p) && (bf16 || f16) &&
+         (p.y_dtype == DType::kF32 || p.y_dtype == (f16 ? DType::kF16 : DType::kBF16));
+}
+
+bool indirect_fits(const Conv2dParams& p, const Geometry& g, bool data_gradient = false) {
+  if (forward_amx(p, data_gradient)) return true;
   const cpu_internal::GemmKernels& gk = cpu_internal::gemm_kernels();
   if (gk.f32_indirect == nullptr || gk.store_f32_transposed == nullptr) return false;
   const int64_t panels = (g.oc + gk.nr - 1) / gk.nr;
@@ -239,17 +252,39 @@ void pad_image_bf16(const Conv2dParams& p, const Geometry& g, const BFloat16* x,
 // padded in channel pairs (with the slack the tiles read past it), multiplied into (OC, positions at the
 // padded width) f32 sums, and stored a channel plane at a time at the output width with the bias, ReLU,
 // the sum already in y (accumulate) and one rounding into y's dtype.
+// f16 values (split_f16) run as a convolution of 4C channels: the image's parts hi, lo, hi, lo against the
+// weights' hi, hi, lo, lo, so that the sum over the channels takes each of the four products of the parts
+// once (in the tile unit's order: four times the products of a bf16 layer, and its image four times
+// larger).
 void amx_forward(const Conv2dParams& p, const Geometry& g, const Images& x, const void* w, const float* bias32,
                  void* y, bool accumulate) {
-  const AmxConvGeometry a = amx_geometry(p, g);
-  const int64_t hp = g.h + p.pad_top + p.pad_bottom, taps = g.kh * g.kw, P = g.cols(), kp = a.positions();
-  Workspace wt(static_cast<size_t>(taps * g.oc * g.c) * sizeof(BFloat16));
+  const bool split = p.x_dtype == DType::kF16;  // (forward_amx: split_f16)
+  const int64_t c4 = (split ? 4 : 1) * g.c;  // the channels the tiles take
+  AmxConvGeometry a = amx_geometry(p, g);
+  a.c = c4;
+  const int64_t taps = g.kh * g.kw, P = g.cols(), kp = a.positions();
+  Workspace wt(static_cast<size_t>(taps * g.oc * c4) * sizeof(BFloat16));
   auto* wt16 = reinterpret_cast<BFloat16*>(wt.f32());
-  const auto* wb = static_cast<const BFloat16*>(w);
-  for (int64_t o = 0; o < g.oc; ++o)
-    for (int64_t c = 0; c < g.c; ++c)
-      for (int64_t t = 0; t < taps; ++t) wt16[(t * g.oc + o) * g.c + c] = wb[(o * g.c + c) * taps + t];
-  const int64_t pair_elems = (g.c / 2 * a.channel + a.slack()) * 2;
+  if (split) {  // [tap][oc][hi, hi, lo, lo]
+    Workspace halves(static_cast<size_t>(2 * g.oc * g.rows()) * sizeof(BFloat16));
+    auto* hi = reinterpret_cast<BFloat16*>(halves.f32());
+    BFloat16* lo = hi + g.oc * g.rows();
+    amx_split_f16(static_cast<const Half*>(w), g.oc * g.rows(), hi, lo);
+    for (int64_t o = 0; o < g.oc; ++o)
+      for (int64_t c = 0; c < g.c; ++c)
+        for (int64_t t = 0; t < taps; ++t) {
+          BFloat16* at = wt16 + (t * g.oc + o) * c4 + c;
+          const int64_t from = (o * g.c + c) * taps + t;
+          at[0] = at[g.c] = hi[from];
+          at[2 * g.c] = at[3 * g.c] = lo[from];
+        }
+  } else {
+    const auto* wb = static_cast<const BFloat16*>(w);
+    for (int64_t o = 0; o < g.oc; ++o)
+      for (int64_t c = 0; c < g.c; ++c)
+        for (int64_t t = 0; t < taps; ++t) wt16[(t * g.oc + o) * g.c + c] = wb[(o * g.c + c) * taps + t];
+  }
+  const int64_t pair_elems = (c4 / 2 * a.channel + a.slack()) * 2;
   // (Each part's pair image, sums, f32 plane and made x image taken at once, before the threads start.)
   const size_t image_bytes = cpu_internal::bytes64(static_cast<size_t>(pair_elems) * sizeof(BFloat16));
   const size_t sums_bytes = cpu_internal::bytes64(static_cast<size_t>(g.oc * kp) * sizeof(float));
@@ -261,25 +296,24 @@ void amx_forward(const Conv2dParams& p, const Geometry& g, const Images& x, cons
     auto* sums = reinterpret_cast<float*>(scratch.part(part) + image_bytes);
     auto* row = reinterpret_cast<float*>(scratch.part(part) + image_bytes + sums_bytes);
     void* made = scratch.part(part) + image_bytes + sums_bytes + row_bytes;  // x's image n, where x makes it
-    std::fill(pairs + g.c / 2 * a.channel * 2, pairs + pair_elems, BFloat16{});  // the slack: never written
+    std::fill(pairs + c4 / 2 * a.channel * 2, pairs + pair_elems, BFloat16{});  // the slack: never written
     for (int64_t n = n0; n < n1; ++n) {
-      const auto* xn = static_cast<const BFloat16*>(image_of(x, n, g.c * g.h * g.w, p.x_dtype, made));
-      pad_image_pairs(p, g, xn, hp, a.wp, pairs);
+      amx_conv_pad_pairs(a, g.h, g.w, p.pad_top, p.pad_left, image_of(x, n, g.c * g.h * g.w, p.x_dtype, made), split,
+                         pairs);
       amx_conv_forward_image(a, wt16, pairs, sums);
-      amx_conv_store(a, sums, bias32, p.relu, accumulate, element_at(y, n * g.oc * P, p.y_dtype),
-                     p.y_dtype == DType::kBF16, row);
+      amx_conv_store(a, sums, bias32, p.relu, accumulate, element_at(y, n * g.oc * P, p.y_dtype), p.y_dtype, row);
     }
   });
 }
 
-// The indirect forward where indirect_fits; false (nothing done) otherwise.
+// The indirect forward where indirect_fits; false (nothing done) otherwise. `data_gradient` as forward_amx's.
 bool indirect_forward(const Conv2dParams& p, const Geometry& g, const Images& x, const void* w, const float* bias32,
-                      void* y, bool accumulate = false) {
-  if (forward_amx(p)) {
+                      void* y, bool accumulate = false, bool data_gradient = false) {
+  if (forward_amx(p, data_gradient)) {
     amx_forward(p, g, x, w, bias32, y, accumulate);
     return true;
   }
-  if (!indirect_fits(p, g)) return false;
+  if (!indirect_fits(p, g, data_gradient)) return false;
   const cpu_internal::GemmKernels& gk = cpu_internal::gemm_kernels();
   const bool pairs = uses_pairs(p);
   // K: the product's k steps, f32 values or (pairs) channel pairs at a tap, in (channel, tap) order.
@@ -401,7 +435,7 @@ Conv2dParams data_gradient_as_forward(const Conv2dParams& p) {
 bool data_gradient_indirect(const Conv2dParams& p) {
   if (p.stride_h != 1 || p.stride_w != 1 || p.groups != 1) return false;
   const Conv2dParams q = data_gradient_as_forward(p);
-  return q.pad_top >= 0 && q.pad_bottom >= 0 && q.pad_left >= 0 && q.pad_right >= 0 && indirect_fits(q, geometry(q));
+  return q.pad_top >= 0 && q.pad_bottom >= 0 && q.pad_left >= 0 && q.pad_right >= 0 && indirect_fits(q, geometry(q), /*data_gradient=*/true);
 }
 
 // f32 sums -> dst in dtype t (added to dst's values, rounded once, with accumulate): a weight gradient's end.
@@ -667,7 +701,7 @@ void conv2d_backward_data(const Conv2dParams& p, const Images& dy, const void* w
     else
       flip(static_cast<const uint32_t*>(w), reinterpret_cast<uint32_t*>(flipped.f32()));
     const void* wf = flipped.f32();
-    if (indirect_forward(q, geometry(q), dy, wf, nullptr, dx, p.accumulate)) return;
+    if (indirect_forward(q, geometry(q), dy, wf, nullptr, dx, p.accumulate, /*data_gradient=*/true)) return;
   }
   MatmulParams mp;  // col (CKK, P) = W^T (CKK, OC) . dy[n] (OC, P)
   mp.m = g.rows();

@@ -25,6 +25,59 @@ using cpu_internal::store_c_tiles;
 using cpu_internal::zero_c_tiles;
 using cpu_internal::pack_value_pairs;
 
+namespace {
+
+__mmask16 lanes(int64_t n) { return static_cast<__mmask16>(n >= 16 ? 0xffff : (1u << n) - 1); }
+
+// 16 f16 values (mask lanes; the others 0) split: part 0 hi = bf16(v) to nearest even (f16's top 8
+// significant bits), part 1 lo = v - hi, exact in bf16 (at most 3 significant bits below hi's 8); lo 0
+// where hi is Inf or NaN.
+__m256i split_part(const Half* src, __mmask16 m, int part) {
+  const __m512 v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src));
+  const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+  if (part == 0) return h;
+  const __m512 hv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  const __mmask16 finite = static_cast<__mmask16>(~_mm512_fpclass_ps_mask(hv, 0x99));
+  return (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_sub_ps(finite, v, hv));
+}
+
+}  // namespace
+
+void amx_split_f16(const Half* src, int64_t n, BFloat16* hi, BFloat16* lo) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes(n - i);
+    _mm256_mask_storeu_epi16(hi + i, m, split_part(src + i, m, 0));
+    _mm256_mask_storeu_epi16(lo + i, m, split_part(src + i, m, 1));
+  }
+}
+
+void amx_conv_pad_pairs(const AmxConvGeometry& g, int64_t h, int64_t w, int64_t pad_top, int64_t pad_left,
+                        const void* x, bool split, BFloat16* dst) {
+  const int64_t c_of_x = split ? g.c / 4 : g.c, hp = g.channel / g.wp;
+  std::fill(dst, dst + g.c / 2 * g.channel * 2, BFloat16{});
+  for (int64_t cp = 0; cp < g.c / 2; ++cp) {
+    const int64_t c = (2 * cp) % c_of_x;  // channels c, c + 1 of x (of one part where split)
+    const int part = split ? static_cast<int>((2 * cp) / c_of_x) % 2 : 0;  // hi, lo, hi, lo
+    for (int64_t iy = 0; iy < h; ++iy) {
+      BFloat16* out = dst + ((cp * hp + iy + pad_top) * g.wp + pad_left) * 2;
+      const int64_t at = (c * h + iy) * w;
+      for (int64_t ix = 0; ix < w; ix += 16) {
+        const __mmask16 m = lanes(w - ix);
+        __m256i even, odd;  // channel c's and c + 1's 16 values as bf16
+        if (split) {
+          even = split_part(static_cast<const Half*>(x) + at + ix, m, part);
+          odd = split_part(static_cast<const Half*>(x) + at + h * w + ix, m, part);
+        } else {
+          even = _mm256_maskz_loadu_epi16(m, static_cast<const BFloat16*>(x) + at + ix);
+          odd = _mm256_maskz_loadu_epi16(m, static_cast<const BFloat16*>(x) + at + h * w + ix);
+        }
+        const __m512i v = _mm512_or_si512(_mm512_cvtepu16_epi32(even), _mm512_slli_epi32(_mm512_cvtepu16_epi32(odd), 16));
+        _mm512_mask_storeu_epi32(out + 2 * ix, m, v);
+      }
+    }
+  }
+}
+
 void amx_conv_pack_dy(const AmxConvGeometry& g, const BFloat16* dy, BFloat16* row, BFloat16* packed) {
   const int64_t kp = g.positions();
   // dy at the padded width: row o holds position y * wp + x = dy[o][y][x] for x < ow, 0 elsewhere.
@@ -62,14 +115,16 @@ void amx_conv_forward_image(const AmxConvGeometry& g, const BFloat16* wt, const 
 }
 
 void amx_conv_store(const AmxConvGeometry& g, const float* out, const float* bias, bool relu, bool accumulate,
-                    void* y, bool y_bf16, float* plane) {
+                    void* y, DType y_dtype, float* plane) {
   const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(CpuLevel::kAvx512Bf16);
   const int64_t kp = g.positions(), P = g.oh * g.ow;
+  const bool narrow = y_dtype != DType::kF32;
   for (int64_t o = 0; o < g.oc; ++o) {
     const __m512 b = _mm512_set1_ps(bias != nullptr ? bias[o] : 0.0f);
-    // Channel o's plane in f32 (in y itself where y is f32), then rounded once, whole, into bf16.
-    float* dst = y_bf16 ? plane : static_cast<float*>(y) + o * P;
-    if (accumulate && y_bf16) cvt.bf16_to_f32(static_cast<const BFloat16*>(y) + o * P, plane, P);
+    // Channel o's plane in f32 (in y itself where y is f32), then rounded once, whole, into bf16 or f16.
+    float* dst = narrow ? plane : static_cast<float*>(y) + o * P;
+    if (accumulate && y_dtype == DType::kBF16) cvt.bf16_to_f32(static_cast<const BFloat16*>(y) + o * P, plane, P);
+    if (accumulate && y_dtype == DType::kF16) cvt.f16_to_f32(static_cast<const Half*>(y) + o * P, plane, P);
     for (int64_t oy = 0; oy < g.oh; ++oy) {
       const float* src = out + o * kp + oy * g.wp;
       float* d = dst + oy * g.ow;
@@ -81,7 +136,8 @@ void amx_conv_store(const AmxConvGeometry& g, const float* out, const float* bia
         _mm512_mask_storeu_ps(d + x0, m, v);
       }
     }
-    if (y_bf16) cvt.f32_to_bf16(plane, static_cast<BFloat16*>(y) + o * P, P);
+    if (y_dtype == DType::kBF16) cvt.f32_to_bf16(plane, static_cast<BFloat16*>(y) + o * P, P);
+    if (y_dtype == DType::kF16) cvt.f32_to_f16(plane, static_cast<Half*>(y) + o * P, P);
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "demi/core/dtype.h"
 #include "demi/core/half.h"
 
 namespace demi::kernels::cpu {
@@ -49,11 +50,23 @@ void amx_conv_pack_dy(const AmxConvGeometry& g, const BFloat16* dy, BFloat16* ro
 // values; the caller stores only the others.
 void amx_conv_forward_image(const AmxConvGeometry& g, const BFloat16* wt, const BFloat16* pairs, float* out);
 
-// y (OC, OH, OW), bf16 or f32, <- out's positions inside the output (amx_conv_forward_image's), each plus
-// bias[o] (bias nullptr: none), plus what y holds (accumulate), ReLU (relu), rounded once into y's dtype.
+// y (OC, OH, OW), f32, bf16 or f16, <- out's positions inside the output (amx_conv_forward_image's), each
+// plus bias[o] (bias nullptr: none), plus what y holds (accumulate), ReLU (relu), rounded once into y_dtype.
 // `plane` is scratch for OH * OW floats.
 void amx_conv_store(const AmxConvGeometry& g, const float* out, const float* bias, bool relu, bool accumulate,
-                    void* y, bool y_bf16, float* plane);
+                    void* y, DType y_dtype, float* plane);
+
+// n f16 values -> hi = bf16(v) (to nearest even) and lo = v - hi, both exact in bf16 (an f16 value has 11
+// significant bits: lo holds the 3 below hi's 8), so that hi + lo = v and a product of two f16 values is the
+// sum of the four bf16 products of their parts, each exact in f32 (the split of demi's AMX GEMM, gemm_amx.h);
+// lo 0 where hi is Inf or NaN.
+void amx_split_f16(const Half* src, int64_t n, BFloat16* hi, BFloat16* lo);
+
+// image x (C, h, w) -> dst padded in channel pairs as amx_conv_forward_image reads it ((g.c / 2, Hp, Wp, 2)
+// bf16, x's values at (pad_top, pad_left), zero around; not the slack after it): x bf16 (g.c = C), or f16
+// split (g.c = 4 C: the channels' hi, lo, hi, lo parts, amx_split_f16's).
+void amx_conv_pad_pairs(const AmxConvGeometry& g, int64_t h, int64_t w, int64_t pad_top, int64_t pad_left,
+                        const void* x, bool split, BFloat16* dst);
 
 // sums [kh][kw][c][oc] f32 = (first) or += the weight gradient's sums over `images` images: padded images
 // at xpad + n * image (zero around, g.slack() zeros after the last channel), packed dy at dy + n *

@@ -4,13 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 
 #include "demi/core/cpu.h"
 #include "demi/core/error.h"
 #include "demi/kernels/internal/conv_test_util.h"
 #include "demi/kernels/internal/matmul_conv_test_util.h"
+#include "demi/kernels/reference/conv.h"
+#include "demi/kernels/tolerance.h"
 
 namespace demi::kernels::cpu {
 namespace {
@@ -59,6 +63,93 @@ TEST(DemiConv, ConvolutionsOnTheTileUnitMatchTheReference) {
   }
 }
 
+// f16 values at the amx level: the forward on the tile unit (split exactly into bf16 hi + lo: four products
+// each, exact in f32), the gradients on f32 FMAs (conv.cc: split_f16 says why) — each direction against the
+// f64 convolution of the f16 values themselves within f32 accumulation, where products of the values rounded
+// to bf16 are off by far more. The values are random f16 ones with all 11 significant bits (the shared
+// fixture's are exact in bf16, so their lo parts are 0). Accumulating, and one geometry past a thread's chunk
+// of four images.
+TEST(DemiConv, F16ConvolutionsOnTheTileUnitAreTheProductsOfTheF16Values) {
+  if (max_cpu_level() < CpuLevel::kAmx)
+    GTEST_SKIP() << "this CPU runs at most " << cpu_level_name(max_cpu_level())
+                 << ": the tile unit's convolutions need AMX (Xeons from Sapphire Rapids on); f16 convolutions "
+                    "elsewhere are tested against the reference at every level";
+  ScopedCpuLevel level(CpuLevel::kAmx);
+  using kernels::testing::Operand;
+  using kernels::testing::random_operand;
+  const Geometry geometries[] = {
+      {"model B's second layer", 3, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+      {"dilation (2, 1), asymmetric padding, 9 images", 9, 32, 9, 11, 32, 3, 2, 1, 1, 2, 1, 0, 1, 2, 1, 1}};
+  uint64_t seed = 700;
+  for (const Geometry& g : geometries) {
+    SCOPED_TRACE(g.name);
+    Conv2dParams p = kernels::testing::params_of(g);
+    p.x_dtype = p.w_dtype = F16;
+    p.y_dtype = p.bias_dtype = F32;
+    ASSERT_TRUE(conv2d_forward_on_tiles(p));
+    const Operand x = random_operand(F16, p.x_numel(), seed++), w = random_operand(F16, p.w_numel(), seed++);
+    const Operand dy = random_operand(F16, p.y_numel(), seed++), acc = random_operand(F32, p.x_numel(), seed++);
+    const Operand wacc = random_operand(F32, p.w_numel(), seed++);
+    // The f64 convolutions of the values given (as_f64) and of their bf16 roundings (bf16 products' error).
+    auto as_f64 = [](const Operand& o, bool to_bf16) {
+      std::vector<double> v(o.f32.begin(), o.f32.end());
+      for (double& e : v) e = to_bf16 ? static_cast<double>(static_cast<float>(BFloat16(static_cast<float>(e)))) : e;
+      return v;
+    };
+    Conv2dParams p64 = p;
+    p64.x_dtype = p64.w_dtype = p64.y_dtype = p64.bias_dtype = DType::kF64;
+    for (bool accumulate : {false, true}) {
+      std::vector<double> want[2], want_bf16[2];  // forward, dx, dw: [exact, rounded]
+      Conv2dParams q64 = p64;
+      q64.accumulate = accumulate;
+      std::vector<float> got_y(static_cast<size_t>(p.y_numel())), got_dx = acc.f32, got_dw = wacc.f32;
+      Conv2dParams q = p;
+      q.accumulate = accumulate;
+      // forward (no accumulation: a forward overwrites y)
+      std::vector<double> y(static_cast<size_t>(p.y_numel())), y16(y.size());
+      ref::conv2d_forward(p64, as_f64(x, false).data(), as_f64(w, false).data(), nullptr, y.data());
+      ref::conv2d_forward(p64, as_f64(x, true).data(), as_f64(w, true).data(), nullptr, y16.data());
+      conv2d_forward(p, x.data(), w.data(), nullptr, got_y.data());
+      // data gradient: dy, w f16 -> dx f32
+      std::vector<double> dx(acc.f32.begin(), acc.f32.end()), dx16 = dx;
+      ref::conv2d_backward_data(q64, as_f64(dy, false).data(), as_f64(w, false).data(), dx.data());
+      ref::conv2d_backward_data(q64, as_f64(dy, true).data(), as_f64(w, true).data(), dx16.data());
+      Conv2dParams qd = q;
+      qd.y_dtype = F16;
+      qd.x_dtype = F32;
+      conv2d_backward_data(qd, dy.data(), w.data(), got_dx.data());
+      // weight gradient: x, dy f16 -> dw f32 (no bias gradient: its sums are dy's alone)
+      std::vector<double> dw(wacc.f32.begin(), wacc.f32.end()), dw16 = dw;
+      ref::conv2d_backward_weights(q64, as_f64(x, false).data(), as_f64(dy, false).data(), dw.data(), nullptr);
+      ref::conv2d_backward_weights(q64, as_f64(x, true).data(), as_f64(dy, true).data(), dw16.data(), nullptr);
+      Conv2dParams qw = q;
+      qw.y_dtype = F16;
+      qw.w_dtype = F32;
+      conv2d_backward_weights(qw, x.data(), dy.data(), got_dw.data(), nullptr);
+      const int64_t fwd_terms = p.c * p.kh * p.kw, dx_terms = p.oc * p.kh * p.kw,
+                    dw_terms = p.n * p.out_h() * p.out_w();
+      struct Check {
+        const char* what;
+        const std::vector<float>& got;
+        const std::vector<double>& exact;
+        const std::vector<double>& rounded;
+        int64_t terms;
+      };
+      for (const Check& c : {Check{"forward", got_y, y, y16, fwd_terms}, Check{"backward-data", got_dx, dx, dx16, dx_terms},
+                             Check{"backward-weights", got_dw, dw, dw16, dw_terms}}) {
+        SCOPED_TRACE(std::string(c.what) + (accumulate ? ", accumulate" : ""));
+        EXPECT_TRUE(kernels::testing::all_close(c.got.data(), F32, c.exact, tolerance_for_sum(F32, c.terms, 1.0)));
+        double err = 0, err_bf16 = 0;
+        for (size_t i = 0; i < c.got.size(); ++i) {
+          err = std::max(err, std::abs(c.got[i] - c.exact[i]));
+          err_bf16 = std::max(err_bf16, std::abs(c.rounded[i] - c.exact[i]));
+        }
+        EXPECT_LT(30 * err, err_bf16) << "the f16 values' products, not their bf16 roundings'";
+      }
+    }
+  }
+}
+
 // An output gradient made one image at a time (Images::make, as the fused Conv2d -> ReLU -> MaxPool2d
 // backward unpools it) gives the bits of the same gradient stored whole, on every path that reads it: the
 // indirect data and weight gradients, the per-image data gradient (stride 2), and the per-image weight
@@ -66,7 +157,7 @@ TEST(DemiConv, ConvolutionsOnTheTileUnitMatchTheReference) {
 TEST(DemiConv, AnOutputGradientMadePerImageGivesTheStoredOnesBits) {
   const Geometry wide_k{"K x OC past 2 MiB", 2, 64, 3, 3, 1024, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1};
   for (const Geometry& g : {kGeometries[2], kGeometries[3], wide_k})
-    for (DType t : {F32, BF16})
+    for (DType t : {F32, BF16, F16})
       for (CpuLevel level : supported_cpu_levels()) {
         ScopedCpuLevel scoped(level);
         SCOPED_TRACE(std::string(g.name) + " " + std::string(dtype_name(t)) + " at " + std::string(cpu_level_name(level)));

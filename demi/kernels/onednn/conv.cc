@@ -797,7 +797,7 @@ std::atomic<ConvGemmPolicy>& gemm_policy_slot() {
 }
 
 kernels::internal::ChoiceCache& gemm_choices() {
-  static auto& c = *new kernels::internal::ChoiceCache("conv-gemm-v5", {"onednn", "demi-gemm"});  // never destroyed
+  static auto& c = *new kernels::internal::ChoiceCache("conv-gemm-v6", {"onednn", "demi-gemm"});  // never destroyed
   return c;
 }
 
