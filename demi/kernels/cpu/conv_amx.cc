@@ -90,26 +90,39 @@ void amx_conv_pack_dy(const AmxConvGeometry& g, const BFloat16* dy, BFloat16* ro
     pack_value_pairs(row + t * 16 * kp, 16, kp, kp, kp, packed + t * kp / 2 * 32);
 }
 
+// The most steps (a tap's block of 32 channels) of one output-channel block whose weights stay in L1 across
+// the position blocks (24 KiB: 12 steps of two 1 KiB tiles; a 3 x 3 layer of 32 channels has 9). Where a block
+// has more (more channels, or f16 split into 4C), they run in runs of even length over every position block,
+// the sums stored into `out` and loaded back between runs (exactly: the same sums in the same order as one
+// pass); in one pass, a 128-channel block streamed its 72 KiB of weights from L2 once per 32 positions.
+constexpr int64_t kForwardRunSteps = 12;
+
 void amx_conv_forward_image(const AmxConvGeometry& g, const BFloat16* wt, const BFloat16* pairs, float* out) {
-  const int64_t kp = g.positions();
+  const int64_t kp = g.positions(), blocks = g.c / 32, steps = g.kh * g.kw * blocks;
+  const int64_t runs = (steps + kForwardRunSteps - 1) / kForwardRunSteps, run = (steps + runs - 1) / runs;
   const int64_t a_stride = g.c * static_cast<int64_t>(sizeof(BFloat16));       // wt's rows: output channels
   const int64_t b_stride = 2 * g.channel * static_cast<int64_t>(sizeof(BFloat16));  // pair planes
   configure_tiles();
   for (int64_t ob = 0; ob < g.oc; ob += 32)
-    for (int64_t pb = 0; pb < kp; pb += 32) {
-      zero_c_tiles();
-      for (int64_t i = 0; i < g.kh; ++i)
-        for (int64_t j = 0; j < g.kw; ++j) {
-          const int64_t tap = i * g.kw + j, off = i * g.dilation_h * g.wp + j * g.dilation_w;
-          for (int64_t cb = 0; cb < g.c; cb += 32) {
-            const BFloat16* a0 = wt + (tap * g.oc + ob) * g.c + cb;  // output channels ob .. ob + 15
-            const BFloat16* a1 = a0 + 16 * g.c;                      // ob + 16 .. ob + 31
-            const BFloat16* b0 = pairs + ((cb / 2) * g.channel + pb + off) * 2;  // positions pb .. pb + 15
-            const BFloat16* b1 = b0 + 32;                                        // pb + 16 .. pb + 31
-            multiply_c_tiles(a0, a1, a_stride, b0, b1, b_stride);
-          }
+    for (int64_t s0 = 0; s0 < steps; s0 += run) {
+      const int64_t s1 = std::min(steps, s0 + run);
+      for (int64_t pb = 0; pb < kp; pb += 32) {
+        float* sums = out + ob * kp + pb;
+        if (s0 == 0)
+          zero_c_tiles();
+        else
+          load_c_tiles(sums, kp);
+        for (int64_t st = s0; st < s1; ++st) {  // step st: tap st / blocks, channels 32 (st % blocks) on
+          const int64_t tap = st / blocks, cb = (st % blocks) * 32, i = tap / g.kw, j = tap % g.kw;
+          const int64_t off = i * g.dilation_h * g.wp + j * g.dilation_w;
+          const BFloat16* a0 = wt + (tap * g.oc + ob) * g.c + cb;  // output channels ob .. ob + 15
+          const BFloat16* a1 = a0 + 16 * g.c;                      // ob + 16 .. ob + 31
+          const BFloat16* b0 = pairs + ((cb / 2) * g.channel + pb + off) * 2;  // positions pb .. pb + 15
+          const BFloat16* b1 = b0 + 32;                                        // pb + 16 .. pb + 31
+          multiply_c_tiles(a0, a1, a_stride, b0, b1, b_stride);
         }
-      store_c_tiles(out + ob * kp + pb, kp);
+        store_c_tiles(sums, kp);
+      }
     }
   _tile_release();
 }
