@@ -168,27 +168,24 @@ AmxConvGeometry amx_geometry(const Conv2dParams& p, const Geometry& g) {
   return a;
 }
 
-// Whether a forward on the tile unit takes f16 image and weights, split exactly (conv_amx.h's amx_split_f16):
-// each f16 value the sum of two bf16 parts, each product of two f16 values the sum of the four products of
-// the parts, exact in f32 and summed in f32 — the f32 FMA kernels' sums in another order, as demi's AMX GEMM
-// takes f16 products (gemm_amx.h). Not the gradients: an f16 layer's fused Conv2d -> ReLU -> MaxPool2d
-// backward holds its dense output gradient in f16 where the separate convolution's (its output computed in
-// f32) is f32, and gives the same bits as the separate steps because the f32 kernels' sums do not depend on
-// which of the two dy is stored in; the split would take one and not the other.
-bool split_f16(const Conv2dParams& p, bool data_gradient) {
-  return !data_gradient && p.x_dtype == DType::kF16 && p.w_dtype == DType::kF16;
-}
+// Whether a forward on the tile unit (and so a stride-1 data gradient: dy's f16 values against the flipped
+// f16 weights) takes f16 image and weights, split exactly (conv_amx.h's amx_split_f16): each f16 value the
+// sum of two bf16 parts, each product of two f16 values the sum of the four products of the parts, exact in
+// f32 and summed in f32 — the f32 FMA kernels' sums in another order, as demi's AMX GEMM takes f16 products
+// (gemm_amx.h). The fused Conv2d -> ReLU -> MaxPool2d backward of an f16 layer holds its dense gradient in
+// f16, as the separate convolution (f16 storage) gets it, and so takes the same kernels.
+bool split_f16(const Conv2dParams& p) { return p.x_dtype == DType::kF16 && p.w_dtype == DType::kF16; }
 
 // The forward on the tile unit: bf16 image and weights, output bf16 or f32; or f16 ones split (split_f16),
-// output f16 or f32. `data_gradient`: p is a data gradient run as a forward (data_gradient_as_forward).
-bool forward_amx(const Conv2dParams& p, bool data_gradient = false) {
-  const bool bf16 = p.x_dtype == DType::kBF16 && p.w_dtype == DType::kBF16, f16 = split_f16(p, data_gradient);
+// output f16 or f32.
+bool forward_amx(const Conv2dParams& p) {
+  const bool bf16 = p.x_dtype == DType::kBF16 && p.w_dtype == DType::kBF16, f16 = split_f16(p);
   return tile_geometry(p) && (bf16 || f16) &&
          (p.y_dtype == DType::kF32 || p.y_dtype == (f16 ? DType::kF16 : DType::kBF16));
 }
 
-bool indirect_fits(const Conv2dParams& p, const Geometry& g, bool data_gradient = false) {
-  if (forward_amx(p, data_gradient)) return true;
+bool indirect_fits(const Conv2dParams& p, const Geometry& g) {
+  if (forward_amx(p)) return true;
   const cpu_internal::GemmKernels& gk = cpu_internal::gemm_kernels();
   if (gk.f32_indirect == nullptr || gk.store_f32_transposed == nullptr) return false;
   const int64_t panels = (g.oc + gk.nr - 1) / gk.nr;
@@ -306,14 +303,14 @@ void amx_forward(const Conv2dParams& p, const Geometry& g, const Images& x, cons
   });
 }
 
-// The indirect forward where indirect_fits; false (nothing done) otherwise. `data_gradient` as forward_amx's.
+// The indirect forward where indirect_fits; false (nothing done) otherwise.
 bool indirect_forward(const Conv2dParams& p, const Geometry& g, const Images& x, const void* w, const float* bias32,
-                      void* y, bool accumulate = false, bool data_gradient = false) {
-  if (forward_amx(p, data_gradient)) {
+                      void* y, bool accumulate = false) {
+  if (forward_amx(p)) {
     amx_forward(p, g, x, w, bias32, y, accumulate);
     return true;
   }
-  if (!indirect_fits(p, g, data_gradient)) return false;
+  if (!indirect_fits(p, g)) return false;
   const cpu_internal::GemmKernels& gk = cpu_internal::gemm_kernels();
   const bool pairs = uses_pairs(p);
   // K: the product's k steps, f32 values or (pairs) channel pairs at a tap, in (channel, tap) order.
@@ -435,7 +432,7 @@ Conv2dParams data_gradient_as_forward(const Conv2dParams& p) {
 bool data_gradient_indirect(const Conv2dParams& p) {
   if (p.stride_h != 1 || p.stride_w != 1 || p.groups != 1) return false;
   const Conv2dParams q = data_gradient_as_forward(p);
-  return q.pad_top >= 0 && q.pad_bottom >= 0 && q.pad_left >= 0 && q.pad_right >= 0 && indirect_fits(q, geometry(q), /*data_gradient=*/true);
+  return q.pad_top >= 0 && q.pad_bottom >= 0 && q.pad_left >= 0 && q.pad_right >= 0 && indirect_fits(q, geometry(q));
 }
 
 // f32 sums -> dst in dtype t (added to dst's values, rounded once, with accumulate): a weight gradient's end.
@@ -701,7 +698,7 @@ void conv2d_backward_data(const Conv2dParams& p, const Images& dy, const void* w
     else
       flip(static_cast<const uint32_t*>(w), reinterpret_cast<uint32_t*>(flipped.f32()));
     const void* wf = flipped.f32();
-    if (indirect_forward(q, geometry(q), dy, wf, nullptr, dx, p.accumulate, /*data_gradient=*/true)) return;
+    if (indirect_forward(q, geometry(q), dy, wf, nullptr, dx, p.accumulate)) return;
   }
   MatmulParams mp;  // col (CKK, P) = W^T (CKK, OC) . dy[n] (OC, P)
   mp.m = g.rows();

@@ -507,8 +507,10 @@ TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
     // its gradient (f16 under f16_as_bf16, or f32: rounded to bf16 as the kernels unpool it)
     const DType grad = k.f32_dy ? F32 : out;
     const DType dx_dtype = k.f16_as_bf16 ? F16 : k.in;
-    // The dense gradient's dtype in the three steps (the separate convolution's output dtype, or bf16)
-    const DType dense = k.f16_as_bf16 ? BF16 : k.conv;
+    // The dense gradient's dtype in the three steps: the separate convolution's output dtype (f16 for an f16
+    // layer, whose storage is f16 though its fused forward computes in f32: the gradient's values are dy's),
+    // or bf16
+    const DType dense = k.f16_as_bf16 ? BF16 : k.in == F16 ? F16 : k.conv;
     SCOPED_TRACE(std::string(k.g.name) + " " + std::string(dtype_name(k.in)) +
                  (k.f16_as_bf16 ? " (an f16 layer's products in bf16)" : "") + (k.f32_dy ? " (an f32 dy)" : ""));
     const Pool2dParams pool = make_pool2d_params(p.n, p.oc, p.out_h(), p.out_w(), 2, 2, 2, 2, PadMode::kValid);
@@ -551,8 +553,8 @@ TEST(OnednnConv, FusedReluMaxPoolMatchesTheThreeStepsExactly) {
     qd.x_dtype = dx_dtype;
     if (k.need_dx) conv2d_backward_data(qd, dconv.data(), w.data(), want_dx.data());
     Operand got_dw = random_operand(F32, p.w_numel(), 11), got_db = random_operand(F32, p.oc, 12);
-    Conv2dParams pb = p;  // the fused backward's: its convolution's output gradient in the dense dtype
-    pb.y_dtype = dense;
+    Conv2dParams pb = p;  // the fused backward's: its convolution's output dtype (f32 for an f16 layer)
+    pb.y_dtype = dense == F16 ? k.conv : dense;
     conv2d_relu_max_pool2d_backward(pb, pool, x.data(), w.data(), grad, dy.data(), want_a.data(),
                                     k.need_dx ? got_dx.data() : nullptr, got_dw.data(), F32, got_db.data(), F32,
                                     dx_dtype);
