@@ -10,9 +10,10 @@
 // exact one is +-Inf or finite. Such an x is an overflow that AMP's check meets in the loss and gradients
 // anyway (the step is skipped).
 //
-// The forward (and so the stride-1 data gradient) likewise below. Channels and output channels in
-// multiples of 32 (2 x 2 tile blocks); reached only at the amx level
-// (conv.cc decides); compiled for AMX.
+// The forward (and so the stride-1 data gradient) likewise below; f16 values there split exactly into bf16
+// parts (amx_split_f16, amx_conv_pad_pairs: conv.cc's split_f16 lays them out as 4C channels). Channels and
+// output channels in multiples of 32 (2 x 2 tile blocks); reached only at the amx level (conv.cc decides);
+// compiled for AMX.
 #pragma once
 
 #include <cstdint>
