@@ -249,17 +249,18 @@ void pad_image_bf16(const Conv2dParams& p, const Geometry& g, const BFloat16* x,
 // padded in channel pairs (with the slack the tiles read past it), multiplied into (OC, positions at the
 // padded width) f32 sums, and stored a channel plane at a time at the output width with the bias, ReLU,
 // the sum already in y (accumulate) and one rounding into y's dtype.
-// f16 values (split_f16) run as a convolution of 4C channels: the image's parts hi, lo, hi, lo against the
-// weights' hi, hi, lo, lo, so that the sum over the channels takes each of the four products of the parts
-// once (in the tile unit's order: four times the products of a bf16 layer, and its image four times
-// larger).
+// f16 values (split_f16) run as a convolution of 4C channels: the weights' hi, hi, lo, lo parts against the
+// image's hi, lo parts read twice (AmxConvGeometry::image_c: 2C), so that the sum over the channels takes
+// each of the four products of the parts once (in the tile unit's order: four times the products of a bf16
+// layer, its image twice as large).
 void amx_forward(const Conv2dParams& p, const Geometry& g, const Images& x, const void* w, const float* bias32,
                  void* y, bool accumulate) {
   const bool split = p.x_dtype == DType::kF16;  // (forward_amx: split_f16)
   const int64_t c4 = (split ? 4 : 1) * g.c;  // the channels the tiles take
   AmxConvGeometry a = amx_geometry(p, g);
   a.c = c4;
-  const int64_t taps = g.kh * g.kw, P = g.cols(), kp = a.positions();
+  a.image_c = split ? 2 * g.c : 0;
+  const int64_t taps = g.kh * g.kw, P = g.cols(), kp = a.positions(), ic = a.image_channels();
   Workspace wt(static_cast<size_t>(taps * g.oc * c4) * sizeof(BFloat16));
   auto* wt16 = reinterpret_cast<BFloat16*>(wt.f32());
   if (split) {  // [tap][oc][hi, hi, lo, lo]
@@ -281,7 +282,7 @@ void amx_forward(const Conv2dParams& p, const Geometry& g, const Images& x, cons
       for (int64_t c = 0; c < g.c; ++c)
         for (int64_t t = 0; t < taps; ++t) wt16[(t * g.oc + o) * g.c + c] = wb[(o * g.c + c) * taps + t];
   }
-  const int64_t pair_elems = (c4 / 2 * a.channel + a.slack()) * 2;
+  const int64_t pair_elems = (ic / 2 * a.channel + a.slack()) * 2;
   // (Each part's pair image, sums, f32 plane and made x image taken at once, before the threads start.)
   const size_t image_bytes = cpu_internal::bytes64(static_cast<size_t>(pair_elems) * sizeof(BFloat16));
   const size_t sums_bytes = cpu_internal::bytes64(static_cast<size_t>(g.oc * kp) * sizeof(float));
@@ -293,7 +294,7 @@ void amx_forward(const Conv2dParams& p, const Geometry& g, const Images& x, cons
     auto* sums = reinterpret_cast<float*>(scratch.part(part) + image_bytes);
     auto* row = reinterpret_cast<float*>(scratch.part(part) + image_bytes + sums_bytes);
     void* made = scratch.part(part) + image_bytes + sums_bytes + row_bytes;  // x's image n, where x makes it
-    std::fill(pairs + c4 / 2 * a.channel * 2, pairs + pair_elems, BFloat16{});  // the slack: never written
+    std::fill(pairs + ic / 2 * a.channel * 2, pairs + pair_elems, BFloat16{});  // the slack: never written
     for (int64_t n = n0; n < n1; ++n) {
       amx_conv_pad_pairs(a, g.h, g.w, p.pad_top, p.pad_left, image_of(x, n, g.c * g.h * g.w, p.x_dtype, made), split,
                          pairs);

@@ -53,11 +53,11 @@ void amx_split_f16(const Half* src, int64_t n, BFloat16* hi, BFloat16* lo) {
 
 void amx_conv_pad_pairs(const AmxConvGeometry& g, int64_t h, int64_t w, int64_t pad_top, int64_t pad_left,
                         const void* x, bool split, BFloat16* dst) {
-  const int64_t c_of_x = split ? g.c / 4 : g.c, hp = g.channel / g.wp;
-  std::fill(dst, dst + g.c / 2 * g.channel * 2, BFloat16{});
-  for (int64_t cp = 0; cp < g.c / 2; ++cp) {
+  const int64_t ic = g.image_channels(), c_of_x = split ? ic / 2 : ic, hp = g.channel / g.wp;
+  std::fill(dst, dst + ic / 2 * g.channel * 2, BFloat16{});
+  for (int64_t cp = 0; cp < ic / 2; ++cp) {
     const int64_t c = (2 * cp) % c_of_x;  // channels c, c + 1 of x (of one part where split)
-    const int part = split ? static_cast<int>((2 * cp) / c_of_x) % 2 : 0;  // hi, lo, hi, lo
+    const int part = split ? static_cast<int>((2 * cp) / c_of_x) : 0;  // hi, lo
     for (int64_t iy = 0; iy < h; ++iy) {
       BFloat16* out = dst + ((cp * hp + iy + pad_top) * g.wp + pad_left) * 2;
       const int64_t at = (c * h + iy) * w;
@@ -98,7 +98,7 @@ void amx_conv_pack_dy(const AmxConvGeometry& g, const BFloat16* dy, BFloat16* ro
 constexpr int64_t kForwardRunSteps = 12;
 
 void amx_conv_forward_image(const AmxConvGeometry& g, const BFloat16* wt, const BFloat16* pairs, float* out) {
-  const int64_t kp = g.positions(), blocks = g.c / 32, steps = g.kh * g.kw * blocks;
+  const int64_t kp = g.positions(), blocks = g.c / 32, steps = g.kh * g.kw * blocks, ic = g.image_channels();
   const int64_t runs = (steps + kForwardRunSteps - 1) / kForwardRunSteps, run = (steps + runs - 1) / runs;
   const int64_t a_stride = g.c * static_cast<int64_t>(sizeof(BFloat16));       // wt's rows: output channels
   const int64_t b_stride = 2 * g.channel * static_cast<int64_t>(sizeof(BFloat16));  // pair planes
@@ -117,7 +117,7 @@ void amx_conv_forward_image(const AmxConvGeometry& g, const BFloat16* wt, const 
           const int64_t off = i * g.dilation_h * g.wp + j * g.dilation_w;
           const BFloat16* a0 = wt + (tap * g.oc + ob) * g.c + cb;  // output channels ob .. ob + 15
           const BFloat16* a1 = a0 + 16 * g.c;                      // ob + 16 .. ob + 31
-          const BFloat16* b0 = pairs + ((cb / 2) * g.channel + pb + off) * 2;  // positions pb .. pb + 15
+          const BFloat16* b0 = pairs + (((cb % ic) / 2) * g.channel + pb + off) * 2;  // positions pb .. pb + 15
           const BFloat16* b1 = b0 + 32;                                        // pb + 16 .. pb + 31
           multiply_c_tiles(a0, a1, a_stride, b0, b1, b_stride);
         }

@@ -30,6 +30,11 @@ struct AmxConvGeometry {
   int64_t wp = 0;       // the padded image's width
   int64_t channel = 0;  // elements of one channel of the padded image (hp * wp)
   int64_t image = 0;    // (weight gradient) elements from one padded image to the next: c * channel and slack
+  // (forward) the channels of the padded image, where fewer than c (a divisor of it): the weights' channel
+  // block cb reads the image's cb % image_c (f16 split: 4C weight channels hi, hi, lo, lo against the image's
+  // 2C, hi, lo); 0: c
+  int64_t image_c = 0;
+  int64_t image_channels() const { return image_c > 0 ? image_c : c; }
   // positions per image (oh * wp) rounded up to 32, and the zeros a padded image needs after its last
   // channel for the tiles' reads past it: (kw - 1) * dilation_w + positions - oh * wp
   int64_t positions() const { return (oh * wp + 31) / 32 * 32; }
@@ -63,9 +68,10 @@ void amx_conv_store(const AmxConvGeometry& g, const float* out, const float* bia
 // lo 0 where hi is Inf or NaN.
 void amx_split_f16(const Half* src, int64_t n, BFloat16* hi, BFloat16* lo);
 
-// image x (C, h, w) -> dst padded in channel pairs as amx_conv_forward_image reads it ((g.c / 2, Hp, Wp, 2)
-// bf16, x's values at (pad_top, pad_left), zero around; not the slack after it): x bf16 (g.c = C), or f16
-// split (g.c = 4 C: the channels' hi, lo, hi, lo parts, amx_split_f16's).
+// image x (C, h, w) -> dst padded in channel pairs as amx_conv_forward_image reads it
+// ((g.image_channels() / 2, Hp, Wp, 2) bf16, x's values at (pad_top, pad_left), zero around; not the slack
+// after it): x bf16 (image_channels() = C), or f16 split (image_channels() = 2 C: the channels' hi parts,
+// then their lo parts, amx_split_f16's).
 void amx_conv_pad_pairs(const AmxConvGeometry& g, int64_t h, int64_t w, int64_t pad_top, int64_t pad_left,
                         const void* x, bool split, BFloat16* dst);
 
