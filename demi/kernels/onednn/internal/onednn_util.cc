@@ -204,7 +204,7 @@ void CallContext::finish_output(const OutputPlan& plan, void* prim_dst, void* us
 
 Workspace zeroed(size_t bytes) {
   Workspace w(bytes);
-  std::memset(w.get(), 0, w.bytes());
+  if (w.bytes() != 0) std::memset(w.get(), 0, w.bytes());  // (none held for 0 bytes: memset of null is undefined)
   return w;
 }
 
