@@ -9,6 +9,7 @@
 #include "demi/core/error.h"
 #include "demi/core/parallel.h"
 #include "demi/kernels/cpu/conv_amx.h"
+#include "demi/kernels/cpu/f16_split.h"
 #include "demi/kernels/cpu/gemm.h"
 #include "demi/kernels/cpu/internal/gemm_kernels.h"
 #include "demi/kernels/cpu/internal/workspace.h"
@@ -169,7 +170,7 @@ AmxConvGeometry amx_geometry(const Conv2dParams& p, const Geometry& g) {
 }
 
 // Whether a forward on the tile unit (and so a stride-1 data gradient: dy's f16 values against the flipped
-// f16 weights) takes f16 image and weights, split exactly (conv_amx.h's amx_split_f16): each f16 value the
+// f16 weights) takes f16 image and weights, split exactly (f16_split.h's split): each f16 value the
 // sum of two bf16 parts, each product of two f16 values the sum of the four products of the parts, exact in
 // f32 and summed in f32 — the f32 FMA kernels' sums in another order, as demi's AMX GEMM takes f16 products
 // (gemm_amx.h). The fused Conv2d -> ReLU -> MaxPool2d backward of an f16 layer holds its dense gradient in
@@ -255,7 +256,7 @@ void pad_image_bf16(const Conv2dParams& p, const Geometry& g, const BFloat16* x,
 // layer, its image twice as large).
 void amx_forward(const Conv2dParams& p, const Geometry& g, const Images& x, const void* w, const float* bias32,
                  void* y, bool accumulate) {
-  const bool split = p.x_dtype == DType::kF16;  // (forward_amx: split_f16)
+  const bool split = split_f16(p);
   const int64_t c4 = (split ? 4 : 1) * g.c;  // the channels the tiles take
   AmxConvGeometry a = amx_geometry(p, g);
   a.c = c4;
@@ -263,19 +264,14 @@ void amx_forward(const Conv2dParams& p, const Geometry& g, const Images& x, cons
   const int64_t taps = g.kh * g.kw, P = g.cols(), kp = a.positions(), ic = a.image_channels();
   Workspace wt(static_cast<size_t>(taps * g.oc * c4) * sizeof(BFloat16));
   auto* wt16 = reinterpret_cast<BFloat16*>(wt.f32());
-  if (split) {  // [tap][oc][hi, hi, lo, lo]
-    Workspace halves(static_cast<size_t>(2 * g.oc * g.rows()) * sizeof(BFloat16));
-    auto* hi = reinterpret_cast<BFloat16*>(halves.f32());
-    BFloat16* lo = hi + g.oc * g.rows();
-    amx_split_f16(static_cast<const Half*>(w), g.oc * g.rows(), hi, lo);
+  if (split) {  // [tap][oc][c] f16, then each row of C split into [hi, hi, lo, lo] (f16_split.h's A')
+    Workspace by_tap(static_cast<size_t>(g.oc * g.rows()) * sizeof(Half));
+    auto* wh = reinterpret_cast<Half*>(by_tap.f32());
+    const auto* wf = static_cast<const Half*>(w);
     for (int64_t o = 0; o < g.oc; ++o)
       for (int64_t c = 0; c < g.c; ++c)
-        for (int64_t t = 0; t < taps; ++t) {
-          BFloat16* at = wt16 + (t * g.oc + o) * c4 + c;
-          const int64_t from = (o * g.c + c) * taps + t;
-          at[0] = at[g.c] = hi[from];
-          at[2 * g.c] = at[3 * g.c] = lo[from];
-        }
+        for (int64_t t = 0; t < taps; ++t) wh[(t * g.oc + o) * g.c + c] = wf[(o * g.c + c) * taps + t];
+    split_f16_bf16(wh, taps * g.oc, g.c, wt16, c4, g.c, kSplitLhs);
   } else {
     const auto* wb = static_cast<const BFloat16*>(w);
     for (int64_t o = 0; o < g.oc; ++o)

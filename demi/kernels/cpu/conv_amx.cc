@@ -15,10 +15,12 @@
 #include "demi/core/convert.h"
 #include "demi/core/cpu.h"
 #include "demi/kernels/cpu/internal/amx_tiles.h"
+#include "demi/kernels/cpu/internal/f16_split_avx512.h"
 
 namespace demi::kernels::cpu {
 
 using cpu_internal::configure_tiles;
+using cpu_internal::lanes;
 using cpu_internal::load_c_tiles;
 using cpu_internal::multiply_c_tiles;
 using cpu_internal::store_c_tiles;
@@ -27,29 +29,14 @@ using cpu_internal::pack_value_pairs;
 
 namespace {
 
-__mmask16 lanes(int64_t n) { return static_cast<__mmask16>(n >= 16 ? 0xffff : (1u << n) - 1); }
-
-// 16 f16 values (mask lanes; the others 0) split: part 0 hi = bf16(v) to nearest even (f16's top 8
-// significant bits), part 1 lo = v - hi, exact in bf16 (at most 3 significant bits below hi's 8); lo 0
-// where hi is Inf or NaN.
+// 16 f16 values (mask lanes; the others 0): their hi (part 0) or lo (part 1) parts (f16_split.h's split).
 __m256i split_part(const Half* src, __mmask16 m, int part) {
-  const __m512 v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src));
-  const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
-  if (part == 0) return h;
-  const __m512 hv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  const __mmask16 finite = static_cast<__mmask16>(~_mm512_fpclass_ps_mask(hv, 0x99));
-  return (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_sub_ps(finite, v, hv));
+  __m256i hi, lo;
+  cpu_internal::split_f16x16(src, m, &hi, &lo);
+  return part == 0 ? hi : lo;
 }
 
 }  // namespace
-
-void amx_split_f16(const Half* src, int64_t n, BFloat16* hi, BFloat16* lo) {
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = lanes(n - i);
-    _mm256_mask_storeu_epi16(hi + i, m, split_part(src + i, m, 0));
-    _mm256_mask_storeu_epi16(lo + i, m, split_part(src + i, m, 1));
-  }
-}
 
 void amx_conv_pad_pairs(const AmxConvGeometry& g, int64_t h, int64_t w, int64_t pad_top, int64_t pad_left,
                         const void* x, bool split, BFloat16* dst) {

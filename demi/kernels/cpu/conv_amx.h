@@ -11,7 +11,7 @@
 // anyway (the step is skipped).
 //
 // The forward (and so the stride-1 data gradient) likewise below; f16 values there split exactly into bf16
-// parts (amx_split_f16, amx_conv_pad_pairs: conv.cc's split_f16 lays them out as 4C channels). Channels and
+// parts (../f16_split.h's split; amx_conv_pad_pairs: conv.cc's split_f16 lays them out as 4C channels). Channels and
 // output channels in multiples of 32 (2 x 2 tile blocks); reached only at the amx level (conv.cc decides);
 // compiled for AMX.
 #pragma once
@@ -62,16 +62,10 @@ void amx_conv_forward_image(const AmxConvGeometry& g, const BFloat16* wt, const 
 void amx_conv_store(const AmxConvGeometry& g, const float* out, const float* bias, bool relu, bool accumulate,
                     void* y, DType y_dtype, float* plane);
 
-// n f16 values -> hi = bf16(v) (to nearest even) and lo = v - hi, both exact in bf16 (an f16 value has 11
-// significant bits: lo holds the 3 below hi's 8), so that hi + lo = v and a product of two f16 values is the
-// sum of the four bf16 products of their parts, each exact in f32 (the split of demi's AMX GEMM, gemm_amx.h);
-// lo 0 where hi is Inf or NaN.
-void amx_split_f16(const Half* src, int64_t n, BFloat16* hi, BFloat16* lo);
-
 // image x (C, h, w) -> dst padded in channel pairs as amx_conv_forward_image reads it
 // ((g.image_channels() / 2, Hp, Wp, 2) bf16, x's values at (pad_top, pad_left), zero around; not the slack
 // after it): x bf16 (image_channels() = C), or f16 split (image_channels() = 2 C: the channels' hi parts,
-// then their lo parts, amx_split_f16's).
+// then their lo parts, as ../f16_split.h splits them).
 void amx_conv_pad_pairs(const AmxConvGeometry& g, int64_t h, int64_t w, int64_t pad_top, int64_t pad_left,
                         const void* x, bool split, BFloat16* dst);
 

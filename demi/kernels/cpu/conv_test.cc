@@ -41,16 +41,19 @@ TEST(DemiConv, MatchesReferenceForEveryGeometryDtypeAndLevel) {
   }
 }
 
+// The tile unit's tests skip below the amx level, saying so and what runs there instead (`elsewhere`).
+#define DEMI_SKIP_WITHOUT_AMX(elsewhere)                                                                   \
+  if (max_cpu_level() < CpuLevel::kAmx)                                                                   \
+  GTEST_SKIP() << "this CPU runs at most " << cpu_level_name(max_cpu_level())                             \
+               << ": the tile unit's convolutions need AMX (Xeons from Sapphire Rapids on); " << (elsewhere)
+
 // The convolutions on the tile unit (bf16, stride 1, channels in multiples of 32: conv_amx.h) against the
 // reference, each direction: the forward with bias and ReLU, the data gradient (the forward of dy with
 // the flipped weights) and the weight gradient; dilation and asymmetric padding (the taps read the padded
 // image at offsets i * dilation_h * wp + j * dilation_w), a 1 x 1 kernel, a 5 x 5 one over more images
 // than a thread's chunk of four, with and without accumulation.
 TEST(DemiConv, ConvolutionsOnTheTileUnitMatchTheReference) {
-  if (max_cpu_level() < CpuLevel::kAmx)
-    GTEST_SKIP() << "this CPU runs at most " << cpu_level_name(max_cpu_level())
-                 << ": the tile unit's convolutions need AMX (Xeons from Sapphire Rapids on); the other "
-                    "levels' are tested everywhere";
+  DEMI_SKIP_WITHOUT_AMX("the other levels' are tested everywhere");
   ScopedCpuLevel level(CpuLevel::kAmx);
   const Geometry geometries[] = {
       {"dilation (2, 1), asymmetric padding", 5, 32, 9, 11, 64, 3, 2, 1, 1, 2, 1, 0, 1, 2, 1, 1},
@@ -70,10 +73,7 @@ TEST(DemiConv, ConvolutionsOnTheTileUnitMatchTheReference) {
 // fixture's are exact in bf16, so their lo parts are 0). Accumulating, and one geometry past a thread's chunk
 // of four images.
 TEST(DemiConv, F16ConvolutionsOnTheTileUnitAreTheProductsOfTheF16Values) {
-  if (max_cpu_level() < CpuLevel::kAmx)
-    GTEST_SKIP() << "this CPU runs at most " << cpu_level_name(max_cpu_level())
-                 << ": the tile unit's convolutions need AMX (Xeons from Sapphire Rapids on); f16 convolutions "
-                    "elsewhere are tested against the reference at every level";
+  DEMI_SKIP_WITHOUT_AMX("f16 convolutions elsewhere are tested against the reference at every level");
   ScopedCpuLevel level(CpuLevel::kAmx);
   using kernels::testing::Operand;
   using kernels::testing::random_operand;

@@ -30,6 +30,7 @@ namespace {
 
 using cpu_internal::bytes64;
 using cpu_internal::configure_tiles;
+using cpu_internal::lanes;
 using cpu_internal::load_c_tiles;
 using cpu_internal::multiply_c_column;
 using cpu_internal::multiply_c_tiles;
@@ -66,10 +67,6 @@ struct Layout {
   int64_t kq() const { return segs * kp; }
   bool split() const { return segs > 1; }
 };
-
-DEMI_AMX_INLINE __mmask16 lanes(int64_t n) {
-  return n >= 16 ? __mmask16{0xffff} : n <= 0 ? __mmask16{0} : static_cast<__mmask16>((1u << n) - 1);
-}
 
 DEMI_AMX_INLINE __m512 widen_bf16(__m256i h) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));

@@ -37,6 +37,11 @@ inline constexpr TileConfig kTileConfig = [] {
 
 inline void configure_tiles() { _tile_loadconfig(&kTileConfig); }
 
+// The first n (clamped to 0..16) of 16 lanes: a row's tail of masked loads and stores.
+inline __attribute__((always_inline)) __mmask16 lanes(int64_t n) {
+  return n >= 16 ? __mmask16{0xffff} : n <= 0 ? __mmask16{0} : static_cast<__mmask16>((1u << n) - 1);
+}
+
 // A 2 x 2 block of C tiles, 32 x 32 f32 in tiles 0-3 (rows 0-15 | 16-31 x columns 0-15 | 16-31), held in
 // memory as rows `ld` floats apart: zeroed, loaded, stored; and one 32-k step of its product, a's tiles
 // (rows 0-15 at a0, 16-31 at a1, rows a_stride bytes apart) in 4, 5 and b's (columns 0-15 at b0, 16-31 at
