@@ -409,9 +409,67 @@ Products dots_measured(const DirectConvKernels& kern, const Conv2dParams& p, con
   }));
 }
 
+// How an f16 weight gradient of p's geometry (image and dz f16) runs its products: f32 dot products (dz
+// widened, the columns f16 where the level has them) or the tile unit's, each f16 value split into bf16 hi +
+// lo and each product taken as four bf16 ones (weight_sums_tiles_f16: exact, f32 sums in another order). Four
+// tile products per product against one FMA: measured per geometry as dots_measured measures (dz's widening
+// included), kept in conv-direct-dots-f16-v1-<cpu>.txt.
+Products dots_measured_f16(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g) {
+  // (never destroyed)
+  static auto& choices = *new internal::ChoiceCache("conv-direct-dots-f16-v1", {"f32", "pairs", "tiles"});
+  return static_cast<Products>(choices.choose(geometry_key(p), [&] { return geometry_text(p); }, [&] {
+    const int64_t positions = g.oh * g.ow, k = g.k;
+    const cpu_internal::TileGeom t = cpu_internal::tile_geom(g, p.oc);
+    const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float));
+    const size_t col_bytes =
+        bytes64(static_cast<size_t>(std::max(k * positions * 4, cpu_internal::split_scratch_bytes(g, t))));
+    const size_t dz16_bytes = bytes64(static_cast<size_t>(p.oc * positions) * sizeof(Half));
+    const size_t dz32_bytes = bytes64(static_cast<size_t>(kDzChannels * positions) * sizeof(float));
+    const size_t lanes = bytes64(static_cast<size_t>(std::max((p.oc * k + p.oc) * 16, t.grad_slots * t.ocp)) *
+                                 sizeof(float));
+    const Workspace buf(xp_bytes + col_bytes + dz16_bytes + dz32_bytes + lanes);
+    char* at = reinterpret_cast<char*>(buf.f32());
+    auto* xp = reinterpret_cast<float*>(at);
+    char* col = at + xp_bytes;
+    auto* dz16 = reinterpret_cast<Half*>(at + xp_bytes + col_bytes);
+    auto* dz32 = reinterpret_cast<float*>(at + xp_bytes + col_bytes + dz16_bytes);
+    auto* l = reinterpret_cast<float*>(at + xp_bytes + col_bytes + dz16_bytes + dz32_bytes);
+    std::fill(xp, xp + padded_floats(g), 0.5f);  // (the rate is the values')
+    std::fill(dz16, dz16 + p.oc * positions, Half(0.25f));
+    const demi::internal::ConvertKernels& cvt = demi::internal::convert_kernels(cpu_level());
+    std::vector<Products> ways{Products::kF32, Products::kTiles};
+    std::vector<std::function<void()>> runs{
+        [&] {
+          if (kern.dot_rows_f16)
+            kern.columns_f16(g, xp, reinterpret_cast<Half*>(col));
+          else
+            kern.columns(g, xp, reinterpret_cast<float*>(col));
+          for (int64_t o0 = 0; o0 < p.oc; o0 += kDzChannels) {
+            const int64_t on = std::min(kDzChannels, p.oc - o0);
+            cvt.f16_to_f32(dz16 + o0 * positions, dz32, on * positions);
+            float* lo = l + o0 * k * 16;
+            float* dbl = l + (p.oc * k + o0) * 16;
+            if (kern.dot_rows_f16)
+              kern.dot_rows_f16(dz32, reinterpret_cast<const Half*>(col), on, k, positions, lo, k, dbl);
+            else
+              kern.dot_rows(dz32, reinterpret_cast<const float*>(col), on, k, positions, lo, k, dbl);
+          }
+        },
+        [&] {
+          std::vector<const Half*> blocks;
+          for (int64_t o0 = 0; o0 < p.oc; o0 += 16) blocks.push_back(dz16 + o0 * positions);
+          kern.weight_sums_tiles_f16(g, t, xp, blocks.data(), p.oc, reinterpret_cast<BFloat16*>(col), l);
+        }};
+    return static_cast<int>(ways[fastest(runs)]);
+  }));
+}
+
 // How a weight gradient with dz in dz_dtype runs its products: dots_measured's choice for a bf16 image and a
-// bf16 dz on a level with the pair or tile kernels, else f32 dot products.
+// bf16 dz on a level with the pair or tile kernels, dots_measured_f16's for an f16 image and an f16 dz on a
+// level with the tile unit, else f32 dot products.
 Products dots_way(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g, DType dz_dtype) {
+  if (kern.weight_sums_tiles_f16 != nullptr && p.x_values() == DType::kF16 && dz_dtype == DType::kF16)
+    return forced_or(false, true, [&] { return dots_measured_f16(kern, p, g); });
   if ((kern.dot_rows_bf16 == nullptr && kern.weight_sums_tiles == nullptr) || p.x_values() != DType::kBF16 ||
       dz_dtype != DType::kBF16)
     return Products::kF32;
@@ -420,19 +478,25 @@ Products dots_way(const DirectConvKernels& kern, const Conv2dParams& p, const Di
 }
 
 // The weight gradient on the tile unit (dots_way kTiles): the threads take contiguous runs of images, each
-// summing into its own (grad_slots, OCP) f32 block (DirectConvKernels::weight_sums_tiles: per image dz
-// taken 16 channels at a time and packed, then the columns built and multiplied a chunk of TileGeom::cp
-// positions at a time); at the end each (oc, k) adds the threads'
-// sums in thread order. rows, tmp_bytes as for backward_weights_impl (here 16 channels at a time, bf16).
+// summing into its own (grad_slots, OCP) f32 block; at the end each (oc, k) adds the threads' sums in thread
+// order. A bf16 dz (DirectConvKernels::weight_sums_tiles) is taken 16 channels at a time and packed per image,
+// then the columns built and multiplied a chunk of TileGeom::cp positions at a time; an f16 one
+// (weight_sums_tiles_f16) is held as every channel's rows, f16, and split with the columns a chunk of
+// TileGeom::sp positions at a time. rows, tmp_bytes as for backward_weights_impl (here 16 channels at a time,
+// in dz_dtype).
 template <class Rows, class TmpBytes>
 void backward_weights_tiles(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g, const void* x,
-                            Rows&& rows, TmpBytes&& tmp_bytes, float* dw32, float* db32) {
+                            DType dz_dtype, Rows&& rows, TmpBytes&& tmp_bytes, float* dw32, float* db32) {
   const cpu_internal::TileGeom t = cpu_internal::tile_geom(g, p.oc);
+  const bool split = dz_dtype == DType::kF16;
   const int64_t positions = g.oh * g.ow, threads = parts_for(p.n);
   const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)),
-               col_bytes = bytes64(static_cast<size_t>(t.grad_slots * t.cp) * sizeof(BFloat16)),
-               dzt_bytes = bytes64(static_cast<size_t>(t.ocp * t.pp) * sizeof(BFloat16)),
-               rows_bytes = bytes64(tmp_bytes(std::min<int64_t>(16, p.oc), true)),
+               // the columns (a chunk), dz packed (the image's): or the image, the columns and dz split (a chunk)
+               col_bytes = bytes64(split ? static_cast<size_t>(cpu_internal::split_scratch_bytes(g, t))
+                                         : static_cast<size_t>(t.grad_slots * t.cp) * sizeof(BFloat16)),
+               dzt_bytes = split ? 0 : bytes64(static_cast<size_t>(t.ocp * t.pp) * sizeof(BFloat16)),
+               // dz's rows: 16 channels at a time, or every channel's (the split)
+               rows_bytes = bytes64(tmp_bytes(split ? p.oc : std::min<int64_t>(16, p.oc), dz_dtype)),
                sums_bytes = bytes64(static_cast<size_t>(t.grad_slots * t.ocp) * sizeof(float));
   PartScratch scratch(threads, xp_bytes + col_bytes + dzt_bytes + rows_bytes + sums_bytes);
   const size_t sums_at = xp_bytes + col_bytes + dzt_bytes + rows_bytes;
@@ -441,18 +505,27 @@ void backward_weights_tiles(const DirectConvKernels& kern, const Conv2dParams& p
     auto* xp = reinterpret_cast<float*>(base);
     auto* col = reinterpret_cast<BFloat16*>(base + xp_bytes);
     auto* dzt = reinterpret_cast<BFloat16*>(base + xp_bytes + col_bytes);
-    auto* tmp = reinterpret_cast<float*>(base + xp_bytes + col_bytes + dzt_bytes);
+    char* tmp = base + xp_bytes + col_bytes + dzt_bytes;
     auto* sums = reinterpret_cast<float*>(base + sums_at);
     std::fill(sums, sums + t.grad_slots * t.ocp, 0.0f);
-    std::fill(dzt, dzt + t.ocp * t.pp, BFloat16{});  // (the channel blocks past OC stay 0)
+    if (!split) std::fill(dzt, dzt + t.ocp * t.pp, BFloat16{});  // (the channel blocks past OC stay 0)
+    std::vector<const Half*> blocks(static_cast<size_t>(t.ocp / 16));
     for (int64_t n = n0; n < n1; ++n) {
       pad_image(p, g, x, n, xp);
       for (int64_t o0 = 0; o0 < p.oc; o0 += 16) {
         const int64_t on = std::min<int64_t>(16, p.oc - o0);
-        kern.pack_dz_tiles(static_cast<const BFloat16*>(rows(n, o0, on, tmp, true)), on, positions, t.pp,
-                           dzt + o0 * t.pp);
+        if (split) {  // each block's rows built after the last's (the space past them is rows' own)
+          float* at = reinterpret_cast<float*>(tmp + static_cast<size_t>(o0 * positions) * sizeof(Half));
+          blocks[static_cast<size_t>(o0 / 16)] = static_cast<const Half*>(rows(n, o0, on, at, DType::kF16));
+        } else {
+          kern.pack_dz_tiles(static_cast<const BFloat16*>(rows(n, o0, on, reinterpret_cast<float*>(tmp), DType::kBF16)),
+                             on, positions, t.pp, dzt + o0 * t.pp);
+        }
       }
-      kern.weight_sums_tiles(g, t, xp, dzt, col, sums);
+      if (split)
+        kern.weight_sums_tiles_f16(g, t, xp, blocks.data(), p.oc, col, sums);
+      else
+        kern.weight_sums_tiles(g, t, xp, dzt, col, sums);
     }
   });
   for (int64_t oc = 0; oc < p.oc; ++oc)
@@ -469,9 +542,9 @@ void backward_weights_tiles(const DirectConvKernels& kern, const Conv2dParams& p
 // measures faster: a fixed order within and across its images); at the end each (oc, k)'s lanes are added in
 // lane order, then the threads' sums in thread order (the bits depend on the thread count, as the choice
 // cache's key does).
-// `rows(n, o0, on, tmp, bf16)` returns channels [o0, o0 + on) of image n's dz as rows of OH * OW, f32 (or bf16
-// when bf16), in place or built in tmp, tmp_bytes(on, bf16) bytes of the thread's scratch (what rows needs:
-// none when dz is given in the kernels' dtype); on <= kDzChannels. The columns are bf16 where the rows are.
+// `rows(n, o0, on, tmp, dtype)` returns channels [o0, o0 + on) of image n's dz as rows of OH * OW in dtype (f32,
+// or dz's own bf16 or f16), in place or built in tmp, tmp_bytes(on, dtype) bytes of the thread's scratch (what
+// rows needs: none when dz is given in that dtype); on <= kDzChannels (16 on the tile unit). The columns are bf16 where the rows are.
 // dw32 (OC, K), db32 (OC). Each (oc, k) sums its positions in the same order whichever channels share a
 // call, so taking the channels a few at a time keeps the bits and bounds the dz built at once.
 template <class Rows, class TmpBytes>
@@ -480,7 +553,7 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
   const DirectConvKernels& kern = kernels();
   const DirectGeom g = geometry(p);
   const Products way = dots_way(kern, p, g, dz_dtype);
-  if (way == Products::kTiles) return backward_weights_tiles(kern, p, g, x, rows, tmp_bytes, dw32, db32);
+  if (way == Products::kTiles) return backward_weights_tiles(kern, p, g, x, dz_dtype, rows, tmp_bytes, dw32, db32);
   const bool bf16 = way == Products::kPairs;
   const int64_t positions = g.oh * g.ow, threads = parts_for(p.n);
   const int64_t part = (p.oc * g.k + p.oc) * 16;  // one thread's lanes for dw and db
@@ -500,7 +573,7 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
   }
   const size_t xp_bytes = bytes64(padded_floats(g) * sizeof(float)),
                col_bytes = bytes64(static_cast<size_t>(gc.k * positions) * value_bytes),
-               rows_bytes = bytes64(tmp_bytes(std::min(p.oc, kDzChannels), bf16)),
+               rows_bytes = bytes64(tmp_bytes(std::min(p.oc, kDzChannels), bf16 ? DType::kBF16 : DType::kF32)),
                lane_bytes = bytes64(static_cast<size_t>(part) * sizeof(float));
   PartScratch scratch(threads, xp_bytes + col_bytes + rows_bytes + lane_bytes);
   for_each_part(threads, p.n, [&](int64_t t, int64_t n0, int64_t n1) {
@@ -528,7 +601,7 @@ void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype,
       if (calls == 1) columns(0);
       for (int64_t o0 = 0; o0 < p.oc; o0 += kDzChannels) {
         const int64_t on = std::min(kDzChannels, p.oc - o0);
-        const void* dz = rows(n, o0, on, tmp, bf16);
+        const void* dz = rows(n, o0, on, tmp, bf16 ? DType::kBF16 : DType::kF32);
         for (int64_t c = 0; c < calls; ++c) {
           if (calls > 1) columns(c);
           float* l = lanes + (o0 * g.k + c * gc.k) * 16;
@@ -727,14 +800,14 @@ void direct_conv2d_backward_weights(const Conv2dParams& p, const void* x, const 
   std::vector<float> dw32(static_cast<size_t>(p.oc * g.k)), db32(static_cast<size_t>(p.oc));
   backward_weights_impl(
       p, x, p.y_dtype,
-      [&](int64_t n, int64_t o0, int64_t on, float* tmp, bool bf16) -> const void* {
+      [&](int64_t n, int64_t o0, int64_t on, float* tmp, DType dtype) -> const void* {  // (dtype f32 or dy's)
         const int64_t at = (n * p.oc + o0) * positions;
-        if (bf16 || p.y_dtype == DType::kF32) return element_at(dy, at, p.y_dtype);
+        if (dtype == p.y_dtype) return element_at(dy, at, p.y_dtype);
         convert(element_at(dy, at, p.y_dtype), p.y_dtype, tmp, DType::kF32, on * positions);
         return tmp;
       },
-      [&](int64_t on, bool bf16) {
-        return bf16 || p.y_dtype == DType::kF32 ? size_t{0} : static_cast<size_t>(on * positions) * sizeof(float);
+      [&](int64_t on, DType dtype) {
+        return dtype == p.y_dtype ? size_t{0} : static_cast<size_t>(on * positions) * sizeof(float);
       },
       dw32.data(), db32.data());
   store_gradients(p, dw32.data(), db32.data(), dw, p.w_dtype, db, p.bias_dtype, p.accumulate);
@@ -756,13 +829,17 @@ void direct_conv2d_relu_max_pool2d_backward_weights(const Conv2dParams& p, const
   const bool dy32_in_tmp = dy_dtype != DType::kF32 || dz_dtype != DType::kF32;
   backward_weights_impl(
       p, x, dz_dtype,
-      [&](int64_t n, int64_t o0, int64_t on, float* tmp, bool bf16) -> const void* {
+      [&](int64_t n, int64_t o0, int64_t on, float* tmp, DType dtype) -> const void* {  // (f32 or dz's)
         Pool2dParams one = pool;  // the image's channels [o0, o0 + on)
         one.n = 1;
         one.c = on;
         const int64_t at = (n * p.oc + o0) * pooled;
         const void* src = element_at(dy, at, dy_dtype);
-        if (bf16) {  // dz in bf16: dy's values exactly, or rounded into tmp past dz first
+        if (dtype == DType::kF16) {  // dz in f16 (the split tile products): dy's own values
+          max_pool2d_backward(one, DType::kF16, src, argmax + at, tmp);
+          return tmp;
+        }
+        if (dtype == DType::kBF16) {  // dz in bf16: dy's values exactly, or rounded into tmp past dz first
           if (dy_dtype != DType::kBF16) {
             auto* dy16 = reinterpret_cast<BFloat16*>(tmp) + on * p.out_h() * p.out_w();
             convert(src, dy_dtype, dy16, DType::kBF16, on * pooled);
@@ -780,9 +857,10 @@ void direct_conv2d_relu_max_pool2d_backward_weights(const Conv2dParams& p, const
         max_pool2d_backward(one, DType::kF32, src, argmax + at, tmp);
         return tmp;
       },
-      [&](int64_t on, bool bf16) {  // dz (bf16 or f32), and dy in dz's dtype where it has another
+      [&](int64_t on, DType dtype) {  // dz (f16, bf16 or f32), and dy in dz's dtype where it has another
         const int64_t dz = on * p.out_h() * p.out_w();
-        if (bf16) return static_cast<size_t>(dz + (dy_dtype == DType::kBF16 ? 0 : on * pooled)) * sizeof(BFloat16);
+        if (dtype == DType::kF16) return static_cast<size_t>(dz) * sizeof(Half);  // (dy f16: dz_dtype is dy's)
+        if (dtype == DType::kBF16) return static_cast<size_t>(dz + (dy_dtype == DType::kBF16 ? 0 : on * pooled)) * sizeof(BFloat16);
         return static_cast<size_t>(dz + (dy32_in_tmp ? on * pooled : 0)) * sizeof(float);
       },
       dw32.data(), db32.data());

@@ -16,6 +16,9 @@
 //                     winners (max_pool2d_backward of dy and argmax) while it is hot, so it and the separate call
 //                     give the same bits. (Lists of the nonzero dz, three in four being zero after ReLU -> 2x2
 //                     MaxPool, came first and were slower than the dense tiles.)
+// On the tile unit (AMX) the weight gradient of bf16 values takes the tiles' products; of f16 values (image
+// and dz f16), each split into bf16 hi + lo and each product taken as four tile products, exactly
+// (conv_direct_amx.cc), where that measures faster than the f32 FMAs.
 // Threads take images (each its own partial sums for the weight gradient, added in thread order).
 //
 // Serves: groups 1, stride 1, dilation 1, any padding, K <= kDirectMaxK, f32|bf16|f16 tensors. The

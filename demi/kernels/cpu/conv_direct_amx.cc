@@ -5,7 +5,9 @@
 // 2 x 2 blocks of C tiles; the weight gradient multiplies the image's columns (A: tap slots x positions, a
 // row of ones for the bias) by dz packed in VNNI pairs of positions (B). Both build their B (and the
 // gradient's A) per image in vector registers from the f32-padded image, whose values are widened bf16:
-// the top halves, exactly. Everything else is the AVX512-BF16 table's.
+// the top halves, exactly. An f16 weight gradient (image and dz f16) splits each value into bf16 hi + lo
+// (f16_split_avx512.h) and takes the four products of the parts (weight_sums_tiles_f16). Everything else is
+// the AVX512-BF16 table's.
 // GCC 12's AVX-512 intrinsics self-initialise their "undefined" operands, which -Wmaybe-uninitialized
 // (and -Wuninitialized) report inside the intrinsic headers.
 #pragma GCC diagnostic push
@@ -20,6 +22,7 @@
 #include "demi/core/cpu.h"
 #include "demi/kernels/cpu/internal/amx_tiles.h"
 #include "demi/kernels/cpu/internal/conv_direct_kernels.h"
+#include "demi/kernels/cpu/internal/f16_split_avx512.h"
 
 #if !defined(__AMX_BF16__)
 #error "conv_direct_amx.cc needs -mamx-bf16 (files named *_amx.cc get it)"
@@ -193,6 +196,136 @@ void weight_sums_tiles(const DirectGeom& g, const TileGeom& t, const float* xp, 
   _tile_release();
 }
 
+// The padded image's values (xp's C * HP * WP, rounded up to 32: into its slack) split into bf16 hi and lo
+// parts (f16_split_avx512.h).
+void split_image(const DirectGeom& g, const float* xp, BFloat16* hi, BFloat16* lo) {
+  const int64_t n = image_split_values(g);
+  for (int64_t i = 0; i < n; i += 32) {
+    __m512i h, l;
+    split_f32x32(_mm512_loadu_ps(xp + i), _mm512_loadu_ps(xp + i + 16), &h, &l);
+    _mm512_storeu_si512(hi + i, h);
+    _mm512_storeu_si512(lo + i, l);
+  }
+}
+
+void copy_row(const BFloat16* src, BFloat16* dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += 32) {
+    const __mmask32 m = n - i >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_epi16(dst + i, m, _mm512_maskz_loadu_epi16(m, src + i));
+  }
+}
+
+// columns_tiles for the np positions from p0 of the split image (xh, xl): hi and lo (grad_slots, t.sp) each,
+// the bias's row 1.0 in hi and 0 in lo.
+void columns_split(const DirectGeom& g, const TileGeom& t, const BFloat16* xh, const BFloat16* xl, int64_t p0,
+                   int64_t np, BFloat16* hi, BFloat16* lo) {
+  const int64_t positions = g.oh * g.ow, end = std::min(p0 + np, positions), valid = std::max<int64_t>(end - p0, 0);
+  const int64_t oy0 = p0 / g.ow, ox0 = p0 % g.ow;
+  for (int64_t k = 0; k < g.k; ++k) {
+    const int64_t off = tap_offset(g, k);
+    BFloat16 *h = hi + k * t.sp, *l = lo + k * t.sp;
+    for (int64_t p = p0, oy = oy0, ox = ox0; p < end; ++oy, ox = 0) {
+      const int64_t run = std::min(g.ow - ox, end - p), at = off + oy * g.wp + ox;
+      copy_row(xh + at, h + (p - p0), run);
+      copy_row(xl + at, l + (p - p0), run);
+      p += run;
+    }
+    std::fill(h + valid, h + np, BFloat16{});
+    std::fill(l + valid, l + np, BFloat16{});
+  }
+  std::fill(hi + g.k * t.sp, hi + g.k * t.sp + valid, BFloat16(1.0f));
+  std::fill(hi + g.k * t.sp + valid, hi + g.k * t.sp + np, BFloat16{});
+  std::fill(lo + g.k * t.sp, lo + g.k * t.sp + np, BFloat16{});
+  for (int64_t k = g.k + 1; k < t.grad_slots; ++k) {
+    std::fill(hi + k * t.sp, hi + k * t.sp + np, BFloat16{});
+    std::fill(lo + k * t.sp, lo + k * t.sp + np, BFloat16{});
+  }
+}
+
+// pack_value_pairs of `rows` (<= 16) f16 rows split: the hi parts' VNNI-2 pairs to hi, the lo parts' to lo.
+// The f16 pairs are transposed first (a pair's two values stay together), then each VNNI row split in place.
+void pack_value_pairs_split(const Half* src, int64_t rows, int64_t ld, int64_t n, int64_t padded, BFloat16* hi,
+                            BFloat16* lo) {
+  for (int64_t p0 = 0; p0 < padded; p0 += 32) {
+    const int64_t left = n - p0;
+    const __mmask32 m = left >= 32 ? ~__mmask32{0} : left <= 0 ? __mmask32{0} : static_cast<__mmask32>((1u << left) - 1u);
+    __m512i w[16];
+    for (int r = 0; r < 16; ++r)
+      w[r] = r < rows ? _mm512_maskz_loadu_epi16(m, src + r * ld + p0) : _mm512_setzero_si512();
+    transpose16(w);
+    for (int r = 0; r < 16; ++r) {
+      __m512i h, l;
+      split_f32x32(_mm512_cvtph_ps(_mm512_castsi512_si256(w[r])),
+                   _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w[r], 1)), &h, &l);
+      _mm512_storeu_si512(hi + p0 * 16 + r * 32, h);
+      _mm512_storeu_si512(lo + p0 * 16 + r * 32, l);
+    }
+  }
+}
+
+// One 32-k step of a 2 x 1 block of C tiles (tiles 0, 1: rows 0-15, 16-31 of 16 columns) taking the four
+// products of split operands, hi hi, hi lo, lo hi, lo lo: a's rows 0-15 and 16-31 (hi at ah0, ah1, lo at
+// al0, al1) in tiles 2, 3 and 4, 5, b's hi and lo (bh, bl) in 6, 7, each loaded once. (A 2 x 2 block, with
+// one tile for each of a's and b's parts in turn, reloaded each tile right after its last reader and waited
+// for it: 2x slower.)
+inline __attribute__((always_inline)) void multiply_c_pair_split(const BFloat16* ah0, const BFloat16* ah1,
+                                                                 const BFloat16* al0, const BFloat16* al1,
+                                                                 int64_t a_stride, const BFloat16* bh,
+                                                                 const BFloat16* bl) {
+  _tile_loadd(2, ah0, a_stride);
+  _tile_loadd(6, bh, 64);
+  _tile_dpbf16ps(0, 2, 6);
+  _tile_loadd(3, ah1, a_stride);
+  _tile_dpbf16ps(1, 3, 6);
+  _tile_loadd(7, bl, 64);
+  _tile_dpbf16ps(0, 2, 7);
+  _tile_dpbf16ps(1, 3, 7);
+  _tile_loadd(4, al0, a_stride);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_loadd(5, al1, a_stride);
+  _tile_dpbf16ps(1, 5, 6);
+  _tile_dpbf16ps(0, 4, 7);
+  _tile_dpbf16ps(1, 5, 7);
+}
+
+void weight_sums_tiles_f16(const DirectGeom& g, const TileGeom& t, const float* xp, const Half* const* dz, int64_t oc,
+                           BFloat16* split, float* sums) {
+  const int64_t positions = g.oh * g.ow, a_stride = t.sp * static_cast<int64_t>(sizeof(BFloat16));
+  const int64_t image = image_split_values(g);
+  BFloat16 *x_hi = split, *x_lo = x_hi + image, *col_hi = x_lo + image, *col_lo = col_hi + t.grad_slots * t.sp;
+  BFloat16 *dz_hi = col_lo + t.grad_slots * t.sp, *dz_lo = dz_hi + t.ocp * t.sp;
+  split_image(g, xp, x_hi, x_lo);
+  configure_tiles();  // (once per image, not per chunk)
+  for (int64_t p0 = 0; p0 < t.pp; p0 += t.sp) {
+    const int64_t np = std::min(t.sp, t.pp - p0), block = np * 16;  // a 16-channel block's words of the chunk
+    columns_split(g, t, x_hi, x_lo, p0, np, col_hi, col_lo);
+    for (int64_t o0 = 0; o0 < t.ocp; o0 += 16) {
+      if (o0 < oc) {
+        pack_value_pairs_split(dz[o0 / 16] + p0, std::min<int64_t>(16, oc - o0), positions, positions - p0, np,
+                               dz_hi + o0 * np, dz_lo + o0 * np);
+      } else {
+        std::fill(dz_hi + o0 * np, dz_hi + (o0 + 16) * np, BFloat16{});
+        std::fill(dz_lo + o0 * np, dz_lo + (o0 + 16) * np, BFloat16{});
+      }
+    }
+    const int64_t ld = t.ocp * static_cast<int64_t>(sizeof(float));
+    for (int64_t kb = 0; kb < t.grad_slots; kb += 32)
+      for (int64_t ob = 0; ob < t.ocp; ob += 16) {
+        float* s = sums + kb * t.ocp + ob;
+        _tile_loadd(0, s, ld);
+        _tile_loadd(1, s + 16 * t.ocp, ld);
+        const BFloat16 *ah = col_hi + kb * t.sp, *al = col_lo + kb * t.sp;  // slots kb .. kb + 31
+        const BFloat16 *bh = dz_hi + (ob / 16) * block, *bl = dz_lo + (ob / 16) * block;
+        for (int64_t q = 0; q < np; q += 32)
+          multiply_c_pair_split(ah + q, ah + 16 * t.sp + q, al + q, al + 16 * t.sp + q, a_stride, bh + q * 16,
+                                bl + q * 16);
+        _tile_stored(0, s, ld);
+        _tile_stored(1, s + 16 * t.ocp, ld);
+      }
+  }
+  _tile_release();
+}
+
 }  // namespace
 
 const DirectConvKernels& direct_conv_kernels_amx() {
@@ -203,6 +336,7 @@ const DirectConvKernels& direct_conv_kernels_amx() {
     t.forward_pool2x2_tiles = forward_pool2x2_tiles;
     t.pack_dz_tiles = pack_dz_tiles;
     t.weight_sums_tiles = weight_sums_tiles;
+    t.weight_sums_tiles_f16 = weight_sums_tiles_f16;
     return t;
   }();
   return k;

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -17,6 +19,8 @@
 #include "demi/kernels/cpu/internal/conv_direct_kernels.h"
 #include "demi/kernels/cpu/pool.h"
 #include "demi/kernels/internal/conv_test_util.h"
+#include "demi/kernels/reference/conv.h"
+#include "demi/kernels/tolerance.h"
 
 namespace demi::kernels::cpu {
 namespace {
@@ -210,8 +214,9 @@ TEST(DirectConv, WeightGradientPerInputChannelIsTheOneChannelConvolutionsBitForB
         std::vector<float> dw(static_cast<size_t>(p.w_numel())), db(static_cast<size_t>(p.oc));
         direct_conv2d_backward_weights(p, x.data(), dz.data(), dw.data(), db.data());
         const int64_t taps = p.kh * p.kw, plane = p.h * p.w;
-        // (As measured, the way is chosen per channel count: the 1-channel layers take the 3-channel one's.)
-        ScopedDirectConvProducts same_way(way ? way : direct_conv_dots_products(p));
+        // (As measured, or forced where the level or dtype has no such way, the way is chosen per channel
+        // count: the 1-channel layers take the one the 3-channel layer took.)
+        ScopedDirectConvProducts same_way(direct_conv_dots_products(p));
         for (int64_t c = 0; c < p.c; ++c) {
           Conv2dParams q = p;
           q.c = 1;
@@ -236,6 +241,7 @@ TEST(DirectConv, WeightGradientPerInputChannelIsTheOneChannelConvolutionsBitForB
 // An f16 image's weight gradient takes f16 columns where the level has them: bit for bit the f32 columns'
 // sums (the same image and dz given in f32), whether every channel's columns are held or one's (size 62).
 TEST(DirectConv, F16ColumnsGiveTheF32ColumnsSumsBitForBit) {
+  ScopedDirectConvProducts f32("f32");  // (not the tile unit's split products, which an f16 layer may take)
   for (CpuLevel level : supported_cpu_levels()) {
     ScopedCpuLevel scoped(level);
     for (int64_t size : {11, 62}) {
@@ -262,7 +268,8 @@ TEST(DirectConv, F16ColumnsGiveTheF32ColumnsSumsBitForBit) {
 }
 
 // The weight gradient's scratch is sized by what each path holds: with bf16 image and gradient, bf16
-// columns and bf16 dz; with an f16 gradient, f32 dz and the widened pooled gradient; dz for 8 channels at a
+// columns and bf16 dz; with an f16 gradient, f32 dz and the widened pooled gradient (or on the tile unit,
+// f16 dz and the split operands of a chunk of positions); dz for 8 channels at a
 // time (model A's first layer: the f32-sized scratch of before, 0.76 MiB at O2-bf16, was its training
 // peak's largest part). Each bound is below the f32-sized scratch (2 x OC x P floats of dz, K x P of columns).
 // The columns are every input channel's where they fit 100 KiB a thread (else one channel's at a time), in
@@ -280,8 +287,7 @@ TEST(DirectConv, WeightGradientScratchIsSizedByThePathsDtypes) {
     for (DType t : {BF16, F16}) {
       SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << way_name(forced_way) << " "
                                         << dtype_name(t));
-      p.x_dtype = p.w_dtype = t;
-      p.y_dtype = t == BF16 ? BF16 : F32;
+      p.x_dtype = p.w_dtype = p.y_dtype = t;
       p.bias_dtype = F32;
       Operand x = random_operand(t, p.x_numel(), 1), dy = random_operand(t, pool.y_numel(), 2);
       std::vector<uint8_t> argmax(static_cast<size_t>(pool.y_numel()), 0);
@@ -290,24 +296,98 @@ TEST(DirectConv, WeightGradientScratchIsSizedByThePathsDtypes) {
       direct_conv2d_relu_max_pool2d_backward_weights(p, pool, x.data(), t, dy.data(), argmax.data(), dw.data(), F32,
                                                      db.data(), F32);
       const int64_t scratch = peak.peak().pk(MemCategory::kWorkspace) - mem_stats().cur(MemCategory::kWorkspace);
-      const std::string way = t == BF16 ? direct_conv_dots_products(p) : "f32";  // (what measures fastest)
+      const std::string way = direct_conv_dots_products(p);  // (what measures fastest)
       const bool bf16_dot = way == "bf16 pairs", tiles = way == "tiles";
       const bool f16_columns = t == F16 && level >= CpuLevel::kAvx512;
       const int64_t dz_rows = tiles ? 16 : 8;  // channels of dz at a time
       // Every input channel's columns (within the 100 KiB for building them once per image): 48.6 KB in
       // bf16 or f16, 97.2 KB in f32 (an f16 image on a level without f16 columns); the tile unit's: 32 slots
       // (27 taps, the bias's ones) x a chunk of 512 of the 928 positions in bf16, and dz packed (32 channels x
-      // 928 positions), their 32 x 32 f32 sums in place of the lanes
-      const int64_t columns = tiles ? 32 * 512 * 2 : k * positions * (bf16_dot || f16_columns ? 2 : 4);
-      const int64_t per_thread = tiles      ? xp + columns + 32 * 928 * 2 + dz_rows * positions * 2 + 32 * 32 * 4
-                                 : bf16_dot ? xp + columns + dz_rows * positions * 2 + lanes
-                                            : xp + columns + dz_rows * positions * 4 +
+      // 928 positions), their 32 x 32 f32 sums in place of the lanes; with f16 values split, the image's hi
+      // and lo parts (2 x 3,072 bf16), the columns' and dz's for a chunk of 128 positions (2 x 2 x 32 x 128
+      // bf16) and every channel's dz rows in f16 (32 x 900)
+      const int64_t columns = tiles ? (t == F16 ? 2 * 3072 * 2 + 4 * 32 * 128 * 2 : 32 * 512 * 2)
+                                    : k * positions * (bf16_dot || f16_columns ? 2 : 4);
+      const int64_t per_thread = tiles && t == F16 ? xp + columns + p.oc * positions * 2 + 32 * 32 * 4
+                                 : tiles           ? xp + columns + 32 * 928 * 2 + dz_rows * positions * 2 + 32 * 32 * 4
+                                 : bf16_dot        ? xp + columns + dz_rows * positions * 2 + lanes
+                                                   : xp + columns + dz_rows * positions * 4 +
                                                   dz_rows * pool.oh * pool.ow * 4 + lanes;
       EXPECT_LE(scratch, 2 * (per_thread + 5 * 64)) << "bytes of scratch";
       EXPECT_LT(scratch, 2 * (xp + k * positions * 4 + 2 * p.oc * positions * 4 + lanes)) << "the f32-sized scratch";
     }
   });
   set_num_threads(saved_threads);
+}
+
+// An f16 weight gradient on the tile unit (each value split into bf16 hi + lo, each product as four bf16
+// products) is the f16 values' own: within f32 accumulation of the f64 gradient of the values given, and 30x
+// closer than bf16 products would be, as close as f32 products (random f16 values with all 11 bits: the
+// shared fixture's are exact in bf16, their lo parts 0). Model A's first layer (900 positions: seven chunks and a partial one), 13 channels
+// (a partial 16-channel block, a block of none), K = 64 with 40 channels (three slot blocks, four channel
+// blocks); weights and bias, fused with the pool's gradient and separate.
+TEST(DirectConv, F16WeightGradientOnTheTileUnitIsTheProductsOfTheF16Values) {
+  if (cpu_level() < CpuLevel::kAmx)
+    GTEST_SKIP() << "this CPU's level is " << cpu_level_name(cpu_level())
+                 << ": no tile unit (AMX); f16 weight gradients elsewhere take f32 products, tested at every level";
+  const Geometry model_a = {"model A's first layer", 4, 3, 32, 32, 32, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1};
+  uint64_t seed = 1200;
+  for (const Geometry& g : {model_a, kWide, kWideK}) {
+    SCOPED_TRACE(g.name);
+    Conv2dParams p = kernels::testing::params_of(g);
+    p.x_dtype = p.y_dtype = F16;
+    p.w_dtype = p.bias_dtype = F32;
+    const Operand x = random_operand(F16, p.x_numel(), seed++), dz = random_operand(F16, p.y_numel(), seed++);
+    ScopedDirectConvProducts tiles("tiles");
+    ASSERT_STREQ(direct_conv_dots_products(p), "tiles");
+    std::vector<float> dw(static_cast<size_t>(p.w_numel())), db(static_cast<size_t>(p.oc));
+    direct_conv2d_backward_weights(p, x.data(), dz.data(), dw.data(), db.data());
+    // The f64 gradients of the values given and of their bf16 roundings.
+    auto as_f64 = [](const Operand& o, bool to_bf16) {
+      std::vector<double> v(o.f32.begin(), o.f32.end());
+      for (double& e : v) e = to_bf16 ? static_cast<double>(static_cast<float>(BFloat16(static_cast<float>(e)))) : e;
+      return v;
+    };
+    Conv2dParams p64 = p;
+    p64.x_dtype = p64.w_dtype = p64.y_dtype = p64.bias_dtype = DType::kF64;
+    std::vector<double> want(dw.size()), want_db(db.size()), rounded(dw.size()), rounded_db(db.size());
+    ref::conv2d_backward_weights(p64, as_f64(x, false).data(), as_f64(dz, false).data(), want.data(), want_db.data());
+    ref::conv2d_backward_weights(p64, as_f64(x, true).data(), as_f64(dz, true).data(), rounded.data(),
+                                 rounded_db.data());
+    const int64_t terms = p.n * p.out_h() * p.out_w();
+    EXPECT_TRUE(kernels::testing::all_close(dw.data(), F32, want, tolerance_for_sum(F32, terms, 1.0))) << "weights";
+    EXPECT_TRUE(kernels::testing::all_close(db.data(), F32, want_db, tolerance_for_sum(F32, terms, 1.0))) << "bias";
+    double err = 0, err_bf16 = 0;
+    for (size_t i = 0; i < dw.size(); ++i) {
+      err = std::max(err, std::abs(dw[i] - want[i]));
+      err_bf16 = std::max(err_bf16, std::abs(rounded[i] - want[i]));
+    }
+    EXPECT_LT(30 * err, err_bf16) << "the f16 values' products, not their bf16 roundings'";
+    // As close as the f32 products' sums (the same exact products summed in another order: within 8x; the
+    // lo x lo products dropped, 2^-16 of each product, it is 35-55x further here).
+    {
+      ScopedDirectConvProducts f32("f32");
+      std::vector<float> dw32(dw.size()), db32(db.size());
+      direct_conv2d_backward_weights(p, x.data(), dz.data(), dw32.data(), db32.data());
+      double err32 = 0;
+      for (size_t i = 0; i < dw.size(); ++i) err32 = std::max(err32, std::abs(dw32[i] - want[i]));
+      EXPECT_LE(err, 8 * err32) << "the f32 products' error " << err32;
+    }
+    // Fused with the pool's gradient (2 x 2 windows, where they fit): the separate call's bits.
+    if (p.out_h() < 2 || p.out_w() < 2) continue;
+    const Pool2dParams pool = make_pool2d_params(p.n, p.oc, p.out_h(), p.out_w(), 2, 2, 2, 2, PadMode::kValid);
+    const Operand dy = random_operand(F16, pool.y_numel(), seed++);
+    std::vector<uint8_t> argmax(static_cast<size_t>(pool.y_numel()));
+    for (size_t i = 0; i < argmax.size(); ++i) argmax[i] = static_cast<uint8_t>(i * 7 % 4);
+    Operand pooled_dz = random_operand(F16, p.y_numel(), seed++);
+    max_pool2d_backward(pool, F16, dy.data(), argmax.data(), pooled_dz.data());
+    direct_conv2d_backward_weights(p, x.data(), pooled_dz.data(), dw.data(), db.data());
+    std::vector<float> fused_dw(dw.size()), fused_db(db.size());
+    direct_conv2d_relu_max_pool2d_backward_weights(p, pool, x.data(), F16, dy.data(), argmax.data(), fused_dw.data(),
+                                                   F32, fused_db.data(), F32);
+    EXPECT_EQ(fused_dw, dw);
+    EXPECT_EQ(fused_db, db);
+  }
 }
 
 // A bf16 layer forced to the tile unit takes it, forward and weight gradient, where the CPU has AMX (the

@@ -21,7 +21,11 @@
 //         (grad_slots, CP) bf16, row k < K tap k at the dense positions oy * OW + ox, row K 1.0 (its sums are
 //         the bias gradient's), 0 past P = OH * OW and past row K;
 //   dzt   the weight gradient's B matrix, per 16 output channels: PP / 2 rows of 16 words (VNNI-2: the
-//         channel's positions 2r, 2r + 1), 0 past P and past OC.
+//         channel's positions 2r, 2r + 1), 0 past P and past OC;
+//   an f16 weight gradient's (weight_sums_tiles_f16), each f16 value split exactly into bf16 hi + lo
+//   (../f16_split.h): the padded image's hi and lo parts (image_split_values each), then for SP positions at a
+//   time (TileGeom::sp) tcol's hi and lo parts (grad_slots, SP) each, copied from them, then dz's hi and lo
+//   parts laid out as dzt for SP positions, (OCP / 16) blocks of SP / 2 rows of 16 words each.
 #pragma once
 
 #include <algorithm>
@@ -104,6 +108,7 @@ struct TileGeom {
                            // of 32 more (the fused pool's reads past the last row)
   int64_t pp = 0;          // weight-gradient positions: OH * OW rounded up to 32
   int64_t cp = 0;          // the weight gradient's columns per chunk of positions: min(PP, kTileColumnChunk)
+  int64_t sp = 0;          // an f16 weight gradient's positions per chunk (columns and dz): min(PP, kTileSplitChunk)
 };
 
 // Positions of the weight gradient's columns built at a time (32 KiB of them at 32 slots): the columns of a
@@ -111,11 +116,25 @@ struct TileGeom {
 // The sums go chunk by chunk in the same order of tile steps, so the chunk changes no bit. (Chunks of 256
 // measured 5% slower on model A's first layer, 512 as fast as whole images.)
 inline constexpr int64_t kTileColumnChunk = 512;
+// Positions of an f16 weight gradient's operands split at a time: its columns and dz, hi and lo parts, are
+// built a chunk at a time from the image and dz's f16 rows, so that they stay in L1 (and out of the training
+// peak) while the tile unit multiplies them.
+inline constexpr int64_t kTileSplitChunk = 128;
 
 inline TileGeom tile_geom(const DirectGeom& g, int64_t oc) {
   const auto up32 = [](int64_t v) { return (v + 31) / 32 * 32; };
   const int64_t pp = up32(g.oh * g.ow);
-  return {up32(g.k), up32(g.k + 1), up32(oc), up32(g.oh * g.wp) + 32, pp, std::min(pp, kTileColumnChunk)};
+  return {up32(g.k),        up32(g.k + 1), up32(oc), up32(g.oh * g.wp) + 32, pp, std::min(pp, kTileColumnChunk),
+          std::min(pp, kTileSplitChunk)};
+}
+
+// An f16 weight gradient's split image (weight_sums_tiles_f16): the padded image's values, hi and lo parts
+// this many each (C * HP * WP rounded up to 32, within xp's slack).
+inline int64_t image_split_values(const DirectGeom& g) { return (g.c * g.hp * g.wp + 31) / 32 * 32; }
+
+// Bytes of the scratch weight_sums_tiles_f16 takes (`split`).
+inline int64_t split_scratch_bytes(const DirectGeom& g, const TileGeom& t) {
+  return (2 * image_split_values(g) + 2 * (t.grad_slots + t.ocp) * t.sp) * 2;
 }
 
 // The fused pool's chunks on the tile unit (DirectConvKernels::forward_pool2x2_tiles): a few pooled rows at
@@ -177,7 +196,7 @@ struct DirectConvKernels {
   void (*columns_f16)(const DirectGeom& g, const float* xp, Half* col) = nullptr;
   void (*dot_rows_f16)(const float* dz, const Half* col, int64_t oc, int64_t k, int64_t positions, float* lanes,
                        int64_t lanes_k, float* db_lanes) = nullptr;
-  // The tile unit's (AMX only; nullptr elsewhere), for a bf16 image and bf16 weights, layouts above. Products
+  // The tile unit's (AMX only; nullptr elsewhere), for a bf16 image and bf16 weights (or dz), layouts above. Products
   // exact, summed in f32 by the tile unit (bf16 subnormals read as 0, f32 results below 2^-126 flushed to 0,
   // as vdpbf16ps does). Each output's sum depends only on its own taps and positions, in a fixed order.
   // forward_tiles: y (oc, OH, OW) = act(wt . taps + bias) (bias: OCP values), f32 or rounded once to bf16
@@ -197,6 +216,15 @@ struct DirectConvKernels {
   void (*pack_dz_tiles)(const BFloat16* dz, int64_t on, int64_t positions, int64_t pp, BFloat16* dzt) = nullptr;
   void (*weight_sums_tiles)(const DirectGeom& g, const TileGeom& t, const float* xp, const BFloat16* dzt,
                             BFloat16* tcol, float* sums) = nullptr;
+  // The weight gradient of one image whose values and dz are f16 (xp: the image's f16 values widened, dz:
+  // OCP / 16 pointers to 16-channel blocks of its rows, `positions` f16 apart, the last block's oc % 16 rows
+  // only; blocks past OC not read): sums (grad_slots, OCP) += tcol . dzt^T as weight_sums_tiles, each f16 value
+  // split into bf16 hi + lo (exact) and each product taken as its four bf16 products (hi hi, hi lo, lo hi,
+  // lo lo), exact in f32, summed in f32 by the tile unit — the f32 dot products' value up to the order of the
+  // sum. Chunks of TileGeom::sp positions, their split operands in `split` (layouts above;
+  // split_scratch_bytes).
+  void (*weight_sums_tiles_f16)(const DirectGeom& g, const TileGeom& t, const float* xp, const Half* const* dz,
+                                int64_t oc, BFloat16* split, float* sums) = nullptr;
 };
 
 const DirectConvKernels& direct_conv_kernels_scalar();

@@ -1,8 +1,9 @@
 // The AVX-512 step of the exact f16 -> bf16 hi + lo split (../f16_split.h): 16 f16 values widened with
 // vcvtph2ps (which quiets NaNs as the scalar conversion does), hi their f32 bits truncated to the top 16
 // (the top 8 significant bits), lo = x - hi (the remaining 3, exact in bf16), 0 where hi is not finite so that
-// Inf stays Inf through the four products. Shared by the split kernel (f16_split_avx512.cc) and the tile
-// convolutions' pair images (conv_amx.cc); include only from files compiled for AVX-512.
+// Inf stays Inf through the four products. Shared by the split kernel (f16_split_avx512.cc), the tile
+// convolutions' pair images (conv_amx.cc) and the direct convolution's f16 weight gradient
+// (conv_direct_amx.cc); include only from files compiled for AVX-512.
 #pragma once
 
 #include <immintrin.h>
@@ -13,16 +14,41 @@
 
 namespace demi::kernels::cpu_internal {
 
-// mask lanes of src (the others 0) split: *hi and *lo, 16 bf16 each.
-inline void split_f16x16(const Half* src, __mmask16 mask, __m256i* hi, __m256i* lo) {
+// 16 f32 values that are f16 values (or bf16 ones) widened, split with both parts as f32: *hi their top 16
+// bits, *lo the rest (x - hi, exact: its low 16 bits 0), 0 where hi is not finite.
+inline void split_f32_parts(__m512 x, __m512i* hi, __m512i* lo) {
   const __m512i top = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   const __m512i exp_mask = _mm512_set1_epi32(0x7f800000);
-  const __m512 x = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, src));
-  const __m512i hb = _mm512_and_si512(_mm512_castps_si512(x), top);
-  const __mmask16 finite = _mm512_cmpneq_epi32_mask(_mm512_and_si512(hb, exp_mask), exp_mask);
-  const __m512 l = _mm512_maskz_sub_ps(finite, x, _mm512_castsi512_ps(hb));
-  *hi = _mm512_cvtepi32_epi16(_mm512_srli_epi32(hb, 16));
-  *lo = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(l), 16));
+  *hi = _mm512_and_si512(_mm512_castps_si512(x), top);
+  const __mmask16 finite = _mm512_cmpneq_epi32_mask(_mm512_and_si512(*hi, exp_mask), exp_mask);
+  *lo = _mm512_castps_si512(_mm512_maskz_sub_ps(finite, x, _mm512_castsi512_ps(*hi)));
+}
+
+// The same as 16 bf16 each.
+inline void split_f32x16(__m512 x, __m256i* hi, __m256i* lo) {
+  __m512i h, l;
+  split_f32_parts(x, &h, &l);
+  *hi = _mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16));
+  *lo = _mm512_cvtepi32_epi16(_mm512_srli_epi32(l, 16));
+}
+
+// 32 such values, a's 16 then b's, split: *hi and *lo, 32 bf16 each in order (the parts' top halves
+// gathered by one word permutation each).
+inline void split_f32x32(__m512 a, __m512 b, __m512i* hi, __m512i* lo) {
+  alignas(64) static constexpr uint16_t kTopHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                                          23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+                                                          45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+  const __m512i top = _mm512_load_si512(kTopHalves);
+  __m512i ha, la, hb, lb;
+  split_f32_parts(a, &ha, &la);
+  split_f32_parts(b, &hb, &lb);
+  *hi = _mm512_permutex2var_epi16(ha, top, hb);
+  *lo = _mm512_permutex2var_epi16(la, top, lb);
+}
+
+// mask lanes of src (the others 0) split: *hi and *lo, 16 bf16 each.
+inline void split_f16x16(const Half* src, __mmask16 mask, __m256i* hi, __m256i* lo) {
+  split_f32x16(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, src)), hi, lo);
 }
 
 }  // namespace demi::kernels::cpu_internal
