@@ -44,6 +44,7 @@
   F(softmax, SoftmaxKernels, softmax_impl.h, kernels)                    \
   F(gemm, GemmKernels, -, kernels)                                       \
   F(gemm_dot, GemmDotKernels, -, kernels)                                \
+  F(gemm_outer, GemmOuterKernels, gemm_outer_impl.h, kernels)            \
   F(direct_conv, DirectConvKernels, -, kernels)                          \
   F(dropout, DropoutKernels, -, kernels)                                 \
   F(pool2x2, Pool2x2Kernels, -, kernels)                                 \
@@ -106,6 +107,10 @@
   X(kScalar, gemm_dot_kernels_scalar, own) \
   X(kAvx2, gemm_dot_kernels_avx2, own) \
   X(kAvx512, gemm_dot_kernels_avx512, own)
+#define DEMI_KERNELS_gemm_outer(X) \
+  X(kScalar, gemm_outer_kernels_scalar, own) \
+  X(kAvx2, gemm_outer_kernels_avx2, gen) \
+  X(kAvx512, gemm_outer_kernels_avx512, gen)
 #define DEMI_KERNELS_direct_conv(X) \
   X(kScalar, direct_conv_kernels_scalar, own) \
   X(kAvx512, direct_conv_kernels_avx512, own) \

@@ -20,6 +20,7 @@
 #include "demi/kernels/cpu/gemm.h"
 #include "demi/kernels/cpu/gemm_amx.h"
 #include "demi/kernels/cpu/gemm_dot.h"
+#include "demi/kernels/cpu/gemm_outer.h"
 #include "demi/kernels/cpu/internal/workspace.h"
 #include "demi/kernels/internal/choice_cache.h"
 #include "demi/kernels/onednn/matmul.h"
@@ -28,7 +29,16 @@
 namespace demi::kernels {
 namespace {
 
-enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32, kDemiDot, kDemiAmx, kDemiDotPerThread };
+enum class Kernel : uint8_t {
+  kOnednn,
+  kDemiF32,
+  kDemiBf16,
+  kOnednnF32,
+  kDemiDot,
+  kDemiAmx,
+  kDemiDotPerThread,
+  kDemiOuter
+};
 
 // Part of the cache file's name: bumped when the kernels or the tuning change enough that choices made
 // before should be made again.
@@ -42,11 +52,12 @@ enum class Kernel : uint8_t { kOnednn, kDemiF32, kDemiBf16, kOnednnF32, kDemiDot
 // GEMM packs in vector registers, each thread its part of the larger operand, reads a bf16 a in place, and
 // multiplies the f16 split as [hi | lo] four ways (half the packed bytes); 12: demi-dot's copy of a converted
 // b per thread is a candidate of its own (demi-dot-per-thread), priced against the one shared copy; 13:
-// demi's AMX GEMM holds each bf16 C block in the tiles over the whole K, prefetching two steps ahead
-constexpr int kTuneVersion = 13;
-constexpr const char* kKernelNames[] = {"onednn",   "demi-f32", "demi-bf16", "onednn-f32",
-                                        "demi-dot", "demi-amx", "demi-dot-per-thread"};
-static_assert(std::size(kKernelNames) == static_cast<size_t>(Kernel::kDemiDotPerThread) + 1,
+// demi's AMX GEMM holds each bf16 C block in the tiles over the whole K, prefetching two steps ahead; 14:
+// demi's short-K product (demi-outer) is a candidate
+constexpr int kTuneVersion = 14;
+constexpr const char* kKernelNames[] = {"onednn",   "demi-f32", "demi-bf16",           "onednn-f32",
+                                        "demi-dot", "demi-amx", "demi-dot-per-thread", "demi-outer"};
+static_assert(std::size(kKernelNames) == static_cast<size_t>(Kernel::kDemiOuter) + 1,
               "a kernel needs its name");
 
 MatmulPolicy policy_from_env() {
@@ -165,13 +176,13 @@ void row_sums_of_a(const MatmulParams& p, const void* a) {
 }
 
 void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c) {
-  // demi's GEMMs round a and b as they pack them and demi-dot b as it widens it; every other kernel (and
-  // demi-dot for a) gets a rounded copy.
+  // demi's GEMMs round a and b as they pack them and demi-dot and demi-outer b as they widen it; every other
+  // kernel (and demi-dot and demi-outer for a) gets a rounded copy.
   const bool gemm = k == Kernel::kDemiF32 || k == Kernel::kDemiBf16;
   const bool amx = k == Kernel::kDemiAmx;  // (rounds in packing and adds a residual in its store; no row sums)
   // demi's GEMM sums a's rows from its packing (unless it packs other values than a's: f16 ones multiplied
-  // as bf16); the other kernels leave them to a pass of their own.
-  if (p.a_row_sums != nullptr && (!gemm || p.bf16_products)) {
+  // as bf16), demi-outer from its f32 copy of a; the other kernels leave them to a pass of their own.
+  if (p.a_row_sums != nullptr && ((!gemm && k != Kernel::kDemiOuter) || p.bf16_products)) {
     row_sums_of_a(p, a);
     MatmulParams q = p;
     q.a_row_sums = nullptr;
@@ -195,7 +206,8 @@ void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c)
     round_into(a, n, p.a_round, low.f32());
     return run(k, q, low.f32(), b, c);
   }
-  if (p.b_round != DType::kF32 && !gemm && !amx && k != Kernel::kDemiDot && k != Kernel::kDemiDotPerThread) {
+  if (p.b_round != DType::kF32 && !gemm && !amx && k != Kernel::kDemiDot && k != Kernel::kDemiDotPerThread &&
+      k != Kernel::kDemiOuter) {
     const int64_t n = p.batch * p.k * p.n;
     MatmulParams q = p;
     q.b_dtype = std::exchange(q.b_round, DType::kF32);
@@ -211,6 +223,7 @@ void run(Kernel k, const MatmulParams& p, const void* a, const void* b, void* c)
     case Kernel::kDemiDot: return cpu::gemm_dot(p, a, b, c, cpu::DotCopies::kShared);
     case Kernel::kDemiDotPerThread: return cpu::gemm_dot(p, a, b, c, cpu::DotCopies::kPerThread);
     case Kernel::kDemiAmx: return cpu::amx_gemm(p, a, b, c);
+    case Kernel::kDemiOuter: return cpu::gemm_outer(p, a, b, c);
   }
 }
 
@@ -259,6 +272,11 @@ Kernel tune(const MatmulParams& p_in, const void* a, const void* b, void* c) {
     // many copies as threads — the pricing below weighs them)
     if (cpu::gemm_dot_copies_per_thread(p)) cand.push_back(Kernel::kDemiDotPerThread);
   }
+  // (a and a residual as run() gives them: a rounded copy of a, the residual copied into c)
+  MatmulParams outer_q = p;
+  outer_q.a_round = DType::kF32;
+  outer_q.residual = nullptr;
+  if (cpu::gemm_outer_supported(outer_q)) cand.push_back(Kernel::kDemiOuter);
   MatmulParams amx_q = p;
   amx_q.a_row_sums = nullptr;  // (summed in a pass of their own for it, as for oneDNN)
   if (cpu::amx_gemm_supported(amx_q)) cand.push_back(Kernel::kDemiAmx);
@@ -353,6 +371,7 @@ std::string matmul_kernel(const MatmulParams& p_in) {
   if (k == Kernel::kOnednnF32) widened.a_dtype = widened.b_dtype = DType::kF32;
   const std::string impl = k == Kernel::kOnednn || k == Kernel::kOnednnF32 ? onednn::matmul_implementation(widened)
                            : k == Kernel::kDemiDot || k == Kernel::kDemiDotPerThread ? cpu::gemm_dot_implementation()
+                           : k == Kernel::kDemiOuter                                  ? cpu::gemm_outer_implementation()
                            : k == Kernel::kDemiAmx ? cpu::amx_gemm_implementation(p)
                                                    : cpu::gemm_implementation(p, k == Kernel::kDemiBf16
                                                                                      ? cpu::GemmPath::kBf16Dot

@@ -208,59 +208,62 @@ void split_image(const DirectGeom& g, const float* xp, BFloat16* hi, BFloat16* l
   }
 }
 
-void copy_row(const BFloat16* src, BFloat16* dst, int64_t n) {
-  for (int64_t i = 0; i < n; i += 32) {
-    const __mmask32 m = n - i >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << (n - i)) - 1u);
-    _mm512_mask_storeu_epi16(dst + i, m, _mm512_maskz_loadu_epi16(m, src + i));
-  }
+// The first n (clamped to 0..32) of 32 words.
+inline __mmask32 words(int64_t n) {
+  return n >= 32 ? ~__mmask32{0} : n <= 0 ? __mmask32{0} : static_cast<__mmask32>((1u << n) - 1u);
 }
 
-// columns_tiles for the np positions from p0 of the split image (xh, xl): hi and lo (grad_slots, t.sp) each,
-// the bias's row 1.0 in hi and 0 in lo.
-void columns_split(const DirectGeom& g, const TileGeom& t, const BFloat16* xh, const BFloat16* xl, int64_t p0,
-                   int64_t np, BFloat16* hi, BFloat16* lo) {
-  const int64_t positions = g.oh * g.ow, end = std::min(p0 + np, positions), valid = std::max<int64_t>(end - p0, 0);
-  const int64_t oy0 = p0 / g.ow, ox0 = p0 % g.ow;
+// The columns' rows that are the same in every chunk (TileGeom::sr rows of TileGeom::wq positions): the
+// bias's, 1.0 in hi at each row's OW positions, 0 in lo, and the slots past it, 0.
+void constant_columns(const DirectGeom& g, const TileGeom& t, BFloat16* hi, BFloat16* lo) {
+  const __m512i one = _mm512_set1_epi16(static_cast<short>(BFloat16(1.0f).bits));
+  for (int64_t r = 0; r < t.sr; ++r)
+    for (int64_t b = 0; b < t.wq; b += 32)
+      _mm512_storeu_si512(hi + g.k * t.sp + r * t.wq + b, _mm512_maskz_mov_epi16(words(g.ow - b), one));
+  std::fill(lo + g.k * t.sp, lo + (g.k + 1) * t.sp, BFloat16{});
+  std::fill(hi + (g.k + 1) * t.sp, hi + t.grad_slots * t.sp, BFloat16{});
+  std::fill(lo + (g.k + 1) * t.sp, lo + t.grad_slots * t.sp, BFloat16{});
+}
+
+// The taps' columns of output rows [oy0, oy0 + rows) from the split image (xh, xl): row k of hi and lo holds
+// tap k at positions r * WQ + ox (0 past OW: a pad position's pixel would meet dz's 0 there, and an Inf or
+// NaN would make it NaN).
+void columns_split(const DirectGeom& g, const TileGeom& t, const BFloat16* xh, const BFloat16* xl, int64_t oy0,
+                   int64_t rows, BFloat16* hi, BFloat16* lo) {
   for (int64_t k = 0; k < g.k; ++k) {
     const int64_t off = tap_offset(g, k);
-    BFloat16 *h = hi + k * t.sp, *l = lo + k * t.sp;
-    for (int64_t p = p0, oy = oy0, ox = ox0; p < end; ++oy, ox = 0) {
-      const int64_t run = std::min(g.ow - ox, end - p), at = off + oy * g.wp + ox;
-      copy_row(xh + at, h + (p - p0), run);
-      copy_row(xl + at, l + (p - p0), run);
-      p += run;
-    }
-    std::fill(h + valid, h + np, BFloat16{});
-    std::fill(l + valid, l + np, BFloat16{});
-  }
-  std::fill(hi + g.k * t.sp, hi + g.k * t.sp + valid, BFloat16(1.0f));
-  std::fill(hi + g.k * t.sp + valid, hi + g.k * t.sp + np, BFloat16{});
-  std::fill(lo + g.k * t.sp, lo + g.k * t.sp + np, BFloat16{});
-  for (int64_t k = g.k + 1; k < t.grad_slots; ++k) {
-    std::fill(hi + k * t.sp, hi + k * t.sp + np, BFloat16{});
-    std::fill(lo + k * t.sp, lo + k * t.sp + np, BFloat16{});
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < t.wq; b += 32) {
+        const __mmask32 m = words(g.ow - b);
+        const int64_t at = off + (oy0 + r) * g.wp + b, to = k * t.sp + r * t.wq + b;
+        _mm512_storeu_si512(hi + to, _mm512_maskz_loadu_epi16(m, xh + at));
+        _mm512_storeu_si512(lo + to, _mm512_maskz_loadu_epi16(m, xl + at));
+      }
   }
 }
 
-// pack_value_pairs of `rows` (<= 16) f16 rows split: the hi parts' VNNI-2 pairs to hi, the lo parts' to lo.
-// The f16 pairs are transposed first (a pair's two values stay together), then each VNNI row split in place.
-void pack_value_pairs_split(const Half* src, int64_t rows, int64_t ld, int64_t n, int64_t padded, BFloat16* hi,
-                            BFloat16* lo) {
-  for (int64_t p0 = 0; p0 < padded; p0 += 32) {
-    const int64_t left = n - p0;
-    const __mmask32 m = left >= 32 ? ~__mmask32{0} : left <= 0 ? __mmask32{0} : static_cast<__mmask32>((1u << left) - 1u);
-    __m512i w[16];
-    for (int r = 0; r < 16; ++r)
-      w[r] = r < rows ? _mm512_maskz_loadu_epi16(m, src + r * ld + p0) : _mm512_setzero_si512();
-    transpose16(w);
-    for (int r = 0; r < 16; ++r) {
-      __m512i h, l;
-      split_f32x32(_mm512_cvtph_ps(_mm512_castsi512_si256(w[r])),
-                   _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w[r], 1)), &h, &l);
-      _mm512_storeu_si512(hi + p0 * 16 + r * 32, h);
-      _mm512_storeu_si512(lo + p0 * 16 + r * 32, l);
+// dz's rows (`on` <= 16 channels, `ld` apart, dense rows of OW) at output rows [oy0, oy0 + rows) split and
+// packed as B tiles: per 32 positions (r * WQ + b), 16 VNNI-2 rows of the 16 channels' pairs, hi parts to hi
+// and lo parts to lo (0 past OW and past `on`). The f16 pairs are transposed first (a pair's two values stay
+// together), then each VNNI row is split.
+void pack_dz_split(const DirectGeom& g, const TileGeom& t, const Half* dz, int64_t on, int64_t ld, int64_t oy0,
+                   int64_t rows, BFloat16* hi, BFloat16* lo) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < t.wq; b += 32) {
+      const __mmask32 m = words(g.ow - b);
+      const Half* src = dz + (oy0 + r) * g.ow + b;
+      __m512i w[16];
+      for (int c = 0; c < 16; ++c) w[c] = c < on ? _mm512_maskz_loadu_epi16(m, src + c * ld) : _mm512_setzero_si512();
+      transpose16(w);
+      const int64_t to = (r * t.wq + b) * 16;
+      for (int q = 0; q < 16; ++q) {
+        __m512i h, l;
+        split_f32x32(_mm512_cvtph_ps(_mm512_castsi512_si256(w[q])),
+                     _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w[q], 1)), &h, &l);
+        _mm512_storeu_si512(hi + to + q * 32, h);
+        _mm512_storeu_si512(lo + to + q * 32, l);
+      }
     }
-  }
 }
 
 // One 32-k step of a 2 x 1 block of C tiles (tiles 0, 1: rows 0-15, 16-31 of 16 columns) taking the four
@@ -291,26 +294,20 @@ inline __attribute__((always_inline)) void multiply_c_pair_split(const BFloat16*
 void weight_sums_tiles_f16(const DirectGeom& g, const TileGeom& t, const float* xp, const Half* const* dz, int64_t oc,
                            BFloat16* split, float* sums) {
   const int64_t positions = g.oh * g.ow, a_stride = t.sp * static_cast<int64_t>(sizeof(BFloat16));
-  const int64_t image = image_split_values(g);
+  const int64_t image = image_split_values(g), ld = t.ocp * static_cast<int64_t>(sizeof(float));
   BFloat16 *x_hi = split, *x_lo = x_hi + image, *col_hi = x_lo + image, *col_lo = col_hi + t.grad_slots * t.sp;
   BFloat16 *dz_hi = col_lo + t.grad_slots * t.sp, *dz_lo = dz_hi + t.ocp * t.sp;
   split_image(g, xp, x_hi, x_lo);
+  constant_columns(g, t, col_hi, col_lo);
   configure_tiles();  // (once per image, not per chunk)
-  for (int64_t p0 = 0; p0 < t.pp; p0 += t.sp) {
-    const int64_t np = std::min(t.sp, t.pp - p0), block = np * 16;  // a 16-channel block's words of the chunk
-    columns_split(g, t, x_hi, x_lo, p0, np, col_hi, col_lo);
-    for (int64_t o0 = 0; o0 < t.ocp; o0 += 16) {
-      if (o0 < oc) {
-        pack_value_pairs_split(dz[o0 / 16] + p0, std::min<int64_t>(16, oc - o0), positions, positions - p0, np,
-                               dz_hi + o0 * np, dz_lo + o0 * np);
-      } else {
-        std::fill(dz_hi + o0 * np, dz_hi + (o0 + 16) * np, BFloat16{});
-        std::fill(dz_lo + o0 * np, dz_lo + (o0 + 16) * np, BFloat16{});
-      }
-    }
-    const int64_t ld = t.ocp * static_cast<int64_t>(sizeof(float));
+  for (int64_t oy0 = 0; oy0 < g.oh; oy0 += t.sr) {
+    const int64_t rows = std::min(t.sr, g.oh - oy0), np = rows * t.wq, block = np * 16;  // (a channel block's words)
+    columns_split(g, t, x_hi, x_lo, oy0, rows, col_hi, col_lo);
+    for (int64_t o0 = 0; o0 < oc; o0 += 16)
+      pack_dz_split(g, t, dz[o0 / 16], std::min<int64_t>(16, oc - o0), positions, oy0, rows, dz_hi + o0 * np,
+                    dz_lo + o0 * np);
     for (int64_t kb = 0; kb < t.grad_slots; kb += 32)
-      for (int64_t ob = 0; ob < t.ocp; ob += 16) {
+      for (int64_t ob = 0; ob < oc; ob += 16) {  // (the blocks past OC: dz 0, their sums stay 0)
         float* s = sums + kb * t.ocp + ob;
         _tile_loadd(0, s, ld);
         _tile_loadd(1, s + 16 * t.ocp, ld);

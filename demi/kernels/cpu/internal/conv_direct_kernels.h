@@ -23,9 +23,10 @@
 //   dzt   the weight gradient's B matrix, per 16 output channels: PP / 2 rows of 16 words (VNNI-2: the
 //         channel's positions 2r, 2r + 1), 0 past P and past OC;
 //   an f16 weight gradient's (weight_sums_tiles_f16), each f16 value split exactly into bf16 hi + lo
-//   (../f16_split.h): the padded image's hi and lo parts (image_split_values each), then for SP positions at a
-//   time (TileGeom::sp) tcol's hi and lo parts (grad_slots, SP) each, copied from them, then dz's hi and lo
-//   parts laid out as dzt for SP positions, (OCP / 16) blocks of SP / 2 rows of 16 words each.
+//   (../f16_split.h): the padded image's hi and lo parts (image_split_values each), then for SR output rows
+//   at a time (TileGeom: positions r * WQ + ox, SP of them) tcol's hi and lo parts (grad_slots, SP) each,
+//   copied from them (0 past OW), then dz's hi and lo parts laid out as dzt for those SP positions (0 past
+//   OW), OC / 16 blocks (rounded up) of SP / 2 rows of 16 words each.
 #pragma once
 
 #include <algorithm>
@@ -108,7 +109,10 @@ struct TileGeom {
                            // of 32 more (the fused pool's reads past the last row)
   int64_t pp = 0;          // weight-gradient positions: OH * OW rounded up to 32
   int64_t cp = 0;          // the weight gradient's columns per chunk of positions: min(PP, kTileColumnChunk)
-  int64_t sp = 0;          // an f16 weight gradient's positions per chunk (columns and dz): min(PP, kTileSplitChunk)
+  // An f16 weight gradient's (weight_sums_tiles_f16) positions: output row oy's at oy * WQ, WQ = OW rounded up
+  // to 32 (so that 32 positions are one load of an image row and of a dz row); SR rows at a time, SP = SR * WQ
+  // positions per chunk.
+  int64_t wq = 0, sr = 0, sp = 0;
 };
 
 // Positions of the weight gradient's columns built at a time (32 KiB of them at 32 slots): the columns of a
@@ -116,16 +120,17 @@ struct TileGeom {
 // The sums go chunk by chunk in the same order of tile steps, so the chunk changes no bit. (Chunks of 256
 // measured 5% slower on model A's first layer, 512 as fast as whole images.)
 inline constexpr int64_t kTileColumnChunk = 512;
-// Positions of an f16 weight gradient's operands split at a time: its columns and dz, hi and lo parts, are
-// built a chunk at a time from the image and dz's f16 rows, so that they stay in L1 (and out of the training
-// peak) while the tile unit multiplies them.
+// Positions of an f16 weight gradient's operands split at a time (whole output rows, at least one): its
+// columns and dz, hi and lo parts, are built a chunk at a time from the image and dz's f16 rows, so that they
+// stay in L1 (and out of the training peak) while the tile unit multiplies them.
 inline constexpr int64_t kTileSplitChunk = 128;
 
 inline TileGeom tile_geom(const DirectGeom& g, int64_t oc) {
   const auto up32 = [](int64_t v) { return (v + 31) / 32 * 32; };
   const int64_t pp = up32(g.oh * g.ow);
-  return {up32(g.k),        up32(g.k + 1), up32(oc), up32(g.oh * g.wp) + 32, pp, std::min(pp, kTileColumnChunk),
-          std::min(pp, kTileSplitChunk)};
+  const int64_t wq = up32(g.ow), sr = std::max<int64_t>(1, std::min(g.oh, kTileSplitChunk / wq));
+  return {up32(g.k), up32(g.k + 1), up32(oc),  up32(g.oh * g.wp) + 32, pp, std::min(pp, kTileColumnChunk),
+          wq,        sr,            sr * wq};
 }
 
 // An f16 weight gradient's split image (weight_sums_tiles_f16): the padded image's values, hi and lo parts
@@ -217,11 +222,11 @@ struct DirectConvKernels {
   void (*weight_sums_tiles)(const DirectGeom& g, const TileGeom& t, const float* xp, const BFloat16* dzt,
                             BFloat16* tcol, float* sums) = nullptr;
   // The weight gradient of one image whose values and dz are f16 (xp: the image's f16 values widened, dz:
-  // OCP / 16 pointers to 16-channel blocks of its rows, `positions` f16 apart, the last block's oc % 16 rows
-  // only; blocks past OC not read): sums (grad_slots, OCP) += tcol . dzt^T as weight_sums_tiles, each f16 value
+  // pointers to its 16-channel blocks of rows (OH * OW f16 apart, the last block's oc % 16 rows only): sums
+  // (grad_slots, OCP) += tcol . dzt^T as weight_sums_tiles (the channels past OC untouched), each f16 value
   // split into bf16 hi + lo (exact) and each product taken as its four bf16 products (hi hi, hi lo, lo hi,
   // lo lo), exact in f32, summed in f32 by the tile unit — the f32 dot products' value up to the order of the
-  // sum. Chunks of TileGeom::sp positions, their split operands in `split` (layouts above;
+  // sum. Chunks of TileGeom::sr output rows, their split operands in `split` (layouts above;
   // split_scratch_bytes).
   void (*weight_sums_tiles_f16)(const DirectGeom& g, const TileGeom& t, const float* xp, const Half* const* dz,
                                 int64_t oc, BFloat16* split, float* sums) = nullptr;
