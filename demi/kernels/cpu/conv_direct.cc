@@ -458,7 +458,9 @@ Products dots_measured_f16(const DirectConvKernels& kern, const Conv2dParams& p,
         [&] {
           std::vector<const Half*> blocks;
           for (int64_t o0 = 0; o0 < p.oc; o0 += 16) blocks.push_back(dz16 + o0 * positions);
-          kern.weight_sums_tiles_f16(g, t, xp, blocks.data(), p.oc, reinterpret_cast<BFloat16*>(col), l);
+          cpu_internal::F16Dz dz;
+          dz.rows = blocks.data();
+          kern.weight_sums_tiles_f16(g, t, xp, dz, p.oc, reinterpret_cast<BFloat16*>(col), l);
         }};
     return static_cast<int>(ways[fastest(runs)]);
   }));
@@ -477,16 +479,25 @@ Products dots_way(const DirectConvKernels& kern, const Conv2dParams& p, const Di
                    [&] { return dots_measured(kern, p, g); });
 }
 
+// The fused 2x2 / stride-2 pool's f16 gradient (dy and argmax, (N, OC, PH, PW)), which an f16 weight gradient
+// on the tile unit reads as it packs dz (cpu_internal::F16Dz) instead of a dense dz built per image.
+struct PooledF16 {
+  const Half* dy = nullptr;
+  const uint8_t* argmax = nullptr;
+  int64_t ph = 0, pw = 0;
+};
+
 // The weight gradient on the tile unit (dots_way kTiles): the threads take contiguous runs of images, each
 // summing into its own (grad_slots, OCP) f32 block; at the end each (oc, k) adds the threads' sums in thread
 // order. A bf16 dz (DirectConvKernels::weight_sums_tiles) is taken 16 channels at a time and packed per image,
 // then the columns built and multiplied a chunk of TileGeom::cp positions at a time; an f16 one
-// (weight_sums_tiles_f16) is held as every channel's rows, f16, and split with the columns a chunk of
-// TileGeom::sp positions at a time. rows, tmp_bytes as for backward_weights_impl (here 16 channels at a time,
-// in dz_dtype).
+// (weight_sums_tiles_f16) is held as every channel's rows, f16 (or, `pooled`, read from the fused 2x2 pool's
+// gradient as it is packed: none held), and split with the columns a few output rows at a time. rows,
+// tmp_bytes as for backward_weights_impl (here 16 channels at a time, in dz_dtype).
 template <class Rows, class TmpBytes>
 void backward_weights_tiles(const DirectConvKernels& kern, const Conv2dParams& p, const DirectGeom& g, const void* x,
-                            DType dz_dtype, Rows&& rows, TmpBytes&& tmp_bytes, float* dw32, float* db32) {
+                            DType dz_dtype, Rows&& rows, TmpBytes&& tmp_bytes, const PooledF16* pooled, float* dw32,
+                            float* db32) {
   const cpu_internal::TileGeom t = cpu_internal::tile_geom(g, p.oc);
   const bool split = dz_dtype == DType::kF16;
   const int64_t positions = g.oh * g.ow, threads = parts_for(p.n);
@@ -495,8 +506,8 @@ void backward_weights_tiles(const DirectConvKernels& kern, const Conv2dParams& p
                col_bytes = bytes64(split ? static_cast<size_t>(cpu_internal::split_scratch_bytes(g, t))
                                          : static_cast<size_t>(t.grad_slots * t.cp) * sizeof(BFloat16)),
                dzt_bytes = split ? 0 : bytes64(static_cast<size_t>(t.ocp * t.pp) * sizeof(BFloat16)),
-               // dz's rows: 16 channels at a time, or every channel's (the split)
-               rows_bytes = bytes64(tmp_bytes(split ? p.oc : std::min<int64_t>(16, p.oc), dz_dtype)),
+               // dz's rows: 16 channels at a time, or every channel's (the split; none from the pool's gradient)
+               rows_bytes = pooled ? 0 : bytes64(tmp_bytes(split ? p.oc : std::min<int64_t>(16, p.oc), dz_dtype)),
                sums_bytes = bytes64(static_cast<size_t>(t.grad_slots * t.ocp) * sizeof(float));
   PartScratch scratch(threads, xp_bytes + col_bytes + dzt_bytes + rows_bytes + sums_bytes);
   const size_t sums_at = xp_bytes + col_bytes + dzt_bytes + rows_bytes;
@@ -512,6 +523,16 @@ void backward_weights_tiles(const DirectConvKernels& kern, const Conv2dParams& p
     std::vector<const Half*> blocks(static_cast<size_t>(t.ocp / 16));
     for (int64_t n = n0; n < n1; ++n) {
       pad_image(p, g, x, n, xp);
+      if (pooled) {  // (split)
+        cpu_internal::F16Dz dz;
+        const int64_t plane = p.oc * pooled->ph * pooled->pw;
+        dz.dy = pooled->dy + n * plane;
+        dz.argmax = pooled->argmax + n * plane;
+        dz.ph = pooled->ph;
+        dz.pw = pooled->pw;
+        kern.weight_sums_tiles_f16(g, t, xp, dz, p.oc, col, sums);
+        continue;
+      }
       for (int64_t o0 = 0; o0 < p.oc; o0 += 16) {
         const int64_t on = std::min<int64_t>(16, p.oc - o0);
         if (split) {  // each block's rows built after the last's (the space past them is rows' own)
@@ -522,10 +543,13 @@ void backward_weights_tiles(const DirectConvKernels& kern, const Conv2dParams& p
                              on, positions, t.pp, dzt + o0 * t.pp);
         }
       }
-      if (split)
-        kern.weight_sums_tiles_f16(g, t, xp, blocks.data(), p.oc, col, sums);
-      else
+      if (split) {
+        cpu_internal::F16Dz dz;
+        dz.rows = blocks.data();
+        kern.weight_sums_tiles_f16(g, t, xp, dz, p.oc, col, sums);
+      } else {
         kern.weight_sums_tiles(g, t, xp, dzt, col, sums);
+      }
     }
   });
   for (int64_t oc = 0; oc < p.oc; ++oc)
@@ -547,13 +571,17 @@ void backward_weights_tiles(const DirectConvKernels& kern, const Conv2dParams& p
 // rows needs: none when dz is given in that dtype); on <= kDzChannels (16 on the tile unit). The columns are bf16 where the rows are.
 // dw32 (OC, K), db32 (OC). Each (oc, k) sums its positions in the same order whichever channels share a
 // call, so taking the channels a few at a time keeps the bits and bounds the dz built at once.
+// pooled (nullable): where dz is the fused 2x2 pool's gradient, the tile unit's f16 weight gradient reads it
+// from there.
 template <class Rows, class TmpBytes>
 void backward_weights_impl(const Conv2dParams& p, const void* x, DType dz_dtype, Rows&& rows, TmpBytes&& tmp_bytes,
-                           float* dw32, float* db32) {
+                           float* dw32, float* db32, const PooledF16* pooled = nullptr) {
   const DirectConvKernels& kern = kernels();
   const DirectGeom g = geometry(p);
   const Products way = dots_way(kern, p, g, dz_dtype);
-  if (way == Products::kTiles) return backward_weights_tiles(kern, p, g, x, dz_dtype, rows, tmp_bytes, dw32, db32);
+  if (way == Products::kTiles)
+    return backward_weights_tiles(kern, p, g, x, dz_dtype, rows, tmp_bytes, dz_dtype == DType::kF16 ? pooled : nullptr,
+                                  dw32, db32);
   const bool bf16 = way == Products::kPairs;
   const int64_t positions = g.oh * g.ow, threads = parts_for(p.n);
   const int64_t part = (p.oc * g.k + p.oc) * 16;  // one thread's lanes for dw and db
@@ -825,6 +853,8 @@ void direct_conv2d_relu_max_pool2d_backward_weights(const Conv2dParams& p, const
   // dz = max_pool2d_backward(dy, argmax), as the separate ops give the convolution (dy's values, exactly, or
   // rounded to bf16: fused_dense_gradient_dtype), built one image at a time while it is hot.
   const DType dz_dtype = fused_dense_gradient_dtype(p, dy_dtype);
+  // (an f16 dz on the tile unit is read from dy and argmax as it is packed: no dense dz per image)
+  const PooledF16 from_pool{static_cast<const Half*>(dy), argmax, pool.oh, pool.ow};
   // Where dz is f32 (no bf16 dot rows), dy's f32 values are built in tmp past it unless dy is f32 already
   const bool dy32_in_tmp = dy_dtype != DType::kF32 || dz_dtype != DType::kF32;
   backward_weights_impl(
@@ -863,7 +893,7 @@ void direct_conv2d_relu_max_pool2d_backward_weights(const Conv2dParams& p, const
         if (dtype == DType::kBF16) return static_cast<size_t>(dz + (dy_dtype == DType::kBF16 ? 0 : on * pooled)) * sizeof(BFloat16);
         return static_cast<size_t>(dz + (dy32_in_tmp ? on * pooled : 0)) * sizeof(float);
       },
-      dw32.data(), db32.data());
+      dw32.data(), db32.data(), pool.is_2x2_stride_2() && dy_dtype == DType::kF16 ? &from_pool : nullptr);
   store_gradients(p, dw32.data(), db32.data(), dw, dw_dtype, db, db_dtype, false);
 }
 

@@ -242,18 +242,33 @@ void columns_split(const DirectGeom& g, const TileGeom& t, const BFloat16* xh, c
   }
 }
 
-// dz's rows (`on` <= 16 channels, `ld` apart, dense rows of OW) at output rows [oy0, oy0 + rows) split and
-// packed as B tiles: per 32 positions (r * WQ + b), 16 VNNI-2 rows of the 16 channels' pairs, hi parts to hi
-// and lo parts to lo (0 past OW and past `on`). The f16 pairs are transposed first (a pair's two values stay
-// together), then each VNNI row is split.
-void pack_dz_split(const DirectGeom& g, const TileGeom& t, const Half* dz, int64_t on, int64_t ld, int64_t oy0,
+// dz's 32 values of channel c at output row y from column x0 (a multiple of 32) as f16 bits, 0 past OW:
+// from its dense rows (`rows`: the channels' rows, OH * OW apart) or from the 2x2 pool's gradient (dy and
+// argmax of the channel's pooled plane, PH x PW), as max_pool2d_backward builds them.
+inline __m512i dz_block(const DirectGeom& g, const F16Dz& dz, const Half* rows, int64_t c, int64_t y, int64_t x0) {
+  if (dz.rows != nullptr) return _mm512_maskz_loadu_epi16(words(g.ow - x0), rows + c * g.oh * g.ow + y * g.ow + x0);
+  if (y / 2 >= dz.ph) return _mm512_setzero_si512();
+  const int64_t at = (c * dz.ph + y / 2) * dz.pw + x0 / 2;
+  const __mmask16 m = lanes(dz.pw - x0 / 2);
+  const __m512i d = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, dz.dy + at));
+  const __m512i i = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, dz.argmax + at));
+  const int first = static_cast<int>(2 * (y % 2));  // the window's index of (y, even x); + 1: odd x
+  return _mm512_or_si512(_mm512_maskz_mov_epi32(_mm512_cmpeq_epi32_mask(i, _mm512_set1_epi32(first)), d),
+                         _mm512_maskz_slli_epi32(_mm512_cmpeq_epi32_mask(i, _mm512_set1_epi32(first + 1)), d, 16));
+}
+
+// dz's channels [o0, o0 + on) (on <= 16) at output rows [oy0, oy0 + rows) split and packed as B tiles: per
+// 32 positions (r * WQ + b), 16 VNNI-2 rows of the 16 channels' pairs, hi parts to hi and lo parts to lo (0
+// past OW and past `on`). The f16 pairs are transposed first (a pair's two values stay together), then each
+// VNNI row is split.
+void pack_dz_split(const DirectGeom& g, const TileGeom& t, const F16Dz& dz, int64_t o0, int64_t on, int64_t oy0,
                    int64_t rows, BFloat16* hi, BFloat16* lo) {
+  const Half* block = dz.rows != nullptr ? dz.rows[o0 / 16] : nullptr;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < t.wq; b += 32) {
-      const __mmask32 m = words(g.ow - b);
-      const Half* src = dz + (oy0 + r) * g.ow + b;
       __m512i w[16];
-      for (int c = 0; c < 16; ++c) w[c] = c < on ? _mm512_maskz_loadu_epi16(m, src + c * ld) : _mm512_setzero_si512();
+      for (int c = 0; c < 16; ++c)
+        w[c] = c < on ? dz_block(g, dz, block, dz.rows != nullptr ? c : o0 + c, oy0 + r, b) : _mm512_setzero_si512();
       transpose16(w);
       const int64_t to = (r * t.wq + b) * 16;
       for (int q = 0; q < 16; ++q) {
@@ -291,9 +306,9 @@ inline __attribute__((always_inline)) void multiply_c_pair_split(const BFloat16*
   _tile_dpbf16ps(1, 5, 7);
 }
 
-void weight_sums_tiles_f16(const DirectGeom& g, const TileGeom& t, const float* xp, const Half* const* dz, int64_t oc,
+void weight_sums_tiles_f16(const DirectGeom& g, const TileGeom& t, const float* xp, const F16Dz& dz, int64_t oc,
                            BFloat16* split, float* sums) {
-  const int64_t positions = g.oh * g.ow, a_stride = t.sp * static_cast<int64_t>(sizeof(BFloat16));
+  const int64_t a_stride = t.sp * static_cast<int64_t>(sizeof(BFloat16));
   const int64_t image = image_split_values(g), ld = t.ocp * static_cast<int64_t>(sizeof(float));
   BFloat16 *x_hi = split, *x_lo = x_hi + image, *col_hi = x_lo + image, *col_lo = col_hi + t.grad_slots * t.sp;
   BFloat16 *dz_hi = col_lo + t.grad_slots * t.sp, *dz_lo = dz_hi + t.ocp * t.sp;
@@ -304,8 +319,7 @@ void weight_sums_tiles_f16(const DirectGeom& g, const TileGeom& t, const float* 
     const int64_t rows = std::min(t.sr, g.oh - oy0), np = rows * t.wq, block = np * 16;  // (a channel block's words)
     columns_split(g, t, x_hi, x_lo, oy0, rows, col_hi, col_lo);
     for (int64_t o0 = 0; o0 < oc; o0 += 16)
-      pack_dz_split(g, t, dz[o0 / 16], std::min<int64_t>(16, oc - o0), positions, oy0, rows, dz_hi + o0 * np,
-                    dz_lo + o0 * np);
+      pack_dz_split(g, t, dz, o0, std::min<int64_t>(16, oc - o0), oy0, rows, dz_hi + o0 * np, dz_lo + o0 * np);
     for (int64_t kb = 0; kb < t.grad_slots; kb += 32)
       for (int64_t ob = 0; ob < oc; ob += 16) {  // (the blocks past OC: dz 0, their sums stay 0)
         float* s = sums + kb * t.ocp + ob;

@@ -269,7 +269,7 @@ TEST(DirectConv, F16ColumnsGiveTheF32ColumnsSumsBitForBit) {
 
 // The weight gradient's scratch is sized by what each path holds: with bf16 image and gradient, bf16
 // columns and bf16 dz; with an f16 gradient, f32 dz and the widened pooled gradient (or on the tile unit,
-// f16 dz and the split operands of a chunk of positions); dz for 8 channels at a
+// the split operands of a few output rows, dz read from the pool's gradient); dz for 8 channels at a
 // time (model A's first layer: the f32-sized scratch of before, 0.76 MiB at O2-bf16, was its training
 // peak's largest part). Each bound is below the f32-sized scratch (2 x OC x P floats of dz, K x P of columns).
 // The columns are every input channel's where they fit 100 KiB a thread (else one channel's at a time), in
@@ -304,11 +304,11 @@ TEST(DirectConv, WeightGradientScratchIsSizedByThePathsDtypes) {
       // bf16 or f16, 97.2 KB in f32 (an f16 image on a level without f16 columns); the tile unit's: 32 slots
       // (27 taps, the bias's ones) x a chunk of 512 of the 928 positions in bf16, and dz packed (32 channels x
       // 928 positions), their 32 x 32 f32 sums in place of the lanes; with f16 values split, the image's hi
-      // and lo parts (2 x 3,072 bf16), the columns' and dz's for a chunk of 128 positions (2 x 2 x 32 x 128
-      // bf16) and every channel's dz rows in f16 (32 x 900)
+      // and lo parts (2 x 3,072 bf16) and the columns' and dz's for four output rows (2 x 2 x 32 x 128 bf16),
+      // dz read from the pool's gradient as it is packed (no dz rows)
       const int64_t columns = tiles ? (t == F16 ? 2 * 3072 * 2 + 4 * 32 * 128 * 2 : 32 * 512 * 2)
                                     : k * positions * (bf16_dot || f16_columns ? 2 : 4);
-      const int64_t per_thread = tiles && t == F16 ? xp + columns + p.oc * positions * 2 + 32 * 32 * 4
+      const int64_t per_thread = tiles && t == F16 ? xp + columns + 32 * 32 * 4
                                  : tiles           ? xp + columns + 32 * 928 * 2 + dz_rows * positions * 2 + 32 * 32 * 4
                                  : bf16_dot        ? xp + columns + dz_rows * positions * 2 + lanes
                                                    : xp + columns + dz_rows * positions * 4 +

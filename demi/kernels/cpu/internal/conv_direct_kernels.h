@@ -156,6 +156,18 @@ inline TilePoolChunk tile_pool_chunk(const DirectGeom& g, const TileGeom& t) {
   return {rows, t.ocp * (rows * 2 * g.wp + 96)};
 }
 
+// An image's dz for an f16 weight gradient on the tile unit (weight_sums_tiles_f16): its rows as given (16
+// channels a block, OH * OW f16 apart), or, for the fused Conv2d -> ReLU -> 2x2 / stride-2 MaxPool2d, built
+// from the pool's gradient as it is packed: dz[o][y][x] = dy[o][y / 2][x / 2] where argmax (the window's
+// index, 2 (y % 2) + x % 2; any other value: none) names (y, x), else 0 — max_pool2d_backward's values, with
+// no dense dz held.
+struct F16Dz {
+  const Half* const* rows = nullptr;  // (null: pooled)
+  const Half* dy = nullptr;           // (OC, PH, PW)
+  const uint8_t* argmax = nullptr;    // (OC, PH, PW)
+  int64_t ph = 0, pw = 0;
+};
+
 struct DirectConvKernels {
   const char* name = nullptr;
   // y (ocn, OH, OW) f32, y's channel planes OH * OW apart, = act(conv(xp, wp) + bias) for the tile's first ocn
@@ -222,14 +234,14 @@ struct DirectConvKernels {
   void (*weight_sums_tiles)(const DirectGeom& g, const TileGeom& t, const float* xp, const BFloat16* dzt,
                             BFloat16* tcol, float* sums) = nullptr;
   // The weight gradient of one image whose values and dz are f16 (xp: the image's f16 values widened, dz:
-  // pointers to its 16-channel blocks of rows (OH * OW f16 apart, the last block's oc % 16 rows only): sums
+  // F16Dz, its rows' blocks holding the last block's oc % 16 rows only): sums
   // (grad_slots, OCP) += tcol . dzt^T as weight_sums_tiles (the channels past OC untouched), each f16 value
   // split into bf16 hi + lo (exact) and each product taken as its four bf16 products (hi hi, hi lo, lo hi,
   // lo lo), exact in f32, summed in f32 by the tile unit — the f32 dot products' value up to the order of the
   // sum. Chunks of TileGeom::sr output rows, their split operands in `split` (layouts above;
   // split_scratch_bytes).
-  void (*weight_sums_tiles_f16)(const DirectGeom& g, const TileGeom& t, const float* xp, const Half* const* dz,
-                                int64_t oc, BFloat16* split, float* sums) = nullptr;
+  void (*weight_sums_tiles_f16)(const DirectGeom& g, const TileGeom& t, const float* xp, const F16Dz& dz, int64_t oc,
+                                BFloat16* split, float* sums) = nullptr;
 };
 
 const DirectConvKernels& direct_conv_kernels_scalar();
