@@ -1,4 +1,5 @@
-// demi's GEMM (demi/kernels/cpu/gemm.h; and its few-column dot kernel, cpu/gemm_dot.h, where it applies)
+// demi's GEMM (demi/kernels/cpu/gemm.h; and its few-column dot kernel, cpu/gemm_dot.h, and short-K kernel,
+// cpu/gemm_outer.h, where they apply)
 // against oneDNN's matmul (demi/kernels/onednn/matmul.h) on the
 // reference models' product shapes and 1024^3, per dtype and direction, interleaved in one run (each
 // pair alternates; best of the rounds), with the ceilings measured in the same run: f32 FMA, vdpbf16ps and,
@@ -30,6 +31,7 @@
 #include "demi/kernels/cpu/gemm.h"
 #include "demi/kernels/cpu/gemm_amx.h"
 #include "demi/kernels/cpu/gemm_dot.h"
+#include "demi/kernels/cpu/gemm_outer.h"
 #include "demi/kernels/cpu/peak.h"
 #include "demi/kernels/matmul.h"
 #include "demi/kernels/onednn/matmul.h"
@@ -109,8 +111,8 @@ int main(int argc, char** argv) {
   std::printf("threads %d, cpu level %s; measured ceilings (GFLOP/s): f32 FMA %.0f, bf16 vdpbf16ps %.0f, AMX "
               "tdpbf16ps %.0f, AVX512-FP16 vfmaddph %.0f (0: not on this CPU)\n",
               num_threads(), std::string(cpu_level_name(cpu_level())).c_str(), fma, bf16, amx, fp16);
-  std::printf("%-30s %8s %8s %9s %8s %8s %7s %7s %7s %9s %7s\n", "product (GFLOP/s)", "oneDNN", "demi-f32", "demi-bf16",
-              "demi-dot", "demi-amx", "best/o", "o %pk", "best%pk", "f16->bf16", "pk");
+  std::printf("%-30s %8s %8s %9s %8s %10s %8s %7s %7s %7s %9s %7s\n", "product (GFLOP/s)", "oneDNN", "demi-f32",
+              "demi-bf16", "demi-dot", "demi-outer", "demi-amx", "best/o", "o %pk", "best%pk", "f16->bf16", "pk");
   for (Case& c : cases) {
     if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
     const MatmulParams& p = c.p;
@@ -136,6 +138,8 @@ int main(int argc, char** argv) {
     if (pairs)
       runs.push_back([&] { kernels::cpu::gemm(q, a.data(), b.data(), out.data(), kernels::cpu::GemmPath::kBf16Dot); });
     if (dot) runs.push_back([&] { kernels::cpu::gemm_dot(q, a.data(), b.data(), out.data()); });
+    const bool outer = kernels::cpu::gemm_outer_supported(q);
+    if (outer) runs.push_back([&] { kernels::cpu::gemm_outer(q, a.data(), b.data(), out.data()); });
     const bool tiles = kernels::cpu::amx_gemm_supported(q);
     if (tiles) runs.push_back([&] { kernels::cpu::amx_gemm(q, a.data(), b.data(), out.data()); });
     // (Last, and apart from the exact kernels' best: it computes other numbers.)
@@ -162,9 +166,10 @@ int main(int argc, char** argv) {
     const double tile = amx_row ? row_amx : amx;
     const double peak = bf16_in ? std::max({fma, bf16, tile}) : f16_values ? std::max(fma, tile / 4) : fma;
     auto column = [&](bool has, size_t i) { return has ? std::to_string(static_cast<int>(g[i])) : std::string("-"); };
-    const size_t amx_at = 2 + (pairs ? 1 : 0) + (dot ? 1 : 0);
-    std::printf("%-30s %8.1f %8.1f %9s %8s %8s %7.2f %6.0f%% %6.0f%% %9s %7.0f  %s\n", c.name.c_str(), g[0], g[1],
-                column(pairs, 2).c_str(), column(dot, pairs ? 3 : 2).c_str(), column(tiles, amx_at).c_str(),
+    const size_t dot_at = 2 + (pairs ? 1 : 0), outer_at = dot_at + (dot ? 1 : 0), amx_at = outer_at + (outer ? 1 : 0);
+    std::printf("%-30s %8.1f %8.1f %9s %8s %10s %8s %7.2f %6.0f%% %6.0f%% %9s %7.0f  %s\n", c.name.c_str(), g[0], g[1],
+                column(pairs, 2).c_str(), column(dot, dot_at).c_str(), column(outer, outer_at).c_str(),
+                column(tiles, amx_at).c_str(),
                 demi_best / g[0], 100 * g[0] / peak,
                 100 * demi_best / peak, column(as_bf16, g.size() - 1).c_str(), peak,
                 kernels::onednn::matmul_implementation(qo).c_str());
