@@ -5,9 +5,11 @@
 //
 // How: each output is a dot product over K in 16-lane vectors, 2 rows x up to 12 columns at a time in 24 zmm
 // accumulators (2 + 12 loads per 24 FMAs), the lanes added at the end; the operands read as f32, a
-// low-precision b converted once per call (N x K, small by construction) and a low-precision a a row pair
-// at a time per thread, so f16 and bf16 cost half the bytes of f32 and no full-size widened copy. The
-// epilogue is MatmulParams' (bias, accumulate, ReLU, rounded once into c's dtype). Threads take row pairs.
+// low-precision b converted once per call (N x K, small by construction) and a low-precision a widened as
+// it is loaded, so f16 and bf16 cost half the bytes of f32 and no full-size widened copy. A long K runs in
+// chunks of about 24 KiB of b, each read (or converted, by each thread for itself) once for 8 row pairs, the
+// lane sums kept between chunks. The epilogue is MatmulParams' (bias, accumulate, ReLU, rounded once into
+// c's dtype). Threads take row pairs.
 //
 // A variant with 8-lane vectors keeps the same 16 lane sums, in two halves (the variants per CPU level:
 // demi/core/kernel_registry.h; `demi info` prints them); the oracle is ../reference/matmul.h.

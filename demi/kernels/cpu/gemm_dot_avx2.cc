@@ -31,14 +31,23 @@ inline __m256 load_a_n(const float* p, int64_t n) { return _mm256_maskload_ps(p,
 template <typename A>
 inline __m256 load_a_n(const A* p, int64_t n) { return VecAvx2::load_n(p, n); }
 
-// out[r * ldo + j] for r < MR, j < NC.
+// out[r * ldo + j] for r < MR, j < NC (or with `lanes`, GemmDotKernels::tile's: (r, j)'s 16 lane sums at
+// lanes + (r * ldo + j) * 16, the low half lo's).
 template <int MR, int NC, typename A>
-void tile_t(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, float* out, int64_t ldo) {
+void tile_t(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, float* lanes, bool first, float* out,
+            int64_t ldo) {
   __m256 lo[MR][NC], hi[MR][NC];
 #pragma GCC unroll 2
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 3
-    for (int j = 0; j < NC; ++j) lo[r][j] = hi[r][j] = _mm256_setzero_ps();
+    for (int j = 0; j < NC; ++j) {
+      if (lanes && !first) {
+        lo[r][j] = _mm256_loadu_ps(lanes + (r * ldo + j) * 16);
+        hi[r][j] = _mm256_loadu_ps(lanes + (r * ldo + j) * 16 + 8);
+      } else {
+        lo[r][j] = hi[r][j] = _mm256_setzero_ps();
+      }
+    }
   // One half (lanes 0-7 or 8-15 of the 16) of 16 k's: n (<= 8) of them, the others +0 in both operands.
   const auto half = [&](__m256(&acc)[MR][NC], int64_t at, int64_t n) {
     __m256 x[MR];
@@ -64,17 +73,27 @@ void tile_t(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, flo
 #pragma GCC unroll 2
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 3
-    for (int j = 0; j < NC; ++j) out[r * ldo + j] = lane_sum(lo[r][j], hi[r][j]);
+    for (int j = 0; j < NC; ++j) {
+      if (out) {
+        out[r * ldo + j] = lane_sum(lo[r][j], hi[r][j]);
+      } else {
+        _mm256_storeu_ps(lanes + (r * ldo + j) * 16, lo[r][j]);
+        _mm256_storeu_ps(lanes + (r * ldo + j) * 16 + 8, hi[r][j]);
+      }
+    }
 }
 
 template <int MR, typename A>
-void tile_rows(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int nc, float* out) {
+void tile_rows(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int nc, float* lanes, bool first,
+               float* out) {
   for (int j0 = 0; j0 < nc; j0 += 3) {
     const float* bj = b + j0 * ldb;
+    float* l = lanes ? lanes + j0 * 16 : nullptr;
+    float* o = out ? out + j0 : nullptr;
     switch (std::min(3, nc - j0)) {
-      case 1: tile_t<MR, 1>(a, lda, bj, ldb, k, out + j0, nc); break;
-      case 2: tile_t<MR, 2>(a, lda, bj, ldb, k, out + j0, nc); break;
-      default: tile_t<MR, 3>(a, lda, bj, ldb, k, out + j0, nc); break;
+      case 1: tile_t<MR, 1>(a, lda, bj, ldb, k, l, first, o, nc); break;
+      case 2: tile_t<MR, 2>(a, lda, bj, ldb, k, l, first, o, nc); break;
+      default: tile_t<MR, 3>(a, lda, bj, ldb, k, l, first, o, nc); break;
     }
   }
 }
@@ -82,11 +101,12 @@ void tile_rows(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, 
 // The tiles for an a of type A (f32, or bf16|f16 widened as loaded): dot_kernels_of's Tiles.
 struct Tiles {
   template <typename A>
-  static void of(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* out) {
+  static void of(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* lanes,
+                 bool first, float* out) {
     if (mr == 2)
-      tile_rows<2>(a, lda, b, ldb, k, nc, out);
+      tile_rows<2>(a, lda, b, ldb, k, nc, lanes, first, out);
     else
-      tile_rows<1>(a, lda, b, ldb, k, nc, out);
+      tile_rows<1>(a, lda, b, ldb, k, nc, lanes, first, out);
   }
 };
 

@@ -18,12 +18,13 @@ inline __m512 load_a(const BFloat16* p, __mmask16 m) {
 }
 
 template <int MR, int NC, typename A>
-void tile_t(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, float* out) {
+void tile_t(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, float* lanes, bool first, float* out) {
   __m512 acc[MR][NC];
 #pragma GCC unroll 2
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 12
-    for (int j = 0; j < NC; ++j) acc[r][j] = _mm512_setzero_ps();
+    for (int j = 0; j < NC; ++j)
+      acc[r][j] = lanes && !first ? _mm512_loadu_ps(lanes + (r * NC + j) * 16) : _mm512_setzero_ps();
   for (int64_t kk = 0; kk < k; kk += 16) {
     const __mmask16 m = k - kk >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (k - kk)) - 1u);
     __m512 x[MR];
@@ -39,11 +40,16 @@ void tile_t(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, flo
 #pragma GCC unroll 2
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 12
-    for (int j = 0; j < NC; ++j) out[r * NC + j] = _mm512_reduce_add_ps(acc[r][j]);
+    for (int j = 0; j < NC; ++j) {
+      if (out)
+        out[r * NC + j] = _mm512_reduce_add_ps(acc[r][j]);
+      else
+        _mm512_storeu_ps(lanes + (r * NC + j) * 16, acc[r][j]);
+    }
 }
 
 template <typename A>
-using Tile = void (*)(const A*, int64_t, const float*, int64_t, int64_t, float*);
+using Tile = void (*)(const A*, int64_t, const float*, int64_t, int64_t, float*, bool, float*);
 
 template <int MR, typename A, int... NC>
 constexpr std::array<Tile<A>, kDotTileN + 1> tiles(std::integer_sequence<int, NC...>) {
@@ -53,10 +59,11 @@ constexpr std::array<Tile<A>, kDotTileN + 1> tiles(std::integer_sequence<int, NC
 // The tiles for an a of type A (f32, or bf16|f16 widened as loaded): dot_kernels_of's Tiles.
 struct Tiles {
   template <typename A>
-  static void of(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* out) {
+  static void of(const A* a, int64_t lda, const float* b, int64_t ldb, int64_t k, int mr, int nc, float* lanes,
+                 bool first, float* out) {
     static constexpr auto kTiles1 = tiles<1, A>(std::make_integer_sequence<int, kDotTileN>{});
     static constexpr auto kTiles2 = tiles<2, A>(std::make_integer_sequence<int, kDotTileN>{});
-    (mr == 2 ? kTiles2 : kTiles1)[static_cast<size_t>(nc)](a, lda, b, ldb, k, out);
+    (mr == 2 ? kTiles2 : kTiles1)[static_cast<size_t>(nc)](a, lda, b, ldb, k, lanes, first, out);
   }
 };
 

@@ -111,15 +111,21 @@ TEST(GemmDot, AnF32OperandReadRoundedIsBitForBitTheCastOperand) {
 }
 
 // How a product is split across threads (parts, each part's own converted b or one shared copy: DotCopies,
-// a widened in registers) never changes a bit: every output's sum has one fixed order.
+// a widened in registers, a long K in chunks with each part converting its own) never changes a bit: every
+// output's sum has one fixed order.
 TEST(GemmDot, ResultsDoNotDependOnTheThreadCount) {
   const int saved = num_threads();
   struct Case {
     int64_t m, n, k;
     DType a, b, round;
+    bool copies;  // whether DotCopies::kPerThread takes a copy of the converted b per part
   };
-  const Case cases[] = {{32, 10, 7200, F16, F32, F16}, {32, 10, 7200, BF16, F32, BF16}, {9, 10, 7203, F16, F16, F32},
-                        {6, 32, 4200, BF16, BF16, F32}, {7, 10, 7203, F32, F32, F32}};
+  // (a long K is taken in chunks, each part converting the chunks of b it multiplies: no copy of all of b;
+  // a short one converted whole, shared or per part where the copy fits 512 KiB)
+  const Case cases[] = {{32, 10, 7200, F16, F32, F16, false}, {32, 10, 7200, BF16, F32, BF16, false},
+                        {9, 10, 7203, F16, F16, F32, false},   {6, 32, 4200, BF16, BF16, F32, false},
+                        {7, 10, 7203, F32, F32, F32, false},   {32, 10, 1000, F16, F32, F16, true},
+                        {9, 12, 1000, BF16, BF16, F32, true}};
   uint64_t seed = 300;
   for (const Case& cs : cases) {
     MatmulParams p;
@@ -141,9 +147,7 @@ TEST(GemmDot, ResultsDoNotDependOnTheThreadCount) {
     gemm_dot(p, a.data(), b.data(), copies.data(), DotCopies::kPerThread);
     EXPECT_EQ(one, two);
     EXPECT_EQ(one, copies);
-    // (a converted b of at most 512 KiB in f32 takes a copy per thread on request: not 32 x 4200, and an f32
-    // b as stored takes none)
-    EXPECT_EQ(gemm_dot_copies_per_thread(p), (cs.b != F32 || cs.round != F32) && cs.n * cs.k * 4 <= (512 << 10));
+    EXPECT_EQ(gemm_dot_copies_per_thread(p), cs.copies);
   }
   set_num_threads(saved);
 }
