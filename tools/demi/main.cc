@@ -137,14 +137,15 @@ void print_kernel_variants() {
 // Which kernel each reference model's matrix products run on this machine (chosen by measurement at
 // first use and cached, kernels/matmul.h): forward (x w^T + bias, ReLU), input gradient (dy w) and weight
 // gradient (dy^T x into f32: the product, or oneDNN's inner-product primitive where it measured faster) of
-// model C's and D's Dense layers, in each dtype.
+// the reference models' Dense layers, in each dtype.
 void print_kernel_choices() {
   struct Layer {
     const char* model;
     int64_t rows, in, out;
   };
-  const Layer layers[] = {{"C", 256, 784, 1024}, {"C", 256, 1024, 1024}, {"D", 4096, 256, 768},
-                          {"D", 4096, 256, 1024}, {"D", 4096, 1024, 256}};
+  const Layer layers[] = {{"A", 32, 7200, 10},     {"B", 128, 3136, 128},  {"C", 256, 784, 1024},
+                          {"C", 256, 1024, 1024}, {"D", 4096, 256, 768},  {"D", 4096, 256, 1024},
+                          {"D", 4096, 1024, 256}};
   std::printf("\nmatrix products (kernel chosen on this machine; f32 | bf16 | f16):\n");
   for (const Layer& l : layers) {
     const std::string name = str_cat(l.model, " ", l.in, "->", l.out, " x", l.rows);

@@ -874,12 +874,15 @@ std::string conv2d_direct_kernel(const Conv2dParams& p_in, ConvDirection dir) {
       : onednn_backward_weights(pw, x.get(), y.get(), dw.get(), db.get());
   });
   if (!direct) return "onednn";
-  if (p.x_dtype != DType::kBF16) return "demi-direct";
-  // A bf16 layer's taps or dot products: in f32, vdpbf16ps pairs or on the tile unit, whichever measured fastest
-  // here.
+  if (p.x_dtype == DType::kF32) return "demi-direct";
+  // A bf16 layer's taps or dot products, an f16 layer's dot products (its dz f16, as the fused Conv2d -> ReLU
+  // -> MaxPool2d takes its f16 gradient): in f32, vdpbf16ps pairs or on the tile unit, whichever measured
+  // fastest here.
+  Conv2dParams pd = pw;
+  if (p.x_dtype == DType::kF16) pd.y_dtype = DType::kF16;
   return str_cat("demi-direct (",
                  dir == ConvDirection::kForward ? cpu::direct_conv_forward_products(p)
-                                                : cpu::direct_conv_dots_products(pw),
+                                                : cpu::direct_conv_dots_products(pd),
                  ")");
 }
 
