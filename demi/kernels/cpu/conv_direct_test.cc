@@ -342,12 +342,8 @@ TEST(DirectConv, F16WeightGradientOnTheTileUnitIsTheProductsOfTheF16Values) {
     ASSERT_STREQ(direct_conv_dots_products(p), "tiles");
     std::vector<float> dw(static_cast<size_t>(p.w_numel())), db(static_cast<size_t>(p.oc));
     direct_conv2d_backward_weights(p, x.data(), dz.data(), dw.data(), db.data());
-    // The f64 gradients of the values given and of their bf16 roundings.
-    auto as_f64 = [](const Operand& o, bool to_bf16) {
-      std::vector<double> v(o.f32.begin(), o.f32.end());
-      for (double& e : v) e = to_bf16 ? static_cast<double>(static_cast<float>(BFloat16(static_cast<float>(e)))) : e;
-      return v;
-    };
+    // The f64 gradients of the values given and of their bf16 roundings (values_f64).
+    const auto as_f64 = kernels::testing::values_f64;
     Conv2dParams p64 = p;
     p64.x_dtype = p64.w_dtype = p64.y_dtype = p64.bias_dtype = DType::kF64;
     std::vector<double> want(dw.size()), want_db(db.size()), rounded(dw.size()), rounded_db(db.size());

@@ -90,12 +90,8 @@ TEST(DemiConv, F16ConvolutionsOnTheTileUnitAreTheProductsOfTheF16Values) {
     const Operand x = random_operand(F16, p.x_numel(), seed++), w = random_operand(F16, p.w_numel(), seed++);
     const Operand dy = random_operand(F16, p.y_numel(), seed++), acc = random_operand(F32, p.x_numel(), seed++);
     const Operand wacc = random_operand(F32, p.w_numel(), seed++);
-    // The f64 convolutions of the values given (as_f64) and of their bf16 roundings (bf16 products' error).
-    auto as_f64 = [](const Operand& o, bool to_bf16) {
-      std::vector<double> v(o.f32.begin(), o.f32.end());
-      for (double& e : v) e = to_bf16 ? static_cast<double>(static_cast<float>(BFloat16(static_cast<float>(e)))) : e;
-      return v;
-    };
+    // The f64 convolutions of the values given and of their bf16 roundings (bf16 products' error).
+    const auto as_f64 = kernels::testing::values_f64;
     Conv2dParams p64 = p;
     p64.x_dtype = p64.w_dtype = p64.y_dtype = p64.bias_dtype = DType::kF64;
     for (bool accumulate : {false, true}) {

@@ -15,15 +15,10 @@
 #include "demi/core/half.h"
 #include "demi/core/parallel.h"
 #include "demi/kernels/internal/matmul_conv_test_util.h"
-#include "demi/kernels/reference/matmul.h"
-#include "demi/kernels/tolerance.h"
 
 namespace demi::kernels::cpu {
 namespace {
 
-using kernels::testing::all_close;
-using kernels::testing::cast_operand;
-using kernels::testing::dyadic_operand;
 using kernels::testing::Operand;
 
 constexpr DType F32 = DType::kF32, BF16 = DType::kBF16, F16 = DType::kF16;
@@ -37,12 +32,11 @@ TEST(GemmOuter, MatchesTheReferenceForEveryDtypeEpilogueAndLevel) {
   // with 25 rows; N of 5 (under a vector), 40 (a tile and a half vector) and 47; a batch of 3.
   const Shape shapes[] = {{1, 32, 700, 10, false}, {1, 10, 333, 32, true}, {2, 13, 47, 1, false},
                           {1, 25, 129, 64, true},  {1, 1, 5, 3, false},    {3, 7, 40, 17, true}};
-  const std::pair<DType, DType> dtypes[] = {{F32, F32}, {BF16, BF16}, {BF16, F32}, {F16, F16}, {F16, F32}};
   uint64_t seed = 70;
   for (CpuLevel level : supported_cpu_levels()) {
     ScopedCpuLevel scoped(level);
     for (const Shape& s : shapes)
-      for (auto [in, out] : dtypes)
+      for (const kernels::testing::MatmulDtypes& d : kernels::testing::kMatmulDtypes)
         for (int epi = 0; epi < 3; ++epi) {  // plain; bias + ReLU; accumulate + bias
           MatmulParams p;
           p.batch = s.batch;
@@ -50,31 +44,17 @@ TEST(GemmOuter, MatchesTheReferenceForEveryDtypeEpilogueAndLevel) {
           p.n = s.n;
           p.k = s.k;
           p.trans_a = s.trans_a;
-          p.a_dtype = p.b_dtype = in;
-          p.c_dtype = out;
+          p.a_dtype = d.a;
+          p.b_dtype = d.b;
+          p.c_dtype = p.bias_dtype = d.c;
           p.relu = epi == 1;
           p.accumulate = epi == 2;
           SCOPED_TRACE(::testing::Message() << cpu_level_name(level) << " " << describe(p));
           ASSERT_TRUE(gemm_outer_supported(p));
-          Operand a = dyadic_operand(F32, p.batch * p.m * p.k, seed += 7);
-          Operand b = dyadic_operand(F32, p.batch * p.k * p.n, seed + 1);
-          Operand bias = dyadic_operand(F32, p.n, seed + 2), c0 = dyadic_operand(F32, p.batch * p.m * p.n, seed + 3);
-          Operand al = cast_operand(a, in), bl = cast_operand(b, in), cl = cast_operand(c0, out);
-          Operand biasl = cast_operand(bias, out);
-          if (epi > 0) {
-            p.bias = biasl.data();
-            p.bias_dtype = out;
-          }
-          MatmulParams r = p;  // the reference in f32 on the same (exactly representable) values
-          r.a_dtype = r.b_dtype = r.c_dtype = r.bias_dtype = F32;
-          Operand bias32 = cast_operand(biasl, F32);
-          r.bias = epi > 0 ? bias32.data() : nullptr;
-          Operand a32 = cast_operand(al, F32), b32 = cast_operand(bl, F32), c32 = cast_operand(cl, F32);
-          std::vector<float> want = c32.f32;  // what accumulation adds to
-          ref::matmul(r, a32.f32.data(), b32.f32.data(), want.data());
-          gemm_outer(p, al.data(), bl.data(), cl.data());
-          EXPECT_TRUE(all_close(cl.data(), out, std::vector<double>(want.begin(), want.end()),
-                                tolerance_for_sum(out, p.k, 1.0)));
+          // dyadic values: every f32 partial sum exact, so the result is the reference's, rounded once
+          kernels::testing::check_product(
+              [](const MatmulParams& q, const void* a, const void* b, void* c) { gemm_outer(q, a, b, c); }, p, epi > 0,
+              seed += 7, /*exact=*/true);
         }
   }
 }
@@ -94,18 +74,8 @@ TEST(GemmOuter, AnF32OperandReadRoundedIsBitForBitTheCastOperand) {
       p.b_dtype = F32;
       p.b_round = t;
       SCOPED_TRACE(describe(p) + " at " + std::string(cpu_level_name(level)));
-      Operand a = kernels::testing::random_operand(t, p.batch * p.m * p.k, 1);
-      Operand b = kernels::testing::random_operand(F32, p.batch * p.k * p.n, 2);
-      static_cast<float*>(b.data())[5] = 70000.0f;  // inf in f16
-      std::vector<char> b_low(static_cast<size_t>(b.n) * dtype_size(t));
-      convert(b.data(), F32, b_low.data(), t, b.n);
-      std::vector<char> got(static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(t)), want(got.size());
-      gemm_outer(p, a.data(), b.data(), got.data());
-      MatmulParams cast = p;
-      cast.b_dtype = t;
-      cast.b_round = F32;
-      gemm_outer(cast, a.data(), b_low.data(), want.data());
-      EXPECT_EQ(got, want);
+      kernels::testing::check_rounded_b_is_cast_b(
+          [](const MatmulParams& q, const void* a, const void* b, void* c) { gemm_outer(q, a, b, c); }, p);
     }
   }
 }

@@ -15,6 +15,7 @@
 
 #include "demi/core/convert.h"
 #include "demi/core/dtype.h"
+#include "demi/core/half.h"
 #include "demi/kernels/matmul_params.h"
 #include "demi/kernels/reference/matmul.h"
 #include "demi/kernels/tolerance.h"
@@ -72,6 +73,15 @@ inline Operand cast_operand(const Operand& src, DType t) {
   o.f32.resize(static_cast<size_t>(src.n));
   convert(o.data(), t, o.f32.data(), DType::kF32, src.n);
   return o;
+}
+
+// o's values in f64, or (to_bf16) their bf16 roundings: an exact product's reference and the error of
+// products taken in bf16.
+inline std::vector<double> values_f64(const Operand& o, bool to_bf16) {
+  std::vector<double> v(o.f32.begin(), o.f32.end());
+  if (to_bf16)
+    for (double& e : v) e = static_cast<double>(static_cast<float>(BFloat16(static_cast<float>(e))));
+  return v;
 }
 
 inline std::vector<double> widen(const void* p, DType t, int64_t n) {
@@ -158,6 +168,25 @@ void check_product(Product&& product, MatmulParams p, bool with_bias, uint64_t s
   }
   const Tolerance tol = exact ? Tolerance{0, 0} : tolerance_for_sum(p.c_dtype, p.k, 1.0);
   EXPECT_TRUE(all_close(c.data(), p.c_dtype, expect, tol));
+}
+
+// An f32 b read rounded (p.b_round, bf16|f16; p.b_dtype f32): `product`'s result is bit for bit its result on
+// b cast to b_round first, with one of b's values overflowing f16 to inf.
+template <typename Product>
+void check_rounded_b_is_cast_b(Product&& product, const MatmulParams& p) {
+  const DType t = p.b_round;
+  Operand a = random_operand(p.a_dtype, p.batch * p.m * p.k, 1);
+  Operand b = random_operand(DType::kF32, p.batch * p.k * p.n, 2);
+  static_cast<float*>(b.data())[5] = 70000.0f;  // inf in f16
+  std::vector<char> b_low(static_cast<size_t>(b.n) * dtype_size(t));
+  convert(b.data(), DType::kF32, b_low.data(), t, b.n);
+  std::vector<char> got(static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(p.c_dtype)), want(got.size());
+  product(p, a.data(), b.data(), got.data());
+  MatmulParams cast = p;
+  cast.b_dtype = t;
+  cast.b_round = DType::kF32;
+  product(cast, a.data(), b_low.data(), want.data());
+  EXPECT_EQ(got, want);
 }
 
 }  // namespace demi::kernels::testing
