@@ -520,7 +520,7 @@ void backward_weights_tiles(const DirectConvKernels& kern, const Conv2dParams& p
     auto* sums = reinterpret_cast<float*>(base + sums_at);
     std::fill(sums, sums + t.grad_slots * t.ocp, 0.0f);
     if (!split) std::fill(dzt, dzt + t.ocp * t.pp, BFloat16{});  // (the channel blocks past OC stay 0)
-    std::vector<const Half*> blocks(static_cast<size_t>(t.ocp / 16));
+    std::vector<const Half*> blocks(split && !pooled ? static_cast<size_t>(t.ocp / 16) : 0);  // (dz's rows)
     for (int64_t n = n0; n < n1; ++n) {
       pad_image(p, g, x, n, xp);
       if (pooled) {  // (split)

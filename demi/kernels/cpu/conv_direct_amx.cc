@@ -208,11 +208,6 @@ void split_image(const DirectGeom& g, const float* xp, BFloat16* hi, BFloat16* l
   }
 }
 
-// The first n (clamped to 0..32) of 32 words.
-inline __mmask32 words(int64_t n) {
-  return n >= 32 ? ~__mmask32{0} : n <= 0 ? __mmask32{0} : static_cast<__mmask32>((1u << n) - 1u);
-}
-
 // The columns' rows that are the same in every chunk (TileGeom::sr rows of TileGeom::wq positions): the
 // bias's, 1.0 in hi at each row's OW positions, 0 in lo, and the slots past it, 0.
 void constant_columns(const DirectGeom& g, const TileGeom& t, BFloat16* hi, BFloat16* lo) {

@@ -1,7 +1,6 @@
 #include "demi/kernels/cpu/gemm_outer.h"
 
 #include <algorithm>
-#include <vector>
 
 #include "demi/core/convert.h"
 #include "demi/core/error.h"
@@ -37,16 +36,19 @@ const cpu_internal::GemmOuterKernels& kernels() {
 // Columns a thread takes at a time: a multiple of every variant's vector width.
 constexpr int64_t kColumnUnit = 16;
 
-// One (batch-1) product. a32: room for op(a) in f32, M rounded up to kOuterRows rows; bias32: N values or null.
+// Rows of op(a)'s f32 copy: M rounded up to whole groups of kOuterRows.
+int64_t rows_of(const MatmulParams& p) { return (p.m + kOuterRows - 1) / kOuterRows * kOuterRows; }
+
+// One (batch-1) product. a32: room for op(a) in f32 (rows_of(p) x K) and for a's values as stored, widened (M
+// x K); bias32: N values or null.
 void product(const MatmulParams& p, const void* a, const void* b, void* c, const float* bias32, float* a32,
              float* row_sums) {
-  const int64_t M = p.m, N = p.n, K = p.k;
+  const int64_t M = p.m, N = p.n, K = p.k, rows = rows_of(p);
   // op(a) as f32 in groups of kOuterRows rows, each group (K, kOuterRows) (OuterProduct::a; zero past M).
-  const int64_t rows = (M + kOuterRows - 1) / kOuterRows * kOuterRows;
-  std::vector<float> t(static_cast<size_t>(M * K));
-  convert(a, p.a_dtype, t.data(), DType::kF32, M * K);
+  float* t = a32 + rows * K;
+  convert(a, p.a_dtype, t, DType::kF32, M * K);
   std::fill(a32, a32 + rows * K, 0.0f);
-  const auto at = [&](int64_t i, int64_t k) { return t[static_cast<size_t>(p.trans_a ? k * M + i : i * K + k)]; };
+  const auto at = [&](int64_t i, int64_t k) { return t[p.trans_a ? k * M + i : i * K + k]; };
   for (int64_t i = 0; i < M; ++i)
     for (int64_t k = 0; k < K; ++k) a32[(i / kOuterRows * K + k) * kOuterRows + i % kOuterRows] = at(i, k);
   if (row_sums)  // (k ascending, in f32)
@@ -91,14 +93,15 @@ void gemm_outer(const MatmulParams& p, const void* a, const void* b, void* c) {
   DEMI_CHECK(gemm_outer_supported(p), "gemm_outer: takes c = op(a) . b (b not transposed) with K <= ", kOuterMaxK,
              ", M x K <= ", kOuterMaxA,
              ", f32|bf16|f16 tensors, a as stored, no residual and exact products, got ", describe(p));
-  std::vector<float> bias32(p.bias ? static_cast<size_t>(p.n) : 0);
-  if (p.bias) convert(p.bias, p.bias_dtype, bias32.data(), DType::kF32, p.n);
-  const int64_t rows = (p.m + kOuterRows - 1) / kOuterRows * kOuterRows;
-  const cpu_internal::Workspace a32(static_cast<size_t>(rows * p.k) * sizeof(float));
+  // One block: op(a)'s f32 copy and a's widened values (product()), then the bias in f32.
+  const int64_t a_floats = (rows_of(p) + p.m) * p.k;
+  const cpu_internal::Workspace scratch(static_cast<size_t>(a_floats + (p.bias ? p.n : 0)) * sizeof(float));
+  float* bias32 = p.bias ? scratch.f32() + a_floats : nullptr;
+  if (p.bias) convert(p.bias, p.bias_dtype, bias32, DType::kF32, p.n);
   const int64_t sa = p.m * p.k, sb = p.k * p.n, sc = p.m * p.n;
   for (int64_t i = 0; i < p.batch; ++i)
     product(p, element_at(a, i * sa, p.a_dtype), element_at(b, i * sb, p.b_dtype), element_at(c, i * sc, p.c_dtype),
-            p.bias ? bias32.data() : nullptr, a32.f32(), p.a_row_sums);
+            bias32, scratch.f32(), p.a_row_sums);
 }
 
 std::string gemm_outer_implementation() { return str_cat("demi-outer:", kernels().name); }

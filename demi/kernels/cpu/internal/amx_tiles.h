@@ -42,6 +42,11 @@ inline __attribute__((always_inline)) __mmask16 lanes(int64_t n) {
   return n >= 16 ? __mmask16{0xffff} : n <= 0 ? __mmask16{0} : static_cast<__mmask16>((1u << n) - 1);
 }
 
+// The first n (clamped to 0..32) of 32 words: a row's tail of 16-bit values.
+inline __attribute__((always_inline)) __mmask32 words(int64_t n) {
+  return n >= 32 ? ~__mmask32{0} : n <= 0 ? __mmask32{0} : static_cast<__mmask32>((1u << n) - 1u);
+}
+
 // A 2 x 2 block of C tiles, 32 x 32 f32 in tiles 0-3 (rows 0-15 | 16-31 x columns 0-15 | 16-31), held in
 // memory as rows `ld` floats apart: zeroed, loaded, stored; and one 32-k step of its product, a's tiles
 // (rows 0-15 at a0, 16-31 at a1, rows a_stride bytes apart) in 4, 5 and b's (columns 0-15 at b0, 16-31 at
@@ -124,10 +129,7 @@ inline __attribute__((always_inline)) void transpose16(__m512i (&r)[16]) {
 inline void pack_value_pairs(const BFloat16* src, int64_t rows, int64_t ld, int64_t n, int64_t padded,
                              BFloat16* dst) {
   for (int64_t p0 = 0; p0 < padded; p0 += 32) {
-    const int64_t left = n - p0;
-    const __mmask32 m = left >= 32 ? static_cast<__mmask32>(0xFFFFFFFFu)
-                        : left <= 0 ? static_cast<__mmask32>(0)
-                                    : static_cast<__mmask32>((1u << left) - 1u);
+    const __mmask32 m = words(n - p0);
     __m512i w[16];
     for (int r = 0; r < 16; ++r)
       w[r] = r < rows ? _mm512_maskz_loadu_epi16(m, src + r * ld + p0) : _mm512_setzero_si512();

@@ -20,17 +20,12 @@ namespace direct_avx512 {
 // a NaN's payload and a subnormal stay as they are), 32 at a time picked from two vectors of f32 by one word
 // permute (vpermt2w). The columns of the bf16 dot products and of the tile unit's weight gradient.
 inline void narrow_row_bf16(const float* src, BFloat16* dst, int64_t n) {
-  // Word 2i + 1 of the pair (lo, hi) is the top half of element i: lo's for i < 16, hi's (index 32 + ...) after.
-  alignas(64) static constexpr uint16_t kTopHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
-                                                          23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
-                                                          45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
-  const __m512i top = _mm512_load_si512(kTopHalves);
   for (int64_t i = 0; i < n; i += 32) {
     const int64_t left = n - i;
     const __mmask32 m = left >= 32 ? static_cast<__mmask32>(0xFFFFFFFFu) : static_cast<__mmask32>((1u << left) - 1u);
     const __m512i lo = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(m), src + i);
     const __m512i hi = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(m >> 16), src + i + 16);
-    _mm512_mask_storeu_epi16(dst + i, m, _mm512_permutex2var_epi16(lo, top, hi));
+    _mm512_mask_storeu_epi16(dst + i, m, VecAvx512::top_halves(lo, hi));
   }
 }
 

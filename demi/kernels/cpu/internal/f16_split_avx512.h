@@ -6,11 +6,10 @@
 // (conv_direct_amx.cc); include only from files compiled for AVX-512.
 #pragma once
 
-#include <immintrin.h>
-
 #include <cstdint>
 
 #include "demi/core/half.h"
+#include "demi/kernels/cpu/internal/vec_avx512.h"  // (immintrin.h under its warning pragmas)
 
 namespace demi::kernels::cpu_internal {
 
@@ -24,31 +23,21 @@ inline void split_f32_parts(__m512 x, __m512i* hi, __m512i* lo) {
   *lo = _mm512_castps_si512(_mm512_maskz_sub_ps(finite, x, _mm512_castsi512_ps(*hi)));
 }
 
-// The same as 16 bf16 each.
-inline void split_f32x16(__m512 x, __m256i* hi, __m256i* lo) {
-  __m512i h, l;
-  split_f32_parts(x, &h, &l);
-  *hi = _mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16));
-  *lo = _mm512_cvtepi32_epi16(_mm512_srli_epi32(l, 16));
-}
-
-// 32 such values, a's 16 then b's, split: *hi and *lo, 32 bf16 each in order (the parts' top halves
-// gathered by one word permutation each).
+// 32 such values, a's 16 then b's, split: *hi and *lo, 32 bf16 each in order (the parts' top halves).
 inline void split_f32x32(__m512 a, __m512 b, __m512i* hi, __m512i* lo) {
-  alignas(64) static constexpr uint16_t kTopHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
-                                                          23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
-                                                          45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
-  const __m512i top = _mm512_load_si512(kTopHalves);
   __m512i ha, la, hb, lb;
   split_f32_parts(a, &ha, &la);
   split_f32_parts(b, &hb, &lb);
-  *hi = _mm512_permutex2var_epi16(ha, top, hb);
-  *lo = _mm512_permutex2var_epi16(la, top, lb);
+  *hi = VecAvx512::top_halves(ha, hb);
+  *lo = VecAvx512::top_halves(la, lb);
 }
 
 // mask lanes of src (the others 0) split: *hi and *lo, 16 bf16 each.
 inline void split_f16x16(const Half* src, __mmask16 mask, __m256i* hi, __m256i* lo) {
-  split_f32x16(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, src)), hi, lo);
+  __m512i h, l;
+  split_f32_parts(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, src)), &h, &l);
+  *hi = _mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16));
+  *lo = _mm512_cvtepi32_epi16(_mm512_srli_epi32(l, 16));
 }
 
 }  // namespace demi::kernels::cpu_internal

@@ -225,6 +225,15 @@ struct VecAvx512 {
   }
   // b (16, bf16 bits) -> (16, f32), exact.
   static F widen_bf16(__m256i b) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)); }
+  // The top 16 bits of a's 16 lanes, then of b's, as 32 words in order (one vpermt2w): 32 f32 values that
+  // are bf16 values (or bf16 parts) narrowed, bit for bit.
+  static I top_halves(I a, I b) {
+    // word 2i + 1 of the pair (a, b) is lane i's top half: a's for i < 16, b's (index 32 + ...) after
+    alignas(64) static constexpr uint16_t kTopHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                                            23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+                                                            45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+    return _mm512_permutex2var_epi16(a, _mm512_load_si512(kTopHalves), b);
+  }
 
   // r[i] (16 lanes each) <- column i of the 16 x 16 matrix whose rows are r[0..15]; moves bits only (a
   // NaN's payload stays; int32 lanes may go through it cast).
