@@ -18,6 +18,7 @@
 #include "demi/core/parallel.h"
 #include "demi/kernels/cpu/internal/amx_gemm.h"
 #include "demi/kernels/cpu/internal/amx_tiles.h"
+#include "demi/kernels/cpu/internal/f16_split_avx512.h"
 #include "demi/kernels/cpu/internal/workspace.h"
 #include "demi/kernels/matmul_params.h"
 
@@ -39,6 +40,8 @@ using cpu_internal::zero_c_tiles;
 using cpu_internal::for_each_part;
 using cpu_internal::PartScratch;
 using cpu_internal::parts_for;
+using cpu_internal::split_f32_parts;
+using cpu_internal::split_f32x32;
 using cpu_internal::transpose16;
 using cpu_internal::Workspace;
 
@@ -93,19 +96,19 @@ DEMI_AMX_INLINE __m512 values16(const void* base, DType t, DType round, int64_t 
   return widen_bf16(to_bf16(v));
 }
 
-// 16 values, each exact in bf16 or in f16, as bf16: hi = bf16(v) to nearest even, and where the layout
-// splits, lo = v - hi (exact in bf16: at most 3 significant bits below hi's 8); lo 0 where hi is Inf or
-// NaN, so Inf stays Inf through the four products.
+// 16 values as bf16: where the layout does not split, v rounded to nearest even; where it does (each v exact
+// in bf16 or in f16), the exact split of f16_split.h: hi = v's top 16 bits (its top 8 significant bits), lo =
+// v - hi (the other 3 at most, exact in bf16), lo 0 where hi is Inf or NaN, so Inf stays Inf through the
+// four products.
 struct Encoded {
   __m256i hi, lo;
   __m256i segment(int64_t s) const { return s == 1 ? lo : hi; }
 };
 DEMI_AMX_INLINE Encoded encode(__m512 v, const Layout& L) {
-  const __m256i hi = to_bf16(v);
-  if (!L.split()) return {hi, hi};
-  const __m512 h = widen_bf16(hi);
-  const __mmask16 finite = static_cast<__mmask16>(~_mm512_fpclass_ps_mask(h, 0x99));  // not NaN, not +-Inf
-  return {hi, to_bf16(_mm512_maskz_sub_ps(finite, v, h))};
+  if (!L.split()) return {to_bf16(v), to_bf16(v)};
+  __m512i hi, lo;
+  split_f32_parts(v, &hi, &lo);
+  return {_mm512_cvtepi32_epi16(_mm512_srli_epi32(hi, 16)), _mm512_cvtepi32_epi16(_mm512_srli_epi32(lo, 16))};
 }
 
 DEMI_AMX_INLINE __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
@@ -129,20 +132,54 @@ DEMI_AMX_INLINE __m512i row32(const void* base, DType t, int64_t i) {
   return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(f + 16), _mm512_loadu_ps(f));
 }
 
+// Whether an operand's values are f16 values (stored f16, or f32 read rounded to f16) reaching a split
+// layout: the packing's split fast paths, which round to f16 (where stored f32), move and transpose f16
+// values, and split 32 of them at a time at the end.
+DEMI_AMX_INLINE bool split_f16(DType t, DType round, const Layout& L) {
+  return L.split() && (t == DType::kF16 || (t == DType::kF32 && round == DType::kF16));
+}
+
+DEMI_AMX_INLINE __m256i to_f16(const float* f) {
+  return _mm512_cvtps_ph(_mm512_loadu_ps(f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+DEMI_AMX_INLINE __m256i load16(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// 32 consecutive values of a row from base + i as f16: copied, or rounded once to nearest even (values16's
+// rounding). split_f16 holds.
+DEMI_AMX_INLINE __m512i row32_f16(const void* base, DType t, int64_t i) {
+  if (t == DType::kF16) return _mm512_loadu_si512(static_cast<const Half*>(base) + i);
+  const float* f = static_cast<const float*>(base) + i;
+  return join(to_f16(f), to_f16(f + 16));
+}
+
+// 32 16-bit values, even's 16 then odd's, as 16 words: word j = (even[j], odd[j]).
+DEMI_AMX_INLINE __m512i interleave_pairs(__m512i both) {
+  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                              22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(interleave, both);
+}
+
 // 16 values from column i of two stored rows (k even, k odd) as 16 VNNI-2 words, word j = (even[j],
 // odd[j]): what pairs(encode(...)) gives where plain_bf16 holds and all 16 lanes are in.
 DEMI_AMX_INLINE __m512i row_pair16(const void* even, const void* odd, DType t, int64_t i) {
-  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
-                                              22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  __m512i both;  // even's 16 values, then odd's
-  if (t == DType::kBF16) {
-    both = join(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const BFloat16*>(even) + i)),
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const BFloat16*>(odd) + i)));
-  } else {
-    both = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(static_cast<const float*>(odd) + i),
-                                        _mm512_loadu_ps(static_cast<const float*>(even) + i));
-  }
-  return _mm512_permutexvar_epi16(interleave, both);
+  if (t == DType::kBF16)
+    return interleave_pairs(
+        join(load16(static_cast<const BFloat16*>(even) + i), load16(static_cast<const BFloat16*>(odd) + i)));
+  return interleave_pairs((__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(static_cast<const float*>(odd) + i),
+                                                       _mm512_loadu_ps(static_cast<const float*>(even) + i)));
+}
+
+// row_pair16's words of f16 values (split_f16 holds), not yet split.
+DEMI_AMX_INLINE __m512i row_pair16_f16(const void* even, const void* odd, DType t, int64_t i) {
+  if (t == DType::kF16)
+    return interleave_pairs(join(load16(static_cast<const Half*>(even) + i), load16(static_cast<const Half*>(odd) + i)));
+  return interleave_pairs(join(to_f16(static_cast<const float*>(even) + i), to_f16(static_cast<const float*>(odd) + i)));
+}
+
+// 32 f16 values (in any order) split as encode() splits: *hi and *lo, 32 bf16 each in the same order.
+DEMI_AMX_INLINE void split32(__m512i x, __m512i* hi, __m512i* lo) {
+  split_f32x32(_mm512_cvtph_ps(_mm512_castsi512_si256(x)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1)), hi, lo);
 }
 
 // Stored rows k0 + 2q and k0 + 2q + 1 (q < 16; `row(r)` gives stored row r, rows from K on read as 0) at
@@ -185,9 +222,20 @@ void pack_a(const MatmulParams& p, const void* a, const Layout& L, int64_t g0, i
           continue;
         }
         const char* src = row(i);
-        // (whole steps of 32 values copied or rounded at once where plain_bf16 holds; the rest encoded)
-        const int64_t plain = plain_bf16(p.a_dtype, p.a_round, L) ? K / kKStep * kKStep : 0;
-        for (int64_t k0 = 0; k0 < plain; k0 += kKStep) _mm512_storeu_si512(out + k0, row32(src, p.a_dtype, k0));
+        // (whole steps of 32 values copied or rounded at once where plain_bf16 holds, or split at once where
+        // split_f16 does; the rest encoded)
+        const bool halves = split_f16(p.a_dtype, p.a_round, L);
+        const int64_t plain = plain_bf16(p.a_dtype, p.a_round, L) || halves ? K / kKStep * kKStep : 0;
+        for (int64_t k0 = 0; k0 < plain; k0 += kKStep) {
+          if (!halves) {
+            _mm512_storeu_si512(out + k0, row32(src, p.a_dtype, k0));
+            continue;
+          }
+          __m512i hi, lo;
+          split32(row32_f16(src, p.a_dtype, k0), &hi, &lo);
+          _mm512_storeu_si512(out + k0, hi);
+          _mm512_storeu_si512(out + L.kp + k0, lo);
+        }
         for (int64_t k0 = plain; k0 < L.kp; k0 += kKStep) {
           const Encoded e0 = encode(values16(src, p.a_dtype, p.a_round, k0, lanes(K - k0)), L);
           const Encoded e1 = encode(values16(src, p.a_dtype, p.a_round, k0 + 16, lanes(K - k0 - 16)), L);
@@ -202,6 +250,19 @@ void pack_a(const MatmulParams& p, const void* a, const Layout& L, int64_t g0, i
     const __mmask16 mi = lanes(M - i0);
     for (int64_t k0 = 0; k0 < L.kp; k0 += kKStep) {
       __m512i hi[16], lo[16];
+      if (mi == 0xffff && k0 + kKStep <= K && split_f16(p.a_dtype, p.a_round, L)) {
+        // (f16 words transposed, then split: one transpose, not one per part)
+        for (int q = 0; q < 16; ++q) hi[q] = row_pair16_f16(row(k0 + 2 * q), row(k0 + 2 * q + 1), p.a_dtype, i0);
+        transpose16(hi);
+        for (int r = 0; r < 16; ++r) {
+          __m512i h, l;
+          split32(hi[r], &h, &l);
+          BFloat16* out = dst + (i0 + r - row0) * ld + k0;
+          _mm512_storeu_si512(out, h);
+          _mm512_storeu_si512(out + L.kp, l);
+        }
+        continue;
+      }
       stored_row_pairs(row, p.a_dtype, p.a_round, i0, mi, K, k0, L, hi, lo);
       transpose16(hi);
       if (L.split()) transpose16(lo);
@@ -233,7 +294,8 @@ void pack_b(const MatmulParams& p, const void* b, const Layout& L, int64_t t0, i
   // 16) a pair of rows at a time across the tile columns, so that each row is read in order. (A piece at a
   // time reads 32 rows, each a line on another page: more streams than the prefetchers follow, and model
   // B's 128 x 3136 f32 weight packed at ~3 GB/s.)
-  const bool streamed = !p.trans_b && plain_bf16(p.b_dtype, p.b_round, L);
+  const bool halves = split_f16(p.b_dtype, p.b_round, L);
+  const bool streamed = !p.trans_b && (plain_bf16(p.b_dtype, p.b_round, L) || halves);
   const int64_t whole_steps = K / kKStep, whole_columns = N / kTile;
   if (streamed)
     for (int64_t ks = 0; ks < whole_steps; ++ks) {
@@ -243,8 +305,16 @@ void pack_b(const MatmulParams& p, const void* b, const Layout& L, int64_t t0, i
       for (int q = 0; q < 16; ++q) {
         const int64_t k = ks * kKStep + 2 * q;
         const char *even = row(k), *odd = row(k + 1);
-        for (int64_t ct = c0; ct < c1; ++ct)
-          _mm512_storeu_si512(words(ct, 0, k / 2), row_pair16(even, odd, p.b_dtype, ct * kTile));
+        for (int64_t ct = c0; ct < c1; ++ct) {
+          if (!halves) {
+            _mm512_storeu_si512(words(ct, 0, k / 2), row_pair16(even, odd, p.b_dtype, ct * kTile));
+            continue;
+          }
+          __m512i hi, lo;
+          split32(row_pair16_f16(even, odd, p.b_dtype, ct * kTile), &hi, &lo);
+          _mm512_storeu_si512(words(ct, 0, k / 2), hi);
+          _mm512_storeu_si512(words(ct, 1, k / 2), lo);
+        }
       }
     }
   for (int64_t t = t0; t < t1; ++t) {
@@ -256,6 +326,10 @@ void pack_b(const MatmulParams& p, const void* b, const Layout& L, int64_t t0, i
     } else if (n0 + kTile <= N && k0 + kKStep <= K && plain_bf16(p.b_dtype, p.b_round, L)) {
       for (int r = 0; r < 16; ++r) hi[r] = row32(row(n0 + r), p.b_dtype, k0);  // as below, at once
       transpose16(hi);
+    } else if (n0 + kTile <= N && k0 + kKStep <= K && halves) {  // (f16 words transposed, then split)
+      for (int r = 0; r < 16; ++r) hi[r] = row32_f16(row(n0 + r), p.b_dtype, k0);
+      transpose16(hi);
+      for (int q = 0; q < 16; ++q) split32(hi[q], &hi[q], &lo[q]);
     } else {  // stored rows n: 32 k of one are its 16 words; transposed, the 16 columns' rows
       for (int r = 0; r < 16; ++r) {
         const int64_t n = n0 + r;
