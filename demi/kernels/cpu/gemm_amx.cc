@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "demi/core/convert.h"
 #include "demi/core/cpu.h"
@@ -160,6 +161,15 @@ DEMI_AMX_INLINE __m512i interleave_pairs(__m512i both) {
   return _mm512_permutexvar_epi16(interleave, both);
 }
 
+// 16 of two rows' 32 16-bit values from `from` (0 or 16) as 16 words: word j = (even[from + j], odd[from + j]).
+DEMI_AMX_INLINE __m512i interleave_pairs(__m512i even, __m512i odd, int from) {
+  const __m512i interleave = _mm512_add_epi16(
+      _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3,
+                       34, 2, 33, 1, 32, 0),
+      _mm512_set1_epi16(static_cast<int16_t>(from)));
+  return _mm512_permutex2var_epi16(even, interleave, odd);
+}
+
 // 16 values from column i of two stored rows (k even, k odd) as 16 VNNI-2 words, word j = (even[j],
 // odd[j]): what pairs(encode(...)) gives where plain_bf16 holds and all 16 lanes are in.
 DEMI_AMX_INLINE __m512i row_pair16(const void* even, const void* odd, DType t, int64_t i) {
@@ -212,57 +222,76 @@ void pack_a(const MatmulParams& p, const void* a, const Layout& L, int64_t g0, i
   auto row = [&](int64_t r) {  // stored row r (clamped: a row past the end is read with no lanes)
     return base + static_cast<size_t>(std::min(r, (p.trans_a ? K : M) - 1) * L.stored_ld) * es;
   };
-  for (int64_t g = g0; g < g1; ++g) {
-    const int64_t i0 = g * kTile;
-    if (!p.trans_a) {
-      for (int64_t i = i0; i < i0 + kTile; ++i) {
-        BFloat16* out = dst + (i - row0) * ld;
-        if (i >= M) {
-          std::memset(static_cast<void*>(out), 0, static_cast<size_t>(kq) * sizeof(BFloat16));
+  // (whole steps of 32 values copied or rounded at once where plain_bf16 holds, or split at once where
+  // split_f16 does; the rest encoded)
+  const bool halves = split_f16(p.a_dtype, p.a_round, L), at_once = halves || plain_bf16(p.a_dtype, p.a_round, L);
+  const int64_t whole = at_once ? K / kKStep * kKStep : 0;
+  if (!p.trans_a) {
+    for (int64_t i = g0 * kTile; i < g1 * kTile; ++i) {
+      BFloat16* out = dst + (i - row0) * ld;
+      if (i >= M) {
+        std::memset(static_cast<void*>(out), 0, static_cast<size_t>(kq) * sizeof(BFloat16));
+        continue;
+      }
+      const char* src = row(i);
+      for (int64_t k0 = 0; k0 < whole; k0 += kKStep) {
+        if (!halves) {
+          _mm512_storeu_si512(out + k0, row32(src, p.a_dtype, k0));
           continue;
         }
-        const char* src = row(i);
-        // (whole steps of 32 values copied or rounded at once where plain_bf16 holds, or split at once where
-        // split_f16 does; the rest encoded)
-        const bool halves = split_f16(p.a_dtype, p.a_round, L);
-        const int64_t plain = plain_bf16(p.a_dtype, p.a_round, L) || halves ? K / kKStep * kKStep : 0;
-        for (int64_t k0 = 0; k0 < plain; k0 += kKStep) {
+        __m512i hi, lo;
+        split32(row32_f16(src, p.a_dtype, k0), &hi, &lo);
+        _mm512_storeu_si512(out + k0, hi);
+        _mm512_storeu_si512(out + L.kp + k0, lo);
+      }
+      for (int64_t k0 = whole; k0 < L.kp; k0 += kKStep) {
+        const Encoded e0 = encode(values16(src, p.a_dtype, p.a_round, k0, lanes(K - k0)), L);
+        const Encoded e1 = encode(values16(src, p.a_dtype, p.a_round, k0 + 16, lanes(K - k0 - 16)), L);
+        for (int64_t s = 0; s < L.segs; ++s)
+          _mm512_storeu_si512(out + s * L.kp + k0, join(e0.segment(s), e1.segment(s)));
+      }
+    }
+    return;
+  }
+  // trans_a: op(a)'s rows i0.. are 16 columns of the stored rows k. Pairs of stored rows make 16 VNNI
+  // words (k pair q, column i), which transposed are the rows' words for 32 k. The whole steps of the
+  // whole pairs of groups [g0, paired) first, in one pass over the stored rows that reads each row's
+  // columns for all of them at once (32 bf16|f16 are a line: model D's weight gradients read a's 4096 rows
+  // 1.5 KiB apart, and a pass per group read each line twice, a few rows per page).
+  int64_t paired = g0;
+  if (at_once)
+    while (paired + 1 < g1 && (paired + 2) * kTile <= M) paired += 2;
+  for (int64_t k0 = 0; k0 < (paired > g0 ? whole : 0); k0 += kKStep)
+    for (int64_t g = g0; g < paired; g += 2) {
+      const int64_t i0 = g * kTile;
+      __m512i w[2][16];
+      for (int q = 0; q < 16; ++q) {
+        const char *even = row(k0 + 2 * q), *odd = row(k0 + 2 * q + 1);
+        const __m512i e = halves ? row32_f16(even, p.a_dtype, i0) : row32(even, p.a_dtype, i0);
+        const __m512i o = halves ? row32_f16(odd, p.a_dtype, i0) : row32(odd, p.a_dtype, i0);
+        w[0][q] = interleave_pairs(e, o, 0);
+        w[1][q] = interleave_pairs(e, o, kTile);
+      }
+      for (int h = 0; h < 2; ++h) {
+        transpose16(w[h]);
+        for (int r = 0; r < 16; ++r) {
+          BFloat16* out = dst + (i0 + h * kTile + r - row0) * ld + k0;
           if (!halves) {
-            _mm512_storeu_si512(out + k0, row32(src, p.a_dtype, k0));
+            _mm512_storeu_si512(out, w[h][r]);
             continue;
           }
           __m512i hi, lo;
-          split32(row32_f16(src, p.a_dtype, k0), &hi, &lo);
-          _mm512_storeu_si512(out + k0, hi);
-          _mm512_storeu_si512(out + L.kp + k0, lo);
-        }
-        for (int64_t k0 = plain; k0 < L.kp; k0 += kKStep) {
-          const Encoded e0 = encode(values16(src, p.a_dtype, p.a_round, k0, lanes(K - k0)), L);
-          const Encoded e1 = encode(values16(src, p.a_dtype, p.a_round, k0 + 16, lanes(K - k0 - 16)), L);
-          for (int64_t s = 0; s < L.segs; ++s)
-            _mm512_storeu_si512(out + s * L.kp + k0, join(e0.segment(s), e1.segment(s)));
+          split32(w[h][r], &hi, &lo);
+          _mm512_storeu_si512(out, hi);
+          _mm512_storeu_si512(out + L.kp, lo);
         }
       }
-      continue;
     }
-    // trans_a: op(a)'s rows i0.. are 16 columns of the stored rows k. Pairs of stored rows make 16 VNNI
-    // words (k pair q, column i), which transposed are the rows' words for 32 k.
+  for (int64_t g = g0; g < g1; ++g) {
+    const int64_t i0 = g * kTile;
     const __mmask16 mi = lanes(M - i0);
-    for (int64_t k0 = 0; k0 < L.kp; k0 += kKStep) {
+    for (int64_t k0 = g < paired ? whole : 0; k0 < L.kp; k0 += kKStep) {
       __m512i hi[16], lo[16];
-      if (mi == 0xffff && k0 + kKStep <= K && split_f16(p.a_dtype, p.a_round, L)) {
-        // (f16 words transposed, then split: one transpose, not one per part)
-        for (int q = 0; q < 16; ++q) hi[q] = row_pair16_f16(row(k0 + 2 * q), row(k0 + 2 * q + 1), p.a_dtype, i0);
-        transpose16(hi);
-        for (int r = 0; r < 16; ++r) {
-          __m512i h, l;
-          split32(hi[r], &h, &l);
-          BFloat16* out = dst + (i0 + r - row0) * ld + k0;
-          _mm512_storeu_si512(out, h);
-          _mm512_storeu_si512(out + L.kp, l);
-        }
-        continue;
-      }
       stored_row_pairs(row, p.a_dtype, p.a_round, i0, mi, K, k0, L, hi, lo);
       transpose16(hi);
       if (L.split()) transpose16(lo);
