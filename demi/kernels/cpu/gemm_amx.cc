@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <utility>
 
 #include "demi/core/convert.h"
 #include "demi/core/cpu.h"
