@@ -58,6 +58,7 @@ constexpr int64_t kTile = 16;   // rows of a tile; columns of a B or C tile
 // nothing beside the tile loads' 1 KiB per 16 x 16 x 32: 128 KiB (at least one column block) is as fast,
 // and a fourth of the workspace (model C's 256 x 1024 x 1024 and B's 128 x 3136 x 128 products measured
 // the same or faster: 0.96-1.0x the time).
+constexpr int64_t kPanel = 512;  // values of K per panel of a split a's rows where its K is longer (Shares)
 constexpr int64_t kKBlock = 256, kChunkBytes = int64_t{1} << 19, kColumnChunkBytes = int64_t{1} << 17;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -182,8 +183,10 @@ DEMI_AMX_INLINE __m512i row_pair16(const void* even, const void* odd, DType t, i
 // row_pair16's words of f16 values (split_f16 holds), not yet split.
 DEMI_AMX_INLINE __m512i row_pair16_f16(const void* even, const void* odd, DType t, int64_t i) {
   if (t == DType::kF16)
-    return interleave_pairs(join(load16(static_cast<const Half*>(even) + i), load16(static_cast<const Half*>(odd) + i)));
-  return interleave_pairs(join(to_f16(static_cast<const float*>(even) + i), to_f16(static_cast<const float*>(odd) + i)));
+    return interleave_pairs(
+        join(load16(static_cast<const Half*>(even) + i), load16(static_cast<const Half*>(odd) + i)));
+  return interleave_pairs(
+      join(to_f16(static_cast<const float*>(even) + i), to_f16(static_cast<const float*>(odd) + i)));
 }
 
 // 32 f16 values (in any order) split as encode() splits: *hi and *lo, 32 bf16 each in the same order.
@@ -210,30 +213,40 @@ DEMI_AMX_INLINE void stored_row_pairs(Row&& row, DType t, DType round, int64_t c
   }
 }
 
-// a (M x K, or stored K x M with trans_a) -> rows of kq bf16: row i's segment s at s * kp, zero beyond K
-// in each segment and in the rows beyond M. This writes the row groups of 16 [g0, g1), row i at
-// dst + (i - row0) ld.
+// The K' values of a's packed rows: each segment's values [begin, end) (multiples of kKStep), the segments
+// `lo` elements apart in a row (the whole K' by default: [0, kp), kp apart).
+struct KRange {
+  int64_t begin, end, lo;
+  static KRange all(const Layout& L) { return {0, L.kp, L.kp}; }
+};
+
+// a (M x K, or stored K x M with trans_a) -> rows of bf16: row i's segment s's values [r.begin, r.end) at
+// s * r.lo, zero beyond K in each segment and in the rows beyond M. This writes the row groups of 16 [g0,
+// g1), row i at dst + (i - row0) ld.
 void pack_a(const MatmulParams& p, const void* a, const Layout& L, int64_t g0, int64_t g1, int64_t row0,
-            int64_t ld, BFloat16* dst) {
-  const int64_t M = p.m, K = p.k, kq = L.kq();
+            int64_t ld, BFloat16* dst, const KRange& r) {
+  const int64_t M = p.m, K = p.k;
   const size_t es = dtype_size(p.a_dtype);
   const char* base = static_cast<const char*>(a);
-  auto row = [&](int64_t r) {  // stored row r (clamped: a row past the end is read with no lanes)
-    return base + static_cast<size_t>(std::min(r, (p.trans_a ? K : M) - 1) * L.stored_ld) * es;
+  auto row = [&](int64_t k) {  // stored row k (clamped: a row past the end is read with no lanes)
+    return base + static_cast<size_t>(std::min(k, (p.trans_a ? K : M) - 1) * L.stored_ld) * es;
   };
   // (whole steps of 32 values copied or rounded at once where plain_bf16 holds, or split at once where
   // split_f16 does; the rest encoded)
   const bool halves = split_f16(p.a_dtype, p.a_round, L), at_once = halves || plain_bf16(p.a_dtype, p.a_round, L);
-  const int64_t whole = at_once ? K / kKStep * kKStep : 0;
+  // [r.begin, whole): whole steps; [whole, r.end): the rest
+  const int64_t whole = std::clamp(at_once ? K / kKStep * kKStep : 0, r.begin, r.end);
   if (!p.trans_a) {
     for (int64_t i = g0 * kTile; i < g1 * kTile; ++i) {
-      BFloat16* out = dst + (i - row0) * ld;
+      BFloat16* out = dst + (i - row0) * ld - r.begin;  // (value k of a segment at out + k)
       if (i >= M) {
-        std::memset(static_cast<void*>(out), 0, static_cast<size_t>(kq) * sizeof(BFloat16));
+        for (int64_t s = 0; s < L.segs; ++s)
+          std::memset(static_cast<void*>(out + s * r.lo + r.begin), 0,
+                      static_cast<size_t>(r.end - r.begin) * sizeof(BFloat16));
         continue;
       }
       const char* src = row(i);
-      for (int64_t k0 = 0; k0 < whole; k0 += kKStep) {
+      for (int64_t k0 = r.begin; k0 < whole; k0 += kKStep) {
         if (!halves) {
           _mm512_storeu_si512(out + k0, row32(src, p.a_dtype, k0));
           continue;
@@ -241,13 +254,13 @@ void pack_a(const MatmulParams& p, const void* a, const Layout& L, int64_t g0, i
         __m512i hi, lo;
         split32(row32_f16(src, p.a_dtype, k0), &hi, &lo);
         _mm512_storeu_si512(out + k0, hi);
-        _mm512_storeu_si512(out + L.kp + k0, lo);
+        _mm512_storeu_si512(out + r.lo + k0, lo);
       }
-      for (int64_t k0 = whole; k0 < L.kp; k0 += kKStep) {
+      for (int64_t k0 = whole; k0 < r.end; k0 += kKStep) {
         const Encoded e0 = encode(values16(src, p.a_dtype, p.a_round, k0, lanes(K - k0)), L);
         const Encoded e1 = encode(values16(src, p.a_dtype, p.a_round, k0 + 16, lanes(K - k0 - 16)), L);
         for (int64_t s = 0; s < L.segs; ++s)
-          _mm512_storeu_si512(out + s * L.kp + k0, join(e0.segment(s), e1.segment(s)));
+          _mm512_storeu_si512(out + s * r.lo + k0, join(e0.segment(s), e1.segment(s)));
       }
     }
     return;
@@ -260,7 +273,7 @@ void pack_a(const MatmulParams& p, const void* a, const Layout& L, int64_t g0, i
   int64_t paired = g0;
   if (at_once)
     while (paired + 1 < g1 && (paired + 2) * kTile <= M) paired += 2;
-  for (int64_t k0 = 0; k0 < (paired > g0 ? whole : 0); k0 += kKStep)
+  for (int64_t k0 = r.begin; k0 < (paired > g0 ? whole : r.begin); k0 += kKStep)
     for (int64_t g = g0; g < paired; g += 2) {
       const int64_t i0 = g * kTile;
       __m512i w[2][16];
@@ -273,30 +286,31 @@ void pack_a(const MatmulParams& p, const void* a, const Layout& L, int64_t g0, i
       }
       for (int h = 0; h < 2; ++h) {
         transpose16(w[h]);
-        for (int r = 0; r < 16; ++r) {
-          BFloat16* out = dst + (i0 + h * kTile + r - row0) * ld + k0;
+        for (int j = 0; j < 16; ++j) {
+          BFloat16* out = dst + (i0 + h * kTile + j - row0) * ld + (k0 - r.begin);
           if (!halves) {
-            _mm512_storeu_si512(out, w[h][r]);
+            _mm512_storeu_si512(out, w[h][j]);
             continue;
           }
           __m512i hi, lo;
-          split32(w[h][r], &hi, &lo);
+          split32(w[h][j], &hi, &lo);
           _mm512_storeu_si512(out, hi);
-          _mm512_storeu_si512(out + L.kp, lo);
+          _mm512_storeu_si512(out + r.lo, lo);
         }
       }
     }
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t i0 = g * kTile;
     const __mmask16 mi = lanes(M - i0);
-    for (int64_t k0 = g < paired ? whole : 0; k0 < L.kp; k0 += kKStep) {
+    for (int64_t k0 = g < paired ? whole : r.begin; k0 < r.end; k0 += kKStep) {
       __m512i hi[16], lo[16];
       stored_row_pairs(row, p.a_dtype, p.a_round, i0, mi, K, k0, L, hi, lo);
       transpose16(hi);
       if (L.split()) transpose16(lo);
       for (int64_t s = 0; s < L.segs; ++s) {
         const __m512i* w = s == 1 ? lo : hi;
-        for (int r = 0; r < 16; ++r) _mm512_storeu_si512(dst + (i0 + r - row0) * ld + s * L.kp + k0, w[r]);
+        for (int j = 0; j < 16; ++j)
+          _mm512_storeu_si512(dst + (i0 + j - row0) * ld + s * r.lo + (k0 - r.begin), w[j]);
       }
     }
   }
@@ -425,10 +439,12 @@ void store_block(const MatmulParams& p, const float (&acc)[kBlock][kBlock], int6
 // values stored by rows, K a multiple of 32) for the row blocks before `packed_from`, packed from there on
 // (all of them where a is not direct; only the last, partial one where it is, which must not be read past
 // M). Packed rows are kq + 32 apart: 2^n bytes apart, a block's rows would share a few L1 sets.
+// Packed rows may hold a range of K' (KRange): `k_from` is their first value, `lo` the distance from a
+// row's hi part to its lo part where split.
 struct RowsOfA {
   const BFloat16* direct = nullptr;
   const BFloat16* packed = nullptr;
-  int64_t packed_from = 0, direct_ld = 0, packed_ld = 0;
+  int64_t packed_from = 0, direct_ld = 0, packed_ld = 0, k_from = 0, lo = 0;
   const BFloat16* block(int64_t mb) const {
     return mb < packed_from ? direct + mb * kBlock * direct_ld : packed + (mb - packed_from) * kBlock * packed_ld;
   }
@@ -445,15 +461,15 @@ struct KBlock {
 };
 
 // body(KBlock) for each row block [m0, m1) of pa and each K block (`block` values, a multiple of kKStep) of
-// its first k values, in that order.
+// its values [k_begin, k_end) of k (k_begin a multiple of block), in that order.
 template <class Body>
-DEMI_AMX_INLINE void for_each_k_block(const RowsOfA& pa, int64_t m0, int64_t m1, int64_t k, int64_t block,
-                                      Body&& body) {
+DEMI_AMX_INLINE void for_each_k_block(const RowsOfA& pa, int64_t m0, int64_t m1, int64_t k_begin, int64_t k_end,
+                                      int64_t k, int64_t block, Body&& body) {
   for (int64_t mb = m0; mb < m1; ++mb)
-    for (int64_t k0 = 0; k0 < k; k0 += block) {
-      const BFloat16* a0 = pa.block(mb) + k0;
-      body(KBlock{mb, k0, std::min(block, k - k0) / kKStep, k0 == 0, k0 + block >= k, a0, a0 + kTile * pa.ld(mb),
-                  pa.ld(mb) * static_cast<int64_t>(sizeof(BFloat16))});
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += block) {
+      const BFloat16* a0 = pa.block(mb) + (k0 - pa.k_from);
+      body(KBlock{mb, k0, std::min(block, k_end - k0) / kKStep, k0 == 0, k0 + block >= k, a0,
+                  a0 + kTile * pa.ld(mb), pa.ld(mb) * static_cast<int64_t>(sizeof(BFloat16))});
     }
 }
 
@@ -506,7 +522,7 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
     // step spilled and reloaded every C block for one step's products: 1024 x 1024 x 288 1.04-1.06x even,
     // 1024^2 x 800 1.07-1.08x, against blocks of 256)
     const int64_t count = (kq + kKBlock - 1) / kKBlock, even = (kq / kKStep + count - 1) / count * kKStep;
-    for_each_k_block(pa, m0, m1, kq, even, [&](const KBlock& kb) {
+    for_each_k_block(pa, m0, m1, 0, kq, kq, even, [&](const KBlock& kb) {
       for (int64_t nb = n0; nb < n1; ++nb) {
         const BFloat16* t0 = pb + (2 * (nb - pb_nb0) * half + kb.k0 / 2) * 2 * kTile;
         const BFloat16* t1 = t0 + half * 2 * kTile;
@@ -582,16 +598,18 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
 // step of 32 k multiplies four products into two chains per C tile, ah bh + al bh and ah bl + al bl (tiles 0,
 // 1: rows 0-15, 16-31 of the first; 2, 3 of the second), a column half (16) of the block at a time: six tile
 // loads for eight products, and two products per chain and step keep the tile unit's latency covered. The
-// chains wait between K blocks in `held` (two 32 x 32 f32 blocks per column block) and are added at the store.
+// chains wait between K blocks in `held` (two 32 x 32 f32 blocks per column block; per row block and column
+// block where held_per_row: a's rows hold only the range `kr` of K, a panel, and the chains wait between
+// calls) and are added at the store.
 void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFloat16* pb, int64_t pb_nb0,
                   int64_t m0, int64_t m1, int64_t n0, int64_t n1, float* held, void* c, int64_t ldc,
-                  const void* residual, const float* bias) {
-  const int64_t kq = L.kq(), kp = L.kp, half = kq / 2;
+                  const void* residual, const float* bias, const KRange& kr, bool held_per_row) {
+  const int64_t kq = L.kq(), kp = L.kp, half = kq / 2, alo = pa.lo;
   constexpr int64_t kRow = kBlock * sizeof(float);  // a held block's rows, in bytes
   alignas(64) float acc[2][kBlock][kBlock];
-  for_each_k_block(pa, m0, m1, kp, kKBlock, [&](const KBlock& kb) {
+  for_each_k_block(pa, m0, m1, kr.begin, kr.end, kp, kKBlock, [&](const KBlock& kb) {
     for (int64_t nb = n0; nb < n1; ++nb) {
-      float* sums = held + (nb - n0) * 2 * kBlock * kBlock;
+      float* sums = held + ((held_per_row ? (kb.mb - m0) * (n1 - n0) : 0) + nb - n0) * 2 * kBlock * kBlock;
       for (int64_t g = 0; g < 2; ++g) {
         const BFloat16* bh = pb + ((2 * (nb - pb_nb0) + g) * half + kb.k0 / 2) * 2 * kTile;
         const BFloat16* bl = bh + kp / 2 * 2 * kTile;
@@ -618,13 +636,13 @@ void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, con
           _tile_loadd(7, bl + t, 64);
           // (written out twice: the tile registers are immediates the intrinsics paste into the instruction)
           _tile_loadd(4, kb.a0 + s * kKStep, kb.stride);
-          _tile_loadd(5, kb.a0 + kp + s * kKStep, kb.stride);
+          _tile_loadd(5, kb.a0 + alo + s * kKStep, kb.stride);
           _tile_dpbf16ps(0, 4, 6);
           _tile_dpbf16ps(2, 4, 7);
           _tile_dpbf16ps(0, 5, 6);
           _tile_dpbf16ps(2, 5, 7);
           _tile_loadd(4, kb.a1 + s * kKStep, kb.stride);
-          _tile_loadd(5, kb.a1 + kp + s * kKStep, kb.stride);
+          _tile_loadd(5, kb.a1 + alo + s * kKStep, kb.stride);
           _tile_dpbf16ps(1, 4, 6);
           _tile_dpbf16ps(3, 4, 7);
           _tile_dpbf16ps(1, 5, 6);
@@ -700,14 +718,19 @@ struct Geometry {
     r.packed_from = packed_from;
     r.direct_ld = la.stored_ld;
     r.packed_ld = ld;
+    r.lo = la.kp;
     return r;
   }
   // The C blocks (row blocks [r0, r1) x column blocks [c0, c1)) from a's rows and packed b (its column blocks
   // from b_from on); the split's chains wait between K blocks in `held`.
+  // The split's rows may hold a range of K (`k`; its chains then wait in `held` per row block and column
+  // block between the calls over the ranges: held_per_row).
   void product(const MatmulParams& p, const RowsOfA& rows, const BFloat16* packed_b, int64_t b_from, int64_t r0,
-               int64_t r1, int64_t c0, int64_t c1, float* held, void* c, const void* residual,
-               const float* bias) const {
-    if (split) return blocks_split(p, la, rows, packed_b, b_from, r0, r1, c0, c1, held, c, ldc, residual, bias);
+               int64_t r1, int64_t c0, int64_t c1, float* held, void* c, const void* residual, const float* bias,
+               const KRange* k = nullptr, bool held_per_row = false) const {
+    if (split)
+      return blocks_split(p, la, rows, packed_b, b_from, r0, r1, c0, c1, held, c, ldc, residual, bias,
+                          k != nullptr ? *k : KRange::all(la), held_per_row);
     blocks(p, la, rows, packed_b, b_from, r0, r1, c0, c1, held, c, ldc, residual, bias);
   }
   // One whole product on the calling thread (tiles configured): a and b packed into `own` (item_a +
@@ -717,11 +740,14 @@ struct Geometry {
     auto* own_a = reinterpret_cast<BFloat16*>(own);
     auto* own_b = reinterpret_cast<BFloat16*>(own + item_a);
     float* const held = reinterpret_cast<float*>(own + item_a + item_b);
-    pack_a(p, a, la, 2 * packed_from, mp / kTile, packed_from * kBlock, ld, own_a);
+    pack_a(p, a, la, 2 * packed_from, mp / kTile, packed_from * kBlock, ld, own_a, KRange::all(la));
     pack_b(p, b, lb, 0, pn / kTile * steps, 0, own_b);
     product(p, rows_of(p, a, own_a), own_b, 0, 0, mblocks, 0, nblocks, held, c, residual, bias);
   }
   size_t whole_bytes() const { return item_a + item_b + item_held; }
+  // A row block of a's rows packed kPanel values of K at a time (split: hi and lo), in bf16 values.
+  int64_t panel_ld() const { return 2 * kPanel + kKStep; }
+  int64_t panel_block() const { return kBlock * panel_ld(); }
 };
 
 // p's bias as f32: itself, or converted into `room` (n floats) where it is stored in c's dtype (exact).
@@ -737,10 +763,11 @@ size_t bias_room(const MatmulParams& p) {
 
 // How a call's C blocks are shared (amx_gemm_body): whole products per thread (`items`), or the threads
 // splitting b's columns (by_columns) or a's rows into `parts`, each packing `chunk` of its blocks at a time
-// and multiplying them with b's column blocks `b_chunk` at a time.
+// and multiplying them with b's column blocks `b_chunk` at a time — where `panel` is not 0 (split values,
+// a's rows, a long K), `panel` values of K at a time (kp's panels), its rows' chains held between panels.
 struct Shares {
   bool items, by_columns;
-  int64_t parts, chunk, b_chunk;
+  int64_t parts, chunk, b_chunk, panel;
   // The most column blocks one blocks() call multiplies.
   int64_t column_blocks(const Geometry& g) const { return items ? g.nblocks : b_chunk; }
 };
@@ -752,11 +779,18 @@ Shares shares(const MatmulParams& p, const Geometry& g) {
   const int64_t parts = parts_for(by_columns ? nblocks : mblocks);
   // (no more than a part's blocks: a thread's buffer is never larger than what it packs)
   const int64_t per_part = ((by_columns ? nblocks : mblocks) + parts - 1) / parts;
+  const bool items = batch_parallel(p.batch, g.whole_bytes());
+  if (g.split && !by_columns && !items && g.la.kp > kPanel) {
+    const int64_t chunk = std::clamp<int64_t>(
+        std::min(kChunkBytes / g.panel_block() / 2, kChunkBytes / static_cast<int64_t>(g.held_bytes(nblocks))), 1,
+        per_part);
+    return {false, false, parts, chunk, nblocks, kPanel};
+  }
   const int64_t chunk =
       std::clamp<int64_t>((by_columns ? kColumnChunkBytes / b_block : kChunkBytes / a_block) / 2, 1, per_part);
   // column blocks per blocks() call
   const int64_t b_chunk = by_columns ? chunk : std::clamp<int64_t>(kChunkBytes / (b_block * 2), 1, nblocks);
-  return {batch_parallel(p.batch, g.whole_bytes()), by_columns, parts, chunk, b_chunk};
+  return {items, by_columns, parts, chunk, b_chunk, 0};
 }
 
 }  // namespace
@@ -813,10 +847,11 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   const bool a_shared = by_columns || g.direct;
   Workspace pa(a_shared ? g.item_a : 0);
   Workspace pb(by_columns ? 0 : g.item_b);
-  const size_t sums_bytes = g.held_bytes(b_chunk);
-  const size_t own_bytes = by_columns ? static_cast<size_t>(chunk * b_block) * sizeof(BFloat16)
-                           : g.direct ? 0
-                                      : static_cast<size_t>(chunk * a_block) * sizeof(BFloat16);
+  const size_t sums_bytes = g.held_bytes(b_chunk) * static_cast<size_t>(sh.panel > 0 ? chunk : 1);
+  const size_t own_bytes = by_columns   ? static_cast<size_t>(chunk * b_block) * sizeof(BFloat16)
+                           : g.direct   ? 0
+                           : sh.panel   ? static_cast<size_t>(chunk * g.panel_block()) * sizeof(BFloat16)
+                                        : static_cast<size_t>(chunk * a_block) * sizeof(BFloat16);
   const PartScratch scratch(parts, own_bytes + sums_bytes);
   auto* pa16 = reinterpret_cast<BFloat16*>(pa.f32());
   auto* pb16 = reinterpret_cast<BFloat16*>(pb.f32());
@@ -826,7 +861,7 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
     if (a_shared) {  // a's packed row blocks, by all the threads
       const int64_t g0 = 2 * g.packed_from, groups = mp / kTile - g0;
       for_each_part(parts_for(groups), groups, [&](int64_t, int64_t t0, int64_t t1) {
-        pack_a(p, ai, g.la, g0 + t0, g0 + t1, g.packed_from * kBlock, g.ld, pa16);
+        pack_a(p, ai, g.la, g0 + t0, g0 + t1, g.packed_from * kBlock, g.ld, pa16, KRange::all(g.la));
       });
     }
     if (!by_columns) {
@@ -845,12 +880,26 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
           g.product(p, shared_a, own, c0, 0, mblocks, c0, c1, held, ci, ri, bias);
           continue;
         }
+        if (sh.panel > 0) {  // row blocks [c0, c1) against all of b, a panel of K at a time
+          RowsOfA own_a = shared_a;
+          own_a.packed = own;
+          own_a.packed_from = c0;
+          own_a.packed_ld = g.panel_ld();
+          own_a.lo = sh.panel;
+          for (int64_t k0 = 0; k0 < g.la.kp; k0 += sh.panel) {
+            const KRange r{k0, std::min(g.la.kp, k0 + sh.panel), sh.panel};
+            pack_a(p, ai, g.la, 2 * c0, 2 * c1, c0 * kBlock, g.panel_ld(), own, r);
+            own_a.k_from = k0;
+            g.product(p, own_a, pb16, 0, c0, c1, 0, nblocks, held, ci, ri, bias, &r, true);
+          }
+          continue;
+        }
         // row blocks [c0, c1) against all of b, its column blocks a chunk's worth at a time
         RowsOfA own_a = shared_a;
         if (!g.direct) {
           own_a.packed = own;
           own_a.packed_from = c0;
-          pack_a(p, ai, g.la, 2 * c0, 2 * c1, c0 * kBlock, g.ld, own);
+          pack_a(p, ai, g.la, 2 * c0, 2 * c1, c0 * kBlock, g.ld, own, KRange::all(g.la));
         }
         for (int64_t n0 = 0; n0 < nblocks; n0 += b_chunk)
           g.product(p, own_a, pb16, 0, c0, c1, n0, std::min(nblocks, n0 + b_chunk), held, ci, ri, bias);
@@ -863,6 +912,11 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
 bool amx_gemm_k_blocks(const MatmulParams& p, bool split) {
   const Geometry g(p, split, AmxStrides::contiguous(p));
   return k_blocked(g.la, shares(p, g).column_blocks(g));
+}
+
+bool amx_gemm_k_panels(const MatmulParams& p, bool split) {
+  const Geometry g(p, split, AmxStrides::contiguous(p));
+  return shares(p, g).panel > 0;
 }
 
 size_t amx_gemm_one_bytes(const MatmulParams& p, bool split, const AmxStrides& strides) {

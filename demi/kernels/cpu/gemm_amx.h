@@ -12,8 +12,9 @@
 //     column tiles of 16 in VNNI-2 pairs, both converted, rounded, split and transposed in vector
 //     registers while packing (a call's workspace: the packed operands, the bytes its measured choice weighs
 //     against its time). The threads share the smaller operand, packed first, and each packs its own part
-//     of the larger one a chunk at a time, just before its tiles read it; a batch of many small products
-//     goes a whole product per thread instead.
+//     of the larger one a chunk at a time, just before its tiles read it (the split's rows of a with a long
+//     K a panel of K at a time, so that a panel of b stays in L2 across them); a batch of many small
+//     products goes a whole product per thread instead.
 //   - a C block of 32 x 32 is 2 x 2 tiles (bf16 values: held in the tiles over the whole K, the next
 //     steps' tiles prefetched) or two halves of 2 x 2 tiles holding the two chains (split, summed over K
 //     blocks of 256 with a's block in L1); the block's store applies MatmulParams' epilogue in AVX-512

@@ -40,6 +40,15 @@ MatmulParams params(int64_t m, int64_t n, int64_t k, bool ta, bool tb, DType a, 
 
 auto amx = [](const MatmulParams& p, const void* a, const void* b, void* c) { amx_gemm(p, a, b, c); };
 
+// The first `cols` columns of a (rows x n) row-major matrix of `es`-byte elements.
+std::vector<char> first_columns(const void* src, int64_t rows, int64_t n, int64_t cols, size_t es) {
+  std::vector<char> out(static_cast<size_t>(rows * cols) * es);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(out.data() + static_cast<size_t>(r * cols) * es,
+                static_cast<const char*>(src) + static_cast<size_t>(r * n) * es, static_cast<size_t>(cols) * es);
+  return out;
+}
+
 TEST(AmxGemm, TakesProductsOfBf16AndF16ValuesAtTheAmxLevelOnly) {
   for (CpuLevel level : supported_cpu_levels()) {
     ScopedCpuLevel scoped(level);
@@ -134,14 +143,6 @@ TEST(AmxGemm, KBlocksGiveTheBitsOfOnePassOverTheWholeK) {
   DEMI_SKIP_WITHOUT_AMX();
   ScopedCpuLevel level(CpuLevel::kAmx);
   constexpr int64_t N = 160, N1 = 32;
-  // the first `cols` columns of a (rows x n) row-major matrix of `es`-byte elements
-  auto first_columns = [](const void* src, int64_t rows, int64_t n, int64_t cols, size_t es) {
-    std::vector<char> out(static_cast<size_t>(rows * cols) * es);
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(out.data() + static_cast<size_t>(r * cols) * es,
-                  static_cast<const char*>(src) + static_cast<size_t>(r * n) * es, static_cast<size_t>(cols) * es);
-    return out;
-  };
   uint64_t seed = 400;
   for (int64_t K : {300, 1000})  // K blocks of 160 (two), of 256 (four)
     for (int64_t m : {96, 320})  // b's columns split among the threads; a's rows
@@ -175,6 +176,43 @@ TEST(AmxGemm, KBlocksGiveTheBitsOfOnePassOverTheWholeK) {
             amx_gemm(one, a.data(), b1.data(), c1.data());
             EXPECT_EQ(first_columns(c.data(), m, N, N1, cs), c1) << "epilogue " << epilogue;
           }
+}
+
+// Where a split product's rows of a take K a panel at a time (the threads split a's rows, K past one panel:
+// the chains held per row block and column block between panels, a's panel packed per chunk of rows), C's
+// values are those of one pass over the whole K: a product of 600 rows against the same product of its first
+// 32 rows (one row block: the threads split b's columns, no panels), bit for bit — transposes, f32 and f16
+// outputs, a bias and ReLU, a last panel partial (K 1100) and whole (4096: model D's weight gradients).
+TEST(AmxGemm, KPanelsGiveTheBitsOfOnePassOverTheWholeK) {
+  DEMI_SKIP_WITHOUT_AMX();
+  ScopedCpuLevel level(CpuLevel::kAmx);
+  constexpr int64_t M = 600, M1 = 32, N = 40;
+  uint64_t seed = 500;
+  for (int64_t K : {1100, 4096})
+    for (int tr = 0; tr < 4; ++tr)
+      for (DType c_dtype : {F32, F16}) {
+        MatmulParams p = params(M, N, K, tr & 1, tr & 2, F16, F16, c_dtype);
+        MatmulParams one = p;
+        one.m = M1;
+        SCOPED_TRACE(describe(p));
+        ASSERT_TRUE(cpu_internal_amx::amx_gemm_k_panels(p, true));
+        ASSERT_FALSE(cpu_internal_amx::amx_gemm_k_panels(one, true));
+        const size_t cs = dtype_size(c_dtype);
+        Operand a = random_operand(F16, M * K, seed++), b = random_operand(F16, K * N, seed++);
+        Operand bias = random_operand(F32, N, seed++);
+        if (tr == 3) {
+          p.bias = one.bias = bias.data();
+          p.relu = one.relu = true;
+        }
+        // a's first 32 rows: the first 32 columns of its rows where it is stored transposed (K x M)
+        const std::vector<char> a1 =
+            p.trans_a ? first_columns(a.data(), K, M, M1, 2) : first_columns(a.data(), M1, K, K, 2);
+        std::vector<char> c(static_cast<size_t>(M * N) * cs), c1(static_cast<size_t>(M1 * N) * cs);
+        amx_gemm(p, a.data(), b.data(), c.data());
+        amx_gemm(one, a1.data(), b.data(), c1.data());
+        c.resize(c1.size());  // (its first 32 rows)
+        EXPECT_EQ(c, c1);
+      }
 }
 
 // A batch of many small products (attention's per-head ones) goes a whole product per thread: against the

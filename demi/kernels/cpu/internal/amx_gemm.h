@@ -18,6 +18,10 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
 // (tests).
 bool amx_gemm_k_blocks(const MatmulParams& p, bool split);
 
+// Whether amx_gemm_body(p, ..., split) takes a's rows a panel of K at a time (gemm_amx.cc: Shares), holding
+// the split's chains per row block and column block between panels: the same bits as one pass (tests).
+bool amx_gemm_k_panels(const MatmulParams& p, bool split);
+
 // Elements between the stored rows of a, b and c (and of the residual, laid out as c): contiguous, or rows of
 // wider tensors (attention's heads read in place from the in-projection's output).
 struct AmxStrides {
