@@ -780,7 +780,9 @@ Shares shares(const MatmulParams& p, const Geometry& g) {
   // (no more than a part's blocks: a thread's buffer is never larger than what it packs)
   const int64_t per_part = ((by_columns ? nblocks : mblocks) + parts - 1) / parts;
   const bool items = batch_parallel(p.batch, g.whole_bytes());
-  if (g.split && !by_columns && !items && g.la.kp > kPanel) {
+  // (where a panel of packed b, hi and lo, fits the chunk's bytes: 1024^3 at f16, a 2 MiB panel, measured 0.7x)
+  const int64_t b_panel = g.np * 2 * kPanel * static_cast<int64_t>(sizeof(BFloat16));
+  if (g.split && !by_columns && !items && g.la.kp > kPanel && b_panel <= kChunkBytes) {
     const int64_t chunk = std::clamp<int64_t>(
         std::min(kChunkBytes / g.panel_block() / 2, kChunkBytes / static_cast<int64_t>(g.held_bytes(nblocks))), 1,
         per_part);
