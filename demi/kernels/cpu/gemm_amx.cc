@@ -722,9 +722,9 @@ struct Geometry {
     return r;
   }
   // The C blocks (row blocks [r0, r1) x column blocks [c0, c1)) from a's rows and packed b (its column blocks
-  // from b_from on); the split's chains wait between K blocks in `held`.
-  // The split's rows may hold a range of K (`k`; its chains then wait in `held` per row block and column
-  // block between the calls over the ranges: held_per_row).
+  // from b_from on); the split's chains wait between K blocks in `held`. The split's rows may hold a range `k`
+  // of K, a panel (its chains then wait in `held` per row block and column block between the calls over the
+  // panels: held_per_row).
   void product(const MatmulParams& p, const RowsOfA& rows, const BFloat16* packed_b, int64_t b_from, int64_t r0,
                int64_t r1, int64_t c0, int64_t c1, float* held, void* c, const void* residual, const float* bias,
                const KRange* k = nullptr, bool held_per_row = false) const {
