@@ -268,8 +268,7 @@ void pack_dz_split(const DirectGeom& g, const TileGeom& t, const F16Dz& dz, int6
       const int64_t to = (r * t.wq + b) * 16;
       for (int q = 0; q < 16; ++q) {
         __m512i h, l;
-        split_f32x32(_mm512_cvtph_ps(_mm512_castsi512_si256(w[q])),
-                     _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w[q], 1)), &h, &l);
+        split_f16x32(w[q], &h, &l);
         _mm512_storeu_si512(hi + to + q * 32, h);
         _mm512_storeu_si512(lo + to + q * 32, l);
       }

@@ -40,8 +40,8 @@ using cpu_internal::zero_c_tiles;
 using cpu_internal::for_each_part;
 using cpu_internal::PartScratch;
 using cpu_internal::parts_for;
+using cpu_internal::split_f16x32;
 using cpu_internal::split_f32_parts;
-using cpu_internal::split_f32x32;
 using cpu_internal::transpose16;
 using cpu_internal::Workspace;
 
@@ -106,7 +106,10 @@ struct Encoded {
   __m256i segment(int64_t s) const { return s == 1 ? lo : hi; }
 };
 DEMI_AMX_INLINE Encoded encode(__m512 v, const Layout& L) {
-  if (!L.split()) return {to_bf16(v), to_bf16(v)};
+  if (!L.split()) {
+    const __m256i rounded = to_bf16(v);
+    return {rounded, rounded};
+  }
   __m512i hi, lo;
   split_f32_parts(v, &hi, &lo);
   return {_mm512_cvtepi32_epi16(_mm512_srli_epi32(hi, 16)), _mm512_cvtepi32_epi16(_mm512_srli_epi32(lo, 16))};
@@ -125,17 +128,9 @@ DEMI_AMX_INLINE bool plain_bf16(DType t, DType round, const Layout& L) {
   return !L.split() && (t == DType::kBF16 || (t == DType::kF32 && round == DType::kBF16));
 }
 
-// 32 consecutive values of a row from base + i as bf16, 16 words of consecutive pairs: copied, or rounded
-// once to nearest even (the rounding of to_bf16). plain_bf16 holds.
-DEMI_AMX_INLINE __m512i row32(const void* base, DType t, int64_t i) {
-  if (t == DType::kBF16) return _mm512_loadu_si512(static_cast<const BFloat16*>(base) + i);
-  const float* f = static_cast<const float*>(base) + i;
-  return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(f + 16), _mm512_loadu_ps(f));
-}
-
 // Whether an operand's values are f16 values (stored f16, or f32 read rounded to f16) reaching a split
 // layout: the packing's split fast paths, which round to f16 (where stored f32), move and transpose f16
-// values, and split 32 of them at a time at the end.
+// values, and split 32 of them at a time at the end (split_f16x32: f16_split.h's split, as encode()'s).
 DEMI_AMX_INLINE bool split_f16(DType t, DType round, const Layout& L) {
   return L.split() && (t == DType::kF16 || (t == DType::kF32 && round == DType::kF16));
 }
@@ -146,12 +141,16 @@ DEMI_AMX_INLINE __m256i to_f16(const float* f) {
 
 DEMI_AMX_INLINE __m256i load16(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-// 32 consecutive values of a row from base + i as f16: copied, or rounded once to nearest even (values16's
-// rounding). split_f16 holds.
-DEMI_AMX_INLINE __m512i row32_f16(const void* base, DType t, int64_t i) {
-  if (t == DType::kF16) return _mm512_loadu_si512(static_cast<const Half*>(base) + i);
+DEMI_AMX_INLINE const uint16_t* words16(const void* base) { return static_cast<const uint16_t*>(base); }
+
+// 32 consecutive values of a row from base + i as 16-bit values, f16 where `f16` (split_f16 holds), else
+// bf16 (plain_bf16 holds): copied where stored so, else rounded once to nearest even (to_bf16's and
+// values16's rounding).
+DEMI_AMX_INLINE __m512i row32(const void* base, DType t, int64_t i, bool f16) {
+  if (t != DType::kF32) return _mm512_loadu_si512(words16(base) + i);
   const float* f = static_cast<const float*>(base) + i;
-  return join(to_f16(f), to_f16(f + 16));
+  if (f16) return join(to_f16(f), to_f16(f + 16));
+  return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(f + 16), _mm512_loadu_ps(f));
 }
 
 // 32 16-bit values, even's 16 then odd's, as 16 words: word j = (even[j], odd[j]).
@@ -171,27 +170,13 @@ DEMI_AMX_INLINE __m512i interleave_pairs(__m512i even, __m512i odd, int from) {
 }
 
 // 16 values from column i of two stored rows (k even, k odd) as 16 VNNI-2 words, word j = (even[j],
-// odd[j]): what pairs(encode(...)) gives where plain_bf16 holds and all 16 lanes are in.
-DEMI_AMX_INLINE __m512i row_pair16(const void* even, const void* odd, DType t, int64_t i) {
-  if (t == DType::kBF16)
-    return interleave_pairs(
-        join(load16(static_cast<const BFloat16*>(even) + i), load16(static_cast<const BFloat16*>(odd) + i)));
-  return interleave_pairs((__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(static_cast<const float*>(odd) + i),
-                                                       _mm512_loadu_ps(static_cast<const float*>(even) + i)));
-}
-
-// row_pair16's words of f16 values (split_f16 holds), not yet split.
-DEMI_AMX_INLINE __m512i row_pair16_f16(const void* even, const void* odd, DType t, int64_t i) {
-  if (t == DType::kF16)
-    return interleave_pairs(
-        join(load16(static_cast<const Half*>(even) + i), load16(static_cast<const Half*>(odd) + i)));
-  return interleave_pairs(
-      join(to_f16(static_cast<const float*>(even) + i), to_f16(static_cast<const float*>(odd) + i)));
-}
-
-// 32 f16 values (in any order) split as encode() splits: *hi and *lo, 32 bf16 each in the same order.
-DEMI_AMX_INLINE void split32(__m512i x, __m512i* hi, __m512i* lo) {
-  split_f32x32(_mm512_cvtph_ps(_mm512_castsi512_si256(x)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1)), hi, lo);
+// odd[j]), 16-bit values as row32 gives them: what pairs(encode(...)) gives where plain_bf16 holds and all
+// 16 lanes are in; where f16, the f16 values not yet split.
+DEMI_AMX_INLINE __m512i row_pair16(const void* even, const void* odd, DType t, int64_t i, bool f16) {
+  if (t != DType::kF32) return interleave_pairs(join(load16(words16(even) + i), load16(words16(odd) + i)));
+  const float *e = static_cast<const float*>(even) + i, *o = static_cast<const float*>(odd) + i;
+  if (f16) return interleave_pairs(join(to_f16(e), to_f16(o)));
+  return interleave_pairs((__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(o), _mm512_loadu_ps(e)));
 }
 
 // Stored rows k0 + 2q and k0 + 2q + 1 (q < 16; `row(r)` gives stored row r, rows from K on read as 0) at
@@ -201,7 +186,7 @@ template <class Row>
 DEMI_AMX_INLINE void stored_row_pairs(Row&& row, DType t, DType round, int64_t col, __mmask16 mask, int64_t K,
                                       int64_t k0, const Layout& L, __m512i (&hi)[16], __m512i (&lo)[16]) {
   if (mask == 0xffff && k0 + kKStep <= K && plain_bf16(t, round, L)) {  // (all 32 rows and 16 columns in)
-    for (int q = 0; q < 16; ++q) hi[q] = row_pair16(row(k0 + 2 * q), row(k0 + 2 * q + 1), t, col);
+    for (int q = 0; q < 16; ++q) hi[q] = row_pair16(row(k0 + 2 * q), row(k0 + 2 * q + 1), t, col, false);
     return;
   }
   for (int q = 0; q < 16; ++q) {
@@ -248,11 +233,11 @@ void pack_a(const MatmulParams& p, const void* a, const Layout& L, int64_t g0, i
       const char* src = row(i);
       for (int64_t k0 = r.begin; k0 < whole; k0 += kKStep) {
         if (!halves) {
-          _mm512_storeu_si512(out + k0, row32(src, p.a_dtype, k0));
+          _mm512_storeu_si512(out + k0, row32(src, p.a_dtype, k0, false));
           continue;
         }
         __m512i hi, lo;
-        split32(row32_f16(src, p.a_dtype, k0), &hi, &lo);
+        split_f16x32(row32(src, p.a_dtype, k0, true), &hi, &lo);
         _mm512_storeu_si512(out + k0, hi);
         _mm512_storeu_si512(out + r.lo + k0, lo);
       }
@@ -279,8 +264,7 @@ void pack_a(const MatmulParams& p, const void* a, const Layout& L, int64_t g0, i
       __m512i w[2][16];
       for (int q = 0; q < 16; ++q) {
         const char *even = row(k0 + 2 * q), *odd = row(k0 + 2 * q + 1);
-        const __m512i e = halves ? row32_f16(even, p.a_dtype, i0) : row32(even, p.a_dtype, i0);
-        const __m512i o = halves ? row32_f16(odd, p.a_dtype, i0) : row32(odd, p.a_dtype, i0);
+        const __m512i e = row32(even, p.a_dtype, i0, halves), o = row32(odd, p.a_dtype, i0, halves);
         w[0][q] = interleave_pairs(e, o, 0);
         w[1][q] = interleave_pairs(e, o, kTile);
       }
@@ -293,7 +277,7 @@ void pack_a(const MatmulParams& p, const void* a, const Layout& L, int64_t g0, i
             continue;
           }
           __m512i hi, lo;
-          split32(w[h][j], &hi, &lo);
+          split_f16x32(w[h][j], &hi, &lo);
           _mm512_storeu_si512(out, hi);
           _mm512_storeu_si512(out + r.lo, lo);
         }
@@ -348,12 +332,13 @@ void pack_b(const MatmulParams& p, const void* b, const Layout& L, int64_t t0, i
         const int64_t k = ks * kKStep + 2 * q;
         const char *even = row(k), *odd = row(k + 1);
         for (int64_t ct = c0; ct < c1; ++ct) {
+          const __m512i w = row_pair16(even, odd, p.b_dtype, ct * kTile, halves);
           if (!halves) {
-            _mm512_storeu_si512(words(ct, 0, k / 2), row_pair16(even, odd, p.b_dtype, ct * kTile));
+            _mm512_storeu_si512(words(ct, 0, k / 2), w);
             continue;
           }
           __m512i hi, lo;
-          split32(row_pair16_f16(even, odd, p.b_dtype, ct * kTile), &hi, &lo);
+          split_f16x32(w, &hi, &lo);
           _mm512_storeu_si512(words(ct, 0, k / 2), hi);
           _mm512_storeu_si512(words(ct, 1, k / 2), lo);
         }
@@ -365,13 +350,12 @@ void pack_b(const MatmulParams& p, const void* b, const Layout& L, int64_t t0, i
     __m512i hi[16], lo[16];
     if (!p.trans_b) {  // stored rows k: 16 columns of two of them are 16 words
       stored_row_pairs(row, p.b_dtype, p.b_round, n0, lanes(N - n0), K, k0, L, hi, lo);
-    } else if (n0 + kTile <= N && k0 + kKStep <= K && plain_bf16(p.b_dtype, p.b_round, L)) {
-      for (int r = 0; r < 16; ++r) hi[r] = row32(row(n0 + r), p.b_dtype, k0);  // as below, at once
+    } else if (n0 + kTile <= N && k0 + kKStep <= K && (halves || plain_bf16(p.b_dtype, p.b_round, L))) {
+      // (as below, at once; f16 words transposed, then split)
+      for (int r = 0; r < 16; ++r) hi[r] = row32(row(n0 + r), p.b_dtype, k0, halves);
       transpose16(hi);
-    } else if (n0 + kTile <= N && k0 + kKStep <= K && halves) {  // (f16 words transposed, then split)
-      for (int r = 0; r < 16; ++r) hi[r] = row32_f16(row(n0 + r), p.b_dtype, k0);
-      transpose16(hi);
-      for (int q = 0; q < 16; ++q) split32(hi[q], &hi[q], &lo[q]);
+      if (halves)
+        for (int q = 0; q < 16; ++q) split_f16x32(hi[q], &hi[q], &lo[q]);
     } else {  // stored rows n: 32 k of one are its 16 words; transposed, the 16 columns' rows
       for (int r = 0; r < 16; ++r) {
         const int64_t n = n0 + r;
@@ -599,17 +583,18 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
 // 1: rows 0-15, 16-31 of the first; 2, 3 of the second), a column half (16) of the block at a time: six tile
 // loads for eight products, and two products per chain and step keep the tile unit's latency covered. The
 // chains wait between K blocks in `held` (two 32 x 32 f32 blocks per column block; per row block and column
-// block where held_per_row: a's rows hold only the range `kr` of K, a panel, and the chains wait between
-// calls) and are added at the store.
+// block where a's rows hold only a `panel` of K, the chains waiting between the calls over the panels) and
+// are added at the store.
 void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFloat16* pb, int64_t pb_nb0,
                   int64_t m0, int64_t m1, int64_t n0, int64_t n1, float* held, void* c, int64_t ldc,
-                  const void* residual, const float* bias, const KRange& kr, bool held_per_row) {
+                  const void* residual, const float* bias, const KRange* panel) {
   const int64_t kq = L.kq(), kp = L.kp, half = kq / 2, alo = pa.lo;
   constexpr int64_t kRow = kBlock * sizeof(float);  // a held block's rows, in bytes
   alignas(64) float acc[2][kBlock][kBlock];
-  for_each_k_block(pa, m0, m1, kr.begin, kr.end, kp, kKBlock, [&](const KBlock& kb) {
+  const KRange k = panel != nullptr ? *panel : KRange::all(L);
+  for_each_k_block(pa, m0, m1, k.begin, k.end, kp, kKBlock, [&](const KBlock& kb) {
     for (int64_t nb = n0; nb < n1; ++nb) {
-      float* sums = held + ((held_per_row ? (kb.mb - m0) * (n1 - n0) : 0) + nb - n0) * 2 * kBlock * kBlock;
+      float* sums = held + ((panel != nullptr ? (kb.mb - m0) * (n1 - n0) : 0) + nb - n0) * 2 * kBlock * kBlock;
       for (int64_t g = 0; g < 2; ++g) {
         const BFloat16* bh = pb + ((2 * (nb - pb_nb0) + g) * half + kb.k0 / 2) * 2 * kTile;
         const BFloat16* bl = bh + kp / 2 * 2 * kTile;
@@ -722,15 +707,13 @@ struct Geometry {
     return r;
   }
   // The C blocks (row blocks [r0, r1) x column blocks [c0, c1)) from a's rows and packed b (its column blocks
-  // from b_from on); the split's chains wait between K blocks in `held`. The split's rows may hold a range `k`
-  // of K, a panel (its chains then wait in `held` per row block and column block between the calls over the
-  // panels: held_per_row).
+  // from b_from on); the split's chains wait between K blocks in `held`. The split's rows may hold a `panel`
+  // of K (its chains then wait in `held` per row block and column block between the calls over the panels).
   void product(const MatmulParams& p, const RowsOfA& rows, const BFloat16* packed_b, int64_t b_from, int64_t r0,
                int64_t r1, int64_t c0, int64_t c1, float* held, void* c, const void* residual, const float* bias,
-               const KRange* k = nullptr, bool held_per_row = false) const {
+               const KRange* panel = nullptr) const {
     if (split)
-      return blocks_split(p, la, rows, packed_b, b_from, r0, r1, c0, c1, held, c, ldc, residual, bias,
-                          k != nullptr ? *k : KRange::all(la), held_per_row);
+      return blocks_split(p, la, rows, packed_b, b_from, r0, r1, c0, c1, held, c, ldc, residual, bias, panel);
     blocks(p, la, rows, packed_b, b_from, r0, r1, c0, c1, held, c, ldc, residual, bias);
   }
   // One whole product on the calling thread (tiles configured): a and b packed into `own` (item_a +
@@ -892,7 +875,7 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
             const KRange r{k0, std::min(g.la.kp, k0 + sh.panel), sh.panel};
             pack_a(p, ai, g.la, 2 * c0, 2 * c1, c0 * kBlock, g.panel_ld(), own, r);
             own_a.k_from = k0;
-            g.product(p, own_a, pb16, 0, c0, c1, 0, nblocks, held, ci, ri, bias, &r, true);
+            g.product(p, own_a, pb16, 0, c0, c1, 0, nblocks, held, ci, ri, bias, &r);
           }
           continue;
         }

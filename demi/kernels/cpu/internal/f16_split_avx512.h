@@ -32,6 +32,11 @@ inline void split_f32x32(__m512 a, __m512 b, __m512i* hi, __m512i* lo) {
   *lo = VecAvx512::top_halves(la, lb);
 }
 
+// 32 f16 values (16-bit words, in any order) split: *hi and *lo, 32 bf16 each in the same order.
+inline void split_f16x32(__m512i x, __m512i* hi, __m512i* lo) {
+  split_f32x32(_mm512_cvtph_ps(_mm512_castsi512_si256(x)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1)), hi, lo);
+}
+
 // mask lanes of src (the others 0) split: *hi and *lo, 16 bf16 each.
 inline void split_f16x16(const Half* src, __mmask16 mask, __m256i* hi, __m256i* lo) {
   __m512i h, l;
