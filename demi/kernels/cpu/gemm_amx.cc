@@ -50,7 +50,7 @@ using cpu_internal::Workspace;
 constexpr int64_t kBlock = 32;  // a C block: 2 x 2 tiles of 16 x 16 f32
 constexpr int64_t kKStep = 32;  // bf16 values in a tile row (64 bytes): the K step of one TDPBF16PS
 constexpr int64_t kTile = 16;   // rows of a tile; columns of a B or C tile
-// K' values per block of a row block's a held in L1 (blocks_split()); bytes of the larger operand a thread packs
+// K' values per block of a row block's a held in L1 (blocks(), where k_blocked); bytes of the larger operand a thread packs
 // and multiplies at a time, and of b's column blocks multiplied at a time (a quarter of a core's L2 on the
 // Xeons with AMX: 2 MiB) where the threads split a's rows: each chunk of a's rows reads all of b, so the
 // more rows a chunk has, the fewer passes over b (1024^3 at a chunk of 128 KiB: 0.76x). Where they split
@@ -579,74 +579,75 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
 }
 
 // blocks() for split operands: a's rows and b's tile columns hold K' = [hi | lo], kp values each, and each
-// step of 32 k multiplies four products into two chains per C tile, ah bh + al bh and ah bl + al bl (tiles 0,
-// 1: rows 0-15, 16-31 of the first; 2, 3 of the second), a column half (16) of the block at a time: six tile
-// loads for eight products, and two products per chain and step keep the tile unit's latency covered. The
-// chains wait between K blocks in `held` (two 32 x 32 f32 blocks per column block; per row block and column
-// block where a's rows hold only a `panel` of K, the chains waiting between the calls over the panels) and
-// are added at the store.
+// step of 32 k multiplies the four products ah bh, al bh, al bl, ah bl of the 2 x 2 C tiles in turn, one
+// chain per C tile: ten tile loads (a's hi and lo rows twice, b's once) for sixteen products, each C tile
+// multiplied every fourth product. Each C block stays in the tiles over the whole K (or the whole `panel`
+// a's rows hold, its chains then waiting in `held` between the calls over the panels: a 32 x 32 f32 block
+// per row block and column block) and goes through the store once; a's and b's tiles load from L2.
+// Measured (2 threads, Xeon with AMX, against K blocks of 256 with the sums stored and reloaded between
+// them, where each store waited for the tile unit to finish the block's products): C's 256 x 1024 x 1024
+// f16 products 1.09-1.26x, D's 4096 x 256 x 768 1.10x, 1024^3 1.20x. (No prefetch: a's next steps, b's,
+// or both measured within noise of none.)
 void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFloat16* pb, int64_t pb_nb0,
                   int64_t m0, int64_t m1, int64_t n0, int64_t n1, float* held, void* c, int64_t ldc,
                   const void* residual, const float* bias, const KRange* panel) {
-  const int64_t kq = L.kq(), kp = L.kp, half = kq / 2, alo = pa.lo;
-  constexpr int64_t kRow = kBlock * sizeof(float);  // a held block's rows, in bytes
-  alignas(64) float acc[2][kBlock][kBlock];
+  const int64_t kp = L.kp, half = L.kq() / 2, alo = pa.lo, blo = kp / 2 * 2 * kTile;
   const KRange k = panel != nullptr ? *panel : KRange::all(L);
-  for_each_k_block(pa, m0, m1, k.begin, k.end, kp, kKBlock, [&](const KBlock& kb) {
+  const bool first = k.begin == 0, last = k.end == kp;
+  const int64_t steps = (k.end - k.begin) / kKStep;
+  alignas(64) float acc[kBlock][kBlock];
+  for (int64_t mb = m0; mb < m1; ++mb) {
+    const BFloat16* a0 = pa.block(mb) + (k.begin - pa.k_from);
+    const BFloat16* a1 = a0 + kTile * pa.ld(mb);
+    const int64_t stride = pa.ld(mb) * static_cast<int64_t>(sizeof(BFloat16));
     for (int64_t nb = n0; nb < n1; ++nb) {
-      float* sums = held + ((panel != nullptr ? (kb.mb - m0) * (n1 - n0) : 0) + nb - n0) * 2 * kBlock * kBlock;
-      for (int64_t g = 0; g < 2; ++g) {
-        const BFloat16* bh = pb + ((2 * (nb - pb_nb0) + g) * half + kb.k0 / 2) * 2 * kTile;
-        const BFloat16* bl = bh + kp / 2 * 2 * kTile;
-        float* sa = (kb.last ? &acc[0][0][0] : sums) + g * kTile;
-        float* sb = sa + kBlock * kBlock;
-        if (kb.first) {
-          zero_c_tiles();
-        } else {
-          float* ha = sums + g * kTile;
-          _tile_loadd(0, ha, kRow);
-          _tile_loadd(1, ha + kTile * kBlock, kRow);
-          _tile_loadd(2, ha + kBlock * kBlock, kRow);
-          _tile_loadd(3, ha + kBlock * kBlock + kTile * kBlock, kRow);
-        }
-        for (int64_t s = 0; s < kb.steps; ++s) {
-          const int64_t t = s * kTile * 2 * kTile;  // a step's offset in b's tile columns
-          const char* next_h = reinterpret_cast<const char*>(bh + t + kTile * 2 * kTile);
-          const char* next_l = reinterpret_cast<const char*>(bl + t + kTile * 2 * kTile);
-          for (int l = 0; l < 16; ++l) {
-            _mm_prefetch(next_h + 64 * l, _MM_HINT_T0);
-            _mm_prefetch(next_l + 64 * l, _MM_HINT_T0);
-          }
-          _tile_loadd(6, bh + t, 64);
-          _tile_loadd(7, bl + t, 64);
-          // (written out twice: the tile registers are immediates the intrinsics paste into the instruction)
-          _tile_loadd(4, kb.a0 + s * kKStep, kb.stride);
-          _tile_loadd(5, kb.a0 + alo + s * kKStep, kb.stride);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(2, 4, 7);
-          _tile_dpbf16ps(0, 5, 6);
-          _tile_dpbf16ps(2, 5, 7);
-          _tile_loadd(4, kb.a1 + s * kKStep, kb.stride);
-          _tile_loadd(5, kb.a1 + alo + s * kKStep, kb.stride);
-          _tile_dpbf16ps(1, 4, 6);
-          _tile_dpbf16ps(3, 4, 7);
-          _tile_dpbf16ps(1, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-        _tile_stored(0, sa, kRow);
-        _tile_stored(1, sa + kTile * kBlock, kRow);
-        _tile_stored(2, sb, kRow);
-        _tile_stored(3, sb + kTile * kBlock, kRow);
+      float* sums = held + ((mb - m0) * (n1 - n0) + nb - n0) * kBlock * kBlock;  // (where a panel)
+      const BFloat16* b0 = pb + (2 * (nb - pb_nb0) * half + k.begin / 2) * 2 * kTile;  // b's hi, columns 0-15
+      const BFloat16* b1 = b0 + half * 2 * kTile;                                       // columns 16-31
+      if (first)
+        zero_c_tiles();
+      else
+        load_c_tiles(sums, kBlock);
+      // (written out: the tile registers are immediates the intrinsics paste into the instruction; tiles 0-3
+      // C rows 0-15 | 16-31 x columns 0-15 | 16-31, 4 and 5 a's rows 0-15 and 16-31, 6 and 7 b's columns)
+      for (int64_t s = 0; s < steps; ++s) {
+        const int64_t t = s * kTile * 2 * kTile, o = s * kKStep;
+        _tile_loadd(4, a0 + o, stride);  // ah bh
+        _tile_loadd(6, b0 + t, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_loadd(7, b1 + t, 64);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_loadd(5, a1 + o, stride);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+        _tile_loadd(4, a0 + alo + o, stride);  // al bh
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_loadd(5, a1 + alo + o, stride);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+        _tile_loadd(6, b0 + blo + t, 64);  // al bl
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_loadd(7, b1 + blo + t, 64);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+        _tile_loadd(4, a0 + o, stride);  // ah bl
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_loadd(5, a1 + o, stride);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
       }
-      if (!kb.last) continue;
-      for (int64_t r = 0; r < kBlock; ++r)
-        for (int64_t j = 0; j < kBlock; j += kTile)
-          _mm512_store_ps(&acc[0][r][j], _mm512_add_ps(_mm512_load_ps(&acc[0][r][j]), _mm512_load_ps(&acc[1][r][j])));
-      const int64_t i0 = kb.mb * kBlock, j0 = nb * kBlock;
-      store_block(p, acc[0], i0, j0, std::min(kBlock, p.m - i0), std::min(kBlock, p.n - j0), c, ldc, residual,
-                  bias);
+      if (!last) {
+        store_c_tiles(sums, kBlock);
+        continue;
+      }
+      store_c_tiles(&acc[0][0], kBlock);
+      const int64_t i0 = mb * kBlock, j0 = nb * kBlock;
+      store_block(p, acc, i0, j0, std::min(kBlock, p.m - i0), std::min(kBlock, p.n - j0), c, ldc, residual, bias);
     }
-  });
+  }
 }
 
 // Whether a batch of products, each packing `item_bytes` (a, b and the split's held sums), runs a whole
@@ -687,12 +688,12 @@ struct Geometry {
     packed_from = direct ? p.m / kBlock : 0;
     item_a = static_cast<size_t>((mblocks - packed_from) * kBlock * ld) * sizeof(BFloat16);
     item_b = static_cast<size_t>(pn * kq) * sizeof(BFloat16);
-    item_held = held_bytes(nblocks);
+    item_held = held_bytes(nblocks, false);
   }
-  // The sums that wait between K blocks for `column_blocks` column blocks: the split's two chains per column
-  // block, bf16 values' one where k_blocked (else blocks() keeps its sums in the tiles over the whole K').
-  size_t held_bytes(int64_t column_blocks) const {
-    const int64_t chains = split ? (la.kp > kKBlock ? 2 : 0) : (k_blocked(la, column_blocks) ? 1 : 0);
+  // The sums that wait between K blocks (bf16 values, where k_blocked) or K panels (split values, where
+  // `panels`) for a row block's `column_blocks` column blocks (else they stay in the tiles over the whole K').
+  size_t held_bytes(int64_t column_blocks, bool panels) const {
+    const int64_t chains = (split ? panels : k_blocked(la, column_blocks)) ? 1 : 0;
     return static_cast<size_t>(chains * column_blocks * kBlock * kBlock) * sizeof(float);
   }
   // A product's rows of a: in a itself (a) before packed_from, packed at `packed` from there on.
@@ -767,7 +768,7 @@ Shares shares(const MatmulParams& p, const Geometry& g) {
   const int64_t b_panel = g.np * 2 * kPanel * static_cast<int64_t>(sizeof(BFloat16));
   if (g.split && !by_columns && !items && g.la.kp > kPanel && b_panel <= kChunkBytes) {
     const int64_t chunk = std::clamp<int64_t>(
-        std::min(kChunkBytes / g.panel_block() / 2, kChunkBytes / static_cast<int64_t>(g.held_bytes(nblocks))), 1,
+        std::min(kChunkBytes / g.panel_block() / 2, kChunkBytes / static_cast<int64_t>(g.held_bytes(nblocks, true))), 1,
         per_part);
     return {false, false, parts, chunk, nblocks, kPanel};
   }
@@ -832,7 +833,7 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   const bool a_shared = by_columns || g.direct;
   Workspace pa(a_shared ? g.item_a : 0);
   Workspace pb(by_columns ? 0 : g.item_b);
-  const size_t sums_bytes = g.held_bytes(b_chunk) * static_cast<size_t>(sh.panel > 0 ? chunk : 1);
+  const size_t sums_bytes = g.held_bytes(b_chunk, sh.panel > 0) * static_cast<size_t>(sh.panel > 0 ? chunk : 1);
   const size_t own_bytes = by_columns   ? static_cast<size_t>(chunk * b_block) * sizeof(BFloat16)
                            : g.direct   ? 0
                            : sh.panel   ? static_cast<size_t>(chunk * g.panel_block()) * sizeof(BFloat16)

@@ -4,8 +4,8 @@
 //
 //   - bf16 values (bf16 operands, f32 ones read as bf16, f16 ones under bf16_products) are packed as
 //     they are; f16 values (f16 operands, f32 ones read as f16) are split exactly into bf16 hi + lo
-//     (f16_split.h) and each step of 32 k multiplies four tile products, ah bh + al bh and ah bl + al bl in
-//     two chains added at the store, every term exact in f32 and summed in f32 — the values of the f32
+//     (f16_split.h) and each step of 32 k multiplies four tile products, ah bh, al bh, al bl and ah bl,
+//     into one chain per C tile, every term exact in f32 and summed in f32 — the values of the f32
 //     product of the f16 values, up to the order of the sum (a bf16 operand beside an f16 one is split
 //     too, its lo 0). No option changes the numbers.
 //   - a is packed as rows of K' bf16 (K' = K, or [hi | lo] split, each part padded to 32 with zeros), b as
@@ -16,8 +16,8 @@
 //     K a panel of K at a time, so that a panel of b stays in L2 across them); a batch of many small
 //     products goes a whole product per thread instead.
 //   - a C block of 32 x 32 is 2 x 2 tiles (bf16 values: held in the tiles over the whole K, the next
-//     steps' tiles prefetched) or two halves of 2 x 2 tiles holding the two chains (split, summed over K
-//     blocks of 256 with a's block in L1); the block's store applies MatmulParams' epilogue in AVX-512
+//     steps' tiles prefetched, or over K blocks of 256 with a's block in L1; split values: over the whole K,
+//     or a panel's); the block's store applies MatmulParams' epilogue in AVX-512
 //     (accumulate or residual, bias, ReLU, one rounding into c's dtype; an f32 C with none of them is
 //     stored from the tiles).
 //   - the tile configuration is loaded once per thread per call and released at its end.
