@@ -53,8 +53,9 @@ enum class Kernel : uint8_t {
 // multiplies the f16 split as [hi | lo] four ways (half the packed bytes); 12: demi-dot's copy of a converted
 // b per thread is a candidate of its own (demi-dot-per-thread), priced against the one shared copy; 13:
 // demi's AMX GEMM holds each bf16 C block in the tiles over the whole K, prefetching two steps ahead; 14:
-// demi's short-K product (demi-outer) is a candidate
-constexpr int kTuneVersion = 14;
+// demi's short-K product (demi-outer) is a candidate; 15: demi's AMX GEMM holds the f16 split's C block in the
+// tiles over the whole K (or a K panel), one chain per tile
+constexpr int kTuneVersion = 15;
 constexpr const char* kKernelNames[] = {"onednn",   "demi-f32", "demi-bf16",           "onednn-f32",
                                         "demi-dot", "demi-amx", "demi-dot-per-thread", "demi-outer"};
 static_assert(std::size(kKernelNames) == static_cast<size_t>(Kernel::kDemiOuter) + 1,
