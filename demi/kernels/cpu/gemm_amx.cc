@@ -593,7 +593,7 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
 // step of 32 k multiplies the four products ah bh, al bh, al bl, ah bl of the 2 x 2 C tiles in turn, one
 // chain per C tile: ten tile loads (a's hi and lo rows twice, b's once) for sixteen products, each C tile
 // multiplied every fourth product. Each C block stays in the tiles over the whole K (or the whole `panel`
-// a's rows hold, its chains then waiting in `held` between the calls over the panels: a 32 x 32 f32 block
+// a's rows and b hold, its chains then waiting in `held` between the calls over the panels: a 32 x 32 f32 block
 // per row block and column block) and goes through the store once; a's and b's tiles load from L2.
 // Measured (2 threads, Xeon with AMX, against K blocks of 256 with the sums stored and reloaded between
 // them, where each store waited for the tile unit to finish the block's products): C's 256 x 1024 x 1024
@@ -602,8 +602,10 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
 void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFloat16* pb, int64_t pb_nb0,
                   int64_t m0, int64_t m1, int64_t n0, int64_t n1, float* held, void* c, int64_t ldc,
                   const void* residual, const float* bias, const KRange* panel) {
-  const int64_t kp = L.kp, half = L.kq() / 2, alo = pa.lo, blo = kp / 2 * 2 * kTile;
   const KRange k = panel != nullptr ? *panel : KRange::all(L);
+  // b's tile columns: its whole K' (hi | lo), or where a panel, the panel's alone (packed as the b of a product
+  // of the panel's K: panel_b)
+  const int64_t kp = L.kp, half = k.end - k.begin, alo = pa.lo, blo = half / 2 * 2 * kTile;
   const bool first = k.begin == 0, last = k.end == kp;
   const int64_t steps = (k.end - k.begin) / kKStep;
   alignas(64) float acc[kBlock][kBlock];
@@ -613,7 +615,7 @@ void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, con
     const int64_t stride = pa.ld(mb) * static_cast<int64_t>(sizeof(BFloat16));
     for (int64_t nb = n0; nb < n1; ++nb) {
       float* sums = held + ((mb - m0) * (n1 - n0) + nb - n0) * kBlock * kBlock;  // (where a panel)
-      const BFloat16* b0 = pb + (2 * (nb - pb_nb0) * half + k.begin / 2) * 2 * kTile;  // b's hi, columns 0-15
+      const BFloat16* b0 = pb + 2 * (nb - pb_nb0) * half * 2 * kTile;  // b's hi, columns 0-15
       const BFloat16* b1 = b0 + half * 2 * kTile;                                       // columns 16-31
       if (first)
         zero_c_tiles();
@@ -743,6 +745,20 @@ struct Geometry {
   // A row block of a's rows packed kPanel values of K at a time (split: hi and lo), in bf16 values.
   int64_t panel_ld() const { return 2 * kPanel + kKStep; }
   int64_t panel_block() const { return kBlock * panel_ld(); }
+  // Packed b of one panel r of K (as the b of the product of r's K values: hi | lo, r's length each), in bf16
+  // values; its pieces (tile column, 32 k), and pieces [t0, t1) of it packed from b into dst.
+  int64_t panel_b() const { return pn * 2 * kPanel; }
+  int64_t panel_pieces(const KRange& r) const { return pn / kTile * ((r.end - r.begin) / kKStep); }
+  void pack_panel_b(const MatmulParams& p, const void* b, const KRange& r, int64_t t0, int64_t t1,
+                    BFloat16* dst) const {
+    MatmulParams q = p;
+    q.k = std::min(p.k, r.end) - r.begin;
+    Layout l = lb;
+    l.k = q.k;
+    l.kp = r.end - r.begin;
+    const size_t row = p.trans_b ? 1 : static_cast<size_t>(lb.stored_ld);  // elements from b's value k to k + 1
+    pack_b(q, static_cast<const char*>(b) + r.begin * row * dtype_size(p.b_dtype), l, t0, t1, 0, dst);
+  }
 };
 
 // p's bias as f32: itself, or converted into `room` (n floats) where it is stored in c's dtype (exact).
@@ -759,7 +775,8 @@ size_t bias_room(const MatmulParams& p) {
 // How a call's C blocks are shared (amx_gemm_body): whole products per thread (`items`), or the threads
 // splitting b's columns (by_columns) or a's rows into `parts`, each packing `chunk` of its blocks at a time
 // and multiplying them with b's column blocks `b_chunk` at a time — where `panel` is not 0 (split values,
-// a's rows, a long K), `panel` values of K at a time (kp's panels), its rows' chains held between panels.
+// a's rows, a long K), `panel` values of K at a time (kp's panels) for a and b, its rows' chains held between
+// panels.
 struct Shares {
   bool items, by_columns;
   int64_t parts, chunk, b_chunk, panel;
@@ -776,11 +793,11 @@ Shares shares(const MatmulParams& p, const Geometry& g) {
   const int64_t per_part = ((by_columns ? nblocks : mblocks) + parts - 1) / parts;
   const bool items = batch_parallel(p.batch, g.whole_bytes());
   // (where a panel of packed b, hi and lo, fits the chunk's bytes: 1024^3 at f16, a 2 MiB panel, measured 0.7x)
-  const int64_t b_panel = g.np * 2 * kPanel * static_cast<int64_t>(sizeof(BFloat16));
-  if (g.split && !by_columns && !items && g.la.kp > kPanel && b_panel <= kChunkBytes) {
-    const int64_t chunk = std::clamp<int64_t>(
-        std::min(kChunkBytes / g.panel_block() / 2, kChunkBytes / static_cast<int64_t>(g.held_bytes(nblocks, true))), 1,
-        per_part);
+  // (and a part's chains, held between panels, fit one too)
+  const int64_t b_panel = g.panel_b() * static_cast<int64_t>(sizeof(BFloat16));
+  const int64_t part_held = per_part * static_cast<int64_t>(g.held_bytes(nblocks, true));
+  if (g.split && !by_columns && !items && g.la.kp > kPanel && b_panel <= kChunkBytes && part_held <= kChunkBytes) {
+    const int64_t chunk = std::clamp<int64_t>(kChunkBytes / g.panel_block() / 2, 1, per_part);
     return {false, false, parts, chunk, nblocks, kPanel};
   }
   const int64_t chunk =
@@ -788,6 +805,50 @@ Shares shares(const MatmulParams& p, const Geometry& g) {
   // column blocks per blocks() call
   const int64_t b_chunk = by_columns ? chunk : std::clamp<int64_t>(kChunkBytes / (b_block * 2), 1, nblocks);
   return {items, by_columns, parts, chunk, b_chunk, 0};
+}
+
+// amx_gemm_body's product where sh.panel: K a panel at a time, outermost. One parallel region per panel: each
+// thread packs its share of the next panel of b (into the other of pb's two) and multiplies its row blocks by
+// this one, a chunk of them at a time, packing the chunk's rows of the panel of a into its own buffer first;
+// each C block's chains wait between panels in the thread's `held` (a 32 x 32 f32 block per row block and
+// column block of its part). A panel of b is what the threads keep in L2 (where a's chunk streamed all of a
+// packed b from L3, as one pass per row block did), and the only packed b there is: two panels, not the
+// whole of it (model B's 128 x 128 x 3136 f16 forward: 0.5 MiB instead of 1.6).
+void panels(const MatmulParams& p, const Geometry& g, const Shares& sh, const void* a, const void* b, void* c,
+            const void* residual, const float* bias, const RowsOfA& shared_a, BFloat16* pb,
+            const PartScratch& scratch, size_t own_bytes) {
+  const int64_t kp = g.la.kp, count = (kp + sh.panel - 1) / sh.panel, parts = sh.parts, mblocks = g.mblocks;
+  const auto range = [&](int64_t i) { return KRange{i * sh.panel, std::min(kp, (i + 1) * sh.panel), sh.panel}; };
+  const auto buffer = [&](int64_t i) { return pb + (i % 2) * g.panel_b(); };
+  // part t's share of panel i's pieces of b
+  const auto pack_share = [&](int64_t i, int64_t t) {
+    const KRange r = range(i);
+    const int64_t pieces = g.panel_pieces(r);
+    g.pack_panel_b(p, b, r, t * pieces / parts, (t + 1) * pieces / parts, buffer(i));
+  };
+  for_each_part(parts, parts, [&](int64_t t, int64_t, int64_t) { pack_share(0, t); });
+  for (int64_t i = 0; i < count; ++i) {
+    const KRange r = range(i);
+    for_each_part(parts, mblocks, [&](int64_t part, int64_t m0, int64_t m1) {
+      if (i + 1 < count) pack_share(i + 1, part);
+      configure_tiles();
+      auto* own = reinterpret_cast<BFloat16*>(scratch.part(part));
+      float* const held = reinterpret_cast<float*>(scratch.part(part) + own_bytes);
+      RowsOfA own_a = shared_a;
+      own_a.packed = own;
+      own_a.packed_ld = g.panel_ld();
+      own_a.lo = sh.panel;
+      own_a.k_from = r.begin;
+      for (int64_t c0 = m0; c0 < m1; c0 += sh.chunk) {
+        const int64_t c1 = std::min(m1, c0 + sh.chunk);
+        own_a.packed_from = c0;
+        pack_a(p, a, g.la, 2 * c0, 2 * c1, c0 * kBlock, g.panel_ld(), own, r);
+        g.product(p, own_a, buffer(i), 0, c0, c1, 0, g.nblocks, held + (c0 - m0) * g.nblocks * kBlock * kBlock, c,
+                  residual, bias, &r);
+      }
+      _tile_release();
+    });
+  }
 }
 
 }  // namespace
@@ -843,8 +904,11 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   // thread: workers allocate nothing.)
   const bool a_shared = by_columns || g.direct;
   Workspace pa(a_shared ? g.item_a : 0);
-  Workspace pb(by_columns ? 0 : g.item_b);
-  const size_t sums_bytes = g.held_bytes(b_chunk, sh.panel > 0) * static_cast<size_t>(sh.panel > 0 ? chunk : 1);
+  // (where panels, two panels of b: the next one packed while the threads multiply this one)
+  Workspace pb(by_columns ? 0 : sh.panel > 0 ? 2 * static_cast<size_t>(g.panel_b()) * sizeof(BFloat16) : g.item_b);
+  const size_t sums_bytes =
+      g.held_bytes(b_chunk, sh.panel > 0) *
+      static_cast<size_t>(sh.panel > 0 ? ((mblocks + parts - 1) / parts) : 1);
   const size_t own_bytes = by_columns   ? static_cast<size_t>(chunk * b_block) * sizeof(BFloat16)
                            : g.direct   ? 0
                            : sh.panel   ? static_cast<size_t>(chunk * g.panel_block()) * sizeof(BFloat16)
@@ -861,6 +925,10 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
         pack_a(p, ai, g.la, g0 + t0, g0 + t1, g.packed_from * kBlock, g.ld, pa16, KRange::all(g.la));
       });
     }
+    if (sh.panel > 0) {
+      panels(p, g, sh, ai, bi, ci, ri, bias, shared_a, pb16, scratch, own_bytes);
+      continue;
+    }
     if (!by_columns) {
       const int64_t pieces = pn / kTile * steps;
       for_each_part(parts_for(pieces), pieces,
@@ -875,20 +943,6 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
         if (by_columns) {  // column blocks [c0, c1): their 2 (c1 - c0) tile columns, packed into `own`
           pack_b(p, bi, g.lb, 2 * c0 * steps, 2 * c1 * steps, 2 * c0, own);
           g.product(p, shared_a, own, c0, 0, mblocks, c0, c1, held, ci, ri, bias);
-          continue;
-        }
-        if (sh.panel > 0) {  // row blocks [c0, c1) against all of b, a panel of K at a time
-          RowsOfA own_a = shared_a;
-          own_a.packed = own;
-          own_a.packed_from = c0;
-          own_a.packed_ld = g.panel_ld();
-          own_a.lo = sh.panel;
-          for (int64_t k0 = 0; k0 < g.la.kp; k0 += sh.panel) {
-            const KRange r{k0, std::min(g.la.kp, k0 + sh.panel), sh.panel};
-            pack_a(p, ai, g.la, 2 * c0, 2 * c1, c0 * kBlock, g.panel_ld(), own, r);
-            own_a.k_from = k0;
-            g.product(p, own_a, pb16, 0, c0, c1, 0, nblocks, held, ci, ri, bias, &r);
-          }
           continue;
         }
         // row blocks [c0, c1) against all of b, its column blocks a chunk's worth at a time

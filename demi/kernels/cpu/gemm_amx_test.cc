@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "demi/core/cpu.h"
+#include "demi/core/memory.h"
 #include "demi/core/parallel.h"
 #include "demi/core/rng.h"
 #include "demi/kernels/cpu/internal/amx_gemm.h"
@@ -213,6 +214,25 @@ TEST(AmxGemm, KPanelsGiveTheBitsOfOnePassOverTheWholeK) {
         c.resize(c1.size());  // (its first 32 rows)
         EXPECT_EQ(c, c1);
       }
+}
+
+// Where K panels, the only packed b is two panels of it (the one multiplied, the next one being packed), not
+// the whole of it: model B's first Dense forward (128 x 128 x 3136, f16 values, the f32 master weight read
+// rounded) holds less workspace than its packed b alone would take (128 columns x 3136 x hi | lo).
+TEST(AmxGemm, KPanelsHoldTwoPanelsOfPackedBNotTheWhole) {
+  DEMI_SKIP_WITHOUT_AMX();
+  ScopedCpuLevel level(CpuLevel::kAmx);
+  MatmulParams p = params(128, 128, 3136, false, true, F16, F32, F16);
+  p.b_round = F16;
+  ASSERT_TRUE(cpu_internal_amx::amx_gemm_k_panels(p, true));
+  Operand a = random_operand(F16, p.m * p.k, 1), b = random_operand(F32, p.k * p.n, 2);
+  std::vector<Half> c(static_cast<size_t>(p.m * p.n));
+  ScopedPeak peak;
+  amx_gemm(p, a.data(), b.data(), c.data());
+  const int64_t scratch = peak.peak().pk(MemCategory::kWorkspace) - mem_stats().cur(MemCategory::kWorkspace);
+  const int64_t whole_b = 128 * 2 * 3136 * 2;  // bytes
+  EXPECT_GT(scratch, 0);
+  EXPECT_LT(scratch, whole_b) << scratch << " bytes of workspace";
 }
 
 // A batch of many small products (attention's per-head ones) goes a whole product per thread: against the
