@@ -13,8 +13,8 @@
 //     registers while packing (a call's workspace: the packed operands, the bytes its measured choice weighs
 //     against its time). The threads share the smaller operand, packed first, and each packs its own part
 //     of the larger one a chunk at a time, just before its tiles read it (the split's rows of a with a long
-//     K a panel of K at a time, so that a panel of b stays in L2 across them); a batch of many small
-//     products goes a whole product per thread instead.
+//     K a panel of K at a time, a and b: two panels of b packed, the next while this one is multiplied);
+//     a batch of many small products goes a whole product per thread instead.
 //   - a C block of 32 x 32 is 2 x 2 tiles (bf16 values: held in the tiles over the whole K, the next
 //     steps' tiles prefetched, or over K blocks of 256 with a's block in L1; split values: over the whole K,
 //     or a panel's); the block's store applies MatmulParams' epilogue in AVX-512
