@@ -50,8 +50,8 @@ using cpu_internal::Workspace;
 constexpr int64_t kBlock = 32;  // a C block: 2 x 2 tiles of 16 x 16 f32
 constexpr int64_t kKStep = 32;  // bf16 values in a tile row (64 bytes): the K step of one TDPBF16PS
 constexpr int64_t kTile = 16;   // rows of a tile; columns of a B or C tile
-// K' values per block of a row block's a held in L1 (blocks(), where k_blocked); bytes of the larger operand a thread packs
-// and multiplies at a time, and of b's column blocks multiplied at a time (a quarter of a core's L2 on the
+// K' values per block of a row block's a held in L1 (blocks(), where k_blocked); bytes of the larger operand
+// a thread packs and multiplies at a time, and of b's column blocks multiplied at a time (a quarter of a core's L2 on the
 // Xeons with AMX: 2 MiB) where the threads split a's rows: each chunk of a's rows reads all of b, so the
 // more rows a chunk has, the fewer passes over b (1024^3 at a chunk of 128 KiB: 0.76x). Where they split
 // b's columns, each chunk of columns reads all of the shared a from L2 at 2 / columns bytes per product,
@@ -595,10 +595,10 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
 // multiplied every fourth product. Each C block stays in the tiles over the whole K (or the whole `panel`
 // a's rows and b hold, its chains then waiting in `held` between the calls over the panels: a 32 x 32 f32 block
 // per row block and column block) and goes through the store once; a's and b's tiles load from L2.
-// Measured (2 threads, Xeon with AMX, against K blocks of 256 with the sums stored and reloaded between
-// them, where each store waited for the tile unit to finish the block's products): C's 256 x 1024 x 1024
-// f16 products 1.09-1.26x, D's 4096 x 256 x 768 1.10x, 1024^3 1.20x. (No prefetch: a's next steps, b's,
-// or both measured within noise of none.)
+// Measured (`gemm_bench`, 2 threads, Xeon with AMX, against K blocks of 256 with the sums stored and
+// reloaded between them, each store waiting for the tile unit to finish the block's products): C's f16
+// products 1.13-1.29x, D's input and weight gradients 1.18-1.29x, 1024^3 1.22x. (No prefetch: a's next
+// steps, b's, or both measured within noise of none.)
 void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFloat16* pb, int64_t pb_nb0,
                   int64_t m0, int64_t m1, int64_t n0, int64_t n1, float* held, void* c, int64_t ldc,
                   const void* residual, const float* bias, const KRange* panel) {
@@ -616,7 +616,7 @@ void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, con
     for (int64_t nb = n0; nb < n1; ++nb) {
       float* sums = held + ((mb - m0) * (n1 - n0) + nb - n0) * kBlock * kBlock;  // (where a panel)
       const BFloat16* b0 = pb + 2 * (nb - pb_nb0) * half * 2 * kTile;  // b's hi, columns 0-15
-      const BFloat16* b1 = b0 + half * 2 * kTile;                                       // columns 16-31
+      const BFloat16* b1 = b0 + half * 2 * kTile;                       // columns 16-31
       if (first)
         zero_c_tiles();
       else
@@ -811,9 +811,9 @@ Shares shares(const MatmulParams& p, const Geometry& g) {
 // thread packs its share of the next panel of b (into the other of pb's two) and multiplies its row blocks by
 // this one, a chunk of them at a time, packing the chunk's rows of the panel of a into its own buffer first;
 // each C block's chains wait between panels in the thread's `held` (a 32 x 32 f32 block per row block and
-// column block of its part). A panel of b is what the threads keep in L2 (where a's chunk streamed all of a
-// packed b from L3, as one pass per row block did), and the only packed b there is: two panels, not the
-// whole of it (model B's 128 x 128 x 3136 f16 forward: 0.5 MiB instead of 1.6).
+// column block of its part). A panel of b stays in L2 across a thread's row blocks (one pass per row block
+// streamed all of packed b from L3), and it is the only packed b there is: two panels, not the whole of it
+// (model B's 128 x 128 x 3136 f16 forward: 0.5 MiB instead of 1.6).
 void panels(const MatmulParams& p, const Geometry& g, const Shares& sh, const void* a, const void* b, void* c,
             const void* residual, const float* bias, const RowsOfA& shared_a, BFloat16* pb,
             const PartScratch& scratch, size_t own_bytes) {
