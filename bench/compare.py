@@ -69,12 +69,16 @@ FLOPS_PER_SAMPLE = {"A": 3.54e6, "B": 25.0e6, "C": 9.56e6}
 
 
 def ceilings(build):
-    """The f32 FMA and bf16 ceilings (GFLOP/s, all cores) as gemm_bench measures them now: bf16's is the
-    faster of vdpbf16ps and the AMX tile unit (0 where the CPU has none)."""
+    """The f32 FMA, bf16 and exact-f16 ceilings (GFLOP/s, all cores) as gemm_bench measures them now: bf16's
+    is the faster of vdpbf16ps and the AMX tile unit; exact f16 products' the faster of the FMAs and a quarter
+    of the tile unit (demi multiplies an f16 product as four bf16 ones there: cpu/gemm_amx.h)."""
     out = subprocess.run([os.path.join(build, "bench", "gemm_bench"), "--filter", "(no product)", "--rounds", "1"],
                          capture_output=True, text=True, check=False).stdout
     m = re.search(r"f32 FMA (\d+), bf16 vdpbf16ps (\d+), AMX tdpbf16ps (\d+)", out)
-    return (float(m.group(1)), max(float(m.group(2)), float(m.group(3)))) if m else None
+    if not m:
+        return None
+    fma, pairs, amx = (float(m.group(i)) for i in (1, 2, 3))
+    return fma, max(pairs, amx), max(fma, amx / 4)
 
 
 # The Pythons that run the PyTorch twins: Debian's (1.13, python3-torch) and the venv with the newest PyPI torch
@@ -126,7 +130,7 @@ def main():
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
     log = open(os.path.join(ROOT, "bench", "results", "compare.jsonl"), "a")
     build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(args.demi))))
-    peaks = []  # (fma, bf16) measured before each repetition: the ceilings of the same run
+    peaks = []  # (fma, bf16, exact f16) measured before each repetition: the ceilings of the same run
     for rep in range(args.reps):
         c = ceilings(build)
         if c:
@@ -171,16 +175,22 @@ def main():
         rs = [med(m, *a) / med(m, *b) for _, a, b in ratios]
         print(f"{m:5} " + " ".join(f"{c:>19}" for c in cells) + " " + " ".join(f"{r:11.2f}x" for r in rs))
     if peaks:
-        fma, bf16 = statistics.median(p[0] for p in peaks), statistics.median(p[1] for p in peaks)
+        fma, bf16, f16 = (statistics.median(p[i] for p in peaks) for i in range(3))
         print(f"\nshare of the hardware ceiling measured in this run (f32 FMA {fma:.0f} GFLOP/s, bf16 (vdpbf16ps or AMX)"
-              f" {bf16:.0f}): training FLOPs per sample x samples/s / the ceiling of the setting's arithmetic"
-              " (fp32 and fp16 products run FMAs on f32, bf16 ones and O2-fp16bp's vdpbf16ps)")
+              f" {bf16:.0f}, demi's exact f16 (FMAs or a quarter of AMX) {f16:.0f}): training FLOPs per sample x"
+              " samples/s / the ceiling of the setting's arithmetic (fp32 products and PyTorch's fp16 run FMAs on"
+              " f32, bf16 ones and O2-fp16bp's bf16 arithmetic, demi's O2-fp16 exact f16)")
         print(f"{'model':5} " + " ".join(f"{fw + ' ' + s:>19}" for fw, s in columns))
         for m in models:
             f = FLOPS_PER_SAMPLE.get(m)
             if f is None:
                 continue
-            share = lambda fw, st: 100 * f * med(m, fw, st) / ((bf16 if st.endswith(("bf16", "bp")) else fma) * 1e9)
+            def ceiling(fw, st):
+                if st.endswith(("bf16", "bp")):
+                    return bf16
+                return f16 if fw == "demi" and st == "O2-fp16" else fma
+
+            share = lambda fw, st: 100 * f * med(m, fw, st) / (ceiling(fw, st) * 1e9)
             print(f"{m:5} " + " ".join(f"{share(fw, s):18.0f}%" for fw, s in columns))
     print("\ndemi tracked peak memory O2-bf16 / O0: all tracked memory; training (all but the data set held in"
           " memory); activations")
