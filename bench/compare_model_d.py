@@ -37,7 +37,7 @@ def main():
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
     log = open(os.path.join(ROOT, "bench", "results", "compare.jsonl"), "a")
     build = os.path.dirname(os.path.dirname(os.path.abspath(args.bench)))
-    peaks = []  # (fma, bf16) measured before each repetition: the ceilings of the same run
+    peaks = []  # (fma, bf16, exact f16) measured before each repetition: the ceilings of the same run
     for rep in range(args.reps):
         c = ceilings(build)
         if c:
@@ -82,11 +82,12 @@ def main():
     if bf16_products:
         print(f"  demi O2-fp16bp / demi O0:         {med('demi', 'O2-fp16bp') / med('demi', 'O0'):.2f}x")
     if peaks:
-        fma, bf16 = statistics.median(p[0] for p in peaks), statistics.median(p[1] for p in peaks)
-        print(f"  share of the ceiling measured in this run (f32 FMA {fma:.0f} GFLOP/s, bf16 (vdpbf16ps or AMX) {bf16:.0f}):"
-              " training FLOPs per sample x samples/s / the ceiling of the setting's arithmetic")
+        fma, bf16, f16 = (statistics.median(p[i] for p in peaks) for i in range(3))
+        print(f"  share of the ceiling measured in this run (f32 FMA {fma:.0f} GFLOP/s, bf16 (vdpbf16ps or AMX) {bf16:.0f},"
+              f" demi's exact f16 (FMAs or a quarter of AMX) {f16:.0f}): training FLOPs per sample x samples/s / the"
+              " ceiling of the setting's arithmetic")
         for fw, s in columns + [("demi", s) for s in demi_settings]:
-            ceiling = bf16 if s.endswith(("bf16", "bp")) else fma
+            ceiling = bf16 if s.endswith(("bf16", "bp")) else f16 if fw == "demi" and s == "O2-fp16" else fma
             print(f"    {fw:12s} {s:10s} {100 * FLOPS_PER_SAMPLE * med(fw, s) / (ceiling * 1e9):5.0f}%")
     print(f"  demi tracked peak O2 / O0:        {med('demi', 'O2-bf16', 'peak_tracked') / med('demi', 'O0', 'peak_tracked'):.3f}"
           f" (activations {med('demi', 'O2-bf16', 'peak_activation') / med('demi', 'O0', 'peak_activation'):.3f};"
