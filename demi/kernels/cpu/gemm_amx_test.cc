@@ -22,6 +22,7 @@ namespace demi::kernels::cpu {
 namespace {
 
 using testing::check_product;
+using testing::check_rounded_b_is_cast_b;
 using testing::Operand;
 using testing::random_operand;
 
@@ -180,7 +181,8 @@ TEST(AmxGemm, KBlocksGiveTheBitsOfOnePassOverTheWholeK) {
 }
 
 // Where a split product's rows of a take K a panel at a time (the threads split a's rows, K past one panel:
-// the chains held per row block and column block between panels, a's panel packed per chunk of rows), C's
+// the chains held per row block and column block between panels, a's panel packed per chunk of rows, b's
+// a panel at a time), C's
 // values are those of one pass over the whole K: a product of 600 rows against the same product of its first
 // 32 rows (one row block: the threads split b's columns, no panels), bit for bit — transposes, f32 and f16
 // outputs, a bias and ReLU, a last panel partial (K 1100) and whole (4096: model D's weight gradients).
@@ -214,6 +216,18 @@ TEST(AmxGemm, KPanelsGiveTheBitsOfOnePassOverTheWholeK) {
         c.resize(c1.size());  // (its first 32 rows)
         EXPECT_EQ(c, c1);
       }
+  // A batch of two against the reference, and b an f32 master read rounded (each panel of it rounded and
+  // split as it is packed) bit for bit the product on b cast to f16 first, both ways of storing b.
+  for (bool trans_b : {false, true}) {
+    MatmulParams q = params(M, N, 1100, false, trans_b, F16, F16, F32);
+    q.batch = 2;
+    SCOPED_TRACE(describe(q));
+    ASSERT_TRUE(cpu_internal_amx::amx_gemm_k_panels(q, true));
+    check_product(amx, q, true, seed++);
+    q.b_dtype = F32;
+    q.b_round = F16;
+    check_rounded_b_is_cast_b(amx, q);
+  }
 }
 
 // Where K panels, the only packed b is two panels of it (the one multiplied, the next one being packed), not
