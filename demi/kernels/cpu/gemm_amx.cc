@@ -51,9 +51,9 @@ constexpr int64_t kBlock = 32;  // a C block: 2 x 2 tiles of 16 x 16 f32
 constexpr int64_t kKStep = 32;  // bf16 values in a tile row (64 bytes): the K step of one TDPBF16PS
 constexpr int64_t kTile = 16;   // rows of a tile; columns of a B or C tile
 // K' values per block of a row block's a held in L1 (blocks(), where k_blocked); bytes of the larger operand
-// a thread packs and multiplies at a time, and of b's column blocks multiplied at a time (a quarter of a core's L2 on the
-// Xeons with AMX: 2 MiB) where the threads split a's rows: each chunk of a's rows reads all of b, so the
-// more rows a chunk has, the fewer passes over b (1024^3 at a chunk of 128 KiB: 0.76x). Where they split
+// a thread packs and multiplies at a time, and of b's column blocks multiplied at a time (a quarter of a
+// core's L2 on the Xeons with AMX: 2 MiB) where the threads split a's rows: each chunk of a's rows reads all
+// of b, so the more rows a chunk has, the fewer passes over b (1024^3 at a chunk of 128 KiB: 0.76x). Where they split
 // b's columns, each chunk of columns reads all of the shared a from L2 at 2 / columns bytes per product,
 // nothing beside the tile loads' 1 KiB per 16 x 16 x 32: 128 KiB (at least one column block) is as fast,
 // and a fourth of the workspace (model C's 256 x 1024 x 1024 and B's 128 x 3136 x 128 products measured
@@ -614,7 +614,7 @@ void blocks_split(const MatmulParams& p, const Layout& L, const RowsOfA& pa, con
     const BFloat16* a1 = a0 + kTile * pa.ld(mb);
     const int64_t stride = pa.ld(mb) * static_cast<int64_t>(sizeof(BFloat16));
     for (int64_t nb = n0; nb < n1; ++nb) {
-      float* sums = held + ((mb - m0) * (n1 - n0) + nb - n0) * kBlock * kBlock;  // (where a panel)
+      float* const sums = panel != nullptr ? held + ((mb - m0) * (n1 - n0) + nb - n0) * kBlock * kBlock : nullptr;
       const BFloat16* b0 = pb + 2 * (nb - pb_nb0) * half * 2 * kTile;  // b's hi, columns 0-15
       const BFloat16* b1 = b0 + half * 2 * kTile;                       // columns 16-31
       if (first)
