@@ -456,14 +456,14 @@ struct KBlock {
 };
 
 // body(KBlock) for each row block [m0, m1) of pa and each K block (`block` values, a multiple of kKStep) of
-// its values [k_begin, k_end) of k (k_begin a multiple of block), in that order.
+// its kq values, in that order (blocks(), where k_blocked: a's rows hold the whole K').
 template <class Body>
-DEMI_AMX_INLINE void for_each_k_block(const RowsOfA& pa, int64_t m0, int64_t m1, int64_t k_begin, int64_t k_end,
-                                      int64_t k, int64_t block, Body&& body) {
+DEMI_AMX_INLINE void for_each_k_block(const RowsOfA& pa, int64_t m0, int64_t m1, int64_t kq, int64_t block,
+                                      Body&& body) {
   for (int64_t mb = m0; mb < m1; ++mb)
-    for (int64_t k0 = k_begin; k0 < k_end; k0 += block) {
-      const BFloat16* a0 = pa.block(mb) + (k0 - pa.k_from);
-      body(KBlock{mb, k0, std::min(block, k_end - k0) / kKStep, k0 == 0, k0 + block >= k, a0,
+    for (int64_t k0 = 0; k0 < kq; k0 += block) {
+      const BFloat16* a0 = pa.block(mb) + k0;
+      body(KBlock{mb, k0, std::min(block, kq - k0) / kKStep, k0 == 0, k0 + block >= kq, a0,
                   a0 + kTile * pa.ld(mb), pa.ld(mb) * static_cast<int64_t>(sizeof(BFloat16))});
     }
 }
@@ -517,7 +517,7 @@ void blocks(const MatmulParams& p, const Layout& L, const RowsOfA& pa, const BFl
     // step spilled and reloaded every C block for one step's products: 1024 x 1024 x 288 1.04-1.06x even,
     // 1024^2 x 800 1.07-1.08x, against blocks of 256)
     const int64_t count = (kq + kKBlock - 1) / kKBlock, even = (kq / kKStep + count - 1) / count * kKStep;
-    for_each_k_block(pa, m0, m1, 0, kq, kq, even, [&](const KBlock& kb) {
+    for_each_k_block(pa, m0, m1, kq, even, [&](const KBlock& kb) {
       for (int64_t nb = n0; nb < n1; ++nb) {
         const BFloat16* t0 = pb + (2 * (nb - pb_nb0) * half + kb.k0 / 2) * 2 * kTile;
         const BFloat16* t1 = t0 + half * 2 * kTile;
@@ -780,6 +780,7 @@ size_t bias_room(const MatmulParams& p) {
 struct Shares {
   bool items, by_columns;
   int64_t parts, chunk, b_chunk, panel;
+  int64_t per_part;  // the most blocks (row or column) of a part
   // The most column blocks one blocks() call multiplies.
   int64_t column_blocks(const Geometry& g) const { return items ? g.nblocks : b_chunk; }
 };
@@ -798,13 +799,13 @@ Shares shares(const MatmulParams& p, const Geometry& g) {
   const int64_t part_held = per_part * static_cast<int64_t>(g.held_bytes(nblocks, true));
   if (g.split && !by_columns && !items && g.la.kp > kPanel && b_panel <= kChunkBytes && part_held <= kChunkBytes) {
     const int64_t chunk = std::clamp<int64_t>(kChunkBytes / g.panel_block() / 2, 1, per_part);
-    return {false, false, parts, chunk, nblocks, kPanel};
+    return {false, false, parts, chunk, nblocks, kPanel, per_part};
   }
   const int64_t chunk =
       std::clamp<int64_t>((by_columns ? kColumnChunkBytes / b_block : kChunkBytes / a_block) / 2, 1, per_part);
   // column blocks per blocks() call
   const int64_t b_chunk = by_columns ? chunk : std::clamp<int64_t>(kChunkBytes / (b_block * 2), 1, nblocks);
-  return {items, by_columns, parts, chunk, b_chunk, 0};
+  return {items, by_columns, parts, chunk, b_chunk, 0, per_part};
 }
 
 // amx_gemm_body's product where sh.panel: K a panel at a time, outermost. One parallel region per panel: each
@@ -906,9 +907,7 @@ void amx_gemm_body(const MatmulParams& p, const void* a, const void* b, void* c,
   Workspace pa(a_shared ? g.item_a : 0);
   // (where panels, two panels of b: the next one packed while the threads multiply this one)
   Workspace pb(by_columns ? 0 : sh.panel > 0 ? 2 * static_cast<size_t>(g.panel_b()) * sizeof(BFloat16) : g.item_b);
-  const size_t sums_bytes =
-      g.held_bytes(b_chunk, sh.panel > 0) *
-      static_cast<size_t>(sh.panel > 0 ? ((mblocks + parts - 1) / parts) : 1);
+  const size_t sums_bytes = g.held_bytes(b_chunk, sh.panel > 0) * static_cast<size_t>(sh.panel > 0 ? sh.per_part : 1);
   const size_t own_bytes = by_columns   ? static_cast<size_t>(chunk * b_block) * sizeof(BFloat16)
                            : g.direct   ? 0
                            : sh.panel   ? static_cast<size_t>(chunk * g.panel_block()) * sizeof(BFloat16)
