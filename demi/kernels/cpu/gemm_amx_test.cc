@@ -216,6 +216,13 @@ TEST(AmxGemm, KPanelsGiveTheBitsOfOnePassOverTheWholeK) {
         c.resize(c1.size());  // (its first 32 rows)
         EXPECT_EQ(c, c1);
       }
+  // A part's chains held between panels must fit 512 KiB: rows enough for 17 row blocks a thread, each with
+  // 8 column blocks' chains (32 KiB), take one pass instead.
+  const auto tall = [](int64_t blocks_a_thread) {
+    return params(32 * blocks_a_thread * num_threads(), 256, 1100, false, false, F16, F16, F32);
+  };
+  ASSERT_FALSE(cpu_internal_amx::amx_gemm_k_panels(tall(17), true));
+  ASSERT_TRUE(cpu_internal_amx::amx_gemm_k_panels(tall(15), true));
   // A batch of two against the reference, and b an f32 master read rounded (each panel of it rounded and
   // split as it is packed) bit for bit the product on b cast to f16 first, both ways of storing b.
   for (bool trans_b : {false, true}) {
