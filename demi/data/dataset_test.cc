@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <set>
@@ -425,6 +426,26 @@ TEST(Map, TransformsTheNamedColumnsOnly) {
   EXPECT_EQ(rows[4][1].get(1), -4);
   // The default input column is the first.
   EXPECT_EQ(collect(numbered(2)->map({TypeCast(DType::kF64)}))[1][0].dtype(), DType::kF64);
+}
+
+// map runs a Rescale followed by a Normalize on bytes in one pass: the same bits as the two in separate
+// maps (which run each in turn), and a channel mismatch still names the Normalize.
+TEST(Map, RescaleThenNormalizeOnBytesInOnePass) {
+  Tensor images = empty({5, 1, 4, 4}, DType::kU8);
+  for (int64_t i = 0; i < images.numel(); ++i) images.set(i, static_cast<double>((i * 53) % 256));
+  auto ds = std::make_shared<NumpySlicesDataset>(std::vector<Tensor>{images, arange(5)},
+                                                 std::vector<std::string>{"image", "label"});
+  const Rescale rescale(1.0 / 255, 0.0);
+  const Normalize normalize({0.2860}, {0.3530});
+  auto fused = collect(ds->map({rescale, normalize}, {"image"})->batch(5));
+  auto apart = collect(ds->map({rescale}, {"image"})->map({normalize}, {"image"})->batch(5));
+  ASSERT_EQ(fused.size(), 1u);
+  ASSERT_EQ(fused[0][0].dtype(), DType::kF32);
+  EXPECT_EQ(fused[0][0].shape(), Shape({5, 1, 4, 4}));
+  EXPECT_EQ(std::memcmp(fused[0][0].raw_data(), apart[0][0].raw_data(), 80 * sizeof(float)), 0);
+  EXPECT_FLOAT_EQ(fused[0][0].get(17), static_cast<float>((((17 * 53) % 256) / 255.0 - 0.2860) / 0.3530));
+  expect_error([&] { collect(ds->map({rescale, Normalize({0, 0}, {1, 1})}, {"image"})); },
+               {"Normalize(mean=[0, 0]", "1 channel(s)", "column 'image'"});
 }
 
 // A random transform: adds a uniform draw in [0, 1000) to every element.

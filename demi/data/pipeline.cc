@@ -15,6 +15,7 @@
 #include "demi/core/rng.h"
 #include "demi/data/dataset.h"
 #include "demi/data/internal/util.h"
+#include "demi/data/transforms.h"
 
 namespace demi::data {
 namespace {
@@ -38,7 +39,15 @@ class MapDataset final : public Dataset {
         ops_(std::move(ops)),
         columns_(std::move(columns)),
         workers_(options.num_parallel_workers),
-        seed_(options.seed.value_or(default_data_seed())) {}
+        seed_(options.seed.value_or(default_data_seed())),
+        pairs_(ops_.size()) {
+    for (size_t i = 0; i + 1 < ops_.size(); ++i) {
+      const auto* rescale = dynamic_cast<const Rescale*>(&ops_[i].impl());
+      const auto* normalize = dynamic_cast<const Normalize*>(&ops_[i + 1].impl());
+      if (rescale != nullptr && normalize != nullptr)
+        pairs_[i] = std::make_shared<const internal::RescaleNormalize>(*rescale, *normalize);
+    }
+  }
 
   std::string describe() const override {
     std::string names;
@@ -59,7 +68,15 @@ class MapDataset final : public Dataset {
       Generator rng(internal::mix_seed(seed_, internal::kSaltMap, static_cast<uint64_t>(epoch),
                                        static_cast<uint64_t>(index)));
       Tensor x = row[static_cast<size_t>(c)];
-      for (const Transform& op : ops_) {
+      for (size_t i = 0; i < ops_.size(); ++i) {
+        if (pairs_[i] != nullptr) {
+          if (std::optional<Tensor> y = pairs_[i]->apply(x)) {  // this op and the next in one pass
+            x = std::move(*y);
+            ++i;
+            continue;
+          }
+        }
+        const Transform& op = ops_[i];
         try {
           x = op(x, rng);
         } catch (const InternalError&) {
@@ -88,6 +105,9 @@ class MapDataset final : public Dataset {
   std::vector<int> columns_;
   int workers_;
   uint64_t seed_;
+  // pairs_[i]: ops i and i + 1 are a Rescale and a Normalize, run on bytes in one pass (its apply() says
+  // when it can); the pair holds the Normalize, which ops_ keeps alive.
+  std::vector<std::shared_ptr<const internal::RescaleNormalize>> pairs_;
 };
 
 // The helper threads of one map pass: run(n, fn) calls fn(0) ... fn(n - 1) spread over the calling

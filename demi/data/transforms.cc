@@ -60,16 +60,22 @@ std::string TypeCast::name() const { return str_cat("TypeCast(", dtype_name(dtyp
 Rescale::Rescale(double rescale, double shift) : rescale_(rescale), shift_(shift) {
   DEMI_CHECK(std::isfinite(rescale) && std::isfinite(shift), "Rescale: expected finite rescale and shift, got ",
              rescale, " and ", shift);
+  for (int v = 0; v < 256; ++v) bytes_[static_cast<size_t>(v)] = of(v);
 }
 
 Tensor Rescale::apply(const Tensor& x, Generator&) const {
   Tensor out = empty(x.shape(), DType::kF32);
   float* o = out.data<float>();
   int64_t n = x.numel();
+  if (x.dtype() == DType::kU8 || x.dtype() == DType::kBool) {  // (a bool is stored as the byte 0 or 1)
+    const auto* p = static_cast<const uint8_t*>(x.raw_data());
+    for (int64_t i = 0; i < n; ++i) o[i] = bytes_[p[i]];
+    return out;
+  }
   visit_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* p = static_cast<const T*>(x.raw_data());
-    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<float>(as_double(p[i]) * rescale_ + shift_);
+    for (int64_t i = 0; i < n; ++i) o[i] = of(as_double(p[i]));
   });
   return out;
 }
@@ -88,30 +94,34 @@ Normalize::Normalize(std::vector<double> mean, std::vector<double> stddev)
   }
 }
 
-Tensor Normalize::apply(const Tensor& x, Generator&) const {
+Normalize::Layout Normalize::layout(const Tensor& x) {
   // Channels are dimension 0 of a CHW image and dimension 1 of an NCHW batch.
-  int64_t channels = 1, outer = 1;
+  Layout l{.outer = 1, .channels = 1, .plane = 0};
   if (x.rank() == 3) {
-    channels = x.dim(0);
+    l.channels = x.dim(0);
   } else if (x.rank() == 4) {
-    outer = x.dim(0);
-    channels = x.dim(1);
+    l.outer = x.dim(0);
+    l.channels = x.dim(1);
   }
-  int64_t plane = channels * outer == 0 ? 0 : x.numel() / (channels * outer);
-  DEMI_CHECK(mean_.size() == 1 || static_cast<int64_t>(mean_.size()) == channels, name(), ": input ",
-             x.describe(), " has ", channels, " channel(s) but ", mean_.size(),
+  l.plane = l.channels * l.outer == 0 ? 0 : x.numel() / (l.channels * l.outer);
+  return l;
+}
+
+Tensor Normalize::apply(const Tensor& x, Generator&) const {
+  const Layout l = layout(x);
+  DEMI_CHECK(accepts(l), name(), ": input ", x.describe(), " has ", l.channels, " channel(s) but ", mean_.size(),
              " means and stddevs were given (give one, or one per channel)");
   Tensor out = empty(x.shape(), DType::kF32);
   float* o = out.data<float>();
   visit_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* p = static_cast<const T*>(x.raw_data());
-    for (int64_t b = 0; b < outer; ++b) {
-      for (int64_t c = 0; c < channels; ++c) {
+    for (int64_t b = 0; b < l.outer; ++b) {
+      for (int64_t c = 0; c < l.channels; ++c) {
         size_t k = mean_.size() == 1 ? 0 : static_cast<size_t>(c);
-        double m = mean_[k], inv = 1.0 / std_[k];
-        int64_t base = (b * channels + c) * plane;
-        for (int64_t i = base; i < base + plane; ++i) o[i] = static_cast<float>((as_double(p[i]) - m) * inv);
+        double m = mean_[k], inv = 1.0 / std_[k];  // (of()'s formula, the constants hoisted)
+        int64_t base = (b * l.channels + c) * l.plane;
+        for (int64_t i = base; i < base + l.plane; ++i) o[i] = static_cast<float>((as_double(p[i]) - m) * inv);
       }
     }
   });
@@ -119,6 +129,32 @@ Tensor Normalize::apply(const Tensor& x, Generator&) const {
 }
 
 std::string Normalize::name() const { return str_cat("Normalize(mean=", list(mean_), ", std=", list(std_), ")"); }
+
+// ---- Rescale then Normalize, on bytes ----
+
+internal::RescaleNormalize::RescaleNormalize(const Rescale& rescale, const Normalize& normalize)
+    : normalize_(&normalize), tables_(normalize.num_values()) {
+  for (size_t k = 0; k < tables_.size(); ++k) {
+    for (int v = 0; v < 256; ++v) tables_[k][static_cast<size_t>(v)] = normalize.of(rescale.of(v), k);
+  }
+}
+
+std::optional<Tensor> internal::RescaleNormalize::apply(const Tensor& x) const {
+  if (x.dtype() != DType::kU8 && x.dtype() != DType::kBool) return std::nullopt;
+  const Normalize::Layout l = Normalize::layout(x);
+  if (!normalize_->accepts(l)) return std::nullopt;
+  Tensor out = empty(x.shape(), DType::kF32);
+  float* o = out.data<float>();
+  const auto* p = static_cast<const uint8_t*>(x.raw_data());
+  for (int64_t b = 0; b < l.outer; ++b) {
+    for (int64_t c = 0; c < l.channels; ++c) {
+      const std::array<float, 256>& table = tables_[tables_.size() == 1 ? 0 : static_cast<size_t>(c)];
+      const int64_t base = (b * l.channels + c) * l.plane;
+      for (int64_t i = base; i < base + l.plane; ++i) o[i] = table[p[i]];
+    }
+  }
+  return out;
+}
 
 // ---- RandomCrop ----
 

@@ -9,9 +9,11 @@
 // share one instance): apply() is const and keeps no state between rows.
 #pragma once
 
+#include <array>
 #include <concepts>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -39,6 +41,7 @@ class Transform {
 
   Tensor operator()(const Tensor& x, Generator& rng) const { return impl_->apply(x, rng); }
   std::string name() const { return impl_->name(); }
+  const TensorTransform& impl() const { return *impl_; }  // (map looks for pairs it runs in one pass)
 
  private:
   std::shared_ptr<const TensorTransform> impl_;
@@ -61,9 +64,11 @@ class Rescale final : public TensorTransform {
   Rescale(double rescale, double shift);
   Tensor apply(const Tensor& x, Generator& rng) const override;
   std::string name() const override;
+  float of(double v) const { return static_cast<float>(v * rescale_ + shift_); }  // one element
 
  private:
   double rescale_, shift_;
+  std::array<float, 256> bytes_;  // of(v) for each uint8 value v: a uint8 (or bool) input is a lookup
 };
 
 // float32 (x - mean[c]) / stddev[c] per channel c: dimension 0 of a CHW image (dimension 1 of an NCHW
@@ -75,10 +80,37 @@ class Normalize final : public TensorTransform {
   Normalize(std::vector<double> mean, std::vector<double> stddev);
   Tensor apply(const Tensor& x, Generator& rng) const override;
   std::string name() const override;
+  size_t num_values() const { return mean_.size(); }  // 1, or one per channel
+  float of(double v, size_t k) const { return static_cast<float>((v - mean_[k]) * (1.0 / std_[k])); }  // value k's
+
+  // Where the channels are in x: `outer` runs of `channels` planes of `plane` elements each.
+  struct Layout {
+    int64_t outer, channels, plane;
+  };
+  static Layout layout(const Tensor& x);
+  bool accepts(const Layout& l) const { return mean_.size() == 1 || static_cast<int64_t>(mean_.size()) == l.channels; }
 
  private:
   std::vector<double> mean_, std_;
 };
+
+namespace internal {
+// Rescale then Normalize in one pass over a uint8 (or bool) column: each byte value of each channel maps
+// to one float, so the pair is a table per channel, built from the two's own formulas (equal bit for bit
+// to running them in turn) — one lookup per element and one tensor, where the two in turn make a float32
+// tensor and read it again. Dataset::map runs such a pair this way (MNIST-like images normalized per
+// sample are the common pipeline). apply() returns nullopt for any other input, or a shape Normalize
+// refuses: the caller then runs the two in turn, which raise their own errors.
+class RescaleNormalize {
+ public:
+  RescaleNormalize(const Rescale& rescale, const Normalize& normalize);
+  std::optional<Tensor> apply(const Tensor& x) const;
+
+ private:
+  const Normalize* normalize_;                // (its layout; map holds it for as long as this)
+  std::vector<std::array<float, 256>> tables_;  // one per value Normalize was given
+};
+}  // namespace internal
 
 // Pads the last two dimensions (height, width) by `padding` filled with `fill_value`, then crops a
 // (height, width) window at a random position. Padding is MindSpore's: one value for every side, or

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <optional>
+#include <utility>
+
 #include "demi/data/internal/test_util.h"
 
 namespace demi::data {
@@ -44,6 +48,61 @@ TEST(Transforms, TypeCastRescaleNormalize) {
   expect_error([&] { Transform(Normalize({0, 0}, {1, 1}))(rgb, g); }, {"3 channel(s)", "2 means"});
   expect_error([] { Normalize({0}, {0}); }, {"stddev 0"});
   expect_error([] { Normalize({0, 1}, {1}); }, {"2 and 1"});
+}
+
+// Every byte value, in `c` channels of a (c, 16, 16) image (channel k holds the values rotated by k).
+Tensor every_byte(int64_t c) {
+  Tensor t = empty({c, 16, 16}, DType::kU8);
+  auto* p = static_cast<uint8_t*>(t.raw_data());
+  for (int64_t k = 0; k < c; ++k)
+    for (int64_t v = 0; v < 256; ++v) p[k * 256 + v] = static_cast<uint8_t>((v + 37 * k) % 256);
+  return t;
+}
+
+std::vector<uint32_t> bits(const Tensor& t) {
+  EXPECT_EQ(t.dtype(), DType::kF32);
+  std::vector<uint32_t> b(static_cast<size_t>(t.numel()));
+  std::memcpy(b.data(), t.raw_data(), b.size() * sizeof(uint32_t));
+  return b;
+}
+
+// A uint8 input is a table lookup: the same bits as the formula on the same values given as float32 (where
+// each element is computed), for every byte value and odd scales.
+TEST(Transforms, RescaleOfBytesIsItsFormula) {
+  Generator g(0);
+  Tensor bytes = every_byte(1);
+  for (auto [r, s] : {std::pair{1.0 / 255, 0.0}, std::pair{0.1, -3.7}, std::pair{-1e-3, 1e30}}) {
+    Rescale op(r, s);
+    EXPECT_EQ(bits(op.apply(bytes, g)), bits(op.apply(bytes.to(DType::kF32), g))) << op.name();
+  }
+  Tensor flags = full({2}, 1, DType::kBool);
+  flags.set(0, 0);
+  EXPECT_EQ(Rescale(2, 0.5).apply(flags, g).to_vector(), (std::vector<float>{0.5, 2.5}));
+}
+
+// Rescale then Normalize on bytes in one pass: bit for bit the two in turn, per channel or one value for
+// all, on an image and an NCHW batch; not taken for other dtypes or a shape Normalize refuses.
+TEST(Transforms, RescaleNormalizeOnBytesIsTheTwoInTurn) {
+  Generator g(0);
+  Rescale rescale(1.0 / 255, 0.0);
+  Normalize rgb({0.4914, 0.4822, 0.4465}, {0.2470, 0.2435, 0.2616}), grey({0.2860}, {0.3530});
+  Tensor image = every_byte(3);
+  Tensor batch = empty({2, 3, 16, 16}, DType::kU8);  // two images, the second the first reversed
+  for (int64_t i = 0; i < 768; ++i) {
+    batch.set(i, image.get(i));
+    batch.set(768 + i, image.get(767 - i));
+  }
+  for (const Normalize* n : {&rgb, &grey}) {
+    internal::RescaleNormalize pair(rescale, *n);
+    for (const Tensor& x : {image, batch}) {
+      std::optional<Tensor> y = pair.apply(x);
+      ASSERT_TRUE(y.has_value()) << n->name() << " " << x.describe();
+      EXPECT_EQ(y->shape(), x.shape());
+      EXPECT_EQ(bits(*y), bits(n->apply(rescale.apply(x, g), g))) << n->name() << " " << x.describe();
+    }
+  }
+  EXPECT_FALSE(internal::RescaleNormalize(rescale, rgb).apply(image.to(DType::kF32)).has_value());
+  EXPECT_FALSE(internal::RescaleNormalize(rescale, rgb).apply(every_byte(2)).has_value());  // 2 channels, 3 values
 }
 
 TEST(Transforms, RandomCropMatchesAReplayOfItsDraws) {
