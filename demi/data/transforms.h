@@ -81,14 +81,17 @@ class Normalize final : public TensorTransform {
   Tensor apply(const Tensor& x, Generator& rng) const override;
   std::string name() const override;
   size_t num_values() const { return mean_.size(); }  // 1, or one per channel
-  float of(double v, size_t k) const { return static_cast<float>((v - mean_[k]) * (1.0 / std_[k])); }  // value k's
+  // One element normalized by the k-th mean and stddev (apply's formula).
+  float of(double v, size_t k) const { return static_cast<float>((v - mean_[k]) * (1.0 / std_[k])); }
 
   // Where the channels are in x: `outer` runs of `channels` planes of `plane` elements each.
   struct Layout {
     int64_t outer, channels, plane;
   };
   static Layout layout(const Tensor& x);
-  bool accepts(const Layout& l) const { return mean_.size() == 1 || static_cast<int64_t>(mean_.size()) == l.channels; }
+  bool accepts(const Layout& l) const {
+    return mean_.size() == 1 || static_cast<int64_t>(mean_.size()) == l.channels;
+  }
 
  private:
   std::vector<double> mean_, std_;
