@@ -3,6 +3,8 @@
 // demi/kernels/cpu/optimizer.h, apply them).
 #pragma once
 
+#include "demi/core/dtype.h"
+
 namespace demi::kernels {
 
 // Momentum (MindSpore's, PyTorch's SGD with momentum): v = m v + g + wd p; p -= lr v; with nesterov:
@@ -10,6 +12,16 @@ namespace demi::kernels {
 struct MomentumStep {
   float momentum = 0, lr = 0, weight_decay = 0;
   bool nesterov = false;
+};
+// A Momentum update's gradient and state where they are not FP32 arrays (AMP O2: a gradient in f16 or bf16,
+// the state in bf16): g of g_dtype (f32, f16, bf16) multiplied by g_scale (the gradient's unscale factor),
+// v of v_dtype (f32, bf16; rounded back to nearest even).
+struct MixedOperands {
+  const void* g = nullptr;
+  DType g_dtype = DType::kF32;
+  float g_scale = 1;
+  void* v = nullptr;
+  DType v_dtype = DType::kF32;
 };
 // Plain SGD: p -= lr (g + wd p).
 struct SgdStep {

@@ -245,9 +245,11 @@ Tensor attention_heads(const Tensor& qkv, int64_t heads, const Tensor& mask = Te
 // thread at the CPU's widest vectors, the same bits at every ISA level (kernels/optimizer_params.h gives
 // each formula): demi/optim's update loops.
 using kernels::AdamStep;
+using kernels::MixedOperands;
 using kernels::MomentumStep;
 using kernels::SgdStep;
 void momentum_update(const MomentumStep& s, float* v, float* p, const float* g, int64_t n);
+void momentum_update_mixed(const MomentumStep& s, const MixedOperands& x, float* p, int64_t n);
 void sgd_update(const SgdStep& s, float* p, const float* g, int64_t n);
 void adam_update(const AdamStep& s, float* m, float* v, float* p, const float* g, int64_t n);
 // a + b, both of one dtype and one number of elements (b is read in a's shape): how the autograd engine

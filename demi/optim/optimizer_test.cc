@@ -184,6 +184,49 @@ TEST(Optimizer, Bf16StateIsTheFp32UpdateRoundedAfterEachStep) {
   }
 }
 
+// Momentum updates a low-precision gradient and BF16 state in one pass (update_mixed): bit for bit the
+// optimizer's widening path (the chunks widened into FP32 buffers around update()), which a Momentum without
+// update_mixed takes — every gradient dtype, either state dtype, a multiplier, Nesterov, over several chunks.
+class WidenedMomentum : public Momentum {
+ public:
+  using Momentum::Momentum;
+
+ protected:
+  bool update_mixed(const ops::MixedOperands&, float*, int64_t, double, double) override { return false; }
+};
+
+TEST(Optimizer, MomentumInOnePassIsTheWidenedUpdate) {
+  const int64_t n = 70000;
+  std::vector<float> w0(static_cast<size_t>(n)), g0(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    w0[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(i));
+    g0[static_cast<size_t>(i)] = 300.0f * std::cos(0.11f * static_cast<float>(i)) * (1.0f + static_cast<float>(i % 7));
+  }
+  for (DType grad : {DType::kF32, DType::kF16, DType::kBF16})
+    for (DType state : {DType::kF32, DType::kBF16})
+      for (bool nesterov : {false, true})
+        for (float multiplier : {1.0f, 0.75f / 1024}) {
+          if (grad == DType::kF32 && state == DType::kF32) continue;  // (not chunked: update() itself)
+          SCOPED_TRACE(::testing::Message() << dtype_name(grad) << " gradient, " << dtype_name(state) << " state"
+                                            << (nesterov ? ", nesterov" : "") << ", multiplier " << multiplier);
+          Tensor a = param(w0), b = param(w0);
+          Momentum oa({a}, 0.1, 0.9, 0.01, nesterov);
+          WidenedMomentum ob({b}, 0.1, 0.9, 0.01, nesterov);
+          oa.set_state_dtype(state);
+          ob.set_state_dtype(state);
+          for (int step = 0; step < 3; ++step) {
+            Tensor g = from_vector(g0, a.shape()).to(grad);
+            a.set_grad(g);
+            b.set_grad(g);
+            oa.step(multiplier);
+            ob.step(multiplier);
+          }
+          for (int64_t i = 0; i < n; ++i) ASSERT_EQ(a.get(i), b.get(i)) << "element " << i;
+          Tensor sa = oa.state()[0].second.to(DType::kF32), sb = ob.state()[0].second.to(DType::kF32);
+          for (int64_t i = 0; i < n; ++i) ASSERT_EQ(sa.get(i), sb.get(i)) << "state element " << i;
+        }
+}
+
 TEST(Optimizer, Bf16StateTakesHalfTheBytesAndIsRefusedWhereItCannotWork) {
   Tensor p = param({1.0f, 2.0f, 3.0f, 4.0f});
   const int64_t before = mem_stats().cur(MemCategory::kOptimizerState);

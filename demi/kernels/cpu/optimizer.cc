@@ -30,6 +30,10 @@ void momentum_update(const MomentumStep& s, float* v, float* p, const float* g, 
   kernels().momentum(s, v, p, g, n);
 }
 
+void momentum_update_mixed(const MomentumStep& s, const MixedOperands& x, float* p, int64_t n) {
+  kernels().momentum_mixed(s, x, p, n);
+}
+
 void sgd_update(const SgdStep& s, float* p, const float* g, int64_t n) { kernels().sgd(s, p, g, n); }
 
 void adam_update(const AdamStep& s, float* m, float* v, float* p, const float* g, int64_t n) {

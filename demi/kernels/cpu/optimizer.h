@@ -12,6 +12,9 @@
 namespace demi::kernels {
 
 void momentum_update(const MomentumStep& s, float* v, float* p, const float* g, int64_t n);
+// The same update on a gradient and state of other dtypes (MixedOperands), in one pass: the bits of
+// widening them, momentum_update and rounding the state back.
+void momentum_update_mixed(const MomentumStep& s, const MixedOperands& x, float* p, int64_t n);
 void sgd_update(const SgdStep& s, float* p, const float* g, int64_t n);
 void adam_update(const AdamStep& s, float* m, float* v, float* p, const float* g, int64_t n);
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "demi/core/half.h"
 #include "demi/kernels/cpu/internal/test_util.h"
 
 namespace demi::kernels {
@@ -48,6 +49,47 @@ TEST(OptimizerKernels, MomentumGivesTheFormulasBitsAtEveryLevel) {
           EXPECT_TRUE(same_bits(p, want_p));
           EXPECT_TRUE(same_bits(v, want_v));
         }
+  });
+}
+
+// A gradient and state stored in other dtypes, in one pass: the bits of widening them (the gradient then
+// multiplied by its scale where that is not 1), the formulas, and the state rounded back to bf16.
+TEST(OptimizerKernels, MomentumMixedIsTheWidenedUpdateAtEveryLevel) {
+  for_each_level([](CpuLevel) {
+    uint64_t seed = 50;
+    for (int64_t n : kSizes)
+      for (DType gt : {DType::kF32, DType::kF16, DType::kBF16})
+        for (DType vt : {DType::kF32, DType::kBF16})
+          for (bool nesterov : {false, true})
+            for (float scale : {1.0f, 0.75f / 1024}) {
+              SCOPED_TRACE(::testing::Message() << "n " << n << " g " << dtype_name(gt) << " v " << dtype_name(vt)
+                                                << (nesterov ? " nesterov" : "") << " scale " << scale);
+              const std::vector<float> p0 = random_floats(n, seed++), g32 = random_floats(n, seed++, -300, 300),
+                                       v32 = random_floats(n, seed++);
+              std::vector<Half> gh(g32.begin(), g32.end());
+              std::vector<BFloat16> gb(g32.begin(), g32.end()), vb(v32.begin(), v32.end());
+              std::vector<float> vf = v32;
+              const MomentumStep s{0.9f, 0.01f, 1e-2f, nesterov};
+              // the widened operands, as the optimizer's buffers hold them
+              std::vector<float> g(static_cast<size_t>(n)), want_v(static_cast<size_t>(n)), want_p = p0, p = p0;
+              for (size_t i = 0; i < g.size(); ++i) {
+                g[i] = gt == DType::kF16 ? static_cast<float>(gh[i]) : gt == DType::kBF16 ? static_cast<float>(gb[i]) : g32[i];
+                if (scale != 1.0f) g[i] *= scale;
+                want_v[i] = vt == DType::kBF16 ? static_cast<float>(vb[i]) : vf[i];
+              }
+              momentum_update(s, want_v.data(), want_p.data(), g.data(), n);
+              const void* gp = gt == DType::kF16 ? static_cast<const void*>(gh.data())
+                               : gt == DType::kBF16 ? static_cast<const void*>(gb.data())
+                                                    : static_cast<const void*>(g32.data());
+              void* vp = vt == DType::kBF16 ? static_cast<void*>(vb.data()) : static_cast<void*>(vf.data());
+              momentum_update_mixed(s, {.g = gp, .g_dtype = gt, .g_scale = scale, .v = vp, .v_dtype = vt}, p.data(), n);
+              EXPECT_TRUE(same_bits(p, want_p));
+              for (size_t i = 0; i < want_v.size(); ++i) {
+                const float got = vt == DType::kBF16 ? static_cast<float>(vb[i]) : vf[i];
+                const float want = vt == DType::kBF16 ? static_cast<float>(BFloat16(want_v[i])) : want_v[i];
+                ASSERT_EQ(std::memcmp(&got, &want, sizeof(float)), 0) << "state element " << i;
+              }
+            }
   });
 }
 

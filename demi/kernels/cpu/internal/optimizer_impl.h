@@ -20,6 +20,7 @@ namespace demi::kernels::cpu_internal {
 
 struct OptimizerKernels {
   void (*momentum)(const MomentumStep& s, float* v, float* p, const float* g, int64_t n);
+  void (*momentum_mixed)(const MomentumStep& s, const MixedOperands& x, float* p, int64_t n);
   void (*sgd)(const SgdStep& s, float* p, const float* g, int64_t n);
   void (*adam)(const AdamStep& s, float* m, float* v, float* p, const float* g, int64_t n);
 };
@@ -79,6 +80,60 @@ void momentum_update(const MomentumStep& s, float* v, float* p, const float* g, 
   s.nesterov ? momentum_run<V, true>(s, v, p, g, n) : momentum_run<V, false>(s, v, p, g, n);
 }
 
+// momentum_update on a gradient of G (float, Half, BFloat16) times g_scale and a state of S (float,
+// BFloat16), W elements at a time through registers: the same FP32 operations as widening both into FP32
+// buffers, multiplying the gradient (where the scale is not 1), momentum_update and rounding the state back.
+template <class V, class G, class S, bool kNesterov, bool kScaled>
+void momentum_mixed_run(const MomentumStep& s, const G* g, S* v, float g_scale, float* p, int64_t n) {
+  constexpr int W = V::kWidth;
+  using F = typename V::F;
+  const F m = V::set1(s.momentum), l = V::set1(s.lr), wd = V::set1(s.weight_decay), scale = V::set1(g_scale);
+  alignas(64) float gw[W], vw[W];
+  for (int64_t i = 0; i < n; i += W) {
+    const int64_t k = n - i < W ? n - i : W;
+    F gi = k == W ? V::load(g + i) : V::load_n(g + i, k);
+    if constexpr (kScaled) gi = V::mul(gi, scale);
+    const F vi = k == W ? V::load(v + i) : V::load_n(v + i, k);
+    V::store(gw, gi);
+    V::store(vw, vi);
+    if (k == W) {
+      momentum_step<V, kNesterov, true>(m, l, wd, vw, p + i, gw, W);
+      V::store(v + i, V::load(vw));
+    } else {
+      momentum_step<V, kNesterov, false>(m, l, wd, vw, p + i, gw, k);
+      V::store_n(v + i, V::load(vw), k);
+    }
+  }
+}
+
+template <class V, class G, class S>
+void momentum_mixed_typed(const MomentumStep& s, const MixedOperands& x, float* p, int64_t n) {
+  const G* g = static_cast<const G*>(x.g);
+  S* v = static_cast<S*>(x.v);
+  const bool scaled = x.g_scale != 1.0f;
+  if (s.nesterov)
+    scaled ? momentum_mixed_run<V, G, S, true, true>(s, g, v, x.g_scale, p, n)
+           : momentum_mixed_run<V, G, S, true, false>(s, g, v, x.g_scale, p, n);
+  else
+    scaled ? momentum_mixed_run<V, G, S, false, true>(s, g, v, x.g_scale, p, n)
+           : momentum_mixed_run<V, G, S, false, false>(s, g, v, x.g_scale, p, n);
+}
+
+template <class V>
+void momentum_mixed(const MomentumStep& s, const MixedOperands& x, float* p, int64_t n) {
+  const auto with_state = [&](auto g_tag) {
+    using G = decltype(g_tag);
+    x.v_dtype == DType::kBF16 ? momentum_mixed_typed<V, G, BFloat16>(s, x, p, n)
+                              : momentum_mixed_typed<V, G, float>(s, x, p, n);
+  };
+  if (x.g_dtype == DType::kF16)
+    with_state(Half{});
+  else if (x.g_dtype == DType::kBF16)
+    with_state(BFloat16{});
+  else
+    with_state(float{});
+}
+
 // p -= lr (g + wd p)
 template <class V, bool kFull>
 inline void sgd_step(typename V::F l, typename V::F wd, float* p, const float* g, int64_t k) {
@@ -129,7 +184,7 @@ void adam_update(const AdamStep& s, float* m, float* v, float* p, const float* g
 
 template <class V>
 OptimizerKernels make_optimizer_kernels() {
-  return {momentum_update<V>, sgd_update<V>, adam_update<V>};
+  return {momentum_update<V>, momentum_mixed<V>, sgd_update<V>, adam_update<V>};
 }
 
 }  // namespace demi::kernels::cpu_internal
