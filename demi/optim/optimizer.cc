@@ -108,7 +108,7 @@ void Optimizer::step_param(size_t i, float low_grad_multiplier) {
     base[s] = !whole.empty() ? whole[s].data<float>() : narrow ? nullptr : state_[s][i].data<float>();
   const bool chunked = low || (narrow && whole.empty());  // a chunk at a time through stack buffers
   // (or, where the optimizer updates them as stored, one pass: one state slot, nothing widened whole)
-  const bool mixed = chunked && slots == 1 && update_mixed({}, nullptr, 0, 0, 0);
+  const bool mixed = chunked && slots == 1 && has_update_mixed();
   double lr = prepare(chunked ? nullptr : base, pp, gp, p.numel(), base_lr * group.lr_scale, wd);
   // A current low-precision copy (AMP O2/O3) is rewritten chunk by chunk while the chunk is in cache:
   // the next forward reads it instead of casting the parameter again.
@@ -123,26 +123,22 @@ void Optimizer::step_param(size_t i, float low_grad_multiplier) {
   // thread's range, the copy re-read every parameter from memory, 4 bytes of the ~20 an update moves.)
   constexpr int64_t kChunk = 1024;
   parallel_for(0, p.numel(), kUpdateGrain, [&](int64_t b, int64_t e) {
-    if (!chunked) {
+    if (!chunked || mixed) {
       const int64_t step = low_copy ? kChunk : e - b;  // (no copy: the range in one call)
       for (int64_t c = b; c < e; c += step) {
         const int64_t n = std::min(step, e - c);
-        float* st[kMaxSlots];
-        for (size_t s = 0; s < slots; ++s) st[s] = base[s] + c;
-        update(st, pp + c, gp + c, n, lr, wd);
-        if (low_copy) convert(pp + c, DType::kF32, lp + static_cast<size_t>(c) * lsize, low_copy->dtype(), n);
-      }
-    } else if (mixed) {
-      // The gradient and state as stored, in one pass (the bits of the widening below).
-      const int64_t step = low_copy ? kChunk : e - b;
-      for (int64_t c = b; c < e; c += step) {
-        const int64_t n = std::min(step, e - c);
-        ops::MixedOperands x{.g = gp ? static_cast<const void*>(gp + c) : glow + static_cast<size_t>(c) * gsize,
-                             .g_dtype = gdtype,
-                             .g_scale = low ? low_grad_multiplier : 1.0f,
-                             .v = base[0] ? static_cast<void*>(base[0] + c) : static_cast<void*>(bf16_state(0, c)),
-                             .v_dtype = base[0] ? DType::kF32 : DType::kBF16};
-        update_mixed(x, pp + c, n, lr, wd);
+        if (mixed) {  // the gradient and state as stored, in one pass (the bits of the widening below)
+          update_mixed({.g = gp ? static_cast<const void*>(gp + c) : glow + static_cast<size_t>(c) * gsize,
+                        .g_dtype = gdtype,
+                        .g_scale = low ? low_grad_multiplier : 1.0f,
+                        .v = base[0] ? static_cast<void*>(base[0] + c) : static_cast<void*>(bf16_state(0, c)),
+                        .v_dtype = base[0] ? DType::kF32 : DType::kBF16},
+                       pp + c, n, lr, wd);
+        } else {
+          float* st[kMaxSlots];
+          for (size_t s = 0; s < slots; ++s) st[s] = base[s] + c;
+          update(st, pp + c, gp + c, n, lr, wd);
+        }
         if (low_copy) convert(pp + c, DType::kF32, lp + static_cast<size_t>(c) * lsize, low_copy->dtype(), n);
       }
     } else {
@@ -213,12 +209,9 @@ void Momentum::update(float* const* state, float* p, const float* g, int64_t n, 
                        state[0], p, g, n);
 }
 
-bool Momentum::update_mixed(const ops::MixedOperands& x, float* p, int64_t n, double lr, double weight_decay) {
-  if (n > 0)
-    ops::momentum_update_mixed({static_cast<float>(momentum_), static_cast<float>(lr),
-                                static_cast<float>(weight_decay), nesterov_},
-                               x, p, n);
-  return true;
+void Momentum::update_mixed(const ops::MixedOperands& x, float* p, int64_t n, double lr, double weight_decay) {
+  ops::momentum_update_mixed(
+      {static_cast<float>(momentum_), static_cast<float>(lr), static_cast<float>(weight_decay), nesterov_}, x, p, n);
 }
 
 // ---- SGD ----

@@ -87,13 +87,14 @@ class Optimizer {
   // Whether prepare() reads the whole gradient and state: then a low-precision gradient, and BF16 state,
   // are widened whole (one parameter's) before it.
   virtual bool reads_whole_gradient() const { return false; }
-  // update() on a gradient and state as they are stored (a low-precision gradient times g_scale, BF16 state:
-  // ops::MixedOperands, one state slot), in one pass, with the bits of widening them, update() and
-  // rounding the state back; false where the optimizer has no such update (the chunks are then widened into
-  // FP32 buffers around update()). Called with n == 0 to ask.
-  virtual bool update_mixed(const ops::MixedOperands& x, float* p, int64_t n, double lr, double weight_decay) {
+  // Whether update_mixed() exists: update() on a gradient and state as they are stored (a low-precision
+  // gradient times g_scale, BF16 state: ops::MixedOperands, one state slot), in one pass, with the bits of
+  // widening them, update() and rounding the state back. Without it the chunks are widened into FP32 buffers
+  // around update().
+  virtual bool has_update_mixed() const { return false; }
+  virtual void update_mixed(const ops::MixedOperands& x, float* p, int64_t n, double lr, double weight_decay) {
     (void)x, (void)p, (void)n, (void)lr, (void)weight_decay;
-    return false;
+    DEMI_ASSERT(false, name_, " has no update_mixed");
   }
   // Whether state_dtype BF16 suits this optimizer's state (Adagrad's ever-growing sums do not).
   virtual bool allows_bf16_state() const { return true; }
@@ -124,7 +125,8 @@ class Momentum : public Optimizer {
 
  protected:
   void update(float* const* state, float* p, const float* g, int64_t n, double lr, double weight_decay) override;
-  bool update_mixed(const ops::MixedOperands& x, float* p, int64_t n, double lr, double weight_decay) override;
+  bool has_update_mixed() const override { return true; }
+  void update_mixed(const ops::MixedOperands& x, float* p, int64_t n, double lr, double weight_decay) override;
 
  private:
   double momentum_;

@@ -192,7 +192,7 @@ class WidenedMomentum : public Momentum {
   using Momentum::Momentum;
 
  protected:
-  bool update_mixed(const ops::MixedOperands&, float*, int64_t, double, double) override { return false; }
+  bool has_update_mixed() const override { return false; }
 };
 
 TEST(Optimizer, MomentumInOnePassIsTheWidenedUpdate) {

@@ -29,9 +29,10 @@ const OptimizerKernels& optimizer_kernels_scalar();
 const OptimizerKernels& optimizer_kernels_avx2();
 const OptimizerKernels& optimizer_kernels_avx512();
 
-// Each update is one step of W elements (kFull) or of the k < W left at the end, loaded and stored masked.
-template <class V, bool kFull>
-typename V::F load_k(const float* p, int64_t k) {
+// Each update is one step of W elements (kFull) or of the k < W left at the end, loaded and stored masked
+// (f32 values, or f16 and bf16 ones widened as loaded and rounded to nearest even as stored).
+template <class V, bool kFull, class T>
+typename V::F load_k(const T* p, int64_t k) {
   if constexpr (kFull) {
     return V::load(p);
   } else {
@@ -39,8 +40,8 @@ typename V::F load_k(const float* p, int64_t k) {
   }
 }
 
-template <class V, bool kFull>
-void store_k(float* p, typename V::F x, int64_t k) {
+template <class V, bool kFull, class T>
+void store_k(T* p, typename V::F x, int64_t k) {
   if constexpr (kFull) {
     V::store(p, x);
   } else {
@@ -48,12 +49,15 @@ void store_k(float* p, typename V::F x, int64_t k) {
   }
 }
 
-// v = m v + g + wd p; p -= lr v. Nesterov: gi = g + wd p; v = m v + gi; p -= lr (gi + m v).
-template <class V, bool kNesterov, bool kFull>
-inline void momentum_step(typename V::F m, typename V::F l, typename V::F wd, float* v, float* p, const float* g,
-                          int64_t k) {
+// v = m v + g + wd p; p -= lr v. Nesterov: gi = g + wd p; v = m v + gi; p -= lr (gi + m v). The gradient
+// g of G (f32, f16, bf16) is multiplied by `scale` first where kScaled; the state v is of S (f32, bf16).
+template <class V, bool kNesterov, bool kScaled, bool kFull, class G, class S>
+inline void momentum_step(typename V::F m, typename V::F l, typename V::F wd, typename V::F scale, S* v, float* p,
+                          const G* g, int64_t k) {
   using F = typename V::F;
-  const F pi = load_k<V, kFull>(p, k), gi = load_k<V, kFull>(g, k), vi = load_k<V, kFull>(v, k);
+  F gi = load_k<V, kFull>(g, k);
+  if constexpr (kScaled) gi = V::mul(gi, scale);
+  const F pi = load_k<V, kFull>(p, k), vi = load_k<V, kFull>(v, k);
   if constexpr (kNesterov) {
     const F gw = V::add(gi, V::mul(wd, pi));
     const F vn = V::add(V::mul(m, vi), gw);
@@ -66,57 +70,33 @@ inline void momentum_step(typename V::F m, typename V::F l, typename V::F wd, fl
   }
 }
 
-template <class V, bool kNesterov>
-void momentum_run(const MomentumStep& s, float* v, float* p, const float* g, int64_t n) {
+template <class V, bool kNesterov, bool kScaled, class G, class S>
+void momentum_run(const MomentumStep& s, float g_scale, S* v, float* p, const G* g, int64_t n) {
   constexpr int W = V::kWidth;
-  const typename V::F m = V::set1(s.momentum), l = V::set1(s.lr), wd = V::set1(s.weight_decay);
+  const typename V::F m = V::set1(s.momentum), l = V::set1(s.lr), wd = V::set1(s.weight_decay),
+                      scale = V::set1(g_scale);
   int64_t i = 0;
-  for (; i + W <= n; i += W) momentum_step<V, kNesterov, true>(m, l, wd, v + i, p + i, g + i, W);
-  if (i < n) momentum_step<V, kNesterov, false>(m, l, wd, v + i, p + i, g + i, n - i);
+  for (; i + W <= n; i += W) momentum_step<V, kNesterov, kScaled, true>(m, l, wd, scale, v + i, p + i, g + i, W);
+  if (i < n) momentum_step<V, kNesterov, kScaled, false>(m, l, wd, scale, v + i, p + i, g + i, n - i);
 }
 
 template <class V>
 void momentum_update(const MomentumStep& s, float* v, float* p, const float* g, int64_t n) {
-  s.nesterov ? momentum_run<V, true>(s, v, p, g, n) : momentum_run<V, false>(s, v, p, g, n);
+  s.nesterov ? momentum_run<V, true, false>(s, 1, v, p, g, n) : momentum_run<V, false, false>(s, 1, v, p, g, n);
 }
 
-// momentum_update on a gradient of G (float, Half, BFloat16) times g_scale and a state of S (float,
-// BFloat16), W elements at a time through registers: the same FP32 operations as widening both into FP32
-// buffers, multiplying the gradient (where the scale is not 1), momentum_update and rounding the state back.
-template <class V, class G, class S, bool kNesterov, bool kScaled>
-void momentum_mixed_run(const MomentumStep& s, const G* g, S* v, float g_scale, float* p, int64_t n) {
-  constexpr int W = V::kWidth;
-  using F = typename V::F;
-  const F m = V::set1(s.momentum), l = V::set1(s.lr), wd = V::set1(s.weight_decay), scale = V::set1(g_scale);
-  alignas(64) float gw[W], vw[W];
-  for (int64_t i = 0; i < n; i += W) {
-    const int64_t k = n - i < W ? n - i : W;
-    F gi = k == W ? V::load(g + i) : V::load_n(g + i, k);
-    if constexpr (kScaled) gi = V::mul(gi, scale);
-    const F vi = k == W ? V::load(v + i) : V::load_n(v + i, k);
-    V::store(gw, gi);
-    V::store(vw, vi);
-    if (k == W) {
-      momentum_step<V, kNesterov, true>(m, l, wd, vw, p + i, gw, W);
-      V::store(v + i, V::load(vw));
-    } else {
-      momentum_step<V, kNesterov, false>(m, l, wd, vw, p + i, gw, k);
-      V::store_n(v + i, V::load(vw), k);
-    }
-  }
-}
-
+// momentum_update on a gradient and state of other dtypes (MixedOperands), W elements at a time through
+// registers: the same FP32 operations as widening both into FP32 buffers, multiplying the gradient (where
+// the scale is not 1), momentum_update and rounding the state back.
 template <class V, class G, class S>
 void momentum_mixed_typed(const MomentumStep& s, const MixedOperands& x, float* p, int64_t n) {
   const G* g = static_cast<const G*>(x.g);
   S* v = static_cast<S*>(x.v);
-  const bool scaled = x.g_scale != 1.0f;
+  const float c = x.g_scale;
   if (s.nesterov)
-    scaled ? momentum_mixed_run<V, G, S, true, true>(s, g, v, x.g_scale, p, n)
-           : momentum_mixed_run<V, G, S, true, false>(s, g, v, x.g_scale, p, n);
+    c != 1.0f ? momentum_run<V, true, true>(s, c, v, p, g, n) : momentum_run<V, true, false>(s, c, v, p, g, n);
   else
-    scaled ? momentum_mixed_run<V, G, S, false, true>(s, g, v, x.g_scale, p, n)
-           : momentum_mixed_run<V, G, S, false, false>(s, g, v, x.g_scale, p, n);
+    c != 1.0f ? momentum_run<V, false, true>(s, c, v, p, g, n) : momentum_run<V, false, false>(s, c, v, p, g, n);
 }
 
 template <class V>
