@@ -448,6 +448,32 @@ TEST(Map, RescaleThenNormalizeOnBytesInOnePass) {
                {"Normalize(mean=[0, 0]", "1 channel(s)", "column 'image'"});
 }
 
+// demi train normalizes a batch of bytes at a time (tools/demi/job.cc): the same values as each image
+// normalized before `batch`, one value for every channel (Fashion-MNIST's) or one per channel (CIFAR-10's,
+// an NCHW batch's channels on its axis 1 as a CHW image's on axis 0), a last partial batch included.
+TEST(Map, NormalizingABatchOfBytesIsEachImageNormalized) {
+  for (const int64_t channels : {1, 3}) {
+    Tensor images = empty({7, channels, 3, 5}, DType::kU8);
+    for (int64_t i = 0; i < images.numel(); ++i) images.set(i, static_cast<double>((i * 97 + 11) % 256));
+    auto ds = std::make_shared<NumpySlicesDataset>(std::vector<Tensor>{images, arange(7)},
+                                                   std::vector<std::string>{"image", "label"});
+    const Normalize normalize = channels == 1 ? Normalize({0.2860}, {0.3530})
+                                              : Normalize({0.4914, 0.4822, 0.4465}, {0.2470, 0.2435, 0.2616});
+    const std::vector<Transform> norm = {Rescale(1.0 / 255, 0.0), normalize};
+    auto per_image = collect(ds->map(norm, {"image"})->batch(4));
+    auto per_batch = collect(ds->batch(4)->map(norm, {"image"}));
+    ASSERT_EQ(per_batch.size(), 2u);
+    for (size_t b = 0; b < 2; ++b) {
+      ASSERT_EQ(per_batch[b][0].dtype(), DType::kF32);
+      ASSERT_EQ(per_batch[b][0].shape(), per_image[b][0].shape());
+      EXPECT_EQ(std::memcmp(per_batch[b][0].raw_data(), per_image[b][0].raw_data(),
+                            static_cast<size_t>(per_batch[b][0].numel()) * sizeof(float)),
+                0)
+          << channels << " channel(s), batch " << b;
+    }
+  }
+}
+
 // A random transform: adds a uniform draw in [0, 1000) to every element.
 Transform noise() {
   return RandomLambda(

@@ -23,6 +23,13 @@ double as_double(T v) {
   }
 }
 
+// Asks for the n bytes at p at once, before a pass that looks each one up in a table. A shuffled data set's
+// rows are read in no order, each a few cache lines far from the last one, which the hardware prefetchers
+// do not run ahead of; the lookups' loads alone keep only about a line's misses in flight.
+void prefetch_bytes(const uint8_t* p, int64_t n) {
+  for (int64_t i = 0; i < n; i += 64) __builtin_prefetch(p + i);
+}
+
 std::string list(const std::vector<double>& v) {
   std::ostringstream os;
   os << "[";
@@ -69,6 +76,7 @@ Tensor Rescale::apply(const Tensor& x, Generator&) const {
   int64_t n = x.numel();
   if (x.dtype() == DType::kU8 || x.dtype() == DType::kBool) {  // (a bool is stored as the byte 0 or 1)
     const auto* p = static_cast<const uint8_t*>(x.raw_data());
+    prefetch_bytes(p, n);
     for (int64_t i = 0; i < n; ++i) o[i] = bytes_[p[i]];
     return out;
   }
@@ -146,11 +154,14 @@ std::optional<Tensor> internal::RescaleNormalize::apply(const Tensor& x) const {
   Tensor out = empty(x.shape(), DType::kF32);
   float* o = out.data<float>();
   const auto* p = static_cast<const uint8_t*>(x.raw_data());
+  prefetch_bytes(p, x.numel());
   for (int64_t b = 0; b < l.outer; ++b) {
     for (int64_t c = 0; c < l.channels; ++c) {
-      const std::array<float, 256>& table = tables_[tables_.size() == 1 ? 0 : static_cast<size_t>(c)];
+      const float* table = tables_[tables_.size() == 1 ? 0 : static_cast<size_t>(c)].data();
       const int64_t base = (b * l.channels + c) * l.plane;
-      for (int64_t i = base; i < base + l.plane; ++i) o[i] = table[p[i]];
+      const uint8_t* src = p + base;
+      float* dst = o + base;
+      for (int64_t i = 0; i < l.plane; ++i) dst[i] = table[src[i]];
     }
   }
   return out;
