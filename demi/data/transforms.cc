@@ -23,11 +23,12 @@ double as_double(T v) {
   }
 }
 
-// Asks for the n bytes at p at once, before a pass that looks each one up in a table. A shuffled data set's
-// rows are read in no order, each a few cache lines far from the last one, which the hardware prefetchers
-// do not run ahead of; the lookups' loads alone keep only about a line's misses in flight.
+// Asks for the first bytes at p at once (an image's: up to 4 KiB), before a pass that looks each one up in a
+// table. A shuffled data set's rows are read in no order, each a few cache lines far from the last one,
+// which the hardware prefetchers do not run ahead of; the lookups' loads alone keep only about a line's
+// misses in flight. (A batch of bytes was just written by `batch`: its lines are in cache.)
 void prefetch_bytes(const uint8_t* p, int64_t n) {
-  for (int64_t i = 0; i < n; i += 64) __builtin_prefetch(p + i);
+  for (int64_t i = 0; i < std::min<int64_t>(n, 4096); i += 64) __builtin_prefetch(p + i);
 }
 
 std::string list(const std::vector<double>& v) {
