@@ -3,6 +3,8 @@
 // machine with as many compute threads as cores is taken from the step's threads.
 //   fashion_c: Fashion-MNIST, map([Rescale, Normalize]) -> shuffle -> batch(256) (model C; B's is batch 128)
 //   fashion_c_separate: the same with Rescale and Normalize in two maps (each a pass of its own)
+//   fashion_c_batch_then_map: shuffle -> batch(256) -> map([Rescale, Normalize]) (the same values; demi
+//     train's pipeline)
 // Needs the Fashion-MNIST files (the dataset-fashion-mnist package); skipped without them.
 //
 //   build/release/bench/data_bench [--benchmark_filter=fashion]

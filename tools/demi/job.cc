@@ -159,8 +159,8 @@ Job make_job(const ParsedArgs& args) {
   }
   // The bytes batched, then normalized a batch at a time: the same values as each image mapped before
   // `batch` (Rescale and Normalize are per element and per channel, and an NCHW batch keeps the image's
-  // channel axis), but one table pass and one float tensor per batch instead of one per image and a copy
-  // of each into the batch (docs/DESIGN.md, "The data pipeline's cost per batch").
+  // channel axis; Map.NormalizingABatchOfBytesIsEachImageNormalized), but one table pass and one float
+  // tensor per batch instead of one per image and a copy of each into the batch (bench/data_bench).
   if (limit > 0) train = train->take(limit);
   job.train_ds = train->shuffle(60000, seed)->batch(batch, /*drop_remainder=*/true)->map(norm, {"image"});
   job.test_ds = test->batch(256)->map(norm, {"image"});
